@@ -1,0 +1,341 @@
+"""Hugging Face ``config.json`` -> frozen :class:`ModelArch`, and parameter counts from the architecture.
+
+Supported families (``model_type``): llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe,
+deepseek_v3 (and deepseek_v2), gpt_oss, gptj, falcon. Anything else raises
+:class:`UnsupportedArchitectureError` naming the field.
+
+Parameter counting convention (matches ``hardware-and-models.md`` table 2b): embeddings + lm_head
+(unless tied) + attention (incl. biases and q/k norms) + MLP or experts + router + norms; multi-token
+prediction (MTP) modules are excluded. "Active" parameters count the top-k routed experts plus shared
+experts instead of all experts, and include embeddings and lm_head.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from recommender.errors import UnsupportedArchitectureError
+
+SUPPORTED_MODEL_TYPES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe",
+    "deepseek_v2", "deepseek_v3", "gpt_oss", "gptj", "falcon",
+)
+
+
+@dataclass(frozen=True)
+class MoeSpec:
+    """Mixture-of-experts layout. ``expert_intermediate_size`` is one expert's FFN width."""
+
+    num_experts: int
+    top_k: int
+    num_shared_experts: int
+    expert_intermediate_size: int
+    shared_intermediate_size: int
+    num_moe_layers: int
+    router_bias: bool = False
+    expert_bias: bool = False
+
+
+@dataclass(frozen=True)
+class MlaSpec:
+    """Multi-head latent attention (DeepSeek): the KV cache holds ``kv_lora_rank + qk_rope_head_dim`` per layer."""
+
+    kv_lora_rank: int
+    q_lora_rank: int | None
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameter counts by role (all integers, parameters not bytes)."""
+
+    embedding: int
+    lm_head: int
+    attention: int
+    dense_mlp: int
+    experts: int           # all routed experts, all layers
+    expert_one: int        # one routed expert of one layer
+    shared_experts: int
+    router: int
+    norms: int
+    top_k_experts_per_layer: int = 0
+    num_moe_layers: int = 0
+
+    @property
+    def total(self) -> int:
+        return (self.embedding + self.lm_head + self.attention + self.dense_mlp + self.experts
+                + self.shared_experts + self.router + self.norms)
+
+    @property
+    def active(self) -> int:
+        """Parameters one token touches: top-k routed experts instead of all (incl. embedding + head)."""
+        routed_active = self.expert_one * self.top_k_experts_per_layer * self.num_moe_layers
+        return self.total - self.experts + routed_active
+
+    @property
+    def linear(self) -> int:
+        """Parameters in quantizable linear layers (attention projections, MLPs, experts)."""
+        return self.attention + self.dense_mlp + self.experts + self.shared_experts
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """Architecture of a decoder-only LLM, as far as memory and time are concerned."""
+
+    id: str
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tied_embeddings: bool
+    max_position_embeddings: int
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False
+    gated_mlp: bool = True
+    mlp_bias: bool = False
+    attention_sinks: bool = False
+    norms_per_layer: int = 2
+    moe: MoeSpec | None = None
+    mla: MlaSpec | None = None
+    sliding_window: int | None = None
+    num_sliding_layers: int = 0
+    hf_repo: str = ""
+    checkpoint_dtype: str = "bf16"
+    params: ParamCounts = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", count_params(self))
+
+    @property
+    def total_params(self) -> int:
+        return self.params.total
+
+    @property
+    def active_params(self) -> int:
+        return self.params.active
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        return self.num_layers - self.num_sliding_layers
+
+
+def _attention_params(m: ModelArch) -> int:
+    h = m.hidden_size
+    if m.mla is not None:
+        a = m.mla
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        if a.q_lora_rank:
+            q = h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * m.num_heads * qk
+        else:
+            q = h * m.num_heads * qk
+        kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
+        kv += a.kv_lora_rank * m.num_heads * (a.qk_nope_head_dim + a.v_head_dim)
+        o = m.num_heads * a.v_head_dim * h
+        return q + kv + o
+    q_dim = m.num_heads * m.head_dim
+    kv_dim = m.num_kv_heads * m.head_dim
+    p = h * q_dim + 2 * h * kv_dim + q_dim * h
+    if m.qkv_bias:
+        p += q_dim + 2 * kv_dim
+    if m.o_bias:
+        p += h
+    if m.qk_norm:
+        p += 2 * m.head_dim
+    if m.attention_sinks:
+        p += m.num_heads
+    return p
+
+
+def _mlp_params(hidden: int, inter: int, gated: bool, bias: bool) -> int:
+    mats = 3 if gated else 2
+    p = mats * hidden * inter
+    if bias:
+        p += (2 * inter if gated else inter) + hidden
+    return p
+
+
+def count_params(m: ModelArch) -> ParamCounts:
+    """Count parameters by role from the architecture (see module docstring for the convention)."""
+    h, L = m.hidden_size, m.num_layers
+    embedding = m.vocab_size * h
+    lm_head = 0 if m.tied_embeddings else m.vocab_size * h
+    attention = L * _attention_params(m)
+    norms = L * m.norms_per_layer * h + h
+    if m.mla is not None:  # q_a / kv_a layernorms are counted inside attention
+        pass
+    dense_mlp = experts = expert_one = shared = router = 0
+    top_k = n_moe = 0
+    if m.moe is None:
+        dense_mlp = L * _mlp_params(h, m.intermediate_size, m.gated_mlp, m.mlp_bias)
+    else:
+        e = m.moe
+        n_moe = e.num_moe_layers
+        n_dense = L - n_moe
+        dense_mlp = n_dense * _mlp_params(h, m.intermediate_size, m.gated_mlp, m.mlp_bias)
+        expert_one = _mlp_params(h, e.expert_intermediate_size, True, e.expert_bias)
+        experts = n_moe * e.num_experts * expert_one
+        shared = n_moe * e.num_shared_experts * _mlp_params(h, e.shared_intermediate_size, True, False)
+        router = n_moe * (h * e.num_experts + (e.num_experts if e.router_bias else 0))
+        top_k = e.top_k
+    return ParamCounts(
+        embedding=embedding, lm_head=lm_head, attention=attention, dense_mlp=dense_mlp,
+        experts=experts, expert_one=expert_one, shared_experts=shared, router=router, norms=norms,
+        top_k_experts_per_layer=top_k, num_moe_layers=n_moe,
+    )
+
+
+def _req(cfg: Mapping[str, Any], *names: str) -> Any:
+    for n in names:
+        if n in cfg and cfg[n] is not None:
+            return cfg[n]
+    raise UnsupportedArchitectureError(
+        f"config.json (model_type {cfg.get('model_type')!r}) lacks field {names[0]!r}"
+        + (f" (or {', '.join(names[1:])})" if len(names) > 1 else "")
+    )
+
+
+def _int(cfg: Mapping[str, Any], *names: str) -> int:
+    v = _req(cfg, *names)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 0:
+        raise UnsupportedArchitectureError(f"config.json field {names[0]!r} must be a non-negative integer, got {v!r}")
+    return int(v)
+
+
+def _checkpoint_dtype(cfg: Mapping[str, Any]) -> str:
+    q = cfg.get("quantization_config") or {}
+    method = str(q.get("quant_method", "")).lower()
+    if method == "mxfp4":
+        return "mxfp4"
+    if method == "fp8" or "fp8" in str(q.get("fmt", "")):
+        return "fp8"
+    if method in ("awq", "gptq"):
+        return "int4" if int(q.get("bits", 4)) == 4 else "int8"
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    return {"float16": "fp16", "bfloat16": "bf16", "float32": "bf16"}.get(dtype, "bf16")
+
+
+def arch_from_config(cfg: Mapping[str, Any], model_id: str = "", hf_repo: str = "",
+                     checkpoint_dtype: str | None = None) -> ModelArch:
+    """Build a :class:`ModelArch` from a parsed HF ``config.json`` mapping.
+
+    Raises :class:`UnsupportedArchitectureError` naming the missing or unsupported field.
+    """
+    if not isinstance(cfg, Mapping):
+        raise UnsupportedArchitectureError("config.json must be a JSON object")
+    if "text_config" in cfg and "hidden_size" not in cfg:
+        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+    mt = cfg.get("model_type")
+    if mt not in SUPPORTED_MODEL_TYPES:
+        raise UnsupportedArchitectureError(
+            f"config.json field 'model_type' is {mt!r}, which this model cannot describe; "
+            f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    hidden = _int(cfg, "hidden_size", "n_embd", "d_model")
+    layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _int(cfg, "num_attention_heads", "n_head")
+    if heads == 0 or hidden == 0 or layers == 0:
+        raise UnsupportedArchitectureError("config.json: hidden_size, num_hidden_layers and num_attention_heads must be > 0")
+    kv_heads = int(cfg.get("num_key_value_heads") or cfg.get("num_kv_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    vocab = _int(cfg, "vocab_size")
+    kw: dict[str, Any] = dict(
+        id=model_id or str(cfg.get("_name_or_path") or mt), model_type=mt, hidden_size=hidden,
+        num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+        intermediate_size=int(cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * hidden),
+        vocab_size=vocab, tied_embeddings=bool(cfg.get("tie_word_embeddings", mt in ("gptj",) and False)),
+        max_position_embeddings=int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or cfg.get("max_seq_len") or 4096),
+        hf_repo=hf_repo, checkpoint_dtype=checkpoint_dtype or _checkpoint_dtype(cfg),
+    )
+    if mt == "qwen2" or mt == "qwen2_moe":
+        kw["qkv_bias"] = True
+    if mt == "qwen3" or mt == "qwen3_moe":
+        kw["qk_norm"] = True
+    if cfg.get("attention_bias"):
+        kw["qkv_bias"] = kw["o_bias"] = True
+    if mt == "gptj":
+        # GPT-J: parallel attention+MLP, one LayerNorm (weight+bias), plain GELU MLP with biases,
+        # untied lm_head with bias; no QKV bias.
+        kw.update(gated_mlp=False, mlp_bias=True, norms_per_layer=2, tied_embeddings=bool(cfg.get("tie_word_embeddings", False)))
+    if mt == "falcon":
+        kv = 1 if cfg.get("multi_query", True) and not cfg.get("new_decoder_architecture") else int(cfg.get("num_kv_heads") or heads)
+        kw.update(num_kv_heads=kv, gated_mlp=False, intermediate_size=int(cfg.get("ffn_hidden_size") or 4 * hidden),
+                  tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), qkv_bias=bool(cfg.get("bias", False)))
+    if mt == "gpt_oss":
+        kw["attention_sinks"] = True
+    # sliding-window layers
+    layer_types = cfg.get("layer_types")
+    window = cfg.get("sliding_window")
+    if layer_types:
+        n_sliding = sum(1 for t in layer_types if "sliding" in str(t))
+        if n_sliding and window:
+            kw.update(sliding_window=int(window), num_sliding_layers=n_sliding)
+    elif window and mt in ("mistral", "mixtral") and not cfg.get("use_sliding_window") is False:
+        kw.update(sliding_window=int(window), num_sliding_layers=layers)
+    elif window and mt in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and cfg.get("use_sliding_window"):
+        n_full = int(cfg.get("max_window_layers") or layers)
+        kw.update(sliding_window=int(window), num_sliding_layers=max(0, layers - n_full))
+    # MoE
+    if mt in ("mixtral", "gpt_oss"):
+        e = _int(cfg, "num_local_experts", "num_experts")
+        kw["moe"] = MoeSpec(num_experts=e, top_k=_int(cfg, "num_experts_per_tok", "experts_per_token"),
+                            num_shared_experts=0, expert_intermediate_size=kw["intermediate_size"],
+                            shared_intermediate_size=0, num_moe_layers=layers,
+                            router_bias=mt == "gpt_oss", expert_bias=mt == "gpt_oss")
+    elif mt in ("qwen2_moe", "qwen3_moe"):
+        e = _int(cfg, "num_experts")
+        step = int(cfg.get("decoder_sparse_step") or 1)
+        mlp_only = set(cfg.get("mlp_only_layers") or [])
+        n_moe = sum(1 for i in range(layers) if i not in mlp_only and (i + 1) % step == 0)
+        shared_i = int(cfg.get("shared_expert_intermediate_size") or 0)
+        kw["moe"] = MoeSpec(num_experts=e, top_k=_int(cfg, "num_experts_per_tok"),
+                            num_shared_experts=1 if shared_i else 0,
+                            expert_intermediate_size=_int(cfg, "moe_intermediate_size"),
+                            shared_intermediate_size=shared_i, num_moe_layers=n_moe)
+        if shared_i:  # qwen2_moe shared-expert gate is a 1-wide linear: negligible, not counted
+            pass
+    elif mt in ("deepseek_v2", "deepseek_v3"):
+        e = _int(cfg, "n_routed_experts")
+        first_dense = int(cfg.get("first_k_dense_replace") or 0)
+        freq = int(cfg.get("moe_layer_freq") or 1)
+        n_moe = sum(1 for i in range(layers) if i >= first_dense and i % freq == 0)
+        moe_i = _int(cfg, "moe_intermediate_size")
+        n_shared = int(cfg.get("n_shared_experts") or 0)
+        kw["moe"] = MoeSpec(num_experts=e, top_k=_int(cfg, "num_experts_per_tok"), num_shared_experts=n_shared,
+                            expert_intermediate_size=moe_i, shared_intermediate_size=moe_i,
+                            num_moe_layers=n_moe, router_bias=mt == "deepseek_v3")
+        kw["mla"] = MlaSpec(kv_lora_rank=_int(cfg, "kv_lora_rank"), q_lora_rank=cfg.get("q_lora_rank"),
+                            qk_rope_head_dim=_int(cfg, "qk_rope_head_dim"),
+                            qk_nope_head_dim=_int(cfg, "qk_nope_head_dim"), v_head_dim=_int(cfg, "v_head_dim"))
+        kw["head_dim"] = kw["mla"].qk_nope_head_dim + kw["mla"].qk_rope_head_dim
+        kw["num_kv_heads"] = heads
+    return ModelArch(**kw)
+
+
+def load_config_file(path: str | Path) -> ModelArch:
+    """Read a ``config.json`` from disk (a file, or a directory holding one)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        cfg = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise UnsupportedArchitectureError(f"model config {str(p)!r} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UnsupportedArchitectureError(f"model config {str(p)!r} is not valid JSON: {e}") from None
+    name = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
+    return arch_from_config(cfg, model_id=p.parent.name if p.name == "config.json" else p.stem,
+                            hf_repo=str(name or ""))

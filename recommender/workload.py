@@ -1,0 +1,381 @@
+"""Workloads and SLOs: pydantic at the edge (YAML files, CLI strings), frozen dataclasses inside.
+
+A workload file (``examples/*.yaml``)::
+
+    name: rag
+    model: llama-3.1-70b            # catalog id, or a path to a HF config.json
+    traffic:
+      arrival_rate: 4               # requests/s  (or: offline: {requests: 10_000_000, deadline: 8h})
+    prompt_tokens: {dist: lognormal, mean: 6000, std: 1200, min: 4000, max: 8000}
+    output_tokens: {dist: normal, mean: 150, std: 50, min: 16, max: 512}
+    shared_prefix_fraction: 0.3     # share of prompt tokens that hit the prefix cache
+    gpus: [h100-sxm, h200]          # default: every catalog GPU
+    max_gpus: 16
+    prices: {h100-sxm: "$2.49/h"}   # USD per GPU-hour overrides
+    slo: [tpot=30ms, ttft=2s@p99]
+
+Length distributions: ``constant`` (value), ``normal`` (mean, std), ``lognormal`` (mean, std of the
+tokens themselves), ``empirical`` (samples), ``histogram`` (edges = bucket upper edges, counts);
+all clipped to [min, max]. Their moments and quantiles are computed once from a fixed, seeded sample
+grid so every consumer sees the same numbers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any, Literal, Mapping, Sequence
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from recommender import units
+from recommender.errors import ConfigError
+
+PERCENTILES = ("mean", "p50", "p90", "p95", "p99")
+DEFAULT_PERCENTILE = "p90"
+SLO_METRICS = ("ttft", "tpot", "e2e")
+_QUANTILE_GRID = 2001  # points used to tabulate a distribution's quantile function
+
+
+@dataclass(frozen=True)
+class Slo:
+    """A latency objective: ``metric`` at ``percentile`` must be <= ``limit_s`` seconds."""
+
+    metric: str
+    limit_s: float
+    percentile: str = DEFAULT_PERCENTILE
+
+    def __str__(self) -> str:
+        return f"{self.metric}={units.fmt_seconds(self.limit_s).replace(' ', '')}@{self.percentile}"
+
+    @staticmethod
+    def parse(text: str) -> "Slo":
+        """'tpot=30ms', 'ttft=2s@p99', 'e2e=20s@p90', 'tpot=40ms@mean'."""
+        s = text.strip().lower().replace(" ", "")
+        if "=" not in s:
+            raise ConfigError(f"SLO {text!r}: expected METRIC=LIMIT[@PERCENTILE], e.g. tpot=30ms or ttft=2s@p99")
+        metric, rest = s.split("=", 1)
+        if metric not in SLO_METRICS:
+            raise ConfigError(f"SLO {text!r}: metric must be one of {', '.join(SLO_METRICS)}")
+        limit, _, pct = rest.partition("@")
+        pct = pct or DEFAULT_PERCENTILE
+        if pct not in PERCENTILES:
+            raise ConfigError(f"SLO {text!r}: percentile must be one of {', '.join(PERCENTILES)}")
+        try:
+            limit_s = units.parse_duration_s(limit, f"SLO {text!r}")
+        except Exception as e:  # UnitError is a ConfigError-like user error
+            raise ConfigError(str(e)) from None
+        if limit_s <= 0:
+            raise ConfigError(f"SLO {text!r}: the limit must be positive")
+        return Slo(metric, limit_s, pct)
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A token-length distribution, clipped to [min_tokens, max_tokens]."""
+
+    kind: str
+    mean_param: float = 0.0
+    std_param: float = 0.0
+    min_tokens: int = 1
+    max_tokens: int = 1
+    samples: tuple[int, ...] = ()
+    weights: tuple[float, ...] = ()
+    _table: tuple[int, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_table", self._build_table())
+
+    # -- constructors -------------------------------------------------------------------------
+    @staticmethod
+    def constant(n: int) -> "LengthDist":
+        return LengthDist("constant", n, 0.0, int(n), int(n))
+
+    @staticmethod
+    def normal(mean: float, std: float, min_tokens: int = 1, max_tokens: int | None = None) -> "LengthDist":
+        hi = max_tokens or int(mean + 4 * std) + 1
+        return LengthDist("normal", mean, std, min_tokens, hi)
+
+    @staticmethod
+    def lognormal(mean: float, std: float, min_tokens: int = 1, max_tokens: int | None = None) -> "LengthDist":
+        hi = max_tokens or int(mean + 6 * std) + 1
+        return LengthDist("lognormal", mean, std, min_tokens, hi)
+
+    @staticmethod
+    def empirical(samples: Sequence[int]) -> "LengthDist":
+        xs = tuple(sorted(int(x) for x in samples))
+        if not xs:
+            raise ConfigError("empirical length distribution needs at least one sample")
+        return LengthDist("empirical", 0.0, 0.0, xs[0], xs[-1], samples=xs)
+
+    @staticmethod
+    def histogram(edges: Sequence[float], counts: Sequence[float]) -> "LengthDist":
+        """Buckets (previous edge, edge]; tokens uniform inside a bucket. ``edges`` are upper edges."""
+        if len(edges) != len(counts) or not edges or sum(counts) <= 0:
+            raise ConfigError("histogram length distribution needs matching, non-empty edges and counts")
+        finite = [e for e in edges if math.isfinite(e)]
+        lo = 1
+        hi = int(finite[-1]) if finite else 1
+        return LengthDist("histogram", 0.0, 0.0, lo, hi, samples=tuple(int(min(e, hi)) for e in edges),
+                          weights=tuple(float(c) for c in counts))
+
+    # -- quantiles ----------------------------------------------------------------------------
+    def _raw_quantile(self, q: float) -> float:
+        if self.kind == "constant":
+            return self.mean_param
+        if self.kind == "normal":
+            return NormalDist(self.mean_param, max(self.std_param, 1e-9)).inv_cdf(q)
+        if self.kind == "lognormal":
+            m, s = self.mean_param, max(self.std_param, 1e-9)
+            sigma2 = math.log(1 + (s / m) ** 2)
+            mu = math.log(m) - sigma2 / 2
+            return math.exp(NormalDist(mu, math.sqrt(sigma2)).inv_cdf(q))
+        if self.kind == "empirical":
+            xs = self.samples
+            return xs[min(len(xs) - 1, int(q * len(xs)))]
+        if self.kind == "histogram":
+            total = sum(self.weights)
+            target, acc, prev = q * total, 0.0, 0.0
+            for edge, w in zip(self.samples, self.weights):
+                if acc + w >= target and w > 0:
+                    return prev + (edge - prev) * (target - acc) / w
+                acc += w
+                prev = edge
+            return self.samples[-1]
+        raise ConfigError(f"unknown length distribution {self.kind!r}")
+
+    def _build_table(self) -> tuple[int, ...]:
+        n = _QUANTILE_GRID
+        out = []
+        for i in range(n):
+            q = (i + 0.5) / n
+            v = self._raw_quantile(q)
+            out.append(int(min(self.max_tokens, max(self.min_tokens, round(v)))))
+        return tuple(out)
+
+    def quantile(self, q: float) -> int:
+        """Token count at quantile ``q`` in [0, 1]."""
+        t = self._table
+        return t[min(len(t) - 1, max(0, int(q * len(t))))]
+
+    @property
+    def mean(self) -> float:
+        return sum(self._table) / len(self._table)
+
+    @property
+    def second_moment(self) -> float:
+        return sum(x * x for x in self._table) / len(self._table)
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(max(0.0, self.second_moment - self.mean**2))
+
+    def sample(self, rng: random.Random, n: int) -> list[int]:
+        """``n`` seeded draws (inverse-CDF on the tabulated quantiles)."""
+        t = self._table
+        if self.kind == "empirical":
+            return [self.samples[rng.randrange(len(self.samples))] for _ in range(n)]
+        return [t[int(rng.random() * len(t))] for _ in range(n)]
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"dist": self.kind, "mean": round(self.mean, 1), "p50": self.quantile(0.5),
+                             "p90": self.quantile(0.9), "p99": self.quantile(0.99),
+                             "min": self.min_tokens, "max": self.max_tokens}
+        return d
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What to serve: model, traffic, lengths, constraints and SLOs (all SI units)."""
+
+    model: str
+    prompt_tokens: LengthDist
+    output_tokens: LengthDist
+    arrival_rate_per_s: float | None = None
+    offline_requests: int | None = None
+    deadline_s: float | None = None
+    shared_prefix_fraction: float = 0.0
+    gpus: tuple[str, ...] | None = None
+    max_gpus: int | None = None
+    usd_per_gpu_hour_overrides: Mapping[str, float] = field(default_factory=dict)
+    slos: tuple[Slo, ...] = ()
+    name: str = "workload"
+    source: str = ""
+
+    @property
+    def max_model_len(self) -> int:
+        """Longest sequence the engine must hold: max prompt + max output tokens."""
+        return int(self.prompt_tokens.max_tokens + self.output_tokens.max_tokens)
+
+    @property
+    def is_offline(self) -> bool:
+        return self.offline_requests is not None
+
+    @property
+    def effective_rate_per_s(self) -> float:
+        """Requests/s the deployment must sustain (offline: requests / deadline)."""
+        if self.arrival_rate_per_s is not None:
+            return self.arrival_rate_per_s
+        assert self.offline_requests is not None and self.deadline_s
+        return self.offline_requests / self.deadline_s
+
+    def with_slos(self, slos: Sequence[Slo]) -> "Workload":
+        """CLI SLOs override the file's SLOs for the same metric."""
+        merged = {s.metric: s for s in self.slos}
+        merged.update({s.metric: s for s in slos})
+        return _replace(self, slos=tuple(merged.values()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "model": self.model, "arrival_rate_per_s": self.arrival_rate_per_s,
+            "offline_requests": self.offline_requests, "deadline_s": self.deadline_s,
+            "prompt_tokens": self.prompt_tokens.to_dict(), "output_tokens": self.output_tokens.to_dict(),
+            "max_model_len": self.max_model_len, "shared_prefix_fraction": self.shared_prefix_fraction,
+            "source": self.source,
+        }
+
+
+def _replace(obj: Any, **kw: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(obj, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# pydantic edge
+# ---------------------------------------------------------------------------------------------
+class _DistSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dist: Literal["constant", "normal", "lognormal", "empirical", "histogram"]
+    value: int | None = Field(default=None, gt=0)
+    mean: float | None = Field(default=None, gt=0)
+    std: float | None = Field(default=None, ge=0)
+    min: int = Field(default=1, gt=0)
+    max: int | None = Field(default=None, gt=0)
+    samples: list[int] | None = None
+    edges: list[float] | None = None
+    counts: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "_DistSpec":
+        need = {"constant": ("value",), "normal": ("mean", "std"), "lognormal": ("mean", "std"),
+                "empirical": ("samples",), "histogram": ("edges", "counts")}[self.dist]
+        for n in need:
+            if getattr(self, n) is None:
+                raise ValueError(f"dist {self.dist} needs '{n}'")
+        if self.samples is not None and any(s <= 0 for s in self.samples):
+            raise ValueError("samples must be positive token counts")
+        if self.max is not None and self.max < self.min:
+            raise ValueError("max must be >= min")
+        return self
+
+    def build(self) -> LengthDist:
+        if self.dist == "constant":
+            return LengthDist.constant(int(self.value))  # type: ignore[arg-type]
+        if self.dist == "normal":
+            return LengthDist.normal(self.mean, self.std, self.min, self.max)  # type: ignore[arg-type]
+        if self.dist == "lognormal":
+            return LengthDist.lognormal(self.mean, self.std, self.min, self.max)  # type: ignore[arg-type]
+        if self.dist == "empirical":
+            return LengthDist.empirical(self.samples or [])
+        return LengthDist.histogram(self.edges or [], self.counts or [])
+
+
+def _dist_from_any(v: Any) -> Any:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return {"dist": "constant", "value": int(v)}
+    return v
+
+
+class _Offline(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    requests: int = Field(gt=0)
+    deadline: str | float
+
+    @field_validator("requests", mode="before")
+    @classmethod
+    def _count(cls, v: Any) -> Any:
+        return units.parse_count(v, "offline.requests") if isinstance(v, str) else v
+
+
+class _Traffic(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    arrival_rate: float | None = Field(default=None, gt=0)
+    offline: _Offline | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "_Traffic":
+        if (self.arrival_rate is None) == (self.offline is None):
+            raise ValueError("give exactly one of arrival_rate (requests/s) or offline {requests, deadline}")
+        return self
+
+
+class WorkloadSpec(BaseModel):
+    """The YAML schema of a workload file (validated, then turned into :class:`Workload`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = None
+    model: str
+    traffic: _Traffic
+    prompt_tokens: _DistSpec
+    output_tokens: _DistSpec
+    shared_prefix_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
+    gpus: list[str] | None = None
+    max_gpus: int | None = Field(default=None, gt=0)
+    prices: dict[str, str | float] = Field(default_factory=dict)
+    slo: list[str] = Field(default_factory=list)
+    description: str | None = None
+
+    _coerce_prompt = field_validator("prompt_tokens", mode="before")(classmethod(lambda cls, v: _dist_from_any(v)))
+    _coerce_output = field_validator("output_tokens", mode="before")(classmethod(lambda cls, v: _dist_from_any(v)))
+
+    def build(self, source: str = "") -> Workload:
+        off = self.traffic.offline
+        return Workload(
+            model=self.model,
+            prompt_tokens=self.prompt_tokens.build(),
+            output_tokens=self.output_tokens.build(),
+            arrival_rate_per_s=self.traffic.arrival_rate,
+            offline_requests=off.requests if off else None,
+            deadline_s=units.parse_duration_s(off.deadline, "offline.deadline") if off else None,
+            shared_prefix_fraction=self.shared_prefix_fraction,
+            gpus=tuple(g.lower() for g in self.gpus) if self.gpus else None,
+            max_gpus=self.max_gpus,
+            usd_per_gpu_hour_overrides={k.lower(): units.parse_usd_per_hour(v, f"prices.{k}") for k, v in self.prices.items()},
+            slos=tuple(Slo.parse(s) for s in self.slo),
+            name=self.name or (Path(source).stem if source else "workload"),
+            source=source,
+        )
+
+
+def _pydantic_message(e: ValidationError, where: str) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+    more = f" (+{len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+    return f"{where}: field '{loc}': {err['msg']}{more}"
+
+
+def workload_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> Workload:
+    try:
+        return WorkloadSpec.model_validate(doc).build(source)
+    except ValidationError as e:
+        raise ConfigError(_pydantic_message(e, source)) from None
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Read and validate a workload YAML file; errors name the file and the field."""
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"workload file {str(p)!r} does not exist") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"workload file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"workload file {p} must be a YAML mapping (see examples/)")
+    return workload_from_dict(doc, str(p))
