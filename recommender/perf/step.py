@@ -1,0 +1,263 @@
+"""Time of one engine step (one forward pass over the running batch): a roofline with real overheads.
+
+For one replica (a TP group of ``tp`` GPUs) processing ``T`` new tokens::
+
+    bytes_per_gpu   = dense_weight_bytes_per_gpu + moe_layers x E[experts touched by T tokens] x expert_bytes_per_gpu
+                      + kv_read_bytes / tp
+    flops           = T x 2 x linear_active_params + attention_flops          (whole group)
+    memory_s        = bytes_per_gpu / (hbm_bandwidth x hbm_bandwidth_efficiency)
+    compute_s       = flops / (tp x dense_flops(compute dtype) x compute_efficiency)
+    allreduce_s     = 2 x layers x (latency + 2 (tp-1)/tp x T x hidden x 2 B / (link_bw x link_efficiency))   [tp > 1]
+    overhead_s      = step_overhead_s (+ layers x layer_launch_overhead_s without CUDA graphs)
+    step_s          = max(memory_s, compute_s) + allreduce_s + overhead_s
+
+The expected number of distinct routed experts T tokens touch in one layer is
+``E x (1 - (1 - k/E)^T)`` (each token picks k of E uniformly). The *floor* the seeds quote is the same
+roofline at 100% of datasheet bandwidth and FLOP/s, without all-reduce or overhead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from recommender.catalog import Gpu
+from recommender.errors import ConfigError
+from recommender.hf_config import ModelArch
+from recommender.perf import memory as mem
+from recommender.profiles import EngineProfile
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """The scheduler limits vLLM is given (``--max-num-seqs``, ``--max-num-batched-tokens``, ...)."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    chunked_prefill: bool = True
+    enable_prefix_caching: bool = False
+
+
+def default_limits(gpu: Gpu, max_model_len: int = 0) -> EngineLimits:
+    """vLLM 0.33's defaults for ``vllm serve`` (``EngineArgs.get_batch_defaults``).
+
+    >= 160 GiB: 16384 tokens / 1024 seqs; >= 70 GiB and not A100: 8192 / 1024; otherwise 2048 / 256.
+    """
+    gib = gpu.memory_bytes / 1024**3
+    if gib >= 160:
+        tokens, seqs = 16384, 1024
+    elif gib >= 70 and not gpu.id.startswith("a100"):
+        tokens, seqs = 8192, 1024
+    else:
+        tokens, seqs = 2048, 256
+    return EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=tokens)
+
+
+def check_parallelism(model: ModelArch, gpu: Gpu, tp: int) -> None:
+    """TP must be a power of two within the GPU's interconnect domain and divide the attention heads."""
+    if tp < 1 or tp & (tp - 1):
+        raise ConfigError(f"--tp {tp}: tensor parallelism must be a power of two (1, 2, 4, 8, ...)")
+    if tp > gpu.interconnect.gpus_per_domain:
+        raise ConfigError(
+            f"--tp {tp} exceeds {gpu.id}'s interconnect domain of {gpu.interconnect.gpus_per_domain} GPUs "
+            f"({gpu.interconnect.kind}); use --tp <= {gpu.interconnect.gpus_per_domain} and more replicas"
+        )
+    if model.num_heads % tp:
+        raise ConfigError(
+            f"--tp {tp} does not divide {model.id}'s {model.num_heads} attention heads; "
+            f"valid: {', '.join(str(t) for t in (1, 2, 4, 8, 16) if model.num_heads % t == 0)}"
+        )
+    kv = model.num_kv_heads
+    if model.mla is None and kv % tp and tp % kv:
+        raise ConfigError(f"--tp {tp} and {model.id}'s {kv} KV heads: one must divide the other")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One replica's configuration: model on ``tp`` GPUs of one type, dtypes, engine profile and limits."""
+
+    model: ModelArch
+    gpu: Gpu
+    tp: int
+    weight_dtype: str
+    kv_dtype: str
+    profile: EngineProfile
+    limits: EngineLimits = field(default_factory=EngineLimits)
+    gpu_memory_utilization: float = 0.92
+    cuda_graphs: bool = True
+    max_model_len: int = 0
+
+    def memory(self) -> mem.MemoryBreakdown:
+        return mem.memory_breakdown(
+            self.model, self.gpu, self.tp, self.weight_dtype, self.kv_dtype, self.profile,
+            self.gpu_memory_utilization, self.limits.max_num_batched_tokens, self.limits.max_num_seqs,
+            self.cuda_graphs, self.max_model_len,
+        )
+
+
+def compute_dtype(weight_dtype: str, gpu: Gpu) -> str:
+    """Tensor-core dtype the GEMMs run in: W8A8 fp8/int8 and fp4 where the GPU has them; else 16-bit."""
+    if weight_dtype in ("fp8", "int8", "fp4") and weight_dtype in gpu.dense_flops_per_s:
+        return weight_dtype
+    return "bf16"
+
+
+@dataclass(frozen=True)
+class StepCostModel:
+    """Precomputed coefficients for fast step times of one replica (see module docstring)."""
+
+    tp: int
+    num_layers: int
+    hidden_size: int
+    dense_weight_bytes_per_gpu: float
+    expert_bytes_per_gpu: float
+    num_experts: int
+    experts_top_k: int
+    num_moe_layers: int
+    linear_flops_per_token: float
+    attn_flops_per_pair_full: float      # per (query token, key token) in full-attention layers
+    attn_flops_per_pair_sliding: float   # per pair in sliding-window layers (each)
+    num_sliding_layers: int
+    sliding_window: int
+    kv_bytes_per_token_full: float       # whole group, full-attention layers
+    kv_bytes_per_token_sliding_layer: float  # whole group, one sliding layer
+    hbm_bytes_per_s: float               # effective, per GPU
+    peak_hbm_bytes_per_s: float
+    group_flops_per_s: float             # effective, whole group
+    peak_group_flops_per_s: float
+    allreduce_latency_s: float
+    allreduce_bytes_per_s: float
+    overhead_s: float
+    kv_capacity_tokens: int
+    kv_block_tokens: int = 16
+
+    @staticmethod
+    def build(dep: Deployment) -> "StepCostModel":
+        m, g, p, tp = dep.model, dep.gpu, dep.profile, dep.tp
+        params = m.params
+        total_w = mem.weights_bytes_per_gpu(m, dep.weight_dtype, tp)
+        e_bytes = mem.expert_bytes_per_gpu(m, dep.weight_dtype, tp)
+        n_exp = m.moe.num_experts if m.moe else 0
+        n_moe = m.moe.num_moe_layers if m.moe else 0
+        dense_w = total_w - e_bytes * n_exp * n_moe
+        # FLOPs per token: every active matmul parameter except the input embedding (a lookup).
+        linear_flops = 2.0 * (params.active - params.embedding)
+        if m.mla is not None:
+            a = m.mla
+            per_head = a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim
+        else:
+            per_head = 2 * m.head_dim
+        pair = 2.0 * m.num_heads * per_head  # QK^T and PV, 2 FLOPs per multiply-add, one layer
+        kv_layer = mem.kv_bytes_per_token_per_layer_per_gpu(m, dep.kv_dtype, tp) * tp
+        ic = g.interconnect
+        lat = p.allreduce_latency_pcie_s if ic.is_pcie else p.allreduce_latency_s
+        memb = dep.memory()
+        cdt = compute_dtype(dep.weight_dtype, g)
+        overhead = p.step_overhead_s + (0.0 if dep.cuda_graphs else m.num_layers * p.layer_launch_overhead_s)
+        return StepCostModel(
+            tp=tp, num_layers=m.num_layers, hidden_size=m.hidden_size,
+            dense_weight_bytes_per_gpu=dense_w, expert_bytes_per_gpu=e_bytes, num_experts=n_exp,
+            experts_top_k=m.moe.top_k if m.moe else 0, num_moe_layers=n_moe,
+            linear_flops_per_token=linear_flops,
+            attn_flops_per_pair_full=pair * m.num_full_attention_layers,
+            attn_flops_per_pair_sliding=pair, num_sliding_layers=m.num_sliding_layers,
+            sliding_window=m.sliding_window or 0,
+            kv_bytes_per_token_full=kv_layer * m.num_full_attention_layers,
+            kv_bytes_per_token_sliding_layer=kv_layer,
+            hbm_bytes_per_s=g.hbm_bandwidth_bytes_per_s * p.hbm_bandwidth_efficiency,
+            peak_hbm_bytes_per_s=g.hbm_bandwidth_bytes_per_s,
+            group_flops_per_s=tp * g.flops_per_s(cdt) * p.compute_efficiency,
+            peak_group_flops_per_s=tp * g.flops_per_s(cdt),
+            allreduce_latency_s=lat,
+            allreduce_bytes_per_s=ic.ring_bandwidth_bytes_per_s(tp) * p.allreduce_bandwidth_efficiency,
+            overhead_s=overhead, kv_capacity_tokens=memb.kv_capacity_tokens,
+        )
+
+    # -- per-sequence costs -------------------------------------------------------------------
+    def decode_seq_cost(self, context_tokens: int) -> tuple[float, float]:
+        """(KV bytes read, attention FLOPs) one decoding sequence at ``context_tokens`` adds to a step."""
+        slide = min(context_tokens, self.sliding_window) * self.num_sliding_layers
+        kv = context_tokens * self.kv_bytes_per_token_full + slide * self.kv_bytes_per_token_sliding_layer
+        fl = context_tokens * self.attn_flops_per_pair_full + slide * self.attn_flops_per_pair_sliding
+        return kv, fl
+
+    def prefill_chunk_cost(self, chunk_tokens: int, prefix_tokens: int) -> tuple[float, float]:
+        """(KV bytes read, attention FLOPs) for a prefill chunk after ``prefix_tokens`` cached tokens.
+
+        Causal attention: query i of the chunk sees prefix + i + 1 keys, so pairs =
+        chunk x prefix + chunk (chunk + 1) / 2. The prefix KV is read once.
+        """
+        c, p = chunk_tokens, prefix_tokens
+        pairs = c * p + c * (c + 1) / 2.0
+        kv = p * self.kv_bytes_per_token_full
+        fl = pairs * self.attn_flops_per_pair_full
+        if self.num_sliding_layers:
+            w = self.sliding_window
+            kv += min(p, w) * self.num_sliding_layers * self.kv_bytes_per_token_sliding_layer
+            pairs_w = c * min(w, p + (c + 1) / 2.0)
+            fl += pairs_w * self.num_sliding_layers * self.attn_flops_per_pair_sliding
+        return kv, fl
+
+    # -- step time ----------------------------------------------------------------------------
+    def weight_bytes_read_per_gpu(self, new_tokens: int) -> float:
+        if not self.num_experts:
+            return self.dense_weight_bytes_per_gpu
+        e, k = self.num_experts, self.experts_top_k
+        touched = e * (1.0 - (1.0 - k / e) ** max(new_tokens, 0))
+        return self.dense_weight_bytes_per_gpu + self.num_moe_layers * touched * self.expert_bytes_per_gpu
+
+    def parts(self, new_tokens: int, kv_read_bytes: float, attention_flops: float, floor: bool = False) -> dict[str, float]:
+        """The roofline terms of one step (seconds): memory, compute, allreduce, overhead."""
+        bytes_gpu = self.weight_bytes_read_per_gpu(new_tokens) + kv_read_bytes / self.tp
+        flops = new_tokens * self.linear_flops_per_token + attention_flops
+        if floor:
+            return {"memory_s": bytes_gpu / self.peak_hbm_bytes_per_s,
+                    "compute_s": flops / self.peak_group_flops_per_s, "allreduce_s": 0.0, "overhead_s": 0.0,
+                    "bytes_per_gpu": bytes_gpu, "flops": flops}
+        ar = 0.0
+        if self.tp > 1:
+            size = new_tokens * self.hidden_size * 2.0
+            ar = 2 * self.num_layers * (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * size / self.allreduce_bytes_per_s)
+        return {"memory_s": bytes_gpu / self.hbm_bytes_per_s, "compute_s": flops / self.group_flops_per_s,
+                "allreduce_s": ar, "overhead_s": self.overhead_s, "bytes_per_gpu": bytes_gpu, "flops": flops}
+
+    def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float) -> float:
+        """Wall time of one step (see module docstring)."""
+        bytes_gpu = self.weight_bytes_read_per_gpu(new_tokens) + kv_read_bytes / self.tp
+        t = max(bytes_gpu / self.hbm_bytes_per_s,
+                (new_tokens * self.linear_flops_per_token + attention_flops) / self.group_flops_per_s)
+        if self.tp > 1:
+            t += 2 * self.num_layers * (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp
+                                        * new_tokens * self.hidden_size * 2.0 / self.allreduce_bytes_per_s)
+        return t + self.overhead_s
+
+    def decode_step_s(self, batch: int, context_tokens: int) -> float:
+        """A decode-only step: ``batch`` sequences each holding ``context_tokens``."""
+        kv, fl = self.decode_seq_cost(context_tokens)
+        return self.step_s(batch, batch * kv, batch * fl)
+
+    def prefill_s(self, prompt_tokens: int, batch: int = 1, chunk_tokens: int | None = None) -> float:
+        """Prefill ``batch`` prompts of ``prompt_tokens`` alone (no decodes), in chunks of ``chunk_tokens``."""
+        total = prompt_tokens * batch
+        chunk = chunk_tokens or total
+        t, done = 0.0, 0
+        per_seq_chunk = max(1, chunk // batch)
+        while done < prompt_tokens:
+            c = min(per_seq_chunk, prompt_tokens - done)
+            kv, fl = self.prefill_chunk_cost(c, done)
+            t += self.step_s(c * batch, kv * batch, fl * batch)
+            done += c
+        return t
+
+
+def bound_of(parts: dict[str, float]) -> str:
+    """'memory' or 'compute': which roofline term is larger."""
+    return "memory" if parts["memory_s"] >= parts["compute_s"] else "compute"
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+__all__ = ["EngineLimits", "Deployment", "StepCostModel", "default_limits", "check_parallelism",
+           "compute_dtype", "bound_of", "ceil_div"]

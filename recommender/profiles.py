@@ -1,0 +1,119 @@
+"""Per-engine efficiency profiles: the few physical parameters that turn datasheet roofs into real times.
+
+Profiles are data (``catalogs/profiles/<engine>.yaml``); ``recommend calibrate`` writes new ones and
+every command takes ``--profile FILE``. Parameters (all fractions in (0, 1], times in seconds):
+
+- ``hbm_bandwidth_efficiency``: achieved / datasheet HBM bandwidth for weight and KV streaming.
+- ``compute_efficiency``: achieved / dense datasheet FLOP/s for the GEMMs and attention (prefill MFU).
+- ``allreduce_latency_s``: fixed cost of one tensor-parallel all-reduce over NVLink / xGMI.
+- ``allreduce_latency_pcie_s``: the same over PCIe.
+- ``allreduce_bandwidth_efficiency``: achieved / datasheet one-direction link bandwidth in the ring.
+- ``step_overhead_s``: per engine step with CUDA graphs (scheduling, sampling, launch of the graph).
+- ``layer_launch_overhead_s``: extra per layer per step without CUDA graphs (eager kernel launches).
+- ``runtime_reserve_bytes_per_gpu``: CUDA context, NCCL and library workspaces outside the KV cache.
+- ``cuda_graph_bytes_per_gpu``: memory held by captured CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from recommender.catalog import catalog_dir
+from recommender.errors import CatalogError, ConfigError
+
+FIT_PARAMETERS = (
+    "hbm_bandwidth_efficiency", "compute_efficiency", "allreduce_latency_s",
+    "allreduce_latency_pcie_s", "allreduce_bandwidth_efficiency", "step_overhead_s", "layer_launch_overhead_s",
+)
+
+#: Physical bounds for every parameter (calibration keeps fits inside them).
+BOUNDS: Mapping[str, tuple[float, float]] = {
+    "hbm_bandwidth_efficiency": (0.3, 1.0),
+    "compute_efficiency": (0.1, 0.95),
+    "allreduce_latency_s": (1e-6, 200e-6),
+    "allreduce_latency_pcie_s": (5e-6, 1e-3),
+    "allreduce_bandwidth_efficiency": (0.2, 1.0),
+    "step_overhead_s": (0.0, 20e-3),
+    "layer_launch_overhead_s": (0.0, 500e-6),
+    "runtime_reserve_bytes_per_gpu": (0.0, 20e9),
+    "cuda_graph_bytes_per_gpu": (0.0, 10e9),
+}
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """Efficiency parameters of one serving engine (see module docstring for meanings and units)."""
+
+    engine: str = "vllm"
+    hbm_bandwidth_efficiency: float = 0.80
+    compute_efficiency: float = 0.55
+    allreduce_latency_s: float = 12e-6
+    allreduce_latency_pcie_s: float = 40e-6
+    allreduce_bandwidth_efficiency: float = 0.7
+    step_overhead_s: float = 1.0e-3
+    layer_launch_overhead_s: float = 60e-6
+    runtime_reserve_bytes_per_gpu: float = 0.5e9
+    cuda_graph_bytes_per_gpu: float = 0.5e9
+    source: str = ""
+    fit: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def replace(self, **kw: Any) -> "EngineProfile":
+        return dataclasses.replace(self, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "fit"}
+        if self.fit:
+            d["fit"] = dict(self.fit)
+        return d
+
+
+def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"profile {where} must be a YAML mapping")
+    params = dict(doc.get("parameters") or {})
+    known = {f.name for f in dataclasses.fields(EngineProfile)}
+    unknown = set(params) - known
+    if unknown:
+        raise ConfigError(f"profile {where}: unknown parameter(s) {', '.join(sorted(unknown))}")
+    for k, v in params.items():
+        lo, hi = BOUNDS.get(k, (float("-inf"), float("inf")))
+        if not isinstance(v, (int, float)) or not lo <= float(v) <= hi:
+            raise ConfigError(f"profile {where}: {k}={v!r} outside its physical range [{lo:g}, {hi:g}]")
+    return EngineProfile(engine=str(doc.get("engine", "vllm")), source=str(doc.get("source", where)),
+                         fit=doc.get("fit") or {}, **{k: float(v) for k, v in params.items()})
+
+
+def load_profile(path: str | Path) -> EngineProfile:
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"profile file {str(p)!r} does not exist") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"profile file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    return profile_from_doc(doc, str(p))
+
+
+def profile_dir() -> Path:
+    return catalog_dir() / "profiles"
+
+
+@functools.lru_cache(maxsize=16)
+def engine_profile(engine: str = "vllm") -> EngineProfile:
+    """The shipped default profile for an engine (``catalogs/profiles/<engine>.yaml``)."""
+    path = profile_dir() / f"{engine}.yaml"
+    if not path.exists():
+        names = sorted(p.stem for p in profile_dir().glob("*.yaml"))
+        raise CatalogError(f"unknown engine {engine!r}; valid engines: {', '.join(names)}")
+    return load_profile(path)
+
+
+def resolve_profile(engine: str = "vllm", profile_file: str | Path | None = None) -> EngineProfile:
+    """``--profile FILE`` wins over ``--engine NAME``."""
+    return load_profile(profile_file) if profile_file else engine_profile(engine)
