@@ -1,0 +1,189 @@
+"""Steady state of one configuration at a load, and its cost. Pure: takes a Deployment, returns numbers.
+
+Modes (``LoadMode``):
+
+- ``context``: sequences already hold ``context_tokens``; figures are one decode step at that point
+  (the seeds' arithmetic): ``tpot_s = decode_step_s``, ``output_tokens_per_s = batch / step x replicas``.
+- ``static``: ``batch`` prompts prefilled together, then decoded together (``benchmark_latency``,
+  ``gptSessionBenchmark``, LMDeploy ``profile_generation``)::
+
+      ttft = prefill(batch x prompt)          tpot = decode_step(batch, prompt + output / 2)
+      e2e  = ttft + (output - 1) x tpot       output_tokens_per_s = batch x output / e2e x replicas
+
+- ``closed``: ``concurrency`` requests in flight under continuous batching (``vllm bench serve
+  --max-concurrency N``). A request spends ``k = ceil(prompt / (budget - N + 1))`` chunked-prefill steps
+  and ``output - 1`` decode steps, so on average a step carries
+  ``N (output - 1) / (k + output - 1)`` decodes and ``N x prompt / (k + output - 1)`` prefill tokens::
+
+      step = step_s(decodes + prefill_tokens, ...)     tpot = step
+      ttft = k x step_s(decodes + own chunk, ...)      (the steps carrying this request's chunks)
+      e2e  = ttft + (output - 1) x tpot                 output_tokens_per_s = N x output / e2e x replicas
+
+  Without chunked prefill each prefill runs as its own step and stalls the running decodes:
+  ``tpot = decode_step + N x prefill(prompt) / (output - 1)``.
+- ``max``: ``closed`` at the largest concurrency the KV cache and ``max_num_seqs`` allow.
+
+Cost: ``usd_per_hour = usd_per_gpu_hour x tp x replicas``;
+``usd_per_million_output_tokens = usd_per_hour / (output_tokens_per_s x 3600) x 1e6``; per million
+total tokens uses prompt + output tokens/s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from recommender.perf import memory as mem
+from recommender.perf.step import Deployment, StepCostModel, bound_of
+
+
+@dataclass(frozen=True)
+class Load:
+    """What is asked of the configuration (see module docstring for modes)."""
+
+    mode: str                  # context | static | closed | max
+    batch: int = 1             # context/static: sequences; closed: concurrency
+    context_tokens: int = 0    # context mode
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Everything ``recommend estimate`` reports (SI units; per-GPU where the name says so)."""
+
+    fits: bool
+    shortfall_bytes_per_gpu: float
+    weights_bytes_per_gpu: float
+    weights_bytes_total: float
+    kv_cache_bytes_per_token: float
+    kv_cache_capacity_bytes: float
+    kv_capacity_tokens: int
+    max_concurrent_sequences: int
+    batch: int
+    decode_step_floor_s: float
+    decode_step_s: float
+    decode_memory_s: float
+    decode_compute_s: float
+    decode_allreduce_s: float
+    decode_overhead_s: float
+    decode_compute_floor_s: float
+    bound: str
+    prefill_flops: float
+    prefill_compute_floor_s: float
+    prefill_s: float
+    tpot_s: float
+    ttft_s: float
+    e2e_s: float | None
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+    usd_per_hour: float
+    usd_per_million_output_tokens: float
+    usd_per_million_tokens: float
+    gpus_total: int
+    memory: mem.MemoryBreakdown = field(repr=False)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("memory", "notes")}
+        d["notes"] = list(self.notes)
+        return d
+
+
+def _usd(usd_per_hour: float, tokens_per_s: float) -> float:
+    return usd_per_hour / (tokens_per_s * 3600.0) * 1e6 if tokens_per_s > 0 else math.inf
+
+
+def max_concurrency(dep: Deployment, cost: StepCostModel, tokens_per_seq: int) -> int:
+    """Largest running batch: KV capacity at ``tokens_per_seq`` and ``max_num_seqs``."""
+    by_kv = mem.max_concurrent_sequences(dep.memory(), dep.model, dep.kv_dtype, dep.tp, tokens_per_seq, cost.kv_block_tokens)
+    return max(0, min(dep.limits.max_num_seqs, by_kv))
+
+
+def closed_loop(cost: StepCostModel, n: int, prompt: int, output: int, budget: int, chunked: bool,
+                prefix_cached: int = 0) -> tuple[float, float, float]:
+    """(ttft_s, tpot_s, step_s) of ``n`` requests in flight under continuous batching (module docstring)."""
+    p = max(0, prompt - prefix_cached)
+    o = max(output, 1)
+    mean_ctx = prompt + o // 2
+    kv_d, fl_d = cost.decode_seq_cost(mean_ctx)
+    if chunked:
+        k = max(1, math.ceil(p / max(1, budget - n + 1))) if p else 1
+        life = k + o - 1
+        decodes = n * (o - 1) / life
+        pre_tok = n * p / life
+        chunk = p / k if k else 0
+        kv_p, fl_p = cost.prefill_chunk_cost(int(round(chunk)), prefix_cached + p // 2)
+        pre_seqs = pre_tok / chunk if chunk else 0.0
+        step = cost.step_s(int(round(decodes + pre_tok)), decodes * kv_d + pre_seqs * kv_p, decodes * fl_d + pre_seqs * fl_p)
+        # the steps that carry this request's own chunks are heavier than the average step
+        own = cost.step_s(int(round(decodes + chunk)), decodes * kv_d + kv_p, decodes * fl_d + fl_p)
+        return k * max(own, step), step, step
+    dec = cost.decode_step_s(n, mean_ctx)
+    pre = cost.prefill_s(p, 1) if p else cost.decode_step_s(1, prompt)
+    tpot = dec + (n * pre / (o - 1) if o > 1 else 0.0)
+    return pre + dec, tpot, dec
+
+
+def estimate(dep: Deployment, load: Load, replicas: int = 1, usd_per_gpu_hour: float = 0.0,
+             shared_prefix_fraction: float = 0.0) -> Estimate:
+    """Explain one configuration at one load (see module docstring)."""
+    m, tp = dep.model, dep.tp
+    memb = dep.memory()
+    cost = StepCostModel.build(dep)
+    notes: list[str] = []
+    seq_tokens = load.context_tokens if load.mode == "context" else load.prompt_tokens + load.output_tokens
+    cap_seqs = mem.max_concurrent_sequences(memb, m, dep.kv_dtype, tp, max(seq_tokens, 1), cost.kv_block_tokens)
+    batch = load.batch
+    if load.mode == "max":
+        batch = max(1, min(dep.limits.max_num_seqs, cap_seqs))
+        notes.append(f"concurrency max = min(max_num_seqs {dep.limits.max_num_seqs}, KV capacity {cap_seqs} sequences)")
+    elif batch > cap_seqs:
+        notes.append(f"batch {batch} exceeds the KV capacity of {cap_seqs} sequences at {seq_tokens} tokens: "
+                     "the engine would queue or preempt")
+    ctx = load.context_tokens if load.mode == "context" else load.prompt_tokens + max(load.output_tokens, 1) // 2
+    kv, fl = cost.decode_seq_cost(max(ctx, 1))
+    parts = cost.parts(batch, batch * kv, batch * fl)
+    floor = cost.parts(batch, batch * kv, batch * fl, floor=True)
+    decode_step_s = cost.step_s(batch, batch * kv, batch * fl)
+    prompt = load.prompt_tokens if load.mode != "context" else load.context_tokens
+    pkv, pfl = cost.prefill_chunk_cost(max(prompt, 1), 0)
+    prefill_flops = max(prompt, 1) * cost.linear_flops_per_token + pfl
+    prefill_floor = prefill_flops / cost.peak_group_flops_per_s
+    prefill_s = cost.prefill_s(max(prompt, 1), 1, dep.limits.max_num_batched_tokens if dep.limits.chunked_prefill else None)
+    cached = int(prompt * shared_prefix_fraction)
+    e2e: float | None
+    if load.mode == "context":
+        tpot = decode_step_s
+        ttft = prefill_s
+        e2e = None
+        out_tps = batch / decode_step_s * replicas
+        total_tps = out_tps
+    elif load.mode == "static":
+        ttft = cost.prefill_s(max(prompt, 1), batch, None)
+        tpot = decode_step_s
+        e2e = ttft + (load.output_tokens - 1) * tpot
+        out_tps = batch * load.output_tokens / e2e * replicas
+        total_tps = batch * (load.output_tokens + prompt) / e2e * replicas
+    else:
+        ttft, tpot, step = closed_loop(cost, batch, prompt, load.output_tokens, dep.limits.max_num_batched_tokens,
+                                       dep.limits.chunked_prefill, cached)
+        e2e = ttft + (load.output_tokens - 1) * tpot
+        out_tps = batch * load.output_tokens / e2e * replicas
+        total_tps = batch * (load.output_tokens + prompt) / e2e * replicas
+    usd_per_hour = usd_per_gpu_hour * tp * replicas
+    return Estimate(
+        fits=memb.fits, shortfall_bytes_per_gpu=memb.shortfall_bytes_per_gpu,
+        weights_bytes_per_gpu=memb.weights_bytes_per_gpu, weights_bytes_total=mem.weight_bytes(m, dep.weight_dtype),
+        kv_cache_bytes_per_token=memb.kv_cache_bytes_per_token, kv_cache_capacity_bytes=memb.kv_cache_capacity_bytes,
+        kv_capacity_tokens=memb.kv_capacity_tokens, max_concurrent_sequences=cap_seqs, batch=batch,
+        decode_step_floor_s=max(floor["memory_s"], floor["compute_s"]), decode_step_s=decode_step_s,
+        decode_memory_s=parts["memory_s"], decode_compute_s=parts["compute_s"], decode_allreduce_s=parts["allreduce_s"],
+        decode_overhead_s=parts["overhead_s"], decode_compute_floor_s=floor["compute_s"], bound=bound_of(parts),
+        prefill_flops=prefill_flops, prefill_compute_floor_s=prefill_floor, prefill_s=prefill_s,
+        tpot_s=tpot, ttft_s=ttft, e2e_s=e2e, output_tokens_per_s=out_tps, total_tokens_per_s=total_tps,
+        usd_per_hour=usd_per_hour, usd_per_million_output_tokens=_usd(usd_per_hour, out_tps),
+        usd_per_million_tokens=_usd(usd_per_hour, total_tps), gpus_total=tp * replicas, memory=memb,
+        notes=tuple(notes),
+    )
