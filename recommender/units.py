@@ -108,10 +108,11 @@ def parse_count(text: str | float | int, what: str = "count") -> int:
 
 
 def fmt_bytes(n: float) -> str:
-    """8.0e10 -> '80.0 GB' (decimal, as datasheets print)."""
+    """8.0e10 -> '80.0 GB', 1.0e9 -> '1.00 GB' (decimal units, as datasheets print; 3 significant digits)."""
     for unit, scale in (("TB", TB), ("GB", GB), ("MB", MB), ("KB", KB)):
         if abs(n) >= scale:
-            return f"{n / scale:.{3 if abs(n) / scale < 10 else 1}g} {unit}" if abs(n) / scale < 10 else f"{n / scale:,.1f} {unit}"
+            v = n / scale
+            return f"{v:,.0f} {unit}" if abs(v) >= 100 else f"{v:.{2 if abs(v) < 10 else 1}f} {unit}"
     return f"{n:.0f} B"
 
 
