@@ -1,0 +1,314 @@
+"""vLLM ``/metrics`` as a traffic source: scrape, diff against the previous scrape, observe.
+
+The exposition is parsed with ``prometheus_client.parser.text_string_to_metric_families`` (the
+reference parser). Samples are matched by their exposed names (vLLM 0.33, prometheus_client text
+format): counters ``<name>_total`` (+ ``<name>_created``), histograms ``<name>_bucket{le=...}``,
+``_sum``, ``_count`` (+ ``_created``), gauges by name. Every label set (``engine``, ``model_name``,
+``finished_reason``) of a sample name is summed, so one URL = one replica with any number of engines.
+
+Rates come from counter deltas: ``rate = (c(t1) - c(t0)) / (t1 - t0)`` per URL, summed over URLs.
+A restarted pod (its ``_created`` timestamp moved, or a counter went down) is a reset: the new value
+is the delta since the restart and the window is ``t1 - created`` (``t1 - t0`` if no ``_created``).
+The previous scrape of every URL is kept between runs in a small JSON state file written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from recommender.errors import TrafficSourceError
+from recommender.replan.observation import (
+    EMPTY_HISTOGRAM, Histogram, InsufficientDataError, LengthObservation, Observation, RatePoint,
+)
+
+COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total")
+HISTOGRAMS = {
+    "vllm:request_prompt_tokens": "prompt_tokens",
+    "vllm:request_generation_tokens": "output_tokens",
+    "vllm:time_to_first_token_seconds": "ttft",
+    "vllm:inter_token_latency_seconds": "tpot",
+    "vllm:e2e_request_latency_seconds": "e2e",
+    "vllm:request_queue_time_seconds": "queue",
+}
+GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+STATE_VERSION = 1
+
+Fetch = Callable[[str, float], str]
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One URL's metrics at ``time_s`` (unix), every label set summed per sample name."""
+
+    url: str
+    time_s: float
+    counters: Mapping[str, float]
+    histograms: Mapping[str, Histogram]
+    gauges: Mapping[str, float]  # running/waiting summed over engines; kv_cache_usage_perc: max
+    created_s: float | None = None  # process start as the earliest ``_created`` of the request counter
+    models: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "time_s": self.time_s, "counters": dict(self.counters),
+                "histograms": {k: h.to_json() for k, h in self.histograms.items()},
+                "gauges": dict(self.gauges), "created_s": self.created_s, "models": list(self.models)}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> "Scrape":
+        return Scrape(str(d["url"]), float(d["time_s"]), {k: float(v) for k, v in d["counters"].items()},
+                      {k: Histogram.from_json(h) for k, h in d["histograms"].items()},
+                      {k: float(v) for k, v in d["gauges"].items()},
+                      None if d.get("created_s") is None else float(d["created_s"]), tuple(d.get("models", ())))
+
+
+def parse_exposition(text: str, url: str, time_s: float) -> Scrape:
+    """Parse Prometheus text exposition into a :class:`Scrape`; names every missing family."""
+    if not text.strip():
+        raise TrafficSourceError(f"metrics endpoint {url} returned an empty page; is it a vLLM server's /metrics?")
+    sums: dict[str, float] = {}
+    buckets: dict[str, dict[float, float]] = {}
+    created: list[float] = []
+    models: set[str] = set()
+    kv_usage: list[float] = []
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.labels.get("model_name"):
+                    models.add(s.labels["model_name"])
+                if s.name.endswith("_bucket") and "le" in s.labels:
+                    le = math.inf if s.labels["le"] in ("+Inf", "Inf", "inf") else float(s.labels["le"])
+                    b = buckets.setdefault(s.name[: -len("_bucket")], {})
+                    b[le] = b.get(le, 0.0) + float(s.value)
+                elif s.name == "vllm:request_success_created":
+                    created.append(float(s.value))
+                elif s.name == "vllm:kv_cache_usage_perc":
+                    kv_usage.append(float(s.value))
+                else:
+                    sums[s.name] = sums.get(s.name, 0.0) + float(s.value)
+    except ValueError as e:
+        raise TrafficSourceError(f"metrics endpoint {url} is not valid Prometheus text exposition: {e}") from None
+    missing = [n for n in COUNTERS if n not in sums]
+    missing += [n for n in HISTOGRAMS if n not in buckets or f"{n}_sum" not in sums or f"{n}_count" not in sums]
+    missing += [n for n in GAUGES if n not in sums and not (n == "vllm:kv_cache_usage_perc" and kv_usage)]
+    if missing:
+        raise TrafficSourceError(
+            f"metrics endpoint {url} lacks the vLLM families {', '.join(missing)}; point --traffic at a vLLM "
+            f"(>= 0.10, V1 engine) server's /metrics, not a router or another exporter")
+    histograms: dict[str, Histogram] = {}
+    for name in HISTOGRAMS:
+        edges = tuple(sorted(buckets[name]))
+        if not edges or not math.isinf(edges[-1]):
+            raise TrafficSourceError(f"metrics endpoint {url}: histogram {name} has no le=\"+Inf\" bucket")
+        histograms[name] = Histogram(edges, tuple(buckets[name][e] for e in edges), sums[f"{name}_sum"])
+    gauges = {"vllm:num_requests_running": sums["vllm:num_requests_running"],
+              "vllm:num_requests_waiting": sums["vllm:num_requests_waiting"],
+              "vllm:kv_cache_usage_perc": max(kv_usage) if kv_usage else sums["vllm:kv_cache_usage_perc"]}
+    return Scrape(url, time_s, {n: sums[n] for n in COUNTERS}, histograms, gauges,
+                  min(created) if created else None, tuple(sorted(models)))
+
+
+def fetch_url(url: str, timeout_s: float) -> str:
+    """GET ``url`` and return its body; any network/HTTP failure is a TrafficSourceError."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (user-given http(s) URL)
+            body = resp.read()
+    except urllib.error.HTTPError as e:
+        raise TrafficSourceError(f"metrics endpoint {url} answered HTTP {e.code} {e.reason}; check the URL "
+                                 f"(vLLM serves /metrics on its API port)") from None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        raise TrafficSourceError(f"metrics endpoint {url} is unreachable ({reason}); check the URL and that "
+                                 f"the server is up") from None
+    return body.decode("utf-8", errors="replace")
+
+
+# ---------------------------------------------------------------------------------------------
+# state between runs
+# ---------------------------------------------------------------------------------------------
+def load_state(path: Path) -> dict[str, Scrape]:
+    """Previous scrape per URL; a missing file is an empty state, a corrupt one is an error."""
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, json.JSONDecodeError) as e:
+        raise TrafficSourceError(f"replan state file {path} is unreadable ({e}); delete it to start a fresh "
+                                 f"baseline") from None
+    try:
+        return {url: Scrape.from_json(s) for url, s in doc.get("scrapes", {}).items()}
+    except (KeyError, TypeError, ValueError) as e:
+        raise TrafficSourceError(f"replan state file {path} is malformed ({e}); delete it to start a fresh "
+                                 f"baseline") from None
+
+
+def save_state(path: Path, scrapes: Mapping[str, Scrape]) -> None:
+    """Write the state atomically (temp file in the same folder, then ``os.replace``); keeps other URLs."""
+    old = {}
+    try:
+        old = json.loads(path.read_text()).get("scrapes", {})
+    except (OSError, ValueError, AttributeError):
+        old = {}
+    old.update({url: s.to_json() for url, s in scrapes.items()})
+    write_text_atomically(path, json.dumps({"version": STATE_VERSION, "scrapes": old}, indent=1))
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temp file beside ``path``, fsync, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# deltas
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Delta:
+    """What one URL served between two scrapes: counter and histogram increments over ``window_s``."""
+
+    url: str
+    window_s: float
+    counters: Mapping[str, float]
+    histograms: Mapping[str, Histogram]
+    notes: tuple[str, ...] = field(default=())
+
+
+def diff(prev: Scrape, cur: Scrape) -> Delta:
+    """``cur - prev``; a restart (``_created`` moved or a counter decreased) uses ``cur`` as the delta."""
+    restarted_at = None
+    if cur.created_s is not None and prev.created_s is not None and cur.created_s > prev.created_s + 1e-6:
+        restarted_at = cur.created_s
+    went_down = [n for n in COUNTERS if cur.counters[n] < prev.counters[n]]
+    went_down += [n for n in HISTOGRAMS if cur.histograms[n].count < prev.histograms[n].count]
+    if restarted_at is not None or went_down:
+        start = restarted_at if restarted_at is not None and prev.time_s < restarted_at < cur.time_s else prev.time_s
+        why = f"counters went down ({', '.join(went_down)})" if went_down else "its _created timestamp moved"
+        note = (f"{cur.url}: counter reset (pod restarted: {why}); counted the new values as the traffic since "
+                f"the restart, over {cur.time_s - start:.0f} s")
+        return Delta(cur.url, cur.time_s - start, dict(cur.counters), dict(cur.histograms), (note,))
+    counters = {n: cur.counters[n] - prev.counters[n] for n in COUNTERS}
+    hist = {n: cur.histograms[n].minus(prev.histograms[n]) for n in HISTOGRAMS}
+    return Delta(cur.url, cur.time_s - prev.time_s, counters, hist)
+
+
+def observe_deltas(deltas: Sequence[Delta], scrapes: Sequence[Scrape], end_s: float) -> Observation:
+    """Sum per-URL rates (``delta / window`` each) and histogram increments into one Observation."""
+    requests = sum(d.counters["vllm:request_success_total"] for d in deltas)
+    rate = sum(d.counters["vllm:request_success_total"] / d.window_s for d in deltas)
+    prompt_rate = sum(d.counters["vllm:prompt_tokens_total"] / d.window_s for d in deltas)
+    output_rate = sum(d.counters["vllm:generation_tokens_total"] / d.window_s for d in deltas)
+    hist: dict[str, Histogram] = {}
+    for name, key in HISTOGRAMS.items():
+        h = EMPTY_HISTOGRAM
+        for d in deltas:
+            h = h.plus(d.histograms[name])
+        hist[key] = h
+    window_s = max(d.window_s for d in deltas)
+
+    def lengths(h: Histogram, tokens: float) -> LengthObservation:
+        n = int(round(h.count))
+        return LengthObservation(n, (h.sum_value / h.count) if h.count > 0 else (tokens / requests if requests else 0.0),
+                                 histogram=h)
+
+    gauges = {"num_requests_running": sum(s.gauges["vllm:num_requests_running"] for s in scrapes),
+              "num_requests_waiting": sum(s.gauges["vllm:num_requests_waiting"] for s in scrapes),
+              "kv_cache_usage_perc_max": max(s.gauges["vllm:kv_cache_usage_perc"] for s in scrapes)}
+    notes = tuple(n for d in deltas for n in d.notes)
+    models = sorted({m for s in scrapes for m in s.models})
+    if len(models) > 1:
+        notes += (f"the endpoints serve different models ({', '.join(models)}); their traffic was summed",)
+    return Observation(
+        source="vllm-metrics", where=tuple(d.url for d in deltas), end_s=end_s, window_s=window_s,
+        requests=requests, arrival_rate_per_s=rate, rate_points=(RatePoint(end_s, window_s, rate),),
+        prompt_tokens=lengths(hist["prompt_tokens"], sum(d.counters["vllm:prompt_tokens_total"] for d in deltas)),
+        output_tokens=lengths(hist["output_tokens"], sum(d.counters["vllm:generation_tokens_total"] for d in deltas)),
+        prompt_tokens_per_s=prompt_rate, output_tokens_per_s=output_rate,
+        latency={k: hist[k] for k in ("ttft", "tpot", "e2e", "queue")}, gauges=gauges, notes=notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# the source
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class VllmMetricsSource:
+    """One or more vLLM ``/metrics`` URLs (one per replica), observed as deltas against the saved state.
+
+    ``min_interval_s``: shortest span between two scrapes that counts as a window. Without a baseline
+    (first run, new URL, or a baseline older than ``max_interval_s``) the source either waits
+    ``min_interval_s`` and scrapes again (``wait_for_baseline``) or raises InsufficientDataError saying
+    when the next scrape will have enough data.
+    """
+
+    urls: tuple[str, ...]
+    state_path: Path
+    min_interval_s: float = 30.0
+    max_interval_s: float = 3600.0
+    wait_for_baseline: bool = True
+    timeout_s: float = 10.0
+    fetch: Fetch = fetch_url
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+
+    def scrape_all(self) -> dict[str, Scrape]:
+        out = {}
+        for url in self.urls:
+            t = self.clock()
+            out[url] = parse_exposition(self.fetch(url, self.timeout_s), url, t)
+        return out
+
+    def observe(self) -> Observation:
+        """Scrape every URL, diff against the baseline, save the new baseline, return the Observation."""
+        state = load_state(self.state_path)
+        cur = self.scrape_all()
+        now = max(s.time_s for s in cur.values())
+        base = {u: state[u] for u in self.urls
+                if u in state and self.min_interval_s <= cur[u].time_s - state[u].time_s <= self.max_interval_s}
+        too_recent = {u: self.min_interval_s - (cur[u].time_s - state[u].time_s) for u in self.urls
+                      if u in state and cur[u].time_s - state[u].time_s < self.min_interval_s}
+        missing = [u for u in self.urls if u not in base]
+        if missing:
+            need_s = max(too_recent.get(u, self.min_interval_s) for u in missing)
+            if not self.wait_for_baseline:
+                # keep a recent baseline (it becomes usable soon); replace absent or stale ones
+                save_state(self.state_path, {u: cur[u] for u in missing if u not in too_recent})
+                raise InsufficientDataError(
+                    f"insufficient data: {len(missing)} of {len(self.urls)} metrics endpoint(s) have no earlier "
+                    f"scrape between {self.min_interval_s:.0f} s and {self.max_interval_s:.0f} s old to diff "
+                    f"against; need one more scrape in {max(0.0, need_s):.0f} s (run again then); keeping the "
+                    f"current plan")
+            for u in missing:
+                base[u] = state[u] if u in too_recent else cur[u]
+            self.sleep(max(0.0, need_s))
+            cur = self.scrape_all()
+            now = max(s.time_s for s in cur.values())
+        deltas = []
+        for u in self.urls:
+            d = diff(base[u], cur[u])
+            if d.window_s <= 0:
+                raise InsufficientDataError(f"insufficient data: {u} was scraped twice at the same instant; "
+                                            f"need one more scrape in {self.min_interval_s:.0f} s")
+            deltas.append(d)
+        save_state(self.state_path, cur)
+        return observe_deltas(deltas, list(cur.values()), now)

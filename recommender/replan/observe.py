@@ -1,0 +1,177 @@
+"""From an Observation to the Workload the planner sizes for, plus the SLO-risk check.
+
+* Forecast (requests/s) over the rate points of the last ``lookback_s``:
+  ``peak`` = max of the sub-window rates; ``ewma`` = exponentially weighted mean in time order with
+  ``level += a * (rate - level)``, ``a = 1 - 2 ** (-duration_s / halflife_s)`` (the first point seeds it).
+* Planned rate = ``max(forecast * (1 + headroom), min_rate_per_s)``: the plan is sized with headroom.
+* Lengths: the observed distributions (empirical samples from logs, histogram buckets from metrics)
+  when at least ``min_requests`` requests were seen, else the base workload's (and a note says so).
+* SLO risk: an observed percentile above ``limit_s * slo_risk_factor`` (with at least
+  ``slo_risk_min_requests`` observations), or a forecast above the rate the current plan was sized for
+  times ``load_risk_factor``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+from recommender.errors import ConfigError
+from recommender.replan import plans
+from recommender.replan.observation import Observation, RatePoint
+from recommender.replan.policy import Policy
+from recommender.workload import LengthDist, Slo, Workload
+
+def forecast_rate_per_s(points: Iterable[RatePoint], policy: Policy, now_s: float) -> float:
+    """Forecast arrival rate from rate points ending within ``policy.lookback_s`` of ``now_s``."""
+    pts = sorted((p for p in points if p.end_s >= now_s - policy.lookback_s and p.duration_s > 0),
+                 key=lambda p: p.end_s)
+    if not pts:
+        return 0.0
+    if policy.forecast_method == "peak":
+        return max(p.rate_per_s for p in pts)
+    level = pts[0].rate_per_s
+    for p in pts[1:]:
+        a = 1.0 - 2.0 ** (-p.duration_s / policy.ewma_halflife_s)
+        level += a * (p.rate_per_s - level)
+    return level
+
+
+def rate_points_from_observed(observed: Mapping[str, Any] | None) -> list[RatePoint]:
+    """Rate points stored in a history row's observed JSON (``[end_s, duration_s, rate]`` triples)."""
+    out = []
+    for triple in (observed or {}).get("rate_points", []) or []:
+        try:
+            out.append(RatePoint(float(triple[0]), float(triple[1]), float(triple[2])))
+        except (TypeError, ValueError, IndexError):
+            continue
+    return out
+
+
+def merge_points(earlier: Iterable[RatePoint], current: Iterable[RatePoint]) -> list[RatePoint]:
+    """Union keyed by end time; the current observation wins on equal end times."""
+    by_end = {round(p.end_s, 3): p for p in earlier}
+    by_end.update({round(p.end_s, 3): p for p in current})
+    return sorted(by_end.values(), key=lambda p: p.end_s)
+
+
+def _dist_from_summary(d: Mapping[str, Any] | None, what: str) -> LengthDist:
+    """Rebuild a length distribution from a plan JSON summary (min, p50, p90, p99, max)."""
+    if not d:
+        raise ConfigError(f"the current plan's workload has no {what} summary; pass --workload FILE")
+    if d.get("dist") == "constant" or d.get("min") == d.get("max"):
+        return LengthDist.constant(int(d.get("max") or d.get("p50") or d.get("mean")))
+    keys = [("min", 0.0), ("p50", 0.5), ("p90", 0.4), ("p99", 0.09), ("max", 0.01)]
+    edges: list[float] = []
+    counts: list[float] = []
+    for k, w in keys:
+        if d.get(k) is None:
+            continue
+        e = float(d[k])
+        if edges and e <= edges[-1]:
+            counts[-1] += w
+        else:
+            edges.append(e)
+            counts.append(w)
+    if not edges or sum(counts) <= 0:
+        raise ConfigError(f"the current plan's {what} summary is unusable; pass --workload FILE")
+    return LengthDist.histogram(edges, counts)
+
+
+def base_workload_from_plan(doc: Mapping[str, Any], where: str = "current plan") -> Workload:
+    """The workload a plan JSON was made for (model, SLOs, lengths from their summaries).
+
+    GPU types are restricted to those the plan already uses (the plan JSON does not carry the user's
+    GPU list or prices); pass the original workload file to widen that.
+    """
+    wl = doc.get("workload") or {}
+    if not wl.get("model"):
+        raise ConfigError(f"{where}: workload.model is missing; pass --workload FILE")
+    slos = []
+    for s in doc.get("slo") or []:
+        try:
+            slos.append(Slo(str(s["metric"]), float(s["limit_s"]), str(s.get("percentile", "p90"))))
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"{where}: malformed slo entry {s!r}") from None
+    row = plans.top(doc)
+    gpus = sorted({str(p["gpu"]) for p in row.get("pools") or [] if "gpu" in p} | {str(row["gpu"])})
+    return Workload(
+        model=str(wl["model"]), prompt_tokens=_dist_from_summary(wl.get("prompt_tokens"), "prompt_tokens"),
+        output_tokens=_dist_from_summary(wl.get("output_tokens"), "output_tokens"),
+        arrival_rate_per_s=wl.get("arrival_rate_per_s"), shared_prefix_fraction=float(wl.get("shared_prefix_fraction") or 0.0),
+        gpus=tuple(gpus), slos=tuple(slos), name=str(wl.get("name") or "workload"), source=str(wl.get("source") or ""))
+
+
+def _max_model_len(doc: Mapping[str, Any]) -> int | None:
+    row = plans.top(doc)
+    v = row.get("max_model_len") or (doc.get("workload") or {}).get("max_model_len")
+    return int(v) if v else None
+
+
+def _clip(dist: LengthDist, cap: int | None) -> LengthDist:
+    """A histogram distribution clipped to ``cap`` tokens (vLLM rejects longer requests anyway)."""
+    if cap is None or dist.kind != "histogram" or dist.max_tokens <= cap:
+        return dist
+    edges, counts = [], []
+    for e, w in zip(dist.samples, dist.weights):
+        e = min(e, cap)
+        if edges and e <= edges[-1]:
+            counts[-1] += w
+        else:
+            edges.append(e)
+            counts.append(w)
+    return LengthDist.histogram(edges, counts)
+
+
+def observed_workload(obs: Observation, base: Workload, current: Mapping[str, Any], policy: Policy,
+                      forecast_per_s: float) -> tuple[Workload, list[str]]:
+    """The workload to plan for and notes on what was kept from ``base``."""
+    notes = []
+    rate = forecast_per_s * (1.0 + policy.headroom)
+    if rate < policy.min_rate_per_s:
+        notes.append(f"planned rate {rate:.4f} req/s raised to the policy floor {policy.min_rate_per_s} req/s")
+        rate = policy.min_rate_per_s
+    cap = _max_model_len(current)
+    lengths = {}
+    for key, lo in (("prompt_tokens", obs.prompt_tokens), ("output_tokens", obs.output_tokens)):
+        dist = lo.to_length_dist() if lo.count >= policy.min_requests else None
+        if dist is None:
+            notes.append(f"{lo.count} requests observed (< {policy.min_requests}): kept the plan's {key} distribution")
+            dist = getattr(base, key)
+        lengths[key] = _clip(dist, cap)
+    wl = dataclasses.replace(base, arrival_rate_per_s=rate, offline_requests=None, deadline_s=None,
+                             source=f"replan:{obs.source}:{','.join(obs.where)}", **lengths)
+    return wl, notes
+
+
+def slo_risks(obs: Observation, slos: Sequence[Slo], current: Mapping[str, Any], policy: Policy,
+              forecast_per_s: float) -> list[str]:
+    """Human reasons why the current plan's SLOs are (observed) or will be (predicted) at risk."""
+    out = []
+    for slo in slos:
+        h = obs.latency.get(slo.metric)
+        if h is None or h.count < policy.slo_risk_min_requests:
+            continue
+        v = obs.latency_s(slo.metric, slo.percentile)
+        if v is not None and v > slo.limit_s * policy.slo_risk_factor:
+            out.append(f"observed {slo.metric} {slo.percentile} {v * 1e3:.0f} ms > {slo.limit_s * 1e3:.0f} ms SLO"
+                       + (f" x {policy.slo_risk_factor:g}" if policy.slo_risk_factor != 1 else ""))
+    sized = plans.sized_rate_per_s(current)
+    if sized is not None and forecast_per_s > sized * policy.load_risk_factor:
+        out.append(f"forecast {forecast_per_s:.2f} req/s exceeds the {sized:.2f} req/s the current plan was sized for"
+                   + (f" x {policy.load_risk_factor:g}" if policy.load_risk_factor != 1 else ""))
+    return out
+
+
+def slo_attainment(obs: Observation, slos: Sequence[Slo], policy: Policy) -> list[dict[str, Any]]:
+    """Observed value of each SLO's metric at its percentile, next to the limit."""
+    out = []
+    for slo in slos:
+        v = obs.latency_s(slo.metric, slo.percentile)
+        h = obs.latency.get(slo.metric)
+        n = int(round(h.count)) if h is not None else 0
+        out.append({"metric": slo.metric, "percentile": slo.percentile, "limit_s": slo.limit_s,
+                    "observed_s": None if v is None or math.isnan(v) else round(v, 5), "observations": n,
+                    "ok": None if v is None else bool(v <= slo.limit_s)})
+    return out

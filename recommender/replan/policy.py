@@ -1,0 +1,273 @@
+"""Re-planning policy: ``policies/replan.yaml`` (pydantic at the edge) and the change decision.
+
+The decision compares the current plan with the planner's proposal for the observed workload:
+
+* same deployment (same shape and replicas) -> unchanged;
+* proposal costs more (``usd_per_hour`` up): the current plan no longer meets the SLOs at the forecast
+  with headroom (the planner was warm-started with it, so it would have kept it otherwise) -> scale up,
+  now if an SLO risk fired, else once the cooldown since the last change has passed;
+* proposal costs less or the same -> scale down / switch only if the saving
+  ``(usd_now - usd_new) / usd_now >= min_saving``, no SLO risk, the last ``scale_down_windows``
+  runs (this one included) all wanted to go down, and the cooldown has passed. The plan adopted is the
+  most expensive of those runs' proposals (a stabilisation window, as Kubernetes' HPA does), so one
+  quiet window never shrinks the fleet;
+* a same-shape change moves each pool by at most ``max_replica_change`` replicas per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from recommender import units
+from recommender.errors import ConfigError, UnitError
+from recommender.replan import plans
+
+
+# ---------------------------------------------------------------------------------------------
+# the policy (frozen, SI units)
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Policy:
+    """All durations in seconds, fractions as 0..1."""
+
+    headroom: float = 0.2
+    window_s: float = 900.0
+    forecast_method: str = "peak"  # "peak" | "ewma"
+    subwindow_s: float = 60.0
+    ewma_halflife_s: float = 600.0
+    lookback_s: float = 1800.0
+    min_saving: float = 0.10
+    cooldown_s: float = 1800.0
+    max_replica_change: int | None = 4
+    scale_down_windows: int = 3
+    slo_risk_factor: float = 1.0
+    load_risk_factor: float = 1.0
+    slo_risk_min_requests: int = 50
+    min_scrape_interval_s: float = 30.0
+    max_scrape_interval_s: float = 3600.0
+    wait_for_baseline: bool = True
+    scrape_timeout_s: float = 10.0
+    min_requests: int = 20
+    min_span_s: float = 60.0
+    max_length_samples: int = 2000
+    min_rate_per_s: float = 0.01
+
+
+def _dur(v: Any, what: str) -> float:
+    try:
+        return units.parse_duration_s(v, what)
+    except UnitError as e:
+        raise ValueError(str(e)) from None
+
+
+class _Forecast(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    method: Literal["peak", "ewma"] = "peak"
+    subwindow: str | float = "1m"
+    ewma_halflife: str | float = "10m"
+    lookback: str | float = "30m"
+
+
+class _SloRisk(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    factor: float = Field(default=1.0, gt=0)
+    load_factor: float = Field(default=1.0, gt=0)
+    min_requests: int = Field(default=50, ge=1)
+
+
+class _Metrics(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min_scrape_interval: str | float = "30s"
+    max_scrape_interval: str | float = "1h"
+    wait_for_baseline: bool = True
+    timeout: str | float = "10s"
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min_requests: int = Field(default=20, ge=1)
+    min_span: str | float = "60s"
+    max_length_samples: int = Field(default=2000, ge=10)
+    min_rate_per_s: float = Field(default=0.01, gt=0)
+
+
+class PolicySpec(BaseModel):
+    """Schema of ``policies/replan.yaml`` (human durations like '5m', '30s')."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: Literal[1] = 1
+    headroom: float = Field(default=0.2, ge=0.0, le=10.0)
+    window: str | float = "15m"
+    forecast: _Forecast = _Forecast()
+    min_saving: float = Field(default=0.10, ge=0.0, lt=1.0)
+    cooldown: str | float = "30m"
+    max_replica_change: int | None = Field(default=4, ge=1)
+    scale_down_windows: int = Field(default=3, ge=1)
+    slo_risk: _SloRisk = _SloRisk()
+    metrics: _Metrics = _Metrics()
+    data: _Data = _Data()
+
+    @field_validator("window", "cooldown")
+    @classmethod
+    def _durations(cls, v: Any, info: Any) -> Any:
+        _dur(v, info.field_name)
+        return v
+
+    def build(self) -> Policy:
+        f, m, d = self.forecast, self.metrics, self.data
+        p = Policy(
+            headroom=self.headroom, window_s=_dur(self.window, "window"), forecast_method=f.method,
+            subwindow_s=_dur(f.subwindow, "forecast.subwindow"), ewma_halflife_s=_dur(f.ewma_halflife, "forecast.ewma_halflife"),
+            lookback_s=_dur(f.lookback, "forecast.lookback"), min_saving=self.min_saving,
+            cooldown_s=_dur(self.cooldown, "cooldown"), max_replica_change=self.max_replica_change,
+            scale_down_windows=self.scale_down_windows, slo_risk_factor=self.slo_risk.factor,
+            load_risk_factor=self.slo_risk.load_factor, slo_risk_min_requests=self.slo_risk.min_requests,
+            min_scrape_interval_s=_dur(m.min_scrape_interval, "metrics.min_scrape_interval"),
+            max_scrape_interval_s=_dur(m.max_scrape_interval, "metrics.max_scrape_interval"),
+            wait_for_baseline=m.wait_for_baseline, scrape_timeout_s=_dur(m.timeout, "metrics.timeout"),
+            min_requests=d.min_requests, min_span_s=_dur(d.min_span, "data.min_span"),
+            max_length_samples=d.max_length_samples, min_rate_per_s=d.min_rate_per_s)
+        for name in ("window_s", "subwindow_s", "ewma_halflife_s", "lookback_s", "min_scrape_interval_s",
+                     "max_scrape_interval_s", "scrape_timeout_s"):
+            if getattr(p, name) <= 0:
+                raise ValueError(f"{name[:-2]} must be positive")
+        if p.subwindow_s > p.window_s:
+            raise ValueError("forecast.subwindow must not exceed window")
+        if p.max_scrape_interval_s < p.min_scrape_interval_s:
+            raise ValueError("metrics.max_scrape_interval must be >= metrics.min_scrape_interval")
+        return p
+
+
+def policy_from_dict(doc: Mapping[str, Any], where: str = "<policy>") -> Policy:
+    try:
+        return PolicySpec.model_validate(doc).build()
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        raise ConfigError(f"{where}: field '{loc}': {err['msg']}") from None
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def load_policy(path: str | Path | None) -> Policy:
+    """Read a policy YAML file; None gives the defaults (the values in policies/replan.yaml)."""
+    if path is None:
+        return Policy()
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"policy file {p} does not exist (see policies/replan.yaml)") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"policy file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    return policy_from_dict(doc or {}, str(p))
+
+
+# ---------------------------------------------------------------------------------------------
+# the decision
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PastRun:
+    """What the decision needs from an earlier run of the same deployment (from the history DB)."""
+
+    time_s: float
+    decision: str  # "changed" | "unchanged" | "error"
+    wanted: str  # "up" | "down" | "none" | "" (no decision: error / insufficient data)
+    proposed: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    changed: bool
+    wanted: str  # what the planner's proposal asked for: "up" | "down" | "none"
+    reason: str
+    plan: dict[str, Any]  # the plan adopted (changed) or the one that would have been (unchanged)
+
+
+def _fmt_dur(s: float) -> str:
+    return f"{s / 60:.0f} min" if s >= 120 else f"{s:.0f} s"
+
+
+def _cap(current: Mapping[str, Any], target: dict[str, Any], max_change: int | None) -> tuple[dict[str, Any], str]:
+    """Limit a same-shape change to ``max_change`` replicas per pool; returns (plan, note)."""
+    cur_row, new_row = plans.top(current), plans.top(target)
+    if max_change is None or not plans.same_shape(cur_row, new_row):
+        return target, ""
+    old, new = plans.replicas(cur_row), plans.replicas(new_row)
+    capped = tuple(o + max(-max_change, min(max_change, n - o)) for o, n in zip(old, new))
+    if capped == new:
+        return target, ""
+    note = (f"capped at {max_change} replica(s) per step: {'+'.join(map(str, old))} -> {'+'.join(map(str, capped))} "
+            f"(planner asked for {'+'.join(map(str, new))}; the next runs continue)")
+    return plans.with_replicas(target, capped, note), note
+
+
+def _streak(past: Sequence[PastRun]) -> list[PastRun]:
+    """Runs since the last change, newest first, that wanted to go down without a break."""
+    out = []
+    for r in past:
+        if r.decision == "changed":
+            break
+        if r.wanted in ("", "error"):
+            continue  # no decision (error / insufficient data): neither counts nor breaks
+        if r.wanted != "down":
+            break
+        out.append(r)
+    return out
+
+
+def decide(policy: Policy, *, current: Mapping[str, Any], proposed: Mapping[str, Any], risks: Sequence[str],
+           past: Sequence[PastRun], now_s: float) -> Decision:
+    """Apply the policy (see the module docstring). ``past``: earlier runs of this deployment, newest first."""
+    cur_usd, new_usd = plans.usd_per_hour(current), plans.usd_per_hour(proposed)
+    cur_desc, new_desc = plans.describe(current), plans.describe(proposed)
+    risk_txt = "; ".join(risks)
+    last_change = next((r for r in past if r.decision == "changed"), None)
+    cooldown_left = (policy.cooldown_s - (now_s - last_change.time_s)) if last_change else 0.0
+    prop = dict(proposed)
+    if plans.same_deployment(plans.top(current), plans.top(proposed)):
+        why = f"SLO at risk ({risk_txt}) but the planner finds no better plan than the current one; investigate the engine" \
+            if risks else "the planner proposes the current deployment"
+        return Decision(False, "none", f"{why}: {cur_desc}", prop)
+    if new_usd > cur_usd:
+        if not risks and cooldown_left > 0:
+            return Decision(False, "up", f"load needs {new_desc} instead of {cur_desc}, but the last change was "
+                            f"{_fmt_dur(now_s - last_change.time_s)} ago (cooldown {_fmt_dur(policy.cooldown_s)}, "
+                            f"{_fmt_dur(cooldown_left)} left) and no SLO is at risk yet", prop)
+        plan, note = _cap(current, prop, policy.max_replica_change)
+        why = f"SLO risk: {risk_txt}; acting now" if risks else "the current plan no longer meets the SLOs at the " \
+              "forecast load with headroom"
+        return Decision(True, "up", f"{why}: {cur_desc} -> {plans.describe(plan)}" + (f" ({note})" if note else ""), plan)
+    saving = (cur_usd - new_usd) / cur_usd if cur_usd > 0 else 0.0
+    if risks:
+        return Decision(False, "none", f"SLO at risk ({risk_txt}); not switching to the cheaper {new_desc} while at "
+                        f"risk", prop)
+    if saving < policy.min_saving:
+        return Decision(False, "none", f"{new_desc} would save {saving:.1%} of ${cur_usd:.2f}/h, below the "
+                        f"{policy.min_saving:.0%} minimum to switch; keeping {cur_desc}", prop)
+    streak = _streak(past)
+    agreeing = len(streak) + 1
+    if agreeing < policy.scale_down_windows:
+        return Decision(False, "down", f"{new_desc} would save {saving:.1%}; {agreeing} of {policy.scale_down_windows} "
+                        f"consecutive windows agree so far, waiting for {policy.scale_down_windows - agreeing} more", prop)
+    if cooldown_left > 0:
+        return Decision(False, "down", f"{new_desc} would save {saving:.1%}, but the last change was "
+                        f"{_fmt_dur(now_s - last_change.time_s)} ago ({_fmt_dur(cooldown_left)} of cooldown left)", prop)
+    window = [prop] + [dict(r.proposed) for r in streak[: policy.scale_down_windows - 1] if r.proposed]
+    target = max(window, key=plans.usd_per_hour)
+    stabilised = target is not prop
+    t_usd = plans.usd_per_hour(target)
+    t_saving = (cur_usd - t_usd) / cur_usd if cur_usd > 0 else 0.0
+    if t_saving < policy.min_saving:
+        return Decision(False, "down", f"this window's {new_desc} would save {saving:.1%}, but the largest plan of the "
+                        f"last {policy.scale_down_windows} windows saves only {t_saving:.1%}; keeping {cur_desc}", prop)
+    plan, note = _cap(current, target, policy.max_replica_change)
+    extra = f"; largest plan of the last {policy.scale_down_windows} windows" if stabilised else ""
+    return Decision(True, "down", f"{policy.scale_down_windows} consecutive windows agree: {cur_desc} -> "
+                    f"{plans.describe(plan)} saves {(cur_usd - plans.usd_per_hour(plan)) / cur_usd:.1%}{extra}"
+                    + (f" ({note})" if note else ""), plan)

@@ -1,0 +1,69 @@
+"""Traffic sources for re-planning, chosen from the ``--traffic`` arguments.
+
+* ``http(s)://host:port/metrics``: vLLM's Prometheus exposition, one URL per replica, summed
+  (:mod:`recommender.replan.metrics`); state between runs in a JSON file.
+* ``prometheus+http(s)://host:9090``: a Prometheus server's HTTP API (``/api/v1/query``) that scrapes the
+  vLLM pods (:mod:`recommender.replan.promapi`).
+* anything else: a request-log file, JSONL or CSV, incl. the Azure trace CSV (:mod:`recommender.replan.logs`);
+  several files are merged (one per replica).
+
+Every source has ``observe() -> Observation`` and raises TrafficSourceError (unreachable, malformed) or
+InsufficientDataError (too little data; says how much more is needed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from recommender.errors import ConfigError
+from recommender.replan.history import sqlite_path, storage_url
+from recommender.replan.logs import RequestLogSource
+from recommender.replan.metrics import VllmMetricsSource
+from recommender.replan.observation import Observation
+from recommender.replan.policy import Policy
+from recommender.replan.promapi import PrometheusSource
+
+DEFAULT_STATE = "recommender-replan-state.json"
+
+
+class TrafficSource(Protocol):
+    def observe(self) -> Observation: ...
+
+
+def default_state_path(storage: str | None) -> Path:
+    """Beside the SQLite history file (``<db>.metrics-state.json``), else ./recommender-replan-state.json."""
+    db = sqlite_path(storage_url(storage))
+    return db.with_name(db.name + ".metrics-state.json") if db is not None else Path(DEFAULT_STATE)
+
+
+def kind_of(spec: str) -> str:
+    s = spec.strip().lower()
+    if s.startswith(("prometheus+http://", "prometheus+https://")):
+        return "prometheus"
+    if s.startswith(("http://", "https://")):
+        return "vllm-metrics"
+    return "request-log"
+
+
+def open_source(specs: Sequence[str], policy: Policy, state_path: Path) -> TrafficSource:
+    """One source for all ``--traffic`` arguments (they must all be of one kind)."""
+    if not specs:
+        raise ConfigError("no --traffic source given: pass vLLM /metrics URL(s) or request-log file(s)")
+    kinds = {kind_of(s) for s in specs}
+    if len(kinds) > 1:
+        raise ConfigError(f"--traffic mixes source kinds ({', '.join(sorted(kinds))}); give either /metrics URLs, "
+                          f"a Prometheus server, or request logs")
+    kind = kinds.pop()
+    if kind == "vllm-metrics":
+        return VllmMetricsSource(tuple(specs), state_path, min_interval_s=policy.min_scrape_interval_s,
+                                 max_interval_s=policy.max_scrape_interval_s, wait_for_baseline=policy.wait_for_baseline,
+                                 timeout_s=policy.scrape_timeout_s)
+    if kind == "prometheus":
+        if len(specs) > 1:
+            raise ConfigError("give one Prometheus server (it already sums every vLLM pod it scrapes)")
+        return PrometheusSource(specs[0], window_s=policy.window_s, subwindow_s=policy.subwindow_s,
+                                timeout_s=policy.scrape_timeout_s, min_requests=policy.min_requests)
+    return RequestLogSource(tuple(specs), window_s=policy.window_s, subwindow_s=policy.subwindow_s,
+                            min_requests=policy.min_requests, min_span_s=policy.min_span_s,
+                            max_samples=policy.max_length_samples)
