@@ -1,0 +1,74 @@
+"""Deployment files for a plan: ``vllm serve`` scripts, Kubernetes manifests, production-stack Helm values.
+
+``render_deploy`` returns file name -> text for one plan of a plan JSON document; ``write_deploy_files``
+writes them atomically. Both refuse undeployable plans with ``DeployError`` before anything is written,
+and every emitted ``vllm serve`` argument list has been checked against vLLM 0.33's flag table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from recommender.deploy.gpus import GpuFacts, GpuLookup
+from recommender.deploy.helm import render_helm
+from recommender.deploy.k8s import render_k8s
+from recommender.deploy.spec import DeploySpec, build_spec
+from recommender.deploy.vllm_cmd import VLLM_VERSION, render_cmd
+from recommender.deploy.vllm_flags import VllmFlagError, check_serve_args
+from recommender.deploy.writer import atomic_write_text
+from recommender.errors import DeployError
+
+FORMATS = ("cmd", "k8s", "helm")
+_RENDERERS = {"cmd": render_cmd, "k8s": render_k8s, "helm": render_helm}
+
+__all__ = [
+    "FORMATS", "VLLM_VERSION", "DeploySpec", "GpuFacts", "GpuLookup", "VllmFlagError",
+    "build_spec", "check_serve_args", "normalise_formats", "render_deploy", "write_deploy_files",
+]
+
+
+def normalise_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
+    """'all' | 'cmd' | 'k8s,helm' | ['cmd', 'helm'] -> ordered unique subset of FORMATS."""
+    items = [formats] if isinstance(formats, str) else list(formats)
+    names: list[str] = []
+    for item in items:
+        for part in str(item).split(","):
+            part = part.strip().lower()
+            if part == "all":
+                names.extend(FORMATS)
+            elif part in FORMATS:
+                names.append(part)
+            else:
+                raise DeployError(f"unknown deploy format {part!r}; use cmd, k8s, helm or all")
+    if not names:
+        raise DeployError("no deploy format given; use cmd, k8s, helm or all")
+    return tuple(f for f in FORMATS if f in names)
+
+
+def render_deploy(plan_doc: Mapping[str, Any], rank: int = 1, formats: str | Iterable[str] = FORMATS,
+                  checkpoint: str | None = None, *, plan_name: str | None = None,
+                  gpus: GpuLookup | None = None) -> dict[str, str]:
+    """Render plan ``rank`` of ``plan_doc`` into deployment files: file name -> text.
+
+    ``checkpoint`` overrides the plan's pre-quantized checkpoint repo; ``plan_name`` (e.g. the plan
+    file path) is named in each file's header; ``gpus`` replaces the GPU catalog lookup.
+    """
+    spec = build_spec(plan_doc, rank, checkpoint, plan_name=plan_name, gpus=gpus)
+    files: dict[str, str] = {}
+    for fmt in normalise_formats(formats):
+        files.update(_RENDERERS[fmt](spec))
+    return files
+
+
+def write_deploy_files(plan_doc: Mapping[str, Any], out_dir: str | Path, rank: int = 1,
+                       formats: str | Iterable[str] = FORMATS, checkpoint: str | None = None, *,
+                       plan_name: str | None = None, gpus: GpuLookup | None = None) -> list[Path]:
+    """Render (all files first, so a refused plan writes nothing) and write them atomically into ``out_dir``.
+
+    Shell scripts are made executable (0o755). Returns the written paths in render order.
+    """
+    files = render_deploy(plan_doc, rank, formats, checkpoint, plan_name=plan_name, gpus=gpus)
+    out = Path(out_dir)
+    return [atomic_write_text(out / name, text, 0o755 if name.endswith(".sh") else 0o644)
+            for name, text in files.items()]

@@ -1,0 +1,225 @@
+"""Plain Kubernetes manifests for a plan (one multi-document YAML file, ``kubectl apply -f``).
+
+Layout (vLLM docs "Deployment with GPUs", llm-d / vLLM P/D guides; reference README sections 5, 6):
+
+* aggregated: PersistentVolumeClaim (HF cache) + one Deployment + a ClusterIP Service;
+* disaggregated: the PVC, a ``-prefill`` and a ``-decode`` Deployment (own TP and replicas,
+  NixlConnector ``kv_producer`` / ``kv_consumer``, NIXL side channel on port 5600 with
+  ``VLLM_NIXL_SIDE_CHANNEL_HOST`` = ``status.podIP``), and in front of them production-stack's router
+  (``lmcache/lmstack-router``, ``--routing-logic disaggregated_prefill_orchestrated``) with the
+  ServiceAccount / Role / RoleBinding its pod discovery needs, behind the Service.
+
+Engine containers run ``command: ["vllm", "serve"]`` with the checked argv, request ``tp`` GPUs
+(``nvidia.com/gpu`` or ``amd.com/gpu`` from the catalog), mount ``/dev/shm`` as a memory emptyDir and
+the HF cache volume, read ``HF_TOKEN`` from Secret ``hf-token`` (key ``token``, optional, so public
+models need none), and probe ``/health`` on port 8000. The startup probe allows
+``STARTUP_FIXED_S + checkpoint_bytes / STARTUP_LOAD_BYTES_PER_S`` seconds (download + load at
+150 MB/s effective, plus 300 s for torch.compile and CUDA-graph capture): 407 s for 16 GB (8B bf16),
+1240 s for 141 GB (70B bf16).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import yaml
+
+from recommender.deploy.spec import DeploySpec, PoolSpec, comment_lines, dns_label
+from recommender.deploy.vllm_cmd import HTTP_PORT, NIXL_SIDE_CHANNEL_PORT, engine_options, image_for, serve_argv
+
+HF_CACHE_PATH = "/root/.cache/huggingface"
+HF_TOKEN_SECRET = "hf-token"
+HF_TOKEN_KEY = "token"
+ROUTER_IMAGE = "lmcache/lmstack-router:latest"  # production-stack router; pin a digest in production
+STARTUP_FIXED_S = 300.0
+STARTUP_LOAD_BYTES_PER_S = 150e6
+STARTUP_PERIOD_S = 10
+GIB = 1024**3
+
+
+class NoAliasDumper(yaml.SafeDumper):
+    """SafeDumper that never emits anchors/aliases, even for an object referenced twice."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def startup_failure_threshold(checkpoint_bytes: float) -> int:
+    """Startup-probe failures allowed: ceil((300 s + bytes / 150 MB/s) / 10 s)."""
+    budget_s = STARTUP_FIXED_S + checkpoint_bytes / STARTUP_LOAD_BYTES_PER_S
+    return math.ceil(budget_s / STARTUP_PERIOD_S)
+
+
+def cache_size_gib(checkpoint_bytes: float) -> int:
+    """HF cache volume: 1.25 x the checkpoint, rounded up to 10 GiB, at least 20 GiB."""
+    return max(20, 10 * math.ceil(checkpoint_bytes * 1.25 / GIB / 10))
+
+
+def shm_size(tp: int) -> str:
+    """/dev/shm size: 2Gi for one GPU (vLLM docs), 20Gi with tensor parallelism (production-stack, llm-d)."""
+    return "20Gi" if tp > 1 else "2Gi"
+
+
+def host_requests(tp: int) -> tuple[str, str]:
+    """CPU and memory requests of one engine pod: 2 + 4 per GPU cores, 16 GiB + 8 GiB per GPU."""
+    return str(2 + 4 * tp), f"{16 + 8 * tp}Gi"
+
+
+def component(pool: PoolSpec) -> str:
+    """Kubernetes component label of a pool: engine (aggregated), prefill or decode."""
+    return "engine" if pool.role == "both" else pool.role
+
+
+def deployment_name(spec: DeploySpec, pool: PoolSpec) -> str:
+    """``<name>`` for an aggregated pool, ``<name>-prefill`` / ``<name>-decode`` otherwise."""
+    return spec.name if pool.role == "both" else f"{spec.name}-{pool.role}"
+
+
+def selector_labels(spec: DeploySpec, comp: str) -> dict[str, str]:
+    """Labels that never change between plans (selectors are immutable)."""
+    return {"app.kubernetes.io/name": "vllm-router" if comp == "router" else "vllm",
+            "app.kubernetes.io/instance": spec.name, "app.kubernetes.io/component": comp}
+
+
+def plan_labels(spec: DeploySpec, comp: str) -> dict[str, str]:
+    """Selector labels plus the plan that produced the object."""
+    return {**selector_labels(spec, comp), "app.kubernetes.io/managed-by": "recommender",
+            "recommender/plan-id": dns_label(spec.plan_id, 63), "recommender/plan-rank": str(spec.rank),
+            "recommender/workload": dns_label(spec.workload_name, 63)}
+
+
+def plan_annotations(spec: DeploySpec) -> dict[str, str]:
+    """Free-text plan facts (annotations have no format limits)."""
+    return {"recommender/plan": spec.plan_id, "recommender/plan-source": spec.plan_name,
+            "recommender/model": spec.hf_repo, "recommender/modelled": spec.summary}
+
+
+def _meta(name: str, spec: DeploySpec, comp: str) -> dict[str, Any]:
+    return {"name": name, "labels": plan_labels(spec, comp), "annotations": plan_annotations(spec)}
+
+
+def _http_probe(period_s: int, failures: int, path: str = "/health") -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period_s,
+            "timeoutSeconds": 5, "failureThreshold": failures}
+
+
+def _pvc(spec: DeploySpec) -> dict[str, Any]:
+    pods = sum(p.replicas for p in spec.pools)
+    size = cache_size_gib(max(p.checkpoint_bytes for p in spec.pools))
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(f"{spec.name}-hf-cache", spec, "cache"),
+            "spec": {"accessModes": ["ReadWriteMany" if pods > 1 else "ReadWriteOnce"],
+                     "resources": {"requests": {"storage": f"{size}Gi"}}}}
+
+
+def engine_container(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
+    """The vLLM container of one pool (shared by the k8s form and the tests)."""
+    argv = serve_argv(engine_options(spec, pool), "0.0.0.0", HTTP_PORT)
+    gpus = str(pool.tp)
+    cpu, memory = host_requests(pool.tp)
+    env: list[dict[str, Any]] = [
+        {"name": "HF_HOME", "value": HF_CACHE_PATH},
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY, "optional": True}}},
+    ]
+    ports: list[dict[str, Any]] = [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
+    if pool.role != "both":
+        env += [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_SIDE_CHANNEL_PORT)}]
+        ports.append({"name": "nixl", "containerPort": NIXL_SIDE_CHANNEL_PORT, "protocol": "TCP"})
+    return {
+        "name": "vllm",
+        "image": image_for(pool),
+        "command": ["vllm", "serve"],
+        "args": argv,
+        "env": env,
+        "ports": ports,
+        "resources": {"requests": {"cpu": cpu, "memory": memory, pool.gpu.k8s_resource: gpus},
+                      "limits": {pool.gpu.k8s_resource: gpus}},
+        "volumeMounts": [{"name": "hf-cache", "mountPath": HF_CACHE_PATH}, {"name": "dshm", "mountPath": "/dev/shm"}],
+        "startupProbe": _http_probe(STARTUP_PERIOD_S, startup_failure_threshold(pool.checkpoint_bytes)),
+        "readinessProbe": _http_probe(5, 3),
+        "livenessProbe": _http_probe(10, 3),
+    }
+
+
+def _engine_deployment(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
+    comp = component(pool)
+    pod_labels = plan_labels(spec, comp)
+    if spec.disaggregated:  # production-stack's router matches the pod label `model`
+        pod_labels["model"] = deployment_name(spec, pool)
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(deployment_name(spec, pool), spec, comp),
+        "spec": {
+            "replicas": pool.replicas,
+            # the plan sizes the cluster exactly: replace pods one at a time instead of surging extra GPUs
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "selector": {"matchLabels": selector_labels(spec, comp)},
+            "template": {
+                "metadata": {"labels": pod_labels, "annotations": plan_annotations(spec)},
+                "spec": {
+                    "containers": [engine_container(spec, pool)],
+                    "volumes": [
+                        {"name": "hf-cache", "persistentVolumeClaim": {"claimName": f"{spec.name}-hf-cache"}},
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(pool.tp)}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _service(spec: DeploySpec, comp: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec.name, spec, comp),
+            "spec": {"type": "ClusterIP", "selector": selector_labels(spec, comp),
+                     "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}]}}
+
+
+def router_args(spec: DeploySpec) -> list[str]:
+    """production-stack router flags for orchestrated P/D with Kubernetes pod discovery."""
+    prefill, decode = (deployment_name(spec, p) for p in spec.pools)
+    return ["--host", "0.0.0.0", "--port", str(HTTP_PORT), "--service-discovery", "k8s",
+            "--k8s-namespace", "$(POD_NAMESPACE)", "--k8s-port", str(HTTP_PORT),
+            "--k8s-label-selector", f"app.kubernetes.io/name=vllm,app.kubernetes.io/instance={spec.name}",
+            "--routing-logic", "disaggregated_prefill_orchestrated",
+            "--prefill-model-labels", prefill, "--decode-model-labels", decode]
+
+
+def _router_objects(spec: DeploySpec) -> list[dict[str, Any]]:
+    name = f"{spec.name}-router"
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, spec, "router")}
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(name, spec, "router"),
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(name, spec, "router"),
+               "subjects": [{"kind": "ServiceAccount", "name": name}],
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}}
+    container = {
+        "name": "router", "image": ROUTER_IMAGE, "args": router_args(spec),
+        "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+        "readinessProbe": _http_probe(5, 3), "livenessProbe": _http_probe(10, 3),
+    }
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(name, spec, "router"),
+        "spec": {"replicas": 1, "selector": {"matchLabels": selector_labels(spec, "router")},
+                 "template": {"metadata": {"labels": plan_labels(spec, "router")},
+                              "spec": {"serviceAccountName": name, "containers": [container]}}},
+    }
+    return [account, role, binding, deployment]
+
+
+def manifests(spec: DeploySpec) -> list[dict[str, Any]]:
+    """All Kubernetes objects for the plan, in apply order."""
+    objs = [_pvc(spec)] + [_engine_deployment(spec, p) for p in spec.pools]
+    if spec.disaggregated:
+        objs += _router_objects(spec) + [_service(spec, "router")]
+    else:
+        objs.append(_service(spec, "engine"))
+    return objs
+
+
+def render_k8s(spec: DeploySpec) -> dict[str, str]:
+    """``k8s.yaml``: header comment + the objects as one multi-document YAML stream."""
+    header = "\n".join(comment_lines(spec)) + "\n# Apply with: kubectl apply -f k8s.yaml (create Secret hf-token with key token for gated models)\n"
+    body = yaml.dump_all(manifests(spec), Dumper=NoAliasDumper, sort_keys=False, default_flow_style=False, width=1_000_000)
+    return {"k8s.yaml": header + "---\n" + body}

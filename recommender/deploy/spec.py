@@ -1,0 +1,395 @@
+"""Plan JSON -> frozen :class:`DeploySpec`: what to deploy, checked for deployability.
+
+This is the one place plan JSON (docs/ARCHITECTURE.md, "Plan JSON") is read for deployment. It picks
+the plan of the requested rank, resolves which checkpoint vLLM loads and with which quantization
+flag, looks the GPU up in the catalog and refuses (``DeployError``) anything vLLM 0.33 would not
+start or that would not run as modelled.
+
+Quantization policy (``resolve_weights``), with 16-bit = {bf16, fp16}:
+
+1. a checkpoint repo is given (CLI ``--checkpoint`` > pool ``checkpoint`` > plan ``checkpoint``):
+   vLLM loads it and reads its quantization config, so no ``--quantization``; it must store
+   ``weight_dtype`` weights;
+2. ``weight_dtype == checkpoint_dtype``: load ``hf_repo`` as is, no ``--quantization``;
+3. both 16-bit but different: load ``hf_repo`` with ``--dtype bfloat16|float16`` (cast at load);
+4. ``weight_dtype == fp8`` on a 16-bit checkpoint: ``--quantization fp8`` (vLLM's online dynamic FP8);
+5. anything else (int8, int4, fp4, or fp8 from a non-16-bit checkpoint) needs a pre-quantized
+   checkpoint; without one the plan is refused and the message says to add ``"checkpoint"`` or
+   pass ``--checkpoint REPO``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from recommender.deploy.gpus import GpuFacts, GpuLookup, default_gpu_lookup
+from recommender.errors import DeployError, RecommenderError
+
+SIXTEEN_BIT = frozenset({"bf16", "fp16"})
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4")
+#: weight dtypes that run on quantized kernels: the GPU catalog must list them in vllm.quantized_checkpoints
+QUANTIZED_KERNEL_DTYPES = frozenset({"int8", "int4", "fp4", "mxfp4"})
+#: bytes per parameter stored in a checkpoint of that dtype (scales / zero points ignored)
+BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 0.5}
+KV_CACHE_DTYPE = {"bf16": "auto", "fp16": "auto", "auto": "auto", "fp8": "fp8"}
+VLLM_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
+PREQUANTIZED_HINT = {"int4": "an AWQ or GPTQ INT4", "int8": "a W8A8 INT8", "fp4": "an NVFP4", "fp8": "an FP8",
+                     "mxfp4": "an MXFP4"}
+#: parameter count assumed when neither the plan nor the model name says (conservative: long startup)
+FALLBACK_PARAMS = 70e9
+
+
+@dataclass(frozen=True)
+class WeightsChoice:
+    """Which repo vLLM loads and how: ``model`` + optional ``--quantization`` / ``--dtype`` values."""
+
+    model: str
+    quantization: str | None
+    dtype: str | None
+    note: str
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One pool of identical replicas (``role`` both | prefill | decode) with its engine limits."""
+
+    role: str
+    gpu: GpuFacts
+    tp: int
+    replicas: int
+    weight_dtype: str
+    kv_dtype: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+    enable_prefix_caching: bool
+    cuda_graphs: bool
+    gpu_memory_utilization: float
+    max_model_len: int
+    weights: WeightsChoice
+    checkpoint_bytes: float  # bytes vLLM downloads and loads for one replica (whole checkpoint)
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    """Everything the renderers need; built by :func:`build_spec`."""
+
+    plan_id: str
+    rank: int
+    plan_count: int
+    plan_name: str  # the plan file (or "plan JSON")
+    workload_name: str
+    workload_source: str
+    model_id: str
+    hf_repo: str
+    checkpoint_dtype: str
+    served_model_names: tuple[str, ...]
+    name: str  # DNS-1123 base name for Kubernetes objects
+    disaggregated: bool
+    pools: tuple[PoolSpec, ...]
+    summary: str  # one line: modelled latency / throughput / cost
+    weights_source: str  # how checkpoint_bytes was obtained
+
+    @property
+    def gpus_total(self) -> int:
+        """GPUs of all pools: sum of tp x replicas."""
+        return sum(p.tp * p.replicas for p in self.pools)
+
+
+# --------------------------------------------------------------------------- field readers
+
+
+def _get(d: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
+    if key not in d or d[key] is None:
+        raise DeployError(f"{where}: missing field {key!r}; regenerate the plan with `recommend --format json`")
+    value = d[key]
+    if kind is int and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+        raise DeployError(f"{where}: field {key!r} has the wrong type ({type(value).__name__}: {value!r})")
+    return value
+
+
+def _pool_or_plan(pool: Mapping[str, Any], row: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
+    return _get(pool if key in pool and pool[key] is not None else row, key, where, kind)
+
+
+def _safe_text(s: str, what: str) -> str:
+    if not s or any(ord(c) < 32 or ord(c) == 127 for c in s):
+        raise DeployError(f"{what} {s!r} is empty or contains control characters; fix the plan or workload")
+    return s
+
+
+def dns_label(text: str, max_len: int = 40) -> str:
+    """A Kubernetes DNS-1123 label (lowercase alphanumerics and '-', <= max_len) derived from ``text``."""
+    s = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    s = re.sub(r"-{2,}", "-", s) or "plan"
+    if len(s) > max_len:
+        digest = hashlib.sha256(text.encode()).hexdigest()[:6]
+        s = s[: max_len - 7].rstrip("-") + "-" + digest
+    return s
+
+
+# --------------------------------------------------------------------------- policy
+
+
+def resolve_weights(weight_dtype: str, checkpoint_dtype: str, hf_repo: str, checkpoint: str | None) -> WeightsChoice:
+    """Apply the quantization policy in the module docstring."""
+    if checkpoint:
+        return WeightsChoice(checkpoint, None, None,
+                             f"pre-quantized {weight_dtype} checkpoint {checkpoint} (vLLM reads its quantization config)")
+    if weight_dtype == checkpoint_dtype:
+        return WeightsChoice(hf_repo, None, None, f"{hf_repo} is already {weight_dtype}; no --quantization")
+    if weight_dtype in SIXTEEN_BIT and checkpoint_dtype in SIXTEEN_BIT:
+        return WeightsChoice(hf_repo, None, VLLM_DTYPE[weight_dtype],
+                             f"{checkpoint_dtype} checkpoint {hf_repo} cast to {weight_dtype} at load (--dtype)")
+    if weight_dtype == "fp8" and checkpoint_dtype in SIXTEEN_BIT:
+        return WeightsChoice(hf_repo, "fp8", None,
+                             f"{checkpoint_dtype} checkpoint {hf_repo} quantized to FP8 at load (--quantization fp8, online dynamic)")
+    hint = PREQUANTIZED_HINT.get(weight_dtype, f"a {weight_dtype}")
+    raise DeployError(
+        f"the plan runs {weight_dtype} weights but {hf_repo} is a {checkpoint_dtype} checkpoint: that needs {hint} "
+        f"pre-quantized checkpoint and the plan names none; add \"checkpoint\": \"<hf repo>\" to the plan "
+        f"or pass --checkpoint REPO"
+    )
+
+
+def _check_gpu(gpu: GpuFacts, weight_dtype: str, where: str) -> None:
+    if not gpu.vllm_supported:
+        raise DeployError(f"{where}: vLLM 0.33 does not support GPU {gpu.id!r} (catalog vllm.supported is false); pick a plan on another GPU")
+    if weight_dtype == "fp4" and not gpu.supports_dtype("fp4"):
+        raise DeployError(f"{where}: fp4 weights need FP4 tensor cores (Blackwell); {gpu.id} has none; pick a plan with fp8 or int4 weights")
+    if weight_dtype == "fp8" and gpu.tensor_dtypes and not gpu.supports_dtype("fp8"):
+        raise DeployError(f"{where}: fp8 weights need FP8 tensor cores; {gpu.id} has none; pick a plan with bf16 or int8/int4 weights")
+    if weight_dtype in SIXTEEN_BIT and gpu.tensor_dtypes and not gpu.supports_dtype(weight_dtype):
+        raise DeployError(f"{where}: {gpu.id} does not run {weight_dtype}; pick a plan with another dtype")
+    if weight_dtype in QUANTIZED_KERNEL_DTYPES and not gpu.serves_prequantized(weight_dtype):
+        listed = ", ".join(gpu.quantized_checkpoints) or "none"
+        raise DeployError(f"{where}: vLLM has no {weight_dtype} kernels for {gpu.id} per the GPU catalog "
+                          f"(vllm.quantized_checkpoints: {listed}); pick a plan with another weight dtype")
+
+
+def _check_limits(p: PoolSpec, where: str) -> None:
+    """vLLM's own start-up checks (SchedulerConfig / CacheConfig), so a refused plan is never emitted."""
+    if p.tp < 1 or p.replicas < 1:
+        raise DeployError(f"{where}: tp and replicas must be >= 1 (got tp={p.tp}, replicas={p.replicas})")
+    if p.max_num_seqs < 1 or p.max_model_len < 1:
+        raise DeployError(f"{where}: max_num_seqs and max_model_len must be >= 1")
+    if p.max_num_batched_tokens < p.max_num_seqs:
+        raise DeployError(f"{where}: vLLM requires max_num_batched_tokens ({p.max_num_batched_tokens}) >= max_num_seqs ({p.max_num_seqs})")
+    if not p.chunked_prefill and p.max_num_batched_tokens < p.max_model_len:
+        raise DeployError(
+            f"{where}: with chunked prefill off vLLM requires max_num_batched_tokens ({p.max_num_batched_tokens}) "
+            f">= max_model_len ({p.max_model_len}); pick a plan with chunked prefill or a larger token budget"
+        )
+    if not 0.0 < p.gpu_memory_utilization <= 1.0:
+        raise DeployError(f"{where}: gpu_memory_utilization must be in (0, 1], got {p.gpu_memory_utilization}")
+
+
+# --------------------------------------------------------------------------- weights size
+
+
+def params_from_name(*names: str) -> float | None:
+    """Parameter count read from a model name: 'llama-3.1-70b' -> 7e10, 'Qwen3-0.6B' -> 6e8, '8x7B' -> 5.6e10."""
+    best: float | None = None
+    for name in names:
+        for m in re.finditer(r"(?<![A-Za-z0-9.])(?:(\d+)x)?(\d+(?:\.\d+)?)\s*([bBmM])(?![A-Za-z])", name):
+            experts = int(m.group(1)) if m.group(1) else 1
+            scale = 1e9 if m.group(3) in "bB" else 1e6
+            value = experts * float(m.group(2)) * scale
+            best = value if best is None else max(best, value)
+    return best
+
+
+def _catalog_weight_bytes(model_id: str, dtype: str) -> float | None:
+    """Exact checkpoint bytes from the model catalog (perf.memory.weight_bytes), None if unknown."""
+    try:
+        from recommender.catalog import default_catalog
+        from recommender.perf.memory import weight_bytes
+    except ImportError:  # pragma: no cover - the catalog ships with the package
+        return None
+    try:
+        return float(weight_bytes(default_catalog().model(model_id), dtype))
+    except (RecommenderError, KeyError, OSError, ValueError):
+        return None
+
+
+def _checkpoint_bytes(row: Mapping[str, Any], pool: Mapping[str, Any], workload: Mapping[str, Any],
+                      weight_dtype: str, stored_dtype: str) -> tuple[float, str]:
+    """Bytes of the checkpoint vLLM downloads and loads (stored in ``stored_dtype``), and the source.
+
+    In order: the model catalog (``perf.memory.weight_bytes`` of the workload's model at
+    ``stored_dtype``); the plan's ``weights_bytes`` (modelled, at ``weight_dtype``) rescaled by
+    BYTES_PER_PARAM; the workload's ``params`` / ``param_count``; the count in the model name;
+    else 70e9 parameters. Parameter counts become bytes as params x BYTES_PER_PARAM[stored_dtype].
+    """
+    model_id = str(workload.get("model", ""))
+    exact = _catalog_weight_bytes(model_id, stored_dtype) if model_id else None
+    if exact:
+        return exact, f"model catalog {model_id} at {stored_dtype}"
+    for src in (pool, row):
+        wb = src.get("weights_bytes")
+        if isinstance(wb, (int, float)) and not isinstance(wb, bool) and wb > 0:
+            params = float(wb) / BYTES_PER_PARAM[weight_dtype]
+            return params * BYTES_PER_PARAM[stored_dtype], "plan weights_bytes"
+    for key in ("params", "param_count"):
+        v = workload.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return float(v) * BYTES_PER_PARAM[stored_dtype], f"workload {key}"
+    named = params_from_name(model_id, str(workload.get("hf_repo", "")))
+    if named:
+        return named * BYTES_PER_PARAM[stored_dtype], f"{named / 1e9:g}B parameters read from the model name"
+    return FALLBACK_PARAMS * BYTES_PER_PARAM[stored_dtype], "70B parameters assumed (model size unknown)"
+
+
+# --------------------------------------------------------------------------- build
+
+
+def _fmt_opt(row: Mapping[str, Any], key: str, fmt: str, scale: float = 1.0) -> str | None:
+    v = row.get(key)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return format(v * scale, fmt)
+    return None
+
+
+def _summary(row: Mapping[str, Any]) -> str:
+    pct = str(row.get("percentile", "p90"))
+    parts = []
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+        ms = _fmt_opt(row, key, ".1f", 1e3)
+        if ms is not None:
+            parts.append(f"{pct} {label} {ms} ms")
+    tok = _fmt_opt(row, "output_tokens_per_s", ",.0f")
+    if tok is not None:
+        parts.append(f"{tok} output tok/s")
+    usd_h = _fmt_opt(row, "usd_per_hour", ",.2f")
+    if usd_h is not None:
+        parts.append(f"${usd_h}/h")
+    usd_m = _fmt_opt(row, "usd_per_million_output_tokens", ",.3f")
+    if usd_m is not None:
+        parts.append(f"${usd_m}/M output tokens")
+    return ", ".join(parts) or "no modelled figures in the plan"
+
+
+def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | None = None, *,
+               plan_name: str | None = None, gpus: GpuLookup | None = None) -> DeploySpec:
+    """Pick plan ``rank`` from ``plan_doc`` and turn it into a checked :class:`DeploySpec`."""
+    if not isinstance(plan_doc, Mapping):
+        raise DeployError("plan JSON must be an object with 'workload' and 'plans'")
+    workload = _get(plan_doc, "workload", "plan JSON", dict)
+    plans = _get(plan_doc, "plans", "plan JSON", list)
+    if not plans:
+        raise DeployError("the plan JSON holds no plans (the search found nothing feasible); nothing to deploy")
+    row = next((p for p in plans if isinstance(p, dict) and p.get("rank") == rank), None)
+    if row is None:
+        ranks = sorted(p.get("rank") for p in plans if isinstance(p, dict) and isinstance(p.get("rank"), int))
+        raise DeployError(f"no plan with rank {rank}; the plan JSON has ranks {ranks}")
+    plan_id = _safe_text(str(row.get("id") or f"rank{rank}"), "plan id")
+    where = f"plan {plan_id}"
+    hf_repo = _safe_text(_get(workload, "hf_repo", "workload", str), "workload hf_repo")
+    model_id = _safe_text(str(workload.get("model") or hf_repo), "workload model")
+    ckpt_dtype = _get(workload, "checkpoint_dtype", "workload", str)
+    lookup = gpus or default_gpu_lookup()
+    disaggregated = bool(row.get("disaggregated", False))
+    raw_pools = row.get("pools") or [{"role": "both"}]
+    roles = [p.get("role") for p in raw_pools if isinstance(p, dict)]
+    if len(roles) != len(raw_pools):
+        raise DeployError(f"{where}: every pool must be an object")
+    expected = ["prefill", "decode"] if disaggregated else ["both"]
+    if sorted(map(str, roles)) != sorted(expected):
+        raise DeployError(f"{where}: {'disaggregated' if disaggregated else 'aggregated'} plans need pools {expected}, got {roles}")
+    wl_max_len = workload.get("max_model_len")
+    pools: list[PoolSpec] = []
+    weights_source = ""
+    for raw in sorted(raw_pools, key=lambda p: expected.index(p["role"])):
+        pw = f"{where} pool {raw['role']}"
+        weight_dtype = _pool_or_plan(raw, row, "weight_dtype", pw, str)
+        if weight_dtype not in WEIGHT_DTYPES:
+            raise DeployError(f"{pw}: unknown weight_dtype {weight_dtype!r} (expected one of {', '.join(WEIGHT_DTYPES)})")
+        kv_dtype = _pool_or_plan(raw, row, "kv_dtype", pw, str)
+        if kv_dtype not in KV_CACHE_DTYPE:
+            raise DeployError(f"{pw}: unknown kv_dtype {kv_dtype!r} (expected bf16 or fp8)")
+        ckpt = checkpoint or raw.get("checkpoint") or row.get("checkpoint")
+        if ckpt is not None:
+            ckpt = _safe_text(str(ckpt), "checkpoint")
+        weights = resolve_weights(weight_dtype, ckpt_dtype, hf_repo, ckpt)
+        if weights.model.startswith("-"):
+            raise DeployError(f"{pw}: model {weights.model!r} starts with '-', which vllm serve would read as a flag")
+        gpu = lookup(_pool_or_plan(raw, row, "gpu", pw, str))
+        _check_gpu(gpu, weight_dtype, where=pw)
+        stored = weight_dtype if ckpt else ckpt_dtype if ckpt_dtype in BYTES_PER_PARAM else weight_dtype
+        nbytes, weights_source = _checkpoint_bytes(row, raw, workload, weight_dtype, stored)
+        max_len = wl_max_len if isinstance(wl_max_len, int) and not isinstance(wl_max_len, bool) else None
+        pool = PoolSpec(
+            role=raw["role"], gpu=gpu,
+            tp=_pool_or_plan(raw, row, "tp", pw, int),
+            replicas=_pool_or_plan(raw, row, "replicas", pw, int),
+            weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+            max_num_seqs=_pool_or_plan(raw, row, "max_num_seqs", pw, int),
+            max_num_batched_tokens=_pool_or_plan(raw, row, "max_num_batched_tokens", pw, int),
+            chunked_prefill=_pool_or_plan(raw, row, "chunked_prefill", pw, bool),
+            enable_prefix_caching=bool(raw.get("enable_prefix_caching", row.get(
+                "enable_prefix_caching", float(workload.get("shared_prefix_fraction") or 0.0) > 0.0))),
+            cuda_graphs=bool(raw.get("cuda_graphs", row.get("cuda_graphs", True))),
+            gpu_memory_utilization=float(_pool_or_plan(raw, row, "gpu_memory_utilization", pw, (int, float))),
+            max_model_len=max_len if max_len is not None else _pool_or_plan(raw, row, "max_model_len", pw, int),
+            weights=weights, checkpoint_bytes=nbytes,
+        )
+        _check_limits(pool, pw)
+        pools.append(pool)
+    served = tuple(dict.fromkeys([hf_repo, model_id]))
+    if any(s.startswith("-") for s in served):
+        raise DeployError(f"served model name {served!r} starts with '-', which vllm serve would read as a flag")
+    workload_name = _safe_text(str(workload.get("name") or model_id), "workload name")
+    return DeploySpec(
+        plan_id=plan_id, rank=rank, plan_count=len(plans),
+        plan_name=_safe_text(plan_name, "plan name") if plan_name else "plan JSON",
+        workload_name=workload_name,
+        workload_source=str(workload.get("source") or "unknown"),
+        model_id=model_id, hf_repo=hf_repo, checkpoint_dtype=ckpt_dtype,
+        served_model_names=served,
+        name=dns_label(f"vllm-{workload_name}"),
+        disaggregated=disaggregated, pools=tuple(pools),
+        summary=_summary(row), weights_source=weights_source,
+    )
+
+
+# --------------------------------------------------------------------------- header
+
+
+def _printable(s: str) -> str:
+    """Escape anything that could end a comment line (newlines, control characters)."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
+
+
+def header_lines(spec: DeploySpec) -> list[str]:
+    """The header every emitted file starts with (plain text lines, no comment markers)."""
+    lines = [
+        "Generated by recommender (`recommend deploy`) for vLLM 0.33.0; regenerate instead of editing.",
+        f"Plan: {spec.plan_id} (rank {spec.rank} of {spec.plan_count}) from {spec.plan_name}",
+        f"Workload: {spec.workload_name} ({spec.workload_source}); model {spec.model_id} = {spec.hf_repo} "
+        f"({spec.checkpoint_dtype} checkpoint)",
+    ]
+    for p in spec.pools:
+        on = {True: "on", False: "off"}
+        lines.append(
+            f"Pool {p.role}: {p.replicas} x {p.gpu.id} TP{p.tp} ({p.replicas * p.tp} GPUs); weights {p.weight_dtype}, "
+            f"KV cache {p.kv_dtype}; max_num_seqs {p.max_num_seqs}, max_num_batched_tokens {p.max_num_batched_tokens}, "
+            f"chunked prefill {on[p.chunked_prefill]}, prefix caching {on[p.enable_prefix_caching]}, "
+            f"CUDA graphs {on[p.cuda_graphs]}, gpu_memory_utilization {p.gpu_memory_utilization:g}, "
+            f"max_model_len {p.max_model_len}"
+        )
+        lines.append(f"Weights ({p.role}): {p.weights.note}")
+    lines.append(f"Modelled: {spec.summary}")
+    size = max(p.checkpoint_bytes for p in spec.pools)
+    lines.append(f"Checkpoint size for probes and cache: {size / 1e9:.1f} GB ({spec.weights_source})")
+    return [_printable(line) for line in lines]
+
+
+def comment_lines(spec: DeploySpec) -> list[str]:
+    """:func:`header_lines` as ``# `` comment lines (valid in shell and YAML)."""
+    return ["# " + line for line in header_lines(spec)]

@@ -1,0 +1,186 @@
+"""The ``vllm serve`` arguments for one pool, and the shell-script (``cmd``) rendering.
+
+``engine_options`` maps a :class:`PoolSpec` to vLLM 0.33 settings one to one:
+
+=========================== ================================================================
+plan field                  vllm serve flag
+=========================== ================================================================
+tp                          ``--tensor-parallel-size``
+max_num_seqs                ``--max-num-seqs``
+max_num_batched_tokens      ``--max-num-batched-tokens`` (plain integer: vLLM reads 8k as 8000)
+chunked_prefill             ``--enable-chunked-prefill`` / ``--disable-chunked-prefill``
+enable_prefix_caching       ``--enable-prefix-caching`` / ``--disable-prefix-caching``
+gpu_memory_utilization      ``--gpu-memory-utilization``
+kv_dtype bf16|fp16 / fp8    ``--kv-cache-dtype auto`` / ``fp8``
+max_model_len (workload)    ``--max-model-len``
+weights (spec.py policy)    model positional, ``--quantization fp8`` or ``--dtype`` when needed
+cuda_graphs on              ``--max-cudagraph-capture-size min(max_num_seqs, 512)``: every decode
+                            batch the plan allows is captured (vLLM's own cap is 512)
+cuda_graphs off             ``--enforce-eager``
+disaggregated role          ``--kv-transfer-config`` NixlConnector, kv_producer / kv_consumer
+=========================== ================================================================
+
+Every argv is passed through :func:`recommender.deploy.vllm_flags.check_serve_args` before it is
+returned, so a flag vLLM 0.33 would reject is never emitted. The cmd form quotes every argument
+with ``shlex.quote``, so no model name can inject shell code.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from recommender.deploy.spec import KV_CACHE_DTYPE, DeploySpec, PoolSpec, comment_lines
+from recommender.deploy.vllm_flags import check_serve_args
+
+VLLM_VERSION = "0.33.0"
+IMAGE_TAG = f"v{VLLM_VERSION}"
+#: official images per GPU vendor (the ROCm build is published as vllm/vllm-openai-rocm)
+VLLM_IMAGE = {"nvidia": "vllm/vllm-openai", "amd": "vllm/vllm-openai-rocm"}
+HTTP_PORT = 8000
+NIXL_SIDE_CHANNEL_PORT = 5600
+MAX_CUDAGRAPH_CAPTURE_SIZE = 512
+KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
+#: host ports in the cmd form of a disaggregated plan (as in vLLM's NIXL docs) so both fit on one host
+CMD_PORTS = {"both": (HTTP_PORT, None), "prefill": (8100, 5600), "decode": (8200, 5601)}
+
+
+def image_for(pool: PoolSpec) -> str:
+    """``vllm/vllm-openai:v0.33.0`` (NVIDIA) or ``vllm/vllm-openai-rocm:v0.33.0`` (AMD)."""
+    return f"{VLLM_IMAGE.get(pool.gpu.vendor, VLLM_IMAGE['nvidia'])}:{IMAGE_TAG}"
+
+
+def kv_transfer_config(role: str) -> dict[str, Any] | None:
+    """NixlConnector config for a disaggregated pool (None for an aggregated one)."""
+    if role not in KV_ROLE:
+        return None
+    return {"kv_connector": "NixlConnector", "kv_role": KV_ROLE[role], "kv_buffer_device": "cuda",
+            "kv_connector_extra_config": {"backends": ["UCX"]}}
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The vLLM settings of one pool, before they become flags (helm maps some to chart keys)."""
+
+    model: str
+    served_model_names: tuple[str, ...]
+    tensor_parallel_size: int
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    enable_chunked_prefill: bool
+    enable_prefix_caching: bool
+    gpu_memory_utilization: float
+    kv_cache_dtype: str
+    quantization: str | None
+    dtype: str | None
+    max_cudagraph_capture_size: int | None  # None: CUDA graphs off (--enforce-eager)
+    kv_transfer_config: dict[str, Any] | None = field(default=None, hash=False, compare=True)
+
+
+def engine_options(spec: DeploySpec, pool: PoolSpec) -> EngineOptions:
+    """Map the pool's modelled configuration to vLLM settings (table in the module docstring)."""
+    return EngineOptions(
+        model=pool.weights.model,
+        served_model_names=spec.served_model_names,
+        tensor_parallel_size=pool.tp,
+        max_model_len=pool.max_model_len,
+        max_num_seqs=pool.max_num_seqs,
+        max_num_batched_tokens=pool.max_num_batched_tokens,
+        enable_chunked_prefill=pool.chunked_prefill,
+        enable_prefix_caching=pool.enable_prefix_caching,
+        gpu_memory_utilization=pool.gpu_memory_utilization,
+        kv_cache_dtype=KV_CACHE_DTYPE[pool.kv_dtype],
+        quantization=pool.weights.quantization,
+        dtype=pool.weights.dtype,
+        max_cudagraph_capture_size=min(pool.max_num_seqs, MAX_CUDAGRAPH_CAPTURE_SIZE) if pool.cuda_graphs else None,
+        kv_transfer_config=kv_transfer_config(pool.role),
+    )
+
+
+def fmt_float(x: float) -> str:
+    """Shortest round-trip decimal: 0.92 -> '0.92' (never scientific for fractions in (0, 1])."""
+    return repr(float(x))
+
+
+def extra_flag_groups(o: EngineOptions) -> list[list[str]]:
+    """Flags production-stack's chart has no vllmConfig key for (they go to ``extraArgs``)."""
+    groups: list[list[str]] = [
+        ["--served-model-name", *o.served_model_names],
+        ["--max-num-batched-tokens", str(o.max_num_batched_tokens)],
+        ["--kv-cache-dtype", o.kv_cache_dtype],
+    ]
+    if o.quantization:
+        groups.append(["--quantization", o.quantization])
+    if o.max_cudagraph_capture_size is None:
+        groups.append(["--enforce-eager"])
+    else:
+        groups.append(["--max-cudagraph-capture-size", str(o.max_cudagraph_capture_size)])
+    if o.kv_transfer_config is not None:
+        groups.append(["--kv-transfer-config", json.dumps(o.kv_transfer_config, separators=(",", ":"))])
+    return groups
+
+
+def serve_groups(o: EngineOptions, host: str = "0.0.0.0", port: int = HTTP_PORT) -> list[list[str]]:
+    """``vllm serve`` arguments grouped per flag (first group: the model); unchecked."""
+    groups: list[list[str]] = [
+        [o.model],
+        ["--host", host],
+        ["--port", str(port)],
+        ["--tensor-parallel-size", str(o.tensor_parallel_size)],
+        ["--max-model-len", str(o.max_model_len)],
+        ["--max-num-seqs", str(o.max_num_seqs)],
+        ["--enable-chunked-prefill" if o.enable_chunked_prefill else "--disable-chunked-prefill"],
+        ["--enable-prefix-caching" if o.enable_prefix_caching else "--disable-prefix-caching"],
+        ["--gpu-memory-utilization", fmt_float(o.gpu_memory_utilization)],
+    ]
+    if o.dtype:
+        groups.append(["--dtype", o.dtype])
+    return groups + extra_flag_groups(o)
+
+
+def serve_argv(o: EngineOptions, host: str = "0.0.0.0", port: int = HTTP_PORT) -> list[str]:
+    """The checked argument list after ``vllm serve`` (raises VllmFlagError on a bad flag)."""
+    argv = [a for g in serve_groups(o, host, port) for a in g]
+    check_serve_args(argv)
+    return argv
+
+
+def _script(spec: DeploySpec, pool: PoolSpec) -> str:
+    o = engine_options(spec, pool)
+    port, side_port = CMD_PORTS[pool.role]
+    groups = serve_groups(o, "0.0.0.0", port)
+    check_serve_args([a for g in groups for a in g])
+    lines = ["#!/bin/sh", *comment_lines(spec)]
+    lines += ["#", f"# This script starts ONE {pool.role if pool.role != 'both' else 'engine'} replica: "
+              f"run it on {pool.replicas} host(s), each with {pool.tp} x {pool.gpu.id} GPU(s)."]
+    if spec.disaggregated:
+        lines += [
+            "# Put a P/D proxy in front of the pools: it sends each request to a prefill instance with",
+            "# max_tokens=1, then to a decode instance with the returned kv_transfer_params, e.g. vLLM's",
+            "#   tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --port 8000 \\",
+            "#     --prefiller-hosts <prefill hosts> --prefiller-ports 8100 --decoder-hosts <decode hosts> --decoder-ports 8200",
+        ]
+    lines += ["set -eu"]
+    if side_port is not None:
+        lines += [
+            ': "${VLLM_NIXL_SIDE_CHANNEL_HOST:?set VLLM_NIXL_SIDE_CHANNEL_HOST to this host\'s IP address}"',
+            "export VLLM_NIXL_SIDE_CHANNEL_HOST",
+            f"export VLLM_NIXL_SIDE_CHANNEL_PORT={side_port}",
+        ]
+    body = ["exec vllm serve " + " ".join(shlex.quote(a) for a in groups[0])]
+    body += ["  " + " ".join(shlex.quote(a) for a in g) for g in groups[1:]]
+    lines += [" \\\n".join(body)]
+    return "\n".join(lines) + "\n"
+
+
+def cmd_file_name(pool: PoolSpec) -> str:
+    """``vllm-serve.sh`` for an aggregated pool, ``vllm-serve-<role>.sh`` otherwise."""
+    return "vllm-serve.sh" if pool.role == "both" else f"vllm-serve-{pool.role}.sh"
+
+
+def render_cmd(spec: DeploySpec) -> dict[str, str]:
+    """One POSIX shell script per pool: file name -> text."""
+    return {cmd_file_name(p): _script(spec, p) for p in spec.pools}
