@@ -1,0 +1,60 @@
+"""``recommend deploy PLAN.json``: vLLM deployment files (serve script, Kubernetes, Helm) for one plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from recommender.cli.app import app, one_line_errors
+from recommender.deploy import render_deploy, write_deploy_files
+from recommender.errors import ConfigError
+
+
+def read_plan(path: Path) -> dict[str, Any]:
+    """Load a plan JSON file; unreadable or non-JSON input becomes a one-line ConfigError."""
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory; give the plan JSON file written by `recommend --format json`")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a UTF-8 text file; give the plan JSON from `recommend --format json`") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); give the plan from `recommend --format json`") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a JSON object with 'workload' and 'plans'")
+    return doc
+
+
+@app.command("deploy")
+@one_line_errors
+def deploy_cmd(
+    plan: Path = typer.Argument(..., help="Plan JSON written by `recommend --workload ... --format json`."),
+    rank: int = typer.Option(1, "--rank", "-r", help="Which plan of the ranking to deploy."),
+    fmt: str = typer.Option("all", "--format", "-f", help="cmd|k8s|helm|all (comma-separated list allowed)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory to write the files to; without it they are printed."),
+    checkpoint: Optional[str] = typer.Option(
+        None, "--checkpoint",
+        help="Pre-quantized checkpoint repo for int8/int4/fp4 weights (overrides the plan's 'checkpoint')."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was written (or rendered) as JSON."),
+) -> None:
+    """Write the vLLM serve script, Kubernetes manifests and production-stack Helm values for a plan."""
+    doc = read_plan(plan)
+    if out is None:
+        files = render_deploy(doc, rank, fmt, checkpoint, plan_name=str(plan))
+        if as_json:
+            typer.echo(json.dumps({"plan": str(plan), "rank": rank, "files": files}, indent=2))
+            return
+        for i, (name, text) in enumerate(files.items()):
+            if len(files) > 1:
+                typer.echo(("" if i == 0 else "\n") + f"# ==> {name} <==")
+            typer.echo(text, nl=False)
+        return
+    paths = write_deploy_files(doc, out, rank, fmt, checkpoint, plan_name=str(plan))
+    if as_json:
+        typer.echo(json.dumps({"plan": str(plan), "rank": rank, "written": [str(p) for p in paths]}, indent=2))
+    else:
+        for p in paths:
+            typer.echo(str(p))
