@@ -1,0 +1,98 @@
+"""Plan renderers: table (tabulate), JSON, YAML, CSV. Pure string producers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+import yaml
+from tabulate import tabulate
+
+from recommender.plan import Plan
+from recommender.units import fmt_seconds
+
+TABLE_HEADERS = ["rank", "deployment", "GPUs", "TP", "replicas", "weights/KV", "max seqs", "chunk",
+                 "TTFT", "TPOT", "out tok/s", "util", "$/hour", "$/M out", "$/M tok", "binding", "note"]
+
+
+def _pct_label(plan: Plan, metric: str) -> str:
+    for s in plan.workload.slos:
+        if s.metric == metric:
+            return s.percentile
+    return plan.workload.slos[0].percentile if plan.workload.slos else "p90"
+
+
+def plan_table_rows(plan: Plan) -> list[list[Any]]:
+    rows = []
+    tp_ttft, tp_tpot = _pct_label(plan, "ttft"), _pct_label(plan, "tpot")
+    for r in plan.rows:
+        ev, c = r.evaluation, r.candidate
+        if c.disaggregated:
+            p, d = ev.pools
+            dep = f"P/D: {p.gpu} | {d.gpu}"
+            tp = f"{p.tp}|{d.tp}"
+            reps = f"{p.replicas}|{d.replicas}"
+        else:
+            p = ev.pools[0]
+            dep, tp, reps = p.gpu, str(p.tp), str(p.replicas)
+        chunk = str(ev.pools[0].limits.max_num_batched_tokens) if ev.pools[0].limits.chunked_prefill else "off"
+        ttft = ev.latency("ttft", tp_ttft)
+        tpot = ev.latency("tpot", tp_tpot)
+        sim = ""
+        if r.simulated:
+            sim_ttft = r.simulated.get("ttft_s", {}).get(tp_ttft)
+            sim_tpot = r.simulated.get("tpot_s", {}).get(tp_tpot)
+            sim = " (sim {} / {})".format(fmt_seconds(sim_ttft) if sim_ttft is not None else "-",
+                                          fmt_seconds(sim_tpot) if sim_tpot is not None else "-")
+        note = "; ".join(x for x in (r.quality_note, "" if r.pareto else "dominated", sim.strip()) if x)
+        rows.append([
+            r.rank, dep + ("" if r.pareto else ""), ev.gpus_total, tp, reps,
+            f"{c.weight_dtype}/{c.kv_dtype}", ev.pools[-1].limits.max_num_seqs, chunk,
+            fmt_seconds(ttft), fmt_seconds(tpot), f"{ev.output_tokens_per_s:,.0f}", f"{ev.utilisation:.2f}",
+            f"{ev.usd_per_hour:,.2f}", f"{ev.usd_per_million_output_tokens:.3f}", f"{ev.usd_per_million_tokens:.3f}",
+            ev.binding, note,
+        ])
+    return rows
+
+
+def render_table(plan: Plan) -> str:
+    w = plan.workload
+    rate = f"{w.arrival_rate_per_s:g} req/s" if w.arrival_rate_per_s else f"offline {w.offline_requests:,} requests in {fmt_seconds(w.deadline_s or 0)}"
+    slos = ", ".join(str(s) for s in w.slos) or "none (cost only)"
+    head = (f"{plan.model.id} | {w.name}: {rate}, prompt ~{w.prompt_tokens.mean:,.0f} tok "
+            f"(p99 {w.prompt_tokens.quantile(0.99):,}), output ~{w.output_tokens.mean:,.0f} tok | SLO {slos} | "
+            f"engine {plan.engine}")
+    hdr = list(TABLE_HEADERS)
+    hdr[8] = f"TTFT {_pct_label(plan, 'ttft')}"
+    hdr[9] = f"TPOT {_pct_label(plan, 'tpot')}"
+    body = tabulate(plan_table_rows(plan), headers=hdr, tablefmt="simple", disable_numparse=True)
+    m = plan.meta
+    foot = (f"{m.get('trials')} trials, {m.get('evaluations')} configurations evaluated in {m.get('seconds')} s "
+            f"(seed {m.get('seed')}); replicas sized for +{m.get('headroom', 0):.0%} headroom; latencies at the workload's rate.")
+    return "\n".join([head, "", body, "", plan.why, foot])
+
+
+def render_json(plan: Plan) -> str:
+    return json.dumps(plan.to_dict(), indent=2)
+
+
+def render_yaml(plan: Plan) -> str:
+    return yaml.safe_dump(plan.to_dict(), sort_keys=False)
+
+
+def render_csv(plan: Plan) -> str:
+    buf = io.StringIO()
+    keys = ["rank", "id", "gpu", "gpus_total", "tp", "replicas", "weight_dtype", "kv_dtype", "max_num_seqs",
+            "max_num_batched_tokens", "chunked_prefill", "disaggregated", "ttft_s", "tpot_s", "e2e_s",
+            "output_tokens_per_s", "utilisation", "usd_per_hour", "usd_per_million_output_tokens",
+            "usd_per_million_tokens", "pareto", "binding", "quality_note"]
+    wr = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
+    wr.writeheader()
+    for row in plan.to_dict()["plans"]:
+        wr.writerow(row)
+    return buf.getvalue()
+
+
+RENDERERS = {"table": render_table, "json": render_json, "yaml": render_yaml, "csv": render_csv}

@@ -1,0 +1,324 @@
+"""Evaluate one candidate for a workload: derive replicas, check SLOs and memory, price it.
+
+Pure (no Optuna): the Optuna study, the exhaustive evaluator and the tests all call :func:`evaluate`.
+
+Replicas are derived, not searched: the fewest replicas ``R`` such that, at
+``arrival_rate x (1 + headroom)``, the load model says the deployment is stable, its utilisation is at
+most ``max_utilisation`` and every SLO percentile is met. Latency falls as ``R`` grows, so ``R`` is
+found by doubling from a capacity lower bound and then bisecting. Reported latencies are at the
+workload's own rate (not the headroom rate). Cost is what serving the workload costs::
+
+    usd_per_hour               = sum over pools of usd_per_gpu_hour x tp x replicas
+    usd_per_million_tokens     = usd_per_hour / (rate x (mean prompt + mean output) x 3600) x 1e6
+    usd_per_million_output_tokens = usd_per_hour / (rate x mean output x 3600) x 1e6
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from recommender.catalog import Gpu
+from recommender.hf_config import ModelArch
+from recommender.load import analyze, analyze_disaggregated
+from recommender.perf import memory as mem
+from recommender.perf.step import Deployment, EngineLimits, StepCostModel
+from recommender.profiles import EngineProfile
+from recommender.search.policy import SearchPolicy
+from recommender.search.space import Candidate, parallelism_valid, weight_dtype_valid
+from recommender.workload import Workload
+
+INFEASIBLE_OBJECTIVE = 1e9
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One homogeneous pool of replicas (``role`` is both, prefill or decode)."""
+
+    role: str
+    gpu: str
+    tp: int
+    replicas: int
+    weight_dtype: str
+    kv_dtype: str
+    limits: EngineLimits
+    usd_per_gpu_hour: float
+    kv_capacity_tokens: int = 0
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.replicas
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.gpus * self.usd_per_gpu_hour
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Everything the search and the plan need to know about one candidate."""
+
+    candidate: Candidate
+    feasible: bool
+    fits: bool
+    constraints: tuple[float, ...]
+    objectives: tuple[float, ...]
+    pools: tuple[Pool, ...] = ()
+    gpus_total: int = 0
+    usd_per_hour: float = math.inf
+    usd_per_million_tokens: float = math.inf
+    usd_per_million_output_tokens: float = math.inf
+    output_tokens_per_s: float = 0.0
+    utilisation: float = math.inf
+    latencies: dict[str, dict[str, float]] = field(default_factory=dict)
+    binding: str = ""
+    reason: str = ""
+    load: Any = field(default=None, compare=False, repr=False)
+
+    def latency(self, metric: str, percentile: str) -> float:
+        return self.latencies.get(metric, {}).get(percentile, math.inf)
+
+
+@dataclass
+class SearchContext:
+    """What every evaluation shares (built once per search)."""
+
+    workload: Workload
+    model: ModelArch
+    gpus: dict[str, Gpu]
+    prices: dict[str, float]
+    profile: EngineProfile
+    policy: SearchPolicy
+    _costs: dict[tuple, tuple[StepCostModel | None, str]] = field(default_factory=dict)
+    _cache: dict[str, Evaluation] = field(default_factory=dict)
+    evaluations: int = 0
+
+    @property
+    def slo_names(self) -> list[str]:
+        return [f"{s.metric}@{s.percentile}" for s in self.workload.slos]
+
+    @property
+    def constraint_names(self) -> list[str]:
+        return ["memory", "capacity", *self.slo_names]
+
+    @property
+    def objective_names(self) -> list[str]:
+        lat = self.slo_names or ["tpot@p90"]
+        return ["usd_per_million_tokens", *lat]
+
+    def cost_model(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits) -> tuple[StepCostModel | None, str]:
+        """Cached (StepCostModel or None, reason-if-not) for one replica configuration."""
+        key = (gpu_id, tp, wd, kd, limits)
+        if key not in self._costs:
+            gpu = self.gpus[gpu_id]
+            why = parallelism_valid(self.model, gpu, tp) or weight_dtype_valid(self.model, gpu, wd)
+            if why:
+                self._costs[key] = (None, why)
+            else:
+                dep = Deployment(self.model, gpu, tp, wd, kd, self.profile, limits,
+                                 self.policy.gpu_memory_utilization, True, self.workload.max_model_len)
+                m = dep.memory()
+                if not m.fits:
+                    self._costs[key] = (None, f"does not fit: short by {m.shortfall_bytes_per_gpu / 1e9:.1f} GB per GPU")
+                else:
+                    self._costs[key] = (StepCostModel.build(dep), "")
+        return self._costs[key]
+
+
+def _limits(c: Candidate, max_model_len: int, prefix: bool) -> EngineLimits:
+    chunked = c.max_num_batched_tokens > 0
+    budget = c.max_num_batched_tokens if chunked else max(max_model_len, 2048)
+    return EngineLimits(max_num_seqs=c.max_num_seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
+                        enable_prefix_caching=prefix)
+
+
+def _slo_ratios(ctx: SearchContext, res: Any) -> list[float]:
+    out = []
+    for s in ctx.workload.slos:
+        v = getattr(res, f"{s.metric}_s").at(s.percentile) if res.stable else math.inf
+        out.append(v / s.limit_s)
+    return out
+
+
+def _ok(ctx: SearchContext, res: Any) -> bool:
+    return bool(res.stable) and res.utilisation <= ctx.policy.max_utilisation and all(r <= 1.0 for r in _slo_ratios(ctx, res))
+
+
+def _min_replicas(ok: Callable[[int], bool], lower: int, cap: int) -> int | None:
+    """Fewest R in [lower, cap] with ok(R), assuming ok is monotone in R; None if even cap fails."""
+    lower = max(1, min(lower, cap))
+    if ok(lower):
+        return lower
+    lo, hi = lower, lower
+    while True:
+        hi = min(cap, hi * 2)
+        if ok(hi):
+            break
+        if hi >= cap:
+            return None
+        lo = hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _latencies(res: Any) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for metric in ("ttft", "tpot", "e2e"):
+        p = getattr(res, f"{metric}_s")
+        out[metric] = {k: (p.at(k) if res.stable else math.inf) for k in ("mean", "p50", "p90", "p95", "p99")}
+    return out
+
+
+def _infeasible(ctx: SearchContext, c: Candidate, reason: str, fits: bool, binding: str) -> Evaluation:
+    n = len(ctx.constraint_names)
+    cons = [0.0] * n
+    cons[0 if not fits else 1] = 1.0
+    return Evaluation(candidate=c, feasible=False, fits=fits, constraints=tuple(cons),
+                      objectives=tuple([INFEASIBLE_OBJECTIVE] * len(ctx.objective_names)), reason=reason, binding=binding)
+
+
+def evaluate(ctx: SearchContext, c: Candidate) -> Evaluation:
+    """Derive replicas for ``c`` and return its (cached) evaluation."""
+    hit = ctx._cache.get(c.key)
+    if hit is not None:
+        return hit
+    ctx.evaluations += 1
+    ev = _evaluate_disagg(ctx, c) if c.disaggregated else _evaluate_agg(ctx, c)
+    ctx._cache[c.key] = ev
+    return ev
+
+
+def _gpu_cap(ctx: SearchContext, tp: int) -> int:
+    cap = ctx.policy.max_replicas
+    if ctx.workload.max_gpus:
+        cap = min(cap, ctx.workload.max_gpus // tp)
+    return cap
+
+
+def _finish(ctx: SearchContext, c: Candidate, pools: tuple[Pool, ...], res: Any, ok: bool, reason: str = "") -> Evaluation:
+    w = ctx.workload
+    rate = w.effective_rate_per_s
+    usd_h = sum(p.usd_per_hour for p in pools)
+    out_tps = rate * w.output_tokens.mean if res.stable else 0.0
+    tot_tps = rate * (w.output_tokens.mean + w.prompt_tokens.mean) if res.stable else 0.0
+    usd_m = usd_h / (tot_tps * 3600) * 1e6 if tot_tps else math.inf
+    usd_m_out = usd_h / (out_tps * 3600) * 1e6 if out_tps else math.inf
+    lat = _latencies(res)
+    ratios = _slo_ratios(ctx, res)
+    util_excess = res.utilisation - ctx.policy.max_utilisation if res.stable else 1.0
+    cons = (0.0, max(0.0, util_excess) if not ok else 0.0, *[r - 1.0 for r in ratios])
+    objectives = (usd_m if math.isfinite(usd_m) else INFEASIBLE_OBJECTIVE,
+                  *[min(lat[s.metric][s.percentile], INFEASIBLE_OBJECTIVE) for s in w.slos] or
+                  [min(lat["tpot"]["p90"], INFEASIBLE_OBJECTIVE)])
+    # binding constraint: the SLO with the least slack, or capacity when latency has slack
+    names = ctx.slo_names
+    if ratios:
+        i = max(range(len(ratios)), key=lambda j: ratios[j])
+        binding = names[i] if ratios[i] > 0.8 else "capacity"
+    else:
+        binding = "capacity"
+    return Evaluation(
+        candidate=c, feasible=ok, fits=True, constraints=tuple(cons), objectives=tuple(objectives), pools=pools,
+        gpus_total=sum(p.gpus for p in pools), usd_per_hour=usd_h, usd_per_million_tokens=usd_m,
+        usd_per_million_output_tokens=usd_m_out, output_tokens_per_s=out_tps, utilisation=res.utilisation,
+        latencies=lat, binding=binding, reason=reason, load=res,
+    )
+
+
+def _evaluate_agg(ctx: SearchContext, c: Candidate) -> Evaluation:
+    w, pol = ctx.workload, ctx.policy
+    limits = _limits(c, w.max_model_len, w.shared_prefix_fraction > 0)
+    cost, why = ctx.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
+    if cost is None:
+        return _infeasible(ctx, c, why, fits=False, binding="memory" if why.startswith("does not fit") else "invalid")
+    rate = w.effective_rate_per_s
+    target = rate * (1 + pol.headroom)
+    cap = _gpu_cap(ctx, c.tp)
+    if cap < 1:
+        return _infeasible(ctx, c, f"TP {c.tp} exceeds max_gpus {w.max_gpus}", True, "capacity")
+
+    def run(r: int, at: float) -> Any:
+        return analyze(cost, limits, at, w.prompt_tokens, w.output_tokens, replicas=r,
+                       shared_prefix_fraction=w.shared_prefix_fraction)
+
+    # capacity lower bound: decode throughput of one replica at its largest batch
+    seq = int(w.prompt_tokens.mean + w.output_tokens.mean)
+    kv_seqs = max(1, cost.kv_capacity_tokens // max(seq, 1))
+    b = max(1, min(limits.max_num_seqs, kv_seqs))
+    step = cost.decode_step_s(b, int(w.prompt_tokens.mean + w.output_tokens.mean / 2))
+    per_replica_req_s = b / step / max(w.output_tokens.mean, 1.0)
+    lower = max(1, math.ceil(target / per_replica_req_s))
+    r = _min_replicas(lambda k: _ok(ctx, run(k, target)), lower, cap)
+    price = ctx.prices[c.gpu]
+    if r is None:
+        res = run(cap, rate)
+        pools = (Pool("both", c.gpu, c.tp, cap, c.weight_dtype, c.kv_dtype, limits, price, cost.kv_capacity_tokens),)
+        ev = _finish(ctx, c, pools, res, ok=False, reason=f"misses its SLOs even with {cap} replicas")
+        return ev
+    res = run(r, rate)
+    pools = (Pool("both", c.gpu, c.tp, r, c.weight_dtype, c.kv_dtype, limits, price, cost.kv_capacity_tokens),)
+    return _finish(ctx, c, pools, res, ok=True)
+
+
+def kv_transfer_s_per_token(ctx: SearchContext, c: Candidate) -> float:
+    """Seconds to move one token's KV from a prefill replica to a decode replica over the network
+    (``tp`` NICs in parallel on the slower side): ``kv_bytes_per_token / (min(tp_p, tp_d) x bandwidth)``."""
+    per_tok = mem.kv_cache_bytes_per_token(ctx.model, c.kv_dtype, 1)
+    return per_tok / (min(c.tp, c.decode_tp) * ctx.policy.kv_transfer_bandwidth_bytes_per_s)
+
+
+def _evaluate_disagg(ctx: SearchContext, c: Candidate) -> Evaluation:
+    w, pol = ctx.workload, ctx.policy
+    budget = c.max_num_batched_tokens or max(w.max_model_len, 2048)
+    p_limits = EngineLimits(max_num_seqs=max(8, min(64, c.max_num_seqs)), max_num_batched_tokens=budget,
+                            chunked_prefill=c.max_num_batched_tokens > 0, enable_prefix_caching=w.shared_prefix_fraction > 0)
+    d_limits = EngineLimits(max_num_seqs=c.max_num_seqs, max_num_batched_tokens=max(2048, c.max_num_seqs),
+                            chunked_prefill=True, enable_prefix_caching=False)
+    p_cost, why_p = ctx.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, p_limits)
+    d_cost, why_d = ctx.cost_model(c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype, d_limits)
+    if p_cost is None or d_cost is None:
+        why = why_p or why_d
+        return _infeasible(ctx, c, ("prefill pool: " if why_p else "decode pool: ") + why, False,
+                           "memory" if why.startswith("does not fit") else "invalid")
+    rate = w.effective_rate_per_s
+    target = rate * (1 + pol.headroom)
+    xfer = kv_transfer_s_per_token(ctx, c)
+
+    def run(rp: int, rd: int, at: float) -> Any:
+        return analyze_disaggregated(p_cost, p_limits, rp, d_cost, d_limits, rd, xfer, at,
+                                     w.prompt_tokens, w.output_tokens, shared_prefix_fraction=w.shared_prefix_fraction)
+
+    cap_p, cap_d = _gpu_cap(ctx, c.tp), _gpu_cap(ctx, c.decode_tp)
+    if cap_p < 1 or cap_d < 1:
+        return _infeasible(ctx, c, "pools exceed max_gpus", True, "capacity")
+    # size decode with ample prefill, then prefill with the chosen decode pool
+    rd = _min_replicas(lambda k: _ok_metrics(ctx, run(cap_p, k, target), ("tpot",)), 1, cap_d)
+    if rd is None:
+        res = run(cap_p, cap_d, rate)
+        pools = (Pool("prefill", c.gpu, c.tp, cap_p, c.weight_dtype, c.kv_dtype, p_limits, ctx.prices[c.gpu], p_cost.kv_capacity_tokens),
+                 Pool("decode", c.decode_gpu, c.decode_tp, cap_d, c.weight_dtype, c.kv_dtype, d_limits, ctx.prices[c.decode_gpu], d_cost.kv_capacity_tokens))
+        return _finish(ctx, c, pools, res, ok=False, reason="decode pool misses its SLOs at its cap")
+    rp = _min_replicas(lambda k: _ok(ctx, run(k, rd, target)), 1, cap_p)
+    ok = rp is not None
+    rp = rp or cap_p
+    if w.max_gpus and rp * c.tp + rd * c.decode_tp > w.max_gpus:
+        ok = False
+    res = run(rp, rd, rate)
+    pools = (Pool("prefill", c.gpu, c.tp, rp, c.weight_dtype, c.kv_dtype, p_limits, ctx.prices[c.gpu], p_cost.kv_capacity_tokens),
+             Pool("decode", c.decode_gpu, c.decode_tp, rd, c.weight_dtype, c.kv_dtype, d_limits, ctx.prices[c.decode_gpu], d_cost.kv_capacity_tokens))
+    return _finish(ctx, c, pools, res, ok=ok, reason="" if ok else "prefill pool misses its SLOs at its cap or max_gpus")
+
+
+def _ok_metrics(ctx: SearchContext, res: Any, metrics: tuple[str, ...]) -> bool:
+    if not res.stable or res.utilisation > ctx.policy.max_utilisation:
+        return False
+    for s in ctx.workload.slos:
+        if s.metric in metrics and getattr(res, f"{s.metric}_s").at(s.percentile) > s.limit_s:
+            return False
+    return True

@@ -1,0 +1,81 @@
+"""``policies/search.yaml``: the search's settings (pydantic at the edge -> frozen dataclass)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from recommender.errors import ConfigError
+
+
+class _SearchPolicySpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    trials: int = Field(400, gt=0)
+    timeout_s: float = Field(20.0, gt=0)
+    population_size: int = Field(40, ge=2)
+    headroom: float = Field(0.2, ge=0.0, le=5.0)
+    max_utilisation: float = Field(0.85, gt=0.0, le=1.0)
+    tensor_parallel: list[int] = [1, 2, 4, 8]
+    weight_dtypes: list[str] = ["native", "fp8", "int8", "int4", "fp4"]
+    kv_dtypes: list[str] = ["bf16", "fp8"]
+    max_num_seqs: list[int] = [16, 32, 64, 128, 256, 512, 1024]
+    max_num_batched_tokens: list[int] = [0, 1024, 2048, 4096, 8192, 16384]
+    gpu_memory_utilization: float = Field(0.92, gt=0.05, le=1.0)
+    disaggregation: bool = True
+    kv_transfer_bandwidth_bytes_per_s: float = Field(5e10, gt=0)
+    kv_transfer_latency_s: float = Field(0.002, ge=0)
+    max_replicas: int = Field(256, gt=0)
+    verify: int = Field(3, ge=0)
+    verify_requests: int = Field(2000, gt=0)
+    quality_risk_dtypes: list[str] = ["int4", "fp4"]
+
+
+@dataclass(frozen=True)
+class SearchPolicy:
+    """See ``policies/search.yaml`` for the meaning of each field."""
+
+    trials: int = 400
+    timeout_s: float = 20.0
+    population_size: int = 40
+    headroom: float = 0.2
+    max_utilisation: float = 0.85
+    tensor_parallel: tuple[int, ...] = (1, 2, 4, 8)
+    weight_dtypes: tuple[str, ...] = ("native", "fp8", "int8", "int4", "fp4")
+    kv_dtypes: tuple[str, ...] = ("bf16", "fp8")
+    max_num_seqs: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
+    max_num_batched_tokens: tuple[int, ...] = (0, 1024, 2048, 4096, 8192, 16384)
+    gpu_memory_utilization: float = 0.92
+    disaggregation: bool = True
+    kv_transfer_bandwidth_bytes_per_s: float = 5e10
+    kv_transfer_latency_s: float = 0.002
+    max_replicas: int = 256
+    verify: int = 3
+    verify_requests: int = 2000
+    quality_risk_dtypes: tuple[str, ...] = ("int4", "fp4")
+
+
+def default_policy_path() -> Path:
+    return Path(__file__).resolve().parents[2] / "policies" / "search.yaml"
+
+
+def load_search_policy(path: str | Path | None = None) -> SearchPolicy:
+    """Read ``policies/search.yaml`` (or ``path``); missing keys take the defaults above."""
+    p = Path(path) if path else default_policy_path()
+    doc: object = {}
+    if p.exists():
+        try:
+            doc = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"search policy {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    elif path:
+        raise ConfigError(f"search policy {str(p)!r} does not exist")
+    try:
+        spec = _SearchPolicySpec.model_validate(doc)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ConfigError(f"search policy {p}: field '{'.'.join(map(str, err['loc']))}': {err['msg']}") from None
+    d = spec.model_dump()
+    return SearchPolicy(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})

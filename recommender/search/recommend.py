@@ -1,0 +1,245 @@
+"""``recommend(workload) -> Plan``: the main job, pure (no printing, no files except Optuna storage)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from recommender.catalog import Catalog, default_catalog
+from recommender.errors import DoesNotFitError, InfeasibleError
+from recommender.plan import Plan, PlanRow
+from recommender.profiles import EngineProfile, engine_profile
+from recommender.search.evaluate import Evaluation, SearchContext, evaluate
+from recommender.search.pareto import non_dominated
+from recommender.search.policy import SearchPolicy, load_search_policy
+from recommender.search.space import Candidate, allowed_gpus, resolve_dtype
+from recommender.search.study import SpaceChoices, StudySettings, run_study
+from recommender.units import fmt_seconds
+from recommender.workload import Workload
+
+
+@dataclass(frozen=True)
+class SearchSettings(StudySettings):
+    """Study settings plus what the plan shows (``top``) and verifies (``verify``)."""
+
+    top: int = 5
+    verify: int | None = None
+
+
+def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfile, catalog: Catalog) -> SearchContext:
+    model = catalog.model(workload.model)
+    gpus = allowed_gpus(catalog, workload.gpus, dict(workload.usd_per_gpu_hour_overrides))
+    prices = {g.id: workload.usd_per_gpu_hour_overrides.get(g.id, g.usd_per_gpu_hour) for g in gpus}
+    return SearchContext(workload=workload, model=model, gpus={g.id: g for g in gpus},
+                         prices={k: float(v) for k, v in prices.items() if v is not None}, profile=profile, policy=policy)
+
+
+def space_choices(ctx: SearchContext) -> SpaceChoices:
+    pol = ctx.policy
+    wds = []
+    for d in pol.weight_dtypes:
+        r = resolve_dtype(d, ctx.model)
+        if r not in wds:
+            wds.append(r)
+    return SpaceChoices(gpus=tuple(ctx.gpus), tps=tuple(pol.tensor_parallel), weight_dtypes=tuple(wds),
+                        kv_dtypes=tuple(pol.kv_dtypes), max_num_seqs=tuple(pol.max_num_seqs),
+                        budgets=tuple(pol.max_num_batched_tokens), disaggregation=pol.disaggregation)
+
+
+def seed_candidates(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
+    """Sensible starting points enqueued before the sampler takes over: per GPU, the smallest TP that
+    fits at each dtype with vLLM-like defaults (256 sequences, 8192-token chunks)."""
+    out: list[Candidate] = []
+    seqs = 256 if 256 in ch.max_num_seqs else ch.max_num_seqs[len(ch.max_num_seqs) // 2]
+    budget = 8192 if 8192 in ch.budgets else max(ch.budgets)
+    for g in ch.gpus:
+        for wd in ch.weight_dtypes:
+            for tp in ch.tps:
+                c = Candidate(g, tp, wd, "fp8" if "fp8" in ch.kv_dtypes else ch.kv_dtypes[0], seqs, budget)
+                cost, _ = ctx.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype,
+                                         _probe_limits(seqs, budget))
+                if cost is not None:
+                    out.append(c)
+                    break
+    return out
+
+
+def _probe_limits(seqs: int, budget: int):  # noqa: ANN202
+    from recommender.perf.step import EngineLimits
+
+    return EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=True)
+
+
+def candidate_from_plan_row(row: dict[str, Any]) -> Candidate:
+    """The rank-1 row of a previous plan JSON as a Candidate (for warm starts)."""
+    pools = row.get("pools") or []
+    dis = bool(row.get("disaggregated"))
+    first = pools[0] if pools else row
+    last = pools[-1] if pools else row
+    budget = int(first.get("max_num_batched_tokens", 8192)) if first.get("chunked_prefill", True) else 0
+    return Candidate(gpu=first["gpu"], tp=int(first["tp"]), weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"],
+                     max_num_seqs=int(last.get("max_num_seqs", row.get("max_num_seqs", 256))),
+                     max_num_batched_tokens=budget, disaggregated=dis,
+                     decode_gpu=last["gpu"] if dis else "", decode_tp=int(last["tp"]) if dis else 0)
+
+
+def quality_note(ev: Evaluation, policy: SearchPolicy) -> str:
+    wd = ev.candidate.weight_dtype
+    if wd in policy.quality_risk_dtypes:
+        return f"{wd} weights: small accuracy loss likely; validate on your eval set"
+    return ""
+
+
+def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -> list[PlanRow]:
+    """Feasible evaluations -> Pareto rows first (by cost), then dominated ones; one row per
+    configuration family (GPU, TP, dtypes, pools) so the table shows real alternatives."""
+    feas = [e for e in evaluations if e.feasible]
+    uniq: dict[str, Evaluation] = {}
+    for e in feas:
+        uniq.setdefault(e.candidate.key, e)
+    feas = list(uniq.values())
+    if not feas:
+        return []
+    front = set(non_dominated([e.objectives for e in feas]))
+    order = sorted(range(len(feas)), key=lambda i: (i not in front, feas[i].usd_per_million_tokens, feas[i].objectives[1:]))
+    seen: set[tuple] = set()
+    rows: list[PlanRow] = []
+    for i in order:
+        e = feas[i]
+        c = e.candidate
+        fam = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.disaggregated, c.decode_gpu, c.decode_tp)
+        if fam in seen:
+            continue
+        seen.add(fam)
+        rows.append(PlanRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=quality_note(e, ctx.policy)))
+        if len(rows) >= top:
+            break
+    return rows
+
+
+def why_rank_one(ctx: SearchContext, rows: Sequence[PlanRow]) -> str:
+    """One or two lines: why rank 1 beats rank 2."""
+    if not rows:
+        return ""
+    a = rows[0]
+    ea = a.evaluation
+    if len(rows) == 1:
+        return (f"Only {a.label()} meets every constraint: ${ea.usd_per_million_tokens:.3f}/M tokens on "
+                f"{ea.gpus_total} GPUs; binding: {ea.binding}.")
+    b = rows[1]
+    eb = b.evaluation
+    saving = 1 - ea.usd_per_million_tokens / eb.usd_per_million_tokens if eb.usd_per_million_tokens else 0.0
+    reasons = []
+    if ea.gpus_total < eb.gpus_total:
+        reasons.append(f"{ea.gpus_total} GPUs instead of {eb.gpus_total}")
+    pa = ea.usd_per_hour / max(ea.gpus_total, 1)
+    pb = eb.usd_per_hour / max(eb.gpus_total, 1)
+    if pa < pb * 0.98:
+        reasons.append(f"cheaper GPU-hours (${pa:.2f} vs ${pb:.2f})")
+    if a.candidate.weight_dtype != b.candidate.weight_dtype:
+        reasons.append(f"{a.candidate.weight_dtype} weights vs {b.candidate.weight_dtype}")
+    line = (f"Rank 1 ({a.label()}, {a.candidate.weight_dtype}/{a.candidate.kv_dtype} KV) costs "
+            f"${ea.usd_per_million_tokens:.3f}/M tokens, {saving:.0%} less than rank 2 ({b.label()})"
+            + (f": {', '.join(reasons)}." if reasons else "."))
+    faster = [f"{s.metric} {fmt_seconds(eb.latency(s.metric, s.percentile))} vs {fmt_seconds(ea.latency(s.metric, s.percentile))}"
+              for s in ctx.workload.slos if eb.latency(s.metric, s.percentile) < ea.latency(s.metric, s.percentile) * 0.97]
+    if faster:
+        line += f" Rank 2 is faster ({', '.join(faster)}) if latency matters more than cost."
+    else:
+        line += f" Binding constraint for rank 1: {ea.binding}."
+    return line
+
+
+def infeasible_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) -> str:
+    w = ctx.workload
+    fit = [e for e in evaluations if e.fits and e.latencies]
+    slos = ", ".join(str(s) for s in w.slos) or "the capacity limits"
+    if not fit:
+        raise DoesNotFitError(_no_fit_message(ctx, evaluations))
+    if not w.slos:
+        best = min(fit, key=lambda e: e.utilisation)
+        return (f"no plan carries {w.effective_rate_per_s:.3g} req/s within max_gpus={w.max_gpus} and "
+                f"utilisation <= {ctx.policy.max_utilisation}: the closest is {best.candidate.key} at utilisation "
+                f"{best.utilisation:.2f}; raise max_gpus or the deadline")
+    worst = lambda e: max(e.latency(s.metric, s.percentile) / s.limit_s for s in w.slos)  # noqa: E731
+    closest = min(fit, key=worst)
+    parts = []
+    for s in w.slos:
+        best = min(fit, key=lambda e: e.latency(s.metric, s.percentile))
+        v = best.latency(s.metric, s.percentile)
+        if v > s.limit_s:
+            c = best.candidate
+            parts.append(f"the fastest {s.metric} reaches {fmt_seconds(v)} on {c.gpu} TP{c.tp} {c.weight_dtype}; "
+                         f"relax to >= {fmt_seconds(v * 1.05)}")
+    if not parts:
+        c = closest.candidate
+        parts.append(f"each SLO is reachable alone but not together; the closest plan is {c.key} "
+                     f"({', '.join(f'{s.metric} {fmt_seconds(closest.latency(s.metric, s.percentile))}' for s in w.slos)})")
+    others = ""
+    if w.gpus:
+        others = f" or allow more GPU types than {', '.join(w.gpus)}"
+    cap = f" or raise max_gpus ({w.max_gpus})" if w.max_gpus else ""
+    return f"no plan meets {slos}: " + "; ".join(parts) + others + cap
+
+
+def _no_fit_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) -> str:
+    from recommender.perf import memory as mem
+
+    m = ctx.model
+    smallest = min((resolve_dtype(d, m) for d in ctx.policy.weight_dtypes), key=lambda d: mem.bytes_per_weight(d))
+    need = mem.weight_bytes(m, smallest)
+    biggest = max(ctx.gpus.values(), key=lambda g: g.memory_bytes * g.interconnect.gpus_per_domain)
+    n = min(biggest.interconnect.gpus_per_domain, max(ctx.policy.tensor_parallel), ctx.workload.max_gpus or 10**9)
+    return (f"{m.id} does not fit any allowed GPU set: its weights alone are {need / 1e9:,.0f} GB at {smallest}, "
+            f"the largest allowed TP group is {n} x {biggest.id} = {n * biggest.memory_bytes / 1e9:,.0f} GB; "
+            f"allow larger GPUs (h200, b200, mi325x) or a smaller weight dtype")
+
+
+def recommend(workload: Workload, *, settings: SearchSettings | None = None, profile: EngineProfile | None = None,
+              catalog: Catalog | None = None, policy: SearchPolicy | None = None,
+              warm_start: dict[str, Any] | None = None) -> Plan:
+    """Search the deployment space for ``workload`` and return the ranked Pareto plan.
+
+    Raises :class:`InfeasibleError` (no plan meets the SLOs; names the binding constraint and the
+    closest plan) or :class:`DoesNotFitError` (the model fits no allowed GPU set).
+    """
+    settings = settings or SearchSettings()
+    policy = policy or load_search_policy()
+    profile = profile or engine_profile("vllm")
+    catalog = catalog or default_catalog()
+    t0 = time.perf_counter()
+    ctx = build_context(workload, policy, profile, catalog)
+    ch = space_choices(ctx)
+    enqueue = seed_candidates(ctx, ch)
+    if warm_start and warm_start.get("plans"):
+        try:
+            enqueue.insert(0, candidate_from_plan_row(warm_start["plans"][0]))
+        except (KeyError, TypeError, ValueError):
+            pass
+    if settings.storage and not settings.study_name:
+        settings = SearchSettings(**{**settings.__dict__, "study_name": f"recommend-{workload.name}"})
+    study, evals = run_study(ctx, ch, settings, enqueue)
+    all_evals = list(ctx._cache.values())
+    rows = rank_rows(ctx, all_evals, settings.top)
+    if not rows:
+        raise InfeasibleError(infeasible_message(ctx, all_evals))
+    verify = policy.verify if settings.verify is None else settings.verify
+    if verify:
+        from recommender.search.verify import verify_rows
+
+        rows = verify_rows(ctx, rows, all_evals, verify, settings.seed, settings.top)
+        if not rows:
+            raise InfeasibleError(infeasible_message(ctx, all_evals) + " (the simulator rejected every analytic plan)")
+    elapsed = time.perf_counter() - t0
+    meta = {"seed": settings.seed, "trials": len(study.trials), "evaluations": ctx.evaluations,
+            "seconds": round(elapsed, 3), "study_name": study.study_name, "storage": settings.storage,
+            "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
+            "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
+            "headroom": policy.headroom, "verified": verify}
+    return Plan(workload=workload, model=ctx.model, rows=tuple(rows), why=why_rank_one(ctx, rows),
+                engine=profile.engine, profile_source=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization,
+                meta=meta)
+
+

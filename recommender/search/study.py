@@ -1,0 +1,150 @@
+"""The Optuna study: a multi-objective NSGA-II search over :class:`Candidate` with SLO, memory and
+capacity constraints passed through ``constraints_func`` (values <= 0 are satisfied).
+
+Optuna stays in this module: the objective turns a trial into a Candidate and calls the pure
+:func:`recommender.search.evaluate.evaluate`.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import optuna
+
+from recommender.search.evaluate import Evaluation, SearchContext, evaluate
+from recommender.search.space import Candidate
+
+optuna.logging.set_verbosity(logging.WARNING)
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """How to run the study (CLI: --seed --trials --timeout --storage --study-name --workers)."""
+
+    seed: int = 0
+    trials: int | None = None
+    timeout_s: float | None = None
+    storage: str | None = None
+    study_name: str | None = None
+    workers: int = 1
+
+
+@dataclass(frozen=True)
+class SpaceChoices:
+    """The categorical choices the sampler sees (fixed across trials, as Optuna requires)."""
+
+    gpus: tuple[str, ...]
+    tps: tuple[int, ...]
+    weight_dtypes: tuple[str, ...]
+    kv_dtypes: tuple[str, ...]
+    max_num_seqs: tuple[int, ...]
+    budgets: tuple[int, ...]
+    disaggregation: bool
+
+
+def candidate_from_params(p: dict[str, Any]) -> Candidate:
+    dis = bool(p.get("disaggregated", False))
+    return Candidate(
+        gpu=p["gpu"], tp=int(p["tp"]), weight_dtype=p["weight_dtype"], kv_dtype=p["kv_dtype"],
+        max_num_seqs=int(p["max_num_seqs"]), max_num_batched_tokens=int(p["max_num_batched_tokens"]),
+        disaggregated=dis, decode_gpu=p.get("decode_gpu", "") if dis else "",
+        decode_tp=int(p.get("decode_tp", 0)) if dis else 0,
+    )
+
+
+def params_of(c: Candidate) -> dict[str, Any]:
+    d: dict[str, Any] = {"gpu": c.gpu, "tp": c.tp, "weight_dtype": c.weight_dtype, "kv_dtype": c.kv_dtype,
+                         "max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.max_num_batched_tokens,
+                         "disaggregated": c.disaggregated}
+    if c.disaggregated:
+        d.update(decode_gpu=c.decode_gpu, decode_tp=c.decode_tp)
+    return d
+
+
+def suggest(trial: optuna.Trial, ch: SpaceChoices) -> Candidate:
+    p: dict[str, Any] = {
+        "gpu": trial.suggest_categorical("gpu", ch.gpus),
+        "tp": trial.suggest_categorical("tp", ch.tps),
+        "weight_dtype": trial.suggest_categorical("weight_dtype", ch.weight_dtypes),
+        "kv_dtype": trial.suggest_categorical("kv_dtype", ch.kv_dtypes),
+        "max_num_seqs": trial.suggest_categorical("max_num_seqs", ch.max_num_seqs),
+        "max_num_batched_tokens": trial.suggest_categorical("max_num_batched_tokens", ch.budgets),
+    }
+    if ch.disaggregation:
+        p["disaggregated"] = trial.suggest_categorical("disaggregated", (False, True))
+        if p["disaggregated"]:
+            p["decode_gpu"] = trial.suggest_categorical("decode_gpu", ch.gpus)
+            p["decode_tp"] = trial.suggest_categorical("decode_tp", ch.tps)
+    return candidate_from_params(p)
+
+
+def _constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
+    return trial.user_attrs["constraints"]
+
+
+def make_study(ctx: SearchContext, settings: StudySettings, directions: int) -> optuna.Study:
+    sampler = optuna.samplers.NSGAIISampler(
+        population_size=ctx.policy.population_size, seed=settings.seed, constraints_func=_constraints,
+    )
+    return optuna.create_study(
+        directions=["minimize"] * directions, sampler=sampler, storage=settings.storage,
+        study_name=settings.study_name, load_if_exists=settings.storage is not None,
+    )
+
+
+def run_study(ctx: SearchContext, ch: SpaceChoices, settings: StudySettings,
+              enqueue: Sequence[Candidate] = ()) -> tuple[optuna.Study, list[Evaluation]]:
+    """Run the study in this process (and ``workers - 1`` more sharing ``storage``)."""
+    study = make_study(ctx, settings, len(ctx.objective_names))
+    for c in enqueue:
+        study.enqueue_trial(params_of(c), skip_if_exists=True)
+    evaluations: list[Evaluation] = []
+
+    def objective(trial: optuna.Trial) -> Sequence[float]:
+        c = suggest(trial, ch)
+        ev = evaluate(ctx, c)
+        trial.set_user_attr("constraints", list(ev.constraints))
+        trial.set_user_attr("key", c.key)
+        evaluations.append(ev)
+        return ev.objectives
+
+    trials = settings.trials or ctx.policy.trials
+    timeout = settings.timeout_s or ctx.policy.timeout_s
+    if settings.workers > 1:
+        if settings.storage is None:
+            raise ValueError("--workers > 1 needs --storage (a SQLite file or an RDB/journal URL) to share trials")
+        per = max(1, trials // settings.workers)
+        procs = [multiprocessing.get_context("spawn").Process(
+            target=_worker, args=(ctx, ch, settings, i + 1, per, timeout)) for i in range(settings.workers - 1)]
+        for pr in procs:
+            pr.start()
+        study.optimize(objective, n_trials=per, timeout=timeout)
+        for pr in procs:
+            pr.join()
+        # re-evaluate what the other workers found (cheap: cached analytic model)
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            evaluations.append(evaluate(ctx, candidate_from_params(t.params)))
+    else:
+        study.optimize(objective, n_trials=trials, timeout=timeout)
+    return study, evaluations
+
+
+def _worker(ctx: SearchContext, ch: SpaceChoices, settings: StudySettings, index: int, trials: int, timeout: float) -> None:
+    s = StudySettings(seed=settings.seed + index, storage=settings.storage, study_name=settings.study_name)
+    study = make_study(ctx, s, len(ctx.objective_names))
+
+    def objective(trial: optuna.Trial) -> Sequence[float]:
+        c = suggest(trial, ch)
+        ev = evaluate(ctx, c)
+        trial.set_user_attr("constraints", list(ev.constraints))
+        return ev.objectives
+
+    study.optimize(objective, n_trials=trials, timeout=timeout)
+
+
+def now() -> float:
+    return time.perf_counter()
