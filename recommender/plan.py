@@ -52,6 +52,7 @@ class Plan:
     profile_source: str = ""
     gpu_memory_utilization: float = 0.92
     meta: dict[str, Any] = field(default_factory=dict)
+    evaluations: tuple[Evaluation, ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         w = self.workload

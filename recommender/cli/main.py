@@ -57,7 +57,7 @@ def main_job(
     if plot:
         from recommender.render.plot import write_plot
 
-        write_plot(plot, plan, plan.meta.get("_evaluations", ()))
+        write_plot(plot, plan, plan.evaluations)
         typer.echo(f"wrote {plot}", err=True)
     if emit:
         import json

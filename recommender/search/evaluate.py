@@ -213,9 +213,9 @@ def _finish(ctx: SearchContext, c: Candidate, pools: tuple[Pool, ...], res: Any,
     ratios = _slo_ratios(ctx, res)
     util_excess = res.utilisation - ctx.policy.max_utilisation if res.stable else 1.0
     cons = (0.0, max(0.0, util_excess) if not ok else 0.0, *[r - 1.0 for r in ratios])
-    objectives = (usd_m if math.isfinite(usd_m) else INFEASIBLE_OBJECTIVE,
-                  *[min(lat[s.metric][s.percentile], INFEASIBLE_OBJECTIVE) for s in w.slos] or
-                  [min(lat["tpot"]["p90"], INFEASIBLE_OBJECTIVE)])
+    lat_obj = [min(lat[s.metric][s.percentile], INFEASIBLE_OBJECTIVE) for s in w.slos] or [
+        min(lat["tpot"]["p90"], INFEASIBLE_OBJECTIVE)]
+    objectives = (usd_m if math.isfinite(usd_m) else INFEASIBLE_OBJECTIVE, *lat_obj)
     # binding constraint: the SLO with the least slack, or capacity when latency has slack
     names = ctx.slo_names
     if ratios:

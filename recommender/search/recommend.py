@@ -12,7 +12,7 @@ from recommender.errors import DoesNotFitError, InfeasibleError
 from recommender.plan import Plan, PlanRow
 from recommender.profiles import EngineProfile, engine_profile
 from recommender.search.evaluate import Evaluation, SearchContext, evaluate
-from recommender.search.pareto import non_dominated
+from recommender.search.recommend_rows import quality_note, rank_rows
 from recommender.search.policy import SearchPolicy, load_search_policy
 from recommender.search.space import Candidate, allowed_gpus, resolve_dtype
 from recommender.search.study import SpaceChoices, StudySettings, run_study
@@ -85,40 +85,6 @@ def candidate_from_plan_row(row: dict[str, Any]) -> Candidate:
                      decode_gpu=last["gpu"] if dis else "", decode_tp=int(last["tp"]) if dis else 0)
 
 
-def quality_note(ev: Evaluation, policy: SearchPolicy) -> str:
-    wd = ev.candidate.weight_dtype
-    if wd in policy.quality_risk_dtypes:
-        return f"{wd} weights: small accuracy loss likely; validate on your eval set"
-    return ""
-
-
-def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -> list[PlanRow]:
-    """Feasible evaluations -> Pareto rows first (by cost), then dominated ones; one row per
-    configuration family (GPU, TP, dtypes, pools) so the table shows real alternatives."""
-    feas = [e for e in evaluations if e.feasible]
-    uniq: dict[str, Evaluation] = {}
-    for e in feas:
-        uniq.setdefault(e.candidate.key, e)
-    feas = list(uniq.values())
-    if not feas:
-        return []
-    front = set(non_dominated([e.objectives for e in feas]))
-    order = sorted(range(len(feas)), key=lambda i: (i not in front, feas[i].usd_per_million_tokens, feas[i].objectives[1:]))
-    seen: set[tuple] = set()
-    rows: list[PlanRow] = []
-    for i in order:
-        e = feas[i]
-        c = e.candidate
-        fam = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.disaggregated, c.decode_gpu, c.decode_tp)
-        if fam in seen:
-            continue
-        seen.add(fam)
-        rows.append(PlanRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=quality_note(e, ctx.policy)))
-        if len(rows) >= top:
-            break
-    return rows
-
-
 def why_rank_one(ctx: SearchContext, rows: Sequence[PlanRow]) -> str:
     """One or two lines: why rank 1 beats rank 2."""
     if not rows:
@@ -154,10 +120,15 @@ def why_rank_one(ctx: SearchContext, rows: Sequence[PlanRow]) -> str:
 
 def infeasible_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) -> str:
     w = ctx.workload
-    fit = [e for e in evaluations if e.fits and e.latencies]
+    fit = [e for e in evaluations if e.fits and e.latencies
+           and all(math.isfinite(e.latency(s.metric, s.percentile)) for s in w.slos)]
     slos = ", ".join(str(s) for s in w.slos) or "the capacity limits"
-    if not fit:
+    if not any(e.fits for e in evaluations):
         raise DoesNotFitError(_no_fit_message(ctx, evaluations))
+    if not fit:
+        cap = f"max_gpus={w.max_gpus}" if w.max_gpus else f"max_replicas={ctx.policy.max_replicas}"
+        return (f"no configuration carries {w.effective_rate_per_s:.3g} req/s (+{ctx.policy.headroom:.0%} headroom) "
+                f"stably within {cap}: every candidate saturates; raise max_gpus, allow larger GPUs, or lower the rate")
     if not w.slos:
         best = min(fit, key=lambda e: e.utilisation)
         return (f"no plan carries {w.effective_rate_per_s:.3g} req/s within max_gpus={w.max_gpus} and "
@@ -240,6 +211,6 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
             "headroom": policy.headroom, "verified": verify}
     return Plan(workload=workload, model=ctx.model, rows=tuple(rows), why=why_rank_one(ctx, rows),
                 engine=profile.engine, profile_source=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization,
-                meta=meta)
+                meta=meta, evaluations=tuple(all_evals))
 
 

@@ -82,18 +82,28 @@ def suggest(trial: optuna.Trial, ch: SpaceChoices) -> Candidate:
     return candidate_from_params(p)
 
 
-def _constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
-    return trial.user_attrs["constraints"]
+def open_storage(url: str | None) -> Any:
+    """An Optuna storage: None (in memory), an RDB URL, or a journal file path ending in .log."""
+    if url and url.endswith(".log") and "://" not in url:
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        return JournalStorage(JournalFileBackend(url))
+    return url
 
 
 def make_study(ctx: SearchContext, settings: StudySettings, directions: int) -> optuna.Study:
-    sampler = optuna.samplers.NSGAIISampler(
-        population_size=ctx.policy.population_size, seed=settings.seed, constraints_func=_constraints,
-    )
+    # constraints reach the sampler through Trial.set_constraint (Optuna >= 5; values <= 0 are feasible)
+    sampler = optuna.samplers.NSGAIISampler(population_size=ctx.policy.population_size, seed=settings.seed)
     return optuna.create_study(
-        directions=["minimize"] * directions, sampler=sampler, storage=settings.storage,
+        directions=["minimize"] * directions, sampler=sampler, storage=open_storage(settings.storage),
         study_name=settings.study_name, load_if_exists=settings.storage is not None,
     )
+
+
+def _set_constraints(trial: optuna.Trial, ctx: SearchContext, ev: Evaluation) -> None:
+    for name, value in zip(ctx.constraint_names, ev.constraints):
+        trial.set_constraint(name, float(value))
 
 
 def run_study(ctx: SearchContext, ch: SpaceChoices, settings: StudySettings,
@@ -107,7 +117,7 @@ def run_study(ctx: SearchContext, ch: SpaceChoices, settings: StudySettings,
     def objective(trial: optuna.Trial) -> Sequence[float]:
         c = suggest(trial, ch)
         ev = evaluate(ctx, c)
-        trial.set_user_attr("constraints", list(ev.constraints))
+        _set_constraints(trial, ctx, ev)
         trial.set_user_attr("key", c.key)
         evaluations.append(ev)
         return ev.objectives
@@ -140,7 +150,7 @@ def _worker(ctx: SearchContext, ch: SpaceChoices, settings: StudySettings, index
     def objective(trial: optuna.Trial) -> Sequence[float]:
         c = suggest(trial, ch)
         ev = evaluate(ctx, c)
-        trial.set_user_attr("constraints", list(ev.constraints))
+        _set_constraints(trial, ctx, ev)
         return ev.objectives
 
     study.optimize(objective, n_trials=trials, timeout=timeout)

@@ -1,0 +1,52 @@
+"""Ranking evaluations into plan rows (shared by the search and the simulator verification)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from recommender.plan import PlanRow
+from recommender.search.evaluate import Evaluation, SearchContext
+from recommender.search.pareto import non_dominated
+from recommender.search.policy import SearchPolicy
+
+
+def quality_note(ev: Evaluation, policy: SearchPolicy) -> str:
+    wd = ev.candidate.weight_dtype
+    if wd in policy.quality_risk_dtypes:
+        return f"{wd} weights: small accuracy loss likely; validate on your eval set"
+    return ""
+
+
+def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -> list[PlanRow]:
+    """Feasible evaluations -> Pareto rows first (by cost), then dominated ones; one row per
+    configuration family (GPU, TP, dtypes, pools) so the table shows real alternatives."""
+    feas = [e for e in evaluations if e.feasible]
+    uniq: dict[str, Evaluation] = {}
+    for e in feas:
+        uniq.setdefault(e.candidate.key, e)
+    feas = list(uniq.values())
+    if not feas:
+        return []
+    front = set(non_dominated([e.objectives for e in feas]))
+    order = sorted(range(len(feas)), key=lambda i: (i not in front, feas[i].usd_per_million_tokens, feas[i].objectives[1:]))
+    seen: set[tuple] = set()
+    rows: list[PlanRow] = []
+    for i in order:
+        e = feas[i]
+        c = e.candidate
+        fam = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.disaggregated, c.decode_gpu, c.decode_tp)
+        if fam in seen:
+            continue
+        seen.add(fam)
+        rows.append(PlanRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=quality_note(e, ctx.policy)))
+        if len(rows) >= top:
+            break
+    return rows
+
+
+
+
+def more_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], rows: Sequence[PlanRow], extra: int) -> list[PlanRow]:
+    """The next ``extra`` ranked rows after ``rows`` (same ordering as :func:`rank_rows`)."""
+    allrows = rank_rows(ctx, evaluations, len(rows) + extra)
+    return allrows[len(rows):]
