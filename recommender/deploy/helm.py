@@ -79,7 +79,6 @@ def _model_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     name = deployment_name(spec, pool)
     annotations = {"recommender/plan": spec.plan_id, "recommender/plan-rank": str(spec.rank),
                    "recommender/plan-source": spec.plan_name, "recommender/modelled": spec.summary}
-    pods = sum(p.replicas for p in spec.pools)
     entry: dict[str, Any] = {
         "name": name,
         "annotations": annotations,
@@ -94,7 +93,8 @@ def _model_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         "requestGPU": pool.tp,
         "requestGPUType": pool.gpu.k8s_resource,
         "pvcStorage": f"{cache_size_gib(pool.checkpoint_bytes)}Gi",
-        "pvcAccessMode": ["ReadWriteMany" if pods > 1 else "ReadWriteOnce"],
+        # the chart makes one PVC per modelSpec, shared by that modelSpec's replicas
+        "pvcAccessMode": ["ReadWriteMany" if pool.replicas > 1 else "ReadWriteOnce"],
         "shmSize": shm_size(pool.tp),
         "hf_token": {"secretName": HF_TOKEN_SECRET, "secretKey": HF_TOKEN_KEY},
         "vllmConfig": vllm_config,
