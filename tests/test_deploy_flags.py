@@ -160,3 +160,9 @@ def test_served_model_name_takes_several_values() -> None:
 def test_json_flags_return_objects() -> None:
     parsed = check_serve_args(["m", "--compilation-config", json.dumps({"cudagraph_mode": "PIECEWISE"})])
     assert parsed["compilation_config"] == {"cudagraph_mode": "PIECEWISE"}
+
+
+def test_optional_value_flags() -> None:
+    # --hf-token has nargs '?': alone it means "use the cached token", with a value it is the token
+    assert check_serve_args(["m", "--hf-token", "--port", "1"])["hf_token"] is None
+    assert check_serve_args(["m", "--hf-token", "abc"])["hf_token"] == "abc"

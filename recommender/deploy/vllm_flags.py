@@ -266,6 +266,9 @@ def check_serve_args(argv: Sequence[str]) -> dict[str, Any]:
                 values = []
             elif eq:
                 values = [inline]
+            elif spec.nargs == "?":  # optional value (e.g. --hf-token): taken only if one follows
+                values = [args[i + 1]] if i + 1 < len(args) and not args[i + 1].startswith("-") else []
+                i += len(values)
             elif spec.nargs == "+":
                 values = []
                 while i + 1 < len(args) and not args[i + 1].startswith("-"):
@@ -286,6 +289,8 @@ def check_serve_args(argv: Sequence[str]) -> dict[str, Any]:
             raise _fail(name, None, "given twice (vLLM would silently keep the last value)")
         if not spec.takes_value:
             parsed[spec.dest] = name not in spec.negative_names
+        elif spec.nargs == "?" and not values:
+            parsed[spec.dest] = None
         elif spec.nargs == "+":
             parsed[spec.dest] = [_check_value(name, spec, v) for v in values]
         else:
