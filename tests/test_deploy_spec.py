@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from recommender.deploy import build_spec, render_deploy, write_deploy_files
-from recommender.deploy.gpus import GpuFacts, facts_from_yaml, yaml_gpu_lookup
+from recommender.catalog import gpu_from_doc, load_catalog
+from recommender.deploy.gpus import GpuFacts, catalog_gpu_lookup, facts_from_gpu
 from recommender.deploy.k8s import cache_size_gib, startup_failure_threshold
 from recommender.deploy.spec import dns_label, params_from_name, resolve_weights
 from recommender.errors import DeployError
@@ -118,12 +120,16 @@ def test_unknown_gpu_is_refused() -> None:
         build_spec(with_pool(agg(), gpu="tpu-v9"))
 
 
+GAUDI3 = {"id": "gaudi3", "vendor": "intel", "memory": "128 GB", "hbm_bandwidth": "3.7 TB/s",
+          "dense_tflops": {"bf16": 1835, "fp8": 1835}, "interconnect": {"kind": "roce", "bandwidth": "600 GB/s", "gpus_per_domain": 8},
+          "vllm": {"supported": False, "k8s_resource": "habana.ai/gaudi", "quantized_checkpoints": []}}
+
+
 def test_gpu_vllm_does_not_support_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "gaudi3.yaml").write_text(
-        "id: gaudi3\nvendor: intel\ndense_tflops: {bf16: 1835, fp8: 1835}\n"
-        "vllm: {supported: false, k8s_resource: habana.ai/gaudi, quantized_checkpoints: []}\n")
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "gaudi3.yaml").write_text(yaml.safe_dump(GAUDI3))
     with pytest.raises(DeployError, match="does not support GPU 'gaudi3'"):
-        build_spec(with_pool(agg(), gpu="gaudi3"), gpus=yaml_gpu_lookup(tmp_path))
+        build_spec(with_pool(agg(), gpu="gaudi3"), gpus=catalog_gpu_lookup(load_catalog(tmp_path)))
 
 
 def test_int4_needs_catalog_kernel_support() -> None:
@@ -132,9 +138,10 @@ def test_int4_needs_catalog_kernel_support() -> None:
         build_spec(agg(), rank=3, gpus=lambda _id: facts)
 
 
-def test_yaml_adapter_reads_catalog_fields() -> None:
-    facts = facts_from_yaml({"id": "x", "vendor": "amd", "dense_tflops": {"bf16": 1307.4, "fp8": 2614.9},
-                             "vllm": {"supported": True, "quantized_checkpoints": ["fp8", "awq"]}}, "x")
+def test_gpu_facts_from_catalog_fields() -> None:
+    doc = {**GAUDI3, "id": "x", "vendor": "amd", "dense_tflops": {"bf16": 1307.4, "fp8": 2614.9},
+           "vllm": {"supported": True, "quantized_checkpoints": ["fp8", "awq"]}}
+    facts = facts_from_gpu(gpu_from_doc(doc))
     assert facts.k8s_resource == "amd.com/gpu" and facts.supports_dtype("fp8") and not facts.supports_dtype("fp4")
     assert facts.serves_prequantized("int4")  # "awq" is an INT4 format
 

@@ -26,8 +26,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from recommender.catalog import default_catalog
 from recommender.deploy.gpus import GpuFacts, GpuLookup, default_gpu_lookup
 from recommender.errors import DeployError, RecommenderError
+from recommender.perf.memory import weight_bytes
 
 SIXTEEN_BIT = frozenset({"bf16", "fp16"})
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4")
@@ -207,11 +209,6 @@ def params_from_name(*names: str) -> float | None:
 
 def _catalog_weight_bytes(model_id: str, dtype: str) -> float | None:
     """Exact checkpoint bytes from the model catalog (perf.memory.weight_bytes), None if unknown."""
-    try:
-        from recommender.catalog import default_catalog
-        from recommender.perf.memory import weight_bytes
-    except ImportError:  # pragma: no cover - the catalog ships with the package
-        return None
     try:
         return float(weight_bytes(default_catalog().model(model_id), dtype))
     except (RecommenderError, KeyError, OSError, ValueError):
