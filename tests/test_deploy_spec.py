@@ -267,3 +267,15 @@ def test_dns_label() -> None:
     assert len(long) <= 40 and long[-7] == "-" and long == dns_label("vllm-" + "x" * 100)
     assert dns_label("$$$") == "plan"
     assert dns_label("é") == "plan"
+
+
+def test_missing_hf_repo_and_checkpoint_dtype_come_from_the_model_catalog() -> None:
+    doc = agg()
+    del doc["workload"]["hf_repo"], doc["workload"]["checkpoint_dtype"]
+    spec = build_spec(doc, rank=1)
+    # catalogs/models/llama-3.1-70b.yaml: hf_repo meta-llama/Llama-3.1-70B-Instruct, checkpoint bf16
+    assert (spec.hf_repo, spec.checkpoint_dtype) == ("meta-llama/Llama-3.1-70B-Instruct", "bf16")
+    assert spec.pools[0].weights.quantization == "fp8"
+    doc["workload"]["model"] = "not-in-catalog"
+    with pytest.raises(DeployError, match="missing field 'hf_repo'"):
+        build_spec(doc, rank=1)

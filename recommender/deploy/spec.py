@@ -272,6 +272,20 @@ def _summary(row: Mapping[str, Any]) -> str:
     return ", ".join(parts) or "no modelled figures in the plan"
 
 
+def _with_catalog_defaults(workload: Mapping[str, Any]) -> dict[str, Any]:
+    """Fill a missing ``hf_repo`` / ``checkpoint_dtype`` from the model catalog entry of ``model``."""
+    out = dict(workload)
+    if out.get("hf_repo") and out.get("checkpoint_dtype"):
+        return out
+    try:
+        arch = default_catalog().model(str(out.get("model", "")))
+    except (RecommenderError, KeyError, OSError, ValueError):
+        return out
+    out.setdefault("hf_repo", arch.hf_repo or None)
+    out.setdefault("checkpoint_dtype", arch.checkpoint_dtype)
+    return out
+
+
 def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | None = None, *,
                plan_name: str | None = None, gpus: GpuLookup | None = None) -> DeploySpec:
     """Pick plan ``rank`` from ``plan_doc`` and turn it into a checked :class:`DeploySpec`."""
@@ -287,6 +301,7 @@ def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | Non
         raise DeployError(f"no plan with rank {rank}; the plan JSON has ranks {ranks}")
     plan_id = _safe_text(str(row.get("id") or f"rank{rank}"), "plan id")
     where = f"plan {plan_id}"
+    workload = _with_catalog_defaults(workload)
     hf_repo = _safe_text(_get(workload, "hf_repo", "workload", str), "workload hf_repo")
     model_id = _safe_text(str(workload.get("model") or hf_repo), "workload model")
     ckpt_dtype = _get(workload, "checkpoint_dtype", "workload", str)
