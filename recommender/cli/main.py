@@ -71,7 +71,7 @@ def main_job(
         from recommender.deploy.writer import atomic_write_text
 
         atomic_write_text(out / "plan.json", json.dumps(doc, indent=2) + "\n")
-        paths = write_deploy_files(doc, out, rank=1)
+        paths = write_deploy_files(doc, out, rank=1, plan_name=str(out / "plan.json"))
         typer.echo(f"wrote {out / 'plan.json'} and {len(paths)} deployment files to {out}", err=True)
 
 
