@@ -105,6 +105,8 @@ class ModelArch:
     mlp_bias: bool = False
     attention_sinks: bool = False
     norms_per_layer: int = 2
+    final_norm_bias: bool = False      # LayerNorm (weight + bias) before the head, as in GPT-J and Falcon
+    lm_head_bias: bool = False         # GPT-J's lm_head is a Linear with bias
     moe: MoeSpec | None = None
     mla: MlaSpec | None = None
     sliding_window: int | None = None
@@ -172,9 +174,9 @@ def count_params(m: ModelArch) -> ParamCounts:
     """Count parameters by role from the architecture (see module docstring for the convention)."""
     h, L = m.hidden_size, m.num_layers
     embedding = m.vocab_size * h
-    lm_head = 0 if m.tied_embeddings else m.vocab_size * h
+    lm_head = 0 if m.tied_embeddings else m.vocab_size * h + (m.vocab_size if m.lm_head_bias else 0)
     attention = L * _attention_params(m)
-    norms = L * m.norms_per_layer * h + h
+    norms = L * m.norms_per_layer * h + (2 * h if m.final_norm_bias else h)
     if m.mla is not None:  # q_a / kv_a layernorms are counted inside attention
         pass
     dense_mlp = experts = expert_one = shared = router = 0
@@ -232,8 +234,22 @@ def arch_from_config(cfg: Mapping[str, Any], model_id: str = "", hf_repo: str = 
                      checkpoint_dtype: str | None = None) -> ModelArch:
     """Build a :class:`ModelArch` from a parsed HF ``config.json`` mapping.
 
-    Raises :class:`UnsupportedArchitectureError` naming the missing or unsupported field.
+    Raises :class:`UnsupportedArchitectureError` naming the missing or unsupported field; a field of
+    the wrong type (``"num_key_value_heads": "x"``, ``"quantization_config": "fp8"``) raises it too,
+    never a bare ``TypeError`` / ``ValueError``.
     """
+    try:
+        return _arch_from_config(cfg, model_id, hf_repo, checkpoint_dtype)
+    except UnsupportedArchitectureError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError) as e:
+        mt = cfg.get("model_type") if isinstance(cfg, Mapping) else None
+        raise UnsupportedArchitectureError(
+            f"config.json (model_type {mt!r}) has a field of the wrong type or shape: {e}") from None
+
+
+def _arch_from_config(cfg: Mapping[str, Any], model_id: str, hf_repo: str,
+                      checkpoint_dtype: str | None) -> ModelArch:
     if not isinstance(cfg, Mapping):
         raise UnsupportedArchitectureError("config.json must be a JSON object")
     if "text_config" in cfg and "hidden_size" not in cfg:
@@ -269,11 +285,13 @@ def arch_from_config(cfg: Mapping[str, Any], model_id: str = "", hf_repo: str = 
     if mt == "gptj":
         # GPT-J: parallel attention+MLP, one LayerNorm (weight+bias), plain GELU MLP with biases,
         # untied lm_head with bias; no QKV bias.
-        kw.update(gated_mlp=False, mlp_bias=True, norms_per_layer=2, tied_embeddings=bool(cfg.get("tie_word_embeddings", False)))
+        kw.update(gated_mlp=False, mlp_bias=True, norms_per_layer=2, tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                  final_norm_bias=True, lm_head_bias=True)
     if mt == "falcon":
         kv = 1 if cfg.get("multi_query", True) and not cfg.get("new_decoder_architecture") else int(cfg.get("num_kv_heads") or heads)
         kw.update(num_kv_heads=kv, gated_mlp=False, intermediate_size=int(cfg.get("ffn_hidden_size") or 4 * hidden),
-                  tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), qkv_bias=bool(cfg.get("bias", False)))
+                  tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), qkv_bias=bool(cfg.get("bias", False)),
+                  final_norm_bias=True)
     if mt == "gpt_oss":
         kw["attention_sinks"] = True
     # sliding-window layers
