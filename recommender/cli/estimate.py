@@ -8,6 +8,7 @@ import typer
 
 from recommender.cli.app import app, one_line_errors
 from recommender.configure import EstimateRequest, does_not_fit_message, estimate_request, price_for
+from recommender.errors import ConfigError
 from recommender.render.estimate import estimate_json, render_walkthrough
 
 
@@ -42,7 +43,7 @@ def estimate_cmd(
                           gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
                           max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     if fmt not in ("text", "json"):
-        raise typer.BadParameter("--format must be text or json")
+        raise ConfigError(f"--format {fmt!r}: must be text or json")
     dep, load, est = estimate_request(req)
     extra = {}
     if rate is not None:
