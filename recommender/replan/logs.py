@@ -180,17 +180,18 @@ def observe_log(log: RequestLog, *, window_s: float, subwindow_s: float, min_req
     old, so quiet minutes count as zero traffic), else at the newest request (a replayed or old log).
     Raises InsufficientDataError naming how many more requests / seconds of log are needed.
     """
-    n_all = len(log)
-    if n_all == 0:
+    if now_s is not None:  # requests stamped after "now" (clock skew, or a replay) are not seen yet
+        log = log.until(now_s) if len(log) and log.timestamps_s[-1] > now_s else log
+    if len(log) == 0:
         raise InsufficientDataError(f"insufficient data: request log {log.where} holds no requests; need at "
                                     f"least {min_requests} requests over {min_span_s:.0f} s; keeping the current plan")
     newest = float(log.timestamps_s[-1])
     notes: tuple[str, ...] = ()
-    if now_s is not None and newest <= now_s < newest + window_s:
+    if now_s is not None and now_s < newest + window_s:
         end = now_s
     else:
         end = newest
-        if now_s is not None and now_s >= newest + window_s:
+        if now_s is not None:
             notes += (f"{log.where}: newest request is {now_s - newest:.0f} s old (more than the window); observed "
                       f"the log's last {window_s:.0f} s as a replay",)
     start = max(end - window_s, float(log.timestamps_s[0]))

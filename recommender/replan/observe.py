@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -62,6 +64,12 @@ def _dist_from_summary(d: Mapping[str, Any] | None, what: str) -> LengthDist:
         raise ConfigError(f"the current plan's workload has no {what} summary; pass --workload FILE")
     if d.get("dist") == "constant" or d.get("min") == d.get("max"):
         return LengthDist.constant(int(d.get("max") or d.get("p50") or d.get("mean")))
+    if all(d.get(k) is None for k in ("p50", "p90", "p99")):
+        if d.get("mean") is None:
+            raise ConfigError(f"the current plan's {what} summary has neither quantiles nor a mean; pass --workload FILE")
+        mean = float(d["mean"])  # only mean/max known: a normal with a 25% spread, clipped to [min, max]
+        hi = int(d["max"]) if d.get("max") else None
+        return LengthDist.normal(mean, 0.25 * mean, int(d.get("min") or 1), hi)
     keys = [("min", 0.0), ("p50", 0.5), ("p90", 0.4), ("p99", 0.09), ("max", 0.01)]
     edges: list[float] = []
     counts: list[float] = []
@@ -85,6 +93,20 @@ def base_workload_from_plan(doc: Mapping[str, Any], where: str = "current plan")
     GPU types are restricted to those the plan already uses (the plan JSON does not carry the user's
     GPU list or prices); pass the original workload file to widen that.
     """
+    row = plans.top(doc)
+    key = json.dumps([doc.get("workload"), doc.get("slo"), row.get("gpu"), [p.get("gpu") for p in row.get("pools") or []],
+                      where], sort_keys=True, default=str)
+    return _base_workload_cached(key)
+
+
+@functools.lru_cache(maxsize=32)
+def _base_workload_cached(key: str) -> Workload:
+    wl_doc, slo_doc, gpu, pool_gpus, where = json.loads(key)
+    return _base_workload({"workload": wl_doc, "slo": slo_doc,
+                           "plans": [{"gpu": gpu, "pools": [{"gpu": g} for g in pool_gpus if g]}]}, where)
+
+
+def _base_workload(doc: Mapping[str, Any], where: str) -> Workload:
     wl = doc.get("workload") or {}
     if not wl.get("model"):
         raise ConfigError(f"{where}: workload.model is missing; pass --workload FILE")

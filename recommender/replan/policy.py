@@ -40,7 +40,7 @@ class Policy:
     forecast_method: str = "peak"  # "peak" | "ewma"
     subwindow_s: float = 60.0
     ewma_halflife_s: float = 600.0
-    lookback_s: float = 1800.0
+    lookback_s: float = 3600.0
     min_saving: float = 0.10
     cooldown_s: float = 1800.0
     max_replica_change: int | None = 4
@@ -70,7 +70,7 @@ class _Forecast(BaseModel):
     method: Literal["peak", "ewma"] = "peak"
     subwindow: str | float = "1m"
     ewma_halflife: str | float = "10m"
-    lookback: str | float = "30m"
+    lookback: str | float = "1h"
 
 
 class _SloRisk(BaseModel):

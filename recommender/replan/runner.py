@@ -74,23 +74,32 @@ def deployment_name(doc: Mapping[str, Any]) -> str:
     return f"{wl.get('name') or 'workload'}/{wl.get('model') or 'model'}"
 
 
-def write_outputs(plan_doc: Mapping[str, Any], out_dir: Path) -> tuple[str, ...]:
-    """``out_dir/plan.json`` (temp file + rename) and, when ``recommender.deploy`` exists, its files."""
-    path = out_dir / "plan.json"
-    write_text_atomically(path, json.dumps(plan_doc, indent=2) + "\n")
-    written = [str(path)]
+def deploy_writer() -> Callable[[dict[str, Any], Path], Any] | None:
+    """``recommender.deploy.write_deploy_files`` when that package is installed, else None."""
     try:
         deploy = importlib.import_module("recommender.deploy")
     except ModuleNotFoundError as e:
         if e.name and (e.name == "recommender.deploy" or e.name.startswith("recommender.deploy.")):
-            return tuple(written)
+            return None
         raise
-    writer = getattr(deploy, "write_deploy_files", None)
+    return getattr(deploy, "write_deploy_files", None)
+
+
+def write_outputs(plan_doc: Mapping[str, Any], out_dir: Path) -> tuple[str, ...]:
+    """The deployment files (when ``recommender.deploy`` exists), then ``out_dir/plan.json``.
+
+    Every file is written to a temp file and renamed; the deployment files are rendered (and a refused
+    plan rejected) before anything is written, and plan.json goes last, so it names a complete set.
+    """
+    written: list[str] = []
+    writer = deploy_writer()
     if writer is not None:
         more = writer(dict(plan_doc), out_dir)
         if isinstance(more, (list, tuple)):
             written += [str(p) for p in more]
-    return tuple(written)
+    path = out_dir / "plan.json"
+    write_text_atomically(path, json.dumps(plan_doc, indent=2) + "\n")
+    return tuple(written + [str(path)])
 
 
 def replan_once(*, current: Mapping[str, Any], source: TrafficSource, planner: Planner, policy: Policy,
@@ -120,11 +129,11 @@ def replan_once(*, current: Mapping[str, Any], source: TrafficSource, planner: P
         last = history.last_change(dep)
         if last is not None:
             past.append(last.past())
-    points = list(obs.rate_points)
-    if obs.source == "vllm-metrics":  # one delta per run: the forecast looks back over earlier runs
-        earlier = [p for r in past_records if r.observed and r.observed.get("source") == obs.source
-                   for p in rate_points_from_observed(r.observed)]
-        points = merge_points(earlier, points)
+    # the forecast looks back over earlier runs' rates too (points ending before this window starts)
+    window_start = obs.end_s - obs.window_s
+    earlier = [p for r in past_records if r.observed and r.observed.get("source") == obs.source
+               for p in rate_points_from_observed(r.observed) if p.end_s <= window_start + 1e-6]
+    points = merge_points(earlier, obs.rate_points)
     forecast = forecast_rate_per_s(points, policy, now)
     try:
         base_wl = base if base is not None else base_workload_from_plan(current)

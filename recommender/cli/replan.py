@@ -1,0 +1,195 @@
+"""``recommend replan`` (observe traffic -> maybe a new plan) and ``recommend history`` (past decisions).
+
+Exit codes of ``replan``: 0 unchanged, 10 changed, 11 unchanged because there is not enough data yet,
+2..9 error (the current plan is kept; one line on stderr says what, why and what to try).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, List, Mapping, Optional
+
+import typer
+from tabulate import tabulate
+
+from recommender import units
+from recommender.cli.app import app, one_line_errors
+from recommender.errors import ConfigError
+from recommender.replan import plans
+from recommender.replan.history import History, records_to_dicts, storage_url
+from recommender.replan.policy import load_policy
+from recommender.replan.runner import Planner, ReplanResult, deployment_name, replan_once, watch
+from recommender.replan.sources import default_state_path, open_source
+from recommender.workload import Workload, load_workload
+
+DEFAULT_POLICY = Path("policies/replan.yaml")
+
+
+def search_planner(*, storage: str, study_name: str, profile_file: str | None, trials: int | None,
+                   seed: int, timeout_s: float | None) -> Planner:
+    """Adapter: ``recommender.search.recommend`` warm-started from the current plan, in the history storage."""
+
+    def plan(workload: Workload, current: dict[str, Any] | None) -> dict[str, Any]:
+        try:
+            from recommender.search import SearchSettings, recommend
+        except ImportError as e:
+            raise ConfigError(f"the planner (recommender.search.recommend) is not available in this installation "
+                              f"({e}); update the package") from None
+        profile = None
+        if profile_file is not None:
+            from recommender.profiles import resolve_profile
+
+            profile = resolve_profile("vllm", profile_file)
+        kw: dict[str, Any] = {"seed": seed, "storage": storage, "study_name": study_name}
+        if trials is not None:
+            kw["trials"] = trials
+        if timeout_s is not None:
+            kw["timeout_s"] = timeout_s
+        return recommend(workload, settings=SearchSettings(**kw), profile=profile, warm_start=current).to_dict()
+
+    return plan
+
+
+def _fmt_rate(x: Any) -> str:
+    return "-" if x is None else f"{float(x):.3g} req/s"
+
+
+def _lengths(d: Mapping[str, Any]) -> str:
+    parts = [f"{k} {d[k]:g}" for k in ("mean", "p50", "p90", "p99") if d.get(k) is not None]
+    return ", ".join(parts) if parts else "-"
+
+
+def render_result(r: ReplanResult) -> str:
+    """Human summary: what was observed, the plans, the decision and why."""
+    lines = []
+    o = r.observed
+    if o:
+        lines.append(f"observed   {o['source']} {', '.join(o['where'])}: {o['requests']:g} requests over "
+                     f"{o['window_s']:g} s = {_fmt_rate(o['arrival_rate_per_s'])}")
+        lines.append(f"forecast   {o['forecast_method']} {_fmt_rate(o['forecast_rate_per_s'])}; planned with "
+                     f"{o['headroom']:.0%} headroom: {_fmt_rate(o['planned_rate_per_s'])}")
+        lines.append(f"lengths    prompt tokens {_lengths(o['prompt_tokens'])}; output tokens {_lengths(o['output_tokens'])}")
+        for s in o.get("slo", []):
+            seen = "no data" if s["observed_s"] is None else units.fmt_seconds(s["observed_s"])
+            ok = "" if s["ok"] is None else (" ok" if s["ok"] else " BREACHED")
+            lines.append(f"slo        {s['metric']} {s['percentile']}: observed {seen} vs limit "
+                         f"{units.fmt_seconds(s['limit_s'])} ({s['observations']} requests){ok}")
+        g = o.get("gauges") or {}
+        if g:
+            lines.append("gauges     " + ", ".join(f"{k} {v:g}" for k, v in g.items()))
+    rows = [["current", plans.describe(r.current), f"{plans.usd_per_hour(r.current):.2f}"]]
+    if r.proposed is not None:
+        rows.append(["proposed", plans.describe(r.proposed), f"{plans.usd_per_hour(r.proposed):.2f}"])
+    lines.append(tabulate(rows, headers=["", "deployment", "USD/h"], tablefmt="simple"))
+    verdict = {"changed": "CHANGED", "unchanged": "unchanged", "error": "ERROR"}[r.decision]
+    delta = f" ({r.usd_per_hour_delta:+.2f} USD/h)" if r.changed else ""
+    lines.append(f"decision   {verdict}{delta}: {r.reason}")
+    for n in (o or {}).get("notes", []):
+        lines.append(f"note       {n}")
+    for w in r.written:
+        lines.append(f"wrote      {w}")
+    return "\n".join(lines)
+
+
+def _emit(r: ReplanResult, fmt: str) -> None:
+    if fmt == "json":
+        typer.echo(json.dumps(r.to_dict(), indent=2))
+    else:
+        typer.echo(render_result(r))
+    if r.decision == "error":
+        typer.echo(f"error: {r.reason}", err=True)
+
+
+@app.command("replan")
+@one_line_errors
+def replan_cmd(
+    current: Path = typer.Option(..., "--current", help="The deployed plan (plan JSON from `recommend --format json`)."),
+    traffic: List[str] = typer.Option(..., "--traffic", help="vLLM /metrics URL(s) (one per replica), prometheus+http://HOST:9090, or request-log file(s) (JSONL/CSV, Azure trace CSV). Repeat or list several."),
+    more_traffic: Optional[List[str]] = typer.Argument(None, help="More sources, as in `--traffic A B C`.", show_default=False),
+    policy: Optional[Path] = typer.Option(None, "--policy", help="Policy YAML (default: policies/replan.yaml if present, else built-in defaults)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="On a change, write DIR/plan.json atomically and the deployment files."),
+    watch_: bool = typer.Option(False, "--watch", help="Run every --interval until interrupted (default: one shot, for a CronJob)."),
+    interval: str = typer.Option("5m", "--interval", help="Time between runs with --watch (e.g. 30s, 5m)."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table|json"),
+    storage: Optional[str] = typer.Option(None, "--storage", help="History DB: SQLAlchemy URL or file (default ./recommender-history.db); also the Optuna storage for the warm start."),
+    state: Optional[Path] = typer.Option(None, "--state", help="Scrape state file for /metrics sources (default: beside the SQLite history DB)."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Calibrated engine profile YAML for the planner."),
+    workload: Optional[Path] = typer.Option(None, "--workload", help="The original workload YAML (GPUs, prices, SLOs); default: rebuilt from the plan, on its GPU types."),
+    deployment: Optional[str] = typer.Option(None, "--deployment", help="History key (default: '<workload name>/<model>' of the plan)."),
+    trials: Optional[int] = typer.Option(None, "--trials", help="Planner trials per run (default: the search policy's)."),
+    seed: int = typer.Option(0, "--seed", help="Planner seed."),
+) -> None:
+    """Observe live traffic, forecast it, and propose (or, with --out, write) the next plan only when the policy says it is worth it."""
+    if fmt not in ("table", "json"):
+        raise typer.BadParameter("--format must be table or json")
+    pol_path = policy if policy is not None else (DEFAULT_POLICY if DEFAULT_POLICY.exists() else None)
+    pol = load_policy(pol_path)
+    interval_s = units.parse_duration_s(interval, "--interval")
+    if interval_s <= 0:
+        raise ConfigError("--interval must be positive (e.g. 5m)")
+    doc = plans.load_plan(current)
+    base = load_workload(workload) if workload is not None else None
+    dep = deployment or deployment_name(doc)
+    url = storage_url(storage)
+    history = History(url)
+    source = open_source(list(traffic) + list(more_traffic or []), pol, state or default_state_path(storage))
+    planner = search_planner(storage=url, study_name=f"replan:{dep}", profile_file=profile, trials=trials, seed=seed,
+                             timeout_s=None)
+
+    def step(cur: Mapping[str, Any]) -> ReplanResult:
+        return replan_once(current=cur, source=source, planner=planner, policy=pol, history=history, base=base,
+                           deployment=dep, out_dir=out)
+
+    if not watch_:
+        result = step(doc)
+        _emit(result, fmt)
+        raise typer.Exit(result.exit_code)
+    try:
+        watch(step, doc, interval_s, on_result=lambda r: _emit(r, fmt))
+    except KeyboardInterrupt:
+        typer.echo("stopped", err=True)
+        raise typer.Exit(0) from None
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@app.command("history")
+@one_line_errors
+def history_cmd(
+    storage: Optional[str] = typer.Option(None, "--storage", help="History DB: SQLAlchemy URL or file (default ./recommender-history.db)."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table|json"),
+    limit: int = typer.Option(20, "--limit", "-n", help="Newest N runs."),
+    deployment: Optional[str] = typer.Option(None, "--deployment", help="Only this deployment ('<workload>/<model>')."),
+    full: bool = typer.Option(False, "--full", help="JSON: include the observed workload and both plans."),
+) -> None:
+    """List re-planning decisions, newest first: time, decision, USD/h before and after, and why."""
+    if fmt not in ("table", "json"):
+        raise typer.BadParameter("--format must be table or json")
+    if limit <= 0:
+        raise ConfigError("--limit must be positive")
+    url = storage_url(storage)
+    from recommender.replan.history import sqlite_path
+
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        raise ConfigError(f"no history at {path}: run `recommend replan` first, or pass --storage")
+    records = History(url).list(deployment=deployment, limit=limit)
+    if fmt == "json":
+        typer.echo(json.dumps(records_to_dicts(records, full=full), indent=2))
+        return
+    if not records:
+        typer.echo("no re-planning runs recorded yet")
+        return
+    rows = []
+    for d in records_to_dicts(records):
+        rows.append([_iso(d["time_s"]), d["deployment"], d["decision"], d["wanted"] or "-",
+                     "-" if d["usd_per_hour_current"] is None else f"{d['usd_per_hour_current']:.2f}",
+                     "-" if d["usd_per_hour_proposed"] is None else f"{d['usd_per_hour_proposed']:.2f}",
+                     "-" if d["observed_rate_per_s"] is None else f"{d['observed_rate_per_s']:.3g}",
+                     "-" if d["forecast_rate_per_s"] is None else f"{d['forecast_rate_per_s']:.3g}", d["reason"]])
+    typer.echo(tabulate(rows, headers=["time (UTC)", "deployment", "decision", "wanted", "USD/h now", "USD/h proposed",
+                                       "req/s", "forecast", "reason"], tablefmt="simple", maxcolwidths=[None] * 8 + [70]))

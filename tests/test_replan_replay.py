@@ -1,0 +1,172 @@
+"""Replaying traffic through replan_once with the fake planner (replicas = ceil(rate / 1 req/s)).
+
+The plan must follow the load with few changes and never flap; a doubling scales up at the next run;
+a drop scales down only after the policy's windows and cooldown.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from recommender.replan.history import History
+from recommender.replan.logs import RequestLog, RequestLogSource
+from recommender.replan.policy import Policy
+from recommender.replan.runner import replan_once
+from test_replan_support import FakePlanner, fake_plan
+
+HOUR = 3600.0
+T0 = 1.7e9  # any unix time
+
+
+def even(rate: float, start: float, end: float) -> np.ndarray:
+    """Arrivals evenly spaced at ``rate`` req/s in [start, end), offset by half a gap."""
+    n = int(round(rate * (end - start)))
+    return start + (np.arange(n) + 0.5) / rate
+
+
+def log_of(times: np.ndarray) -> RequestLog:
+    return RequestLog.of(times, np.full(times.size, 800), np.full(times.size, 200))
+
+
+def run_at(t, log, current, history, planner, policy):
+    src = RequestLogSource(log=log, window_s=policy.window_s, subwindow_s=policy.subwindow_s,
+                           min_requests=policy.min_requests, min_span_s=policy.min_span_s,
+                           max_samples=policy.max_length_samples, clock=lambda: t)
+    return replan_once(current=current, source=src, planner=planner, policy=policy, history=history)
+
+
+def replicas(doc) -> int:
+    return doc["plans"][0]["replicas"]
+
+
+def diurnal_log(seed: int = 7) -> RequestLog:
+    """24 h of Poisson arrivals, rate 6 + 4 sin(2 pi (h - 9) / 24) req/s (2 at 03:00, 10 at 15:00),
+    times a lognormal noise factor (sigma 0.15) that changes every 5 minutes."""
+    rng = np.random.default_rng(seed)
+    step = 10.0
+    edges = np.arange(0.0, 24 * HOUR, step)
+    hours = edges / HOUR
+    noise = np.repeat(rng.lognormal(0.0, 0.15, size=int(24 * HOUR / 300)), int(300 / step))
+    lam = (6.0 + 4.0 * np.sin(2 * np.pi * (hours - 9.0) / 24.0)) * noise
+    counts = rng.poisson(lam * step)
+    t = np.repeat(edges, counts) + rng.uniform(0.0, step, size=counts.sum())
+    return RequestLog.of(T0 + t, rng.lognormal(6.5, 0.8, t.size).astype(int) + 1,
+                         rng.lognormal(5.0, 0.6, t.size).astype(int) + 1, "diurnal")
+
+
+def test_24h_diurnal_replay_follows_the_load_with_few_changes_and_no_flapping(tmp_path):
+    policy = Policy()  # policies/replan.yaml defaults: 20% headroom, peak 1-min rate of the last hour, ...
+    log = diurnal_log()
+    planner = FakePlanner()
+    history = History(str(tmp_path / "h.db"))
+    current = fake_plan(6, 7.2)  # sized for 6 req/s x 1.2
+    runs = []
+    for k in range(1, 24 * 12 + 1):  # every 5 minutes
+        t = T0 + k * 300.0
+        r = run_at(t, log, current, history, planner, policy)
+        runs.append((t, r))
+        if r.changed:
+            current = r.proposed
+    changes = [(t, r) for t, r in runs if r.changed]
+    reps = [replicas(r.current) for _, r in runs]
+    # naive re-planning (size every window for its own rate x 1.2) would change on most runs
+    naive_reps = [math.ceil(r.observed["arrival_rate_per_s"] * 1.2) for _, r in runs]
+    naive = sum(1 for a, b in zip(naive_reps, naive_reps[1:]) if a != b)
+    assert naive > 4 * len(changes)
+    assert 6 <= len(changes) <= 24  # follows the day (2 -> 10 -> 2 req/s) in a short history
+    # follows the load: ~3 replicas at night (2 req/s x 1.2 with noise), >= 10 at the 15:00 peak
+    assert min(reps[2 * 12:6 * 12]) <= 4  # 02:00-06:00
+    assert max(reps[13 * 12:17 * 12]) >= 10  # 13:00-17:00
+    # never flaps: no A -> B -> A with both changes within the cooldown, no down-then-up inside it
+    for (t1, a), (t2, b) in zip(changes, changes[1:]):
+        if t2 - t1 < policy.cooldown_s:
+            assert replicas(b.proposed) != replicas(a.current), f"flap at {t1}, {t2}"
+            assert not (replicas(a.proposed) < replicas(a.current) and replicas(b.proposed) > replicas(b.current))
+    # every change is recorded with its reason
+    rows = history.list(limit=1000)
+    assert len(rows) == len(runs) and sum(1 for r in rows if r.decision == "changed") == len(changes)
+    # capacity kept up with the observed load on (almost) every run
+    short = sum(1 for _, r in runs if r.observed and r.observed["arrival_rate_per_s"] > replicas(r.current) * 1.0)
+    assert short <= 3
+
+
+def test_doubling_triggers_a_scale_up_at_the_next_run_even_in_cooldown(tmp_path):
+    policy = Policy(max_replica_change=None)
+    t_double = T0 + HOUR
+    log = log_of(np.concatenate([even(4.0, T0, t_double), even(8.0, t_double, T0 + 2 * HOUR)]))
+    history = History(str(tmp_path / "h.db"))
+    planner = FakePlanner()
+    current = fake_plan(5, 4.8)  # 4 req/s x 1.2 headroom -> ceil(4.8) = 5 replicas
+    # a change 10 minutes before the doubling: the cooldown (30 min) is still running
+    history.record(time_s=t_double - 600, deployment="chat/llama-3.1-8b", decision="changed", wanted="down",
+                   reason="earlier", observed=None, current=None, proposed=current)
+    before = run_at(t_double - 1.0, log, current, history, planner, policy)
+    assert not before.changed and replicas(before.proposed) == 5
+    r = run_at(t_double + 300.0, log, current, history, planner, policy)
+    assert r.changed and r.exit_code == 10
+    # forecast = peak 1-min rate = 8 req/s > the 4.8 req/s the plan was sized for: SLO risk, act now
+    assert "SLO risk" in r.reason and "8.00 req/s exceeds the 4.80 req/s" in r.reason
+    assert replicas(r.proposed) == math.ceil(8.0 * 1.2)  # 10
+
+
+def test_doubling_with_the_default_step_cap_reaches_the_target_in_two_steps(tmp_path):
+    policy = Policy()  # max_replica_change 4
+    t_double = T0 + HOUR
+    log = log_of(np.concatenate([even(4.0, T0, t_double), even(8.0, t_double, T0 + 3 * HOUR)]))
+    history = History(str(tmp_path / "h.db"))
+    planner = FakePlanner()
+    current = fake_plan(5, 4.8)
+    r1 = run_at(t_double + 300.0, log, current, history, planner, policy)
+    assert r1.changed and replicas(r1.proposed) == 5 + 4 and "capped" in r1.reason
+    current = r1.proposed
+    # the capped plan serves 9 / 10 of the 9.6 req/s target = 8.64 req/s > 8: no risk, so the last
+    # replica waits for the cooldown (30 min after the change)
+    r2 = run_at(t_double + 600.0, log, current, history, planner, policy)
+    assert not r2.changed and "cooldown" in r2.reason
+    r3 = run_at(t_double + 300.0 + 1800.0, log, current, history, planner, policy)
+    assert r3.changed and replicas(r3.proposed) == 10
+
+
+def test_drop_scales_down_only_after_the_windows_and_the_cooldown(tmp_path):
+    """8 -> 2 req/s at t_drop, runs every 5 min. Defaults: peak of the 1-min rates of the last hour
+    (lookback 1h), 3 agreeing windows, cooldown 30 min, at most 4 replicas per step.
+
+    The last 1-min rate at 8 req/s ends at t_drop, so it is in the lookback up to t_drop + 60 min:
+    the forecast stays 8 (keep ceil(9.6) = 10) through +60. From +65 it is 2 (ceil(2.4) = 3 replicas):
+    windows 1, 2 at +65, +70, the change at +75 (10 -> 6, capped). Then +80, +85, +90 agree again, but the
+    cooldown runs to +105, where 6 -> 3.
+    """
+    policy = Policy()
+    t_drop = T0 + HOUR
+    log = log_of(np.concatenate([even(8.0, T0, t_drop), even(2.0, t_drop, T0 + 4 * HOUR)]))
+    history = History(str(tmp_path / "h.db"))
+    planner = FakePlanner()
+    current = fake_plan(10, 9.6)  # 8 req/s x 1.2 -> 10 replicas
+    seen = {}
+    for minutes in range(5, 115, 5):
+        r = run_at(t_drop + minutes * 60.0, log, current, history, planner, policy)
+        seen[minutes] = r
+        if r.changed:
+            current = r.proposed
+    assert all(seen[m].observed["forecast_rate_per_s"] == pytest.approx(8.0) for m in range(5, 65, 5))
+    assert all(replicas(seen[m].proposed) == 10 and seen[m].decision == "unchanged" for m in range(15, 65, 5))
+    assert seen[15].observed["arrival_rate_per_s"] == pytest.approx(2.0)  # observed already dropped
+    assert seen[65].observed["forecast_rate_per_s"] == pytest.approx(2.0)
+    assert replicas(seen[65].proposed) == 3 and "1 of 3 consecutive windows" in seen[65].reason
+    assert "2 of 3" in seen[70].reason and not seen[70].changed
+    assert seen[75].changed and replicas(seen[75].proposed) == 6 and "capped" in seen[75].reason
+    assert not seen[90].changed and "cooldown" in seen[90].reason
+    assert seen[105].changed and replicas(seen[105].proposed) == 3
+    assert [m for m, r in seen.items() if r.changed] == [75, 105]
+
+
+def test_small_savings_do_not_switch(tmp_path):
+    policy = Policy()
+    log = log_of(even(9.0, T0, T0 + HOUR))  # 9 x 1.2 = 10.8 -> 11 replicas; current 12: saves 1/12 = 8.3%
+    history = History(str(tmp_path / "h.db"))
+    for m in (20, 25, 30, 35):
+        r = run_at(T0 + m * 60.0, log, fake_plan(12, 12.0), history, FakePlanner(), policy)
+        assert not r.changed and "below the 10% minimum" in r.reason
