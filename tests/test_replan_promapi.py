@@ -69,7 +69,7 @@ class Prom:
                 pass
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         self.url = f"prometheus+http://127.0.0.1:{self.httpd.server_address[1]}"
 
     def close(self):

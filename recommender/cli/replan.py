@@ -6,7 +6,9 @@ Exit codes of ``replan``: 0 unchanged, 10 changed, 11 unchanged because there is
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, List, Mapping, Optional
@@ -29,11 +31,18 @@ DEFAULT_POLICY = Path("policies/replan.yaml")
 
 def search_planner(*, storage: str, study_name: str, profile_file: str | None, trials: int | None,
                    seed: int, timeout_s: float | None) -> Planner:
-    """Adapter: ``recommender.search.recommend`` warm-started from the current plan, in the history storage."""
+    """Adapter: ``recommender.search.recommend`` warm-started from the current plan, in the history storage.
+
+    The workload it gets already carries the replan policy's headroom, so the search runs with its
+    own headroom set to 0 (headroom is applied once). Each run is a fresh study named
+    ``<study_name>:<unix time>`` in the same storage: Optuna's enqueue skips parameters a study has
+    already seen, so reusing one study would silently drop the current plan's warm-start trial.
+    """
 
     def plan(workload: Workload, current: dict[str, Any] | None) -> dict[str, Any]:
         try:
-            from recommender.search import SearchSettings, recommend
+            from recommender.search.policy import load_search_policy
+            from recommender.search.recommend import SearchSettings, recommend
         except ImportError as e:
             raise ConfigError(f"the planner (recommender.search.recommend) is not available in this installation "
                               f"({e}); update the package") from None
@@ -42,12 +51,10 @@ def search_planner(*, storage: str, study_name: str, profile_file: str | None, t
             from recommender.profiles import resolve_profile
 
             profile = resolve_profile("vllm", profile_file)
-        kw: dict[str, Any] = {"seed": seed, "storage": storage, "study_name": study_name}
-        if trials is not None:
-            kw["trials"] = trials
-        if timeout_s is not None:
-            kw["timeout_s"] = timeout_s
-        return recommend(workload, settings=SearchSettings(**kw), profile=profile, warm_start=current).to_dict()
+        policy = dataclasses.replace(load_search_policy(), headroom=0.0)
+        settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout_s, storage=storage,
+                                  study_name=f"{study_name}:{int(time.time())}")
+        return recommend(workload, settings=settings, profile=profile, policy=policy, warm_start=current).to_dict()
 
     return plan
 
@@ -82,7 +89,7 @@ def render_result(r: ReplanResult) -> str:
     rows = [["current", plans.describe(r.current), f"{plans.usd_per_hour(r.current):.2f}"]]
     if r.proposed is not None:
         rows.append(["proposed", plans.describe(r.proposed), f"{plans.usd_per_hour(r.proposed):.2f}"])
-    lines.append(tabulate(rows, headers=["", "deployment", "USD/h"], tablefmt="simple"))
+    lines.append(tabulate(rows, headers=["", "deployment", "USD/h"], tablefmt="simple", disable_numparse=True))
     verdict = {"changed": "CHANGED", "unchanged": "unchanged", "error": "ERROR"}[r.decision]
     delta = f" ({r.usd_per_hour_delta:+.2f} USD/h)" if r.changed else ""
     lines.append(f"decision   {verdict}{delta}: {r.reason}")
@@ -120,6 +127,7 @@ def replan_cmd(
     deployment: Optional[str] = typer.Option(None, "--deployment", help="History key (default: '<workload name>/<model>' of the plan)."),
     trials: Optional[int] = typer.Option(None, "--trials", help="Planner trials per run (default: the search policy's)."),
     seed: int = typer.Option(0, "--seed", help="Planner seed."),
+    timeout: Optional[str] = typer.Option(None, "--timeout", help="Planner time budget per run (e.g. 20s; default: the search policy's)."),
 ) -> None:
     """Observe live traffic, forecast it, and propose (or, with --out, write) the next plan only when the policy says it is worth it."""
     if fmt not in ("table", "json"):
@@ -127,6 +135,7 @@ def replan_cmd(
     pol_path = policy if policy is not None else (DEFAULT_POLICY if DEFAULT_POLICY.exists() else None)
     pol = load_policy(pol_path)
     interval_s = units.parse_duration_s(interval, "--interval")
+    timeout_s = units.parse_duration_s(timeout, "--timeout") if timeout is not None else None
     if interval_s <= 0:
         raise ConfigError("--interval must be positive (e.g. 5m)")
     doc = plans.load_plan(current)
@@ -136,7 +145,7 @@ def replan_cmd(
     history = History(url)
     source = open_source(list(traffic) + list(more_traffic or []), pol, state or default_state_path(storage))
     planner = search_planner(storage=url, study_name=f"replan:{dep}", profile_file=profile, trials=trials, seed=seed,
-                             timeout_s=None)
+                             timeout_s=timeout_s)
 
     def step(cur: Mapping[str, Any]) -> ReplanResult:
         return replan_once(current=cur, source=source, planner=planner, policy=pol, history=history, base=base,
@@ -192,4 +201,5 @@ def history_cmd(
                      "-" if d["observed_rate_per_s"] is None else f"{d['observed_rate_per_s']:.3g}",
                      "-" if d["forecast_rate_per_s"] is None else f"{d['forecast_rate_per_s']:.3g}", d["reason"]])
     typer.echo(tabulate(rows, headers=["time (UTC)", "deployment", "decision", "wanted", "USD/h now", "USD/h proposed",
-                                       "req/s", "forecast", "reason"], tablefmt="simple", maxcolwidths=[None] * 8 + [70]))
+                                       "req/s", "forecast", "reason"], tablefmt="simple", maxcolwidths=[None] * 8 + [70],
+                       disable_numparse=True))

@@ -16,10 +16,11 @@ from typing import Any, Mapping
 from recommender.errors import ConfigError
 
 # row keys that follow from the replica count (not part of the shape)
+# (max_model_len follows the observed lengths, not the hardware; it rides along with any change)
 _DERIVED = {"rank", "id", "replicas", "gpus_total", "pools", "ttft_s", "tpot_s", "e2e_s", "output_tokens_per_s",
             "utilisation", "usd_per_hour", "usd_per_million_output_tokens", "usd_per_million_tokens", "pareto",
-            "binding", "quality_note", "percentile"}
-_POOL_DERIVED = {"replicas"}
+            "binding", "quality_note", "percentile", "latency_percentiles", "simulated", "max_model_len"}
+_POOL_DERIVED = {"replicas", "kv_capacity_tokens"}
 
 
 def load_plan(path: str | Path) -> dict[str, Any]:
@@ -59,9 +60,13 @@ def usd_per_hour(doc: Mapping[str, Any]) -> float:
 
 
 def sized_rate_per_s(doc: Mapping[str, Any]) -> float | None:
-    """Arrival rate (req/s) the plan was sized for (its workload's), None for offline plans."""
+    """Arrival rate (req/s) the plan was sized for: its workload's rate x (1 + the search's headroom,
+    ``search.headroom`` in the plan JSON, 0 if absent); None for offline plans."""
     r = (doc.get("workload") or {}).get("arrival_rate_per_s")
-    return float(r) if r is not None else None
+    if r is None:
+        return None
+    headroom = (doc.get("search") or {}).get("headroom") or 0.0
+    return float(r) * (1.0 + float(headroom))
 
 
 def replicas(row: Mapping[str, Any]) -> tuple[int, ...]:
