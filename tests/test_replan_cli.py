@@ -73,6 +73,15 @@ def test_unchanged_exits_0_and_table_explains(env):
     assert "observed   request-log" in r.stdout and "slo        ttft p99: observed no data" in r.stdout
 
 
+def test_several_logs_are_merged_as_one_fleet(env):
+    a = write_log(env["tmp"] / "a.jsonl", rate=1.0, seconds=120)
+    b = write_log(env["tmp"] / "b.csv.jsonl", rate=2.0, seconds=120)
+    r = invoke(env, "--format", "json", "--traffic", str(a), str(b))  # `--traffic A B`
+    doc = json.loads(r.stdout)
+    assert doc["observed"]["requests"] == 120 + 240
+    assert doc["observed"]["arrival_rate_per_s"] == pytest.approx(3.0, rel=0.01)
+
+
 def test_insufficient_data_exits_11_and_says_how_much_more(env):
     log = write_log(env["tmp"] / "req.jsonl", rate=1.0, seconds=5)  # 5 requests
     r = invoke(env, "--traffic", str(log))

@@ -20,7 +20,7 @@ from recommender import units
 from recommender.cli.app import app, one_line_errors
 from recommender.errors import ConfigError
 from recommender.replan import plans
-from recommender.replan.history import History, records_to_dicts, storage_url
+from recommender.replan.history import History, records_to_dicts, sqlite_path, storage_url
 from recommender.replan.policy import load_policy
 from recommender.replan.runner import Planner, ReplanResult, deployment_name, replan_once, watch
 from recommender.replan.sources import default_state_path, open_source
@@ -129,9 +129,13 @@ def replan_cmd(
     seed: int = typer.Option(0, "--seed", help="Planner seed."),
     timeout: Optional[str] = typer.Option(None, "--timeout", help="Planner time budget per run (e.g. 20s; default: the search policy's)."),
 ) -> None:
-    """Observe live traffic, forecast it, and propose (or, with --out, write) the next plan only when the policy says it is worth it."""
+    """Observe live traffic, forecast it, and propose (or, with --out, write) the next plan only when the policy says it is worth it.
+
+    Exit codes: 0 unchanged, 10 changed, 11 not enough data yet (plan kept; says how much more is needed),
+    2-9 error (plan kept).
+    """
     if fmt not in ("table", "json"):
-        raise typer.BadParameter("--format must be table or json")
+        raise ConfigError(f"--format {fmt!r}: use table or json")
     pol_path = policy if policy is not None else (DEFAULT_POLICY if DEFAULT_POLICY.exists() else None)
     pol = load_policy(pol_path)
     interval_s = units.parse_duration_s(interval, "--interval")
@@ -177,12 +181,10 @@ def history_cmd(
 ) -> None:
     """List re-planning decisions, newest first: time, decision, USD/h before and after, and why."""
     if fmt not in ("table", "json"):
-        raise typer.BadParameter("--format must be table or json")
+        raise ConfigError(f"--format {fmt!r}: use table or json")
     if limit <= 0:
         raise ConfigError("--limit must be positive")
     url = storage_url(storage)
-    from recommender.replan.history import sqlite_path
-
     path = sqlite_path(url)
     if path is not None and not path.exists():
         raise ConfigError(f"no history at {path}: run `recommend replan` first, or pass --storage")
