@@ -67,6 +67,15 @@ def test_jsonl_timestamps_iso_epoch_seconds_and_milliseconds_agree():
     assert list(log.prompt_tokens) == [100, 200, 300, 400, 500]
 
 
+def test_a_half_written_last_line_is_left_for_the_next_run():
+    text = '{"timestamp": 1, "prompt_tokens": 2, "output_tokens": 3}\n{"timestamp": 2, "prompt_tok'
+    assert len(parse_request_log(text, "live.jsonl")) == 1
+    assert len(parse_request_log("ts,prompt_tokens,output_tokens\n1,2,3\n2,3", "live.csv")) == 1
+    assert len(parse_request_log("ts,prompt_tokens,output_tokens\n1,2,3\n2,3,4", "no-newline.csv")) == 2
+    with pytest.raises(TrafficSourceError):
+        parse_request_log("ts,prompt_tokens,output_tokens\n1,x,3\n2,3,4", "bad.csv")  # not the last line
+
+
 def test_csv_with_generic_columns_is_sorted_by_time():
     text = "ts,prompt_tokens,output_tokens,user\n30,5,6,a\n10,1,2,b\n20,3,4,c\n"
     log = parse_request_log(text, "x.csv")

@@ -109,7 +109,20 @@ def _pick(keys: dict[str, str], names: tuple[str, ...], what: str, where: str) -
 
 
 def parse_request_log(text: str, where: str) -> RequestLog:
-    """JSONL (first non-blank char ``{``) or CSV with a header row."""
+    """JSONL (first non-blank char ``{``) or CSV with a header row.
+
+    An unreadable final line without its newline is left for the next run (a live log may be mid-write).
+    """
+    try:
+        return _parse(text, where)
+    except TrafficSourceError:
+        if text.endswith("\n") or "\n" not in text.strip():
+            raise
+        # a live log's last line may still be being written: leave it for the next run
+        return _parse(text[: text.rstrip().rindex("\n") + 1], where)
+
+
+def _parse(text: str, where: str) -> RequestLog:
     ts: list[float] = []
     pr: list[int] = []
     out: list[int] = []
@@ -136,19 +149,31 @@ def parse_request_log(text: str, where: str) -> RequestLog:
             pr.append(_tokens(rec[cols[1]], f"{where}:{i}", cols[1]))
             out.append(_tokens(rec[cols[2]], f"{where}:{i}", cols[2]))
     elif stripped:
-        reader = csv.reader(io.StringIO(text))
-        header = next(reader)
-        keys = {h.strip().lower(): str(j) for j, h in enumerate(header)}
-        it, ip, io_ = (int(_pick(keys, names, what, f"{where}:1")) for names, what in
-                       ((_TIME, "timestamp"), (_PROMPT, "prompt tokens"), (_OUTPUT, "output tokens")))
-        for i, row in enumerate(reader, 2):
-            if not row or not any(c.strip() for c in row):
-                continue
-            if len(row) < len(header):
-                raise TrafficSourceError(f"{where}:{i}: expected {len(header)} columns, got {len(row)}")
-            ts.append(parse_timestamp_s(row[it], f"{where}:{i}"))
-            pr.append(_tokens(row[ip], f"{where}:{i}", header[ip]))
-            out.append(_tokens(row[io_], f"{where}:{i}", header[io_]))
+        try:
+            return _parse_csv(text, where)
+        except csv.Error as e:
+            raise TrafficSourceError(f"{where}: not a readable CSV ({e})") from None
+    return RequestLog.of(ts, pr, out, where)
+
+
+def _parse_csv(text: str, where: str) -> RequestLog:
+    """CSV with a header row naming the three columns (any order, extra columns ignored)."""
+    ts: list[float] = []
+    pr: list[int] = []
+    out: list[int] = []
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader)
+    keys = {h.strip().lower(): str(j) for j, h in enumerate(header)}
+    it, ip, io_ = (int(_pick(keys, names, what, f"{where}:1")) for names, what in
+                   ((_TIME, "timestamp"), (_PROMPT, "prompt tokens"), (_OUTPUT, "output tokens")))
+    for i, row in enumerate(reader, 2):
+        if not row or not any(c.strip() for c in row):
+            continue
+        if len(row) < len(header):
+            raise TrafficSourceError(f"{where}:{i}: expected {len(header)} columns, got {len(row)}")
+        ts.append(parse_timestamp_s(row[it], f"{where}:{i}"))
+        pr.append(_tokens(row[ip], f"{where}:{i}", header[ip]))
+        out.append(_tokens(row[io_], f"{where}:{i}", header[io_]))
     return RequestLog.of(ts, pr, out, where)
 
 

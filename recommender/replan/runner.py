@@ -124,6 +124,9 @@ def replan_once(*, current: Mapping[str, Any], source: TrafficSource, planner: P
         return finish("error", "", f"{e}; keeping the current plan", e.exit_code, clock())
     now = obs.end_s
     past_records = history.list(deployment=dep, limit=max(50, 4 * policy.scale_down_windows))
+    horizon = now - policy.lookback_s - obs.window_s
+    if len(past_records) >= max(50, 4 * policy.scale_down_windows) and past_records[-1].time_s > horizon:
+        past_records = history.list(deployment=dep, since_s=horizon)  # frequent runs: cover the whole lookback
     past = [r.past() for r in past_records]
     if not any(p.decision == "changed" for p in past):
         last = history.last_change(dep)

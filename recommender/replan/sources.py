@@ -50,6 +50,7 @@ def open_source(specs: Sequence[str], policy: Policy, state_path: Path) -> Traff
     """One source for all ``--traffic`` arguments (they must all be of one kind)."""
     if not specs:
         raise ConfigError("no --traffic source given: pass vLLM /metrics URL(s) or request-log file(s)")
+    specs = list(dict.fromkeys(s.strip() for s in specs))  # the same replica twice would count twice
     kinds = {kind_of(s) for s in specs}
     if len(kinds) > 1:
         raise ConfigError(f"--traffic mixes source kinds ({', '.join(sorted(kinds))}); give either /metrics URLs, "
