@@ -140,3 +140,34 @@ def does_not_fit_message(dep: Deployment, est: Estimate) -> str:
 def raise_if_not_fit(dep: Deployment, est: Estimate) -> None:
     if not est.fits:
         raise DoesNotFitError(does_not_fit_message(dep, est), est.shortfall_bytes_per_gpu)
+
+
+def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, replicas: int) -> dict[str, object]:
+    """Open-loop Poisson arrivals at ``rate_per_s`` (all replicas): tail latencies from the load model.
+
+    ``ttft_s``, ``tpot_s``, ``e2e_s`` and ``output_tokens_per_s`` become the means under that load
+    (what ``vllm bench serve --request-rate R`` reports); an unstable configuration reports
+    ``stable: false`` and no finite latency.
+    """
+    from recommender.load import analyze
+    from recommender.perf.step import StepCostModel
+    from recommender.workload import LengthDist
+
+    if rate_per_s <= 0:
+        raise ConfigError(f"--rate {rate_per_s}: requests per second must be > 0")
+    if load.mode == "context":
+        raise ConfigError("--rate needs --prompt-tokens and --output-tokens (whole requests), not --context")
+    cost = StepCostModel.build(dep)
+    res = analyze(cost, dep.limits, rate_per_s, LengthDist.constant(load.prompt_tokens),
+                  LengthDist.constant(load.output_tokens), replicas=replicas)
+    inf = float("inf")
+    out: dict[str, object] = {"rate_per_s": rate_per_s, "stable": bool(res.stable), "utilisation": res.utilisation}
+    for m in ("ttft", "tpot"):
+        for p in ("p50", "p90", "p99"):
+            out[f"{m}_{p}_s"] = res.__getattribute__(f"{m}_s").at(p) if res.stable else inf
+    out["e2e_p99_s"] = res.e2e_s.at("p99") if res.stable else inf
+    out["ttft_s"] = res.ttft_s.at("mean") if res.stable else inf
+    out["tpot_s"] = res.tpot_s.at("mean") if res.stable else inf
+    out["e2e_s"] = res.e2e_s.at("mean") if res.stable else inf
+    out["output_tokens_per_s"] = rate_per_s * load.output_tokens if res.stable else 0.0
+    return out

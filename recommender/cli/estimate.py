@@ -47,15 +47,23 @@ def estimate_cmd(
     dep, load, est = estimate_request(req)
     extra = {}
     if rate is not None:
-        from recommender.load_bridge import under_load  # lazy: the load model is optional here
+        from recommender.configure import under_load
 
         extra = under_load(dep, load, est, rate, replicas)
     if fmt == "json":
         typer.echo(estimate_json(dep, load, est, extra))
     else:
         typer.echo(render_walkthrough(dep, load, est, replicas, price_for(dep.gpu, price)))
-        for k, v in extra.items():
-            typer.echo(f"  {k:<18} {v}")
+        if extra:
+            from recommender.units import fmt_seconds
+
+            typer.echo(f"\nUnder load: open-loop Poisson arrivals at {rate:g} req/s over {replicas} replica(s)")
+            for k, v in extra.items():
+                if k == "rate_per_s":
+                    continue
+                shown = fmt_seconds(v) if k.endswith("_s") and k != "output_tokens_per_s" and isinstance(v, float) else (
+                    f"{v:,.2f}" if isinstance(v, float) else str(v))
+                typer.echo(f"  {k:<18} {shown}")
     if not est.fits:
         typer.echo(f"error: {does_not_fit_message(dep, est)}", err=True)
         raise typer.Exit(3)
