@@ -94,6 +94,9 @@ def test_planner_failure_is_an_error_run_with_its_exit_code(tmp_path):
     r = replan_once(current=fake_plan(2, 2.4), source=busy_source(), planner=lambda w, c: {"plans": []},
                     policy=Policy(), history=h)
     assert r.decision == "error" and "not a plan document" in r.reason
+    r = replan_once(current=fake_plan(2, 2.4), source=busy_source(), planner=lambda w, c: 1 / 0, policy=Policy(),
+                    history=h)
+    assert r.decision == "error" and r.exit_code == 2 and "ZeroDivisionError" in r.reason
 
 
 def test_planner_gets_the_forecast_workload_and_the_current_plan(tmp_path):

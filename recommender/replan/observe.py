@@ -25,6 +25,7 @@ from recommender.replan.observation import Observation, RatePoint
 from recommender.replan.policy import Policy
 from recommender.workload import LengthDist, Slo, Workload
 
+
 def forecast_rate_per_s(points: Iterable[RatePoint], policy: Policy, now_s: float) -> float:
     """Forecast arrival rate from rate points ending within ``policy.lookback_s`` of ``now_s``."""
     pts = sorted((p for p in points if p.end_s >= now_s - policy.lookback_s and p.duration_s > 0),

@@ -154,6 +154,10 @@ def replan_once(*, current: Mapping[str, Any], source: TrafficSource, planner: P
     except RecommenderError as e:
         return finish("error", "", f"planner failed for the observed workload ({e}); keeping the current plan",
                       e.exit_code, now, observed)
+    except Exception as e:  # noqa: BLE001 - a planner bug must not kill a --watch loop or print a traceback
+        return finish("error", "", f"planner crashed ({type(e).__name__}: {e}); keeping the current plan; please "
+                      f"report this with the observed workload from `recommend history --full --format json`",
+                      2, now, observed)
     d = decide(policy, current=current, proposed=proposed, risks=risks, past=past, now_s=now)
     if not d.changed:
         return finish("unchanged", d.wanted, d.reason, EXIT_UNCHANGED, now, observed, d.plan)
