@@ -1,0 +1,279 @@
+"""One measured number, the configuration and load it was measured at, and the model's prediction of it.
+
+A :class:`Measurement` is engine-agnostic: readers (``readers.py``) turn published tables and
+``vllm bench serve`` result files into measurements; the fitter (``fit.py``) compares
+:func:`predict` against ``value`` for a trial :class:`EngineProfile`.
+
+Quantities (``Measurement.quantity``; values in SI units, per replica = one TP group):
+
+- ``output_tokens_per_s``: output tokens per second of the whole replica (per-GPU figures are
+  multiplied by ``tp`` and per-user figures by the batch when read);
+- ``ttft_s``: time to first token; ``tpot_s``: time per output token (= one decode step);
+- ``itl_intercept_s`` / ``itl_slope_s_per_token``: a published linear fit ``ITL = slope x context +
+  intercept`` at batch 1. The model's are ``decode_step(1, 0)`` and
+  ``(decode_step(1, C) - decode_step(1, 0)) / C`` with ``C`` = :data:`SLOPE_CONTEXT_TOKENS`
+  (exact: the memory-bound batch-1 step is linear in the context).
+
+Benchmark runs (``rate_per_s`` or ``requests`` set) are a closed loop at the mean number of requests
+in flight ``N``: the concurrency cap, or below it Little's law ``N = rate x e2e(N)`` for open-loop
+arrivals (no queueing modelled). A run of ``M`` requests lasts
+``duration = max((M - 1) / rate, (M - N) x e2e / N) + e2e`` (the last arrival, or the steady
+completion rate ``N / e2e``, then one latency to drain), and its output throughput is
+``M x output_tokens / duration``; small runs are far from the steady state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+
+from recommender.catalog import Catalog, default_catalog
+from recommender.errors import CalibrationError
+from recommender.perf.steady import Estimate, Load, estimate
+from recommender.perf.step import Deployment, EngineLimits, StepCostModel
+from recommender.profiles import EngineProfile
+
+QUANTITIES = ("output_tokens_per_s", "ttft_s", "tpot_s", "e2e_s", "itl_intercept_s", "itl_slope_s_per_token")
+#: Context length at which the model's ITL slope is measured (the published sweeps reach 125k).
+SLOPE_CONTEXT_TOKENS = 65536
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured number (SI units) and everything needed to predict it."""
+
+    id: str                      # row id, or "<file>#<key>"
+    source: str                  # group used in reports: the id prefix of a published row, or the file name
+    file: str
+    engine: str                  # profile the row belongs to: vllm, trtllm, lmdeploy, gpt-fast, ...
+    model: str                   # catalog id
+    gpu: str                     # catalog id
+    tp: int
+    weight_dtype: str
+    kv_dtype: str
+    load: Load
+    quantity: str                # one of QUANTITIES
+    value: float                 # SI: seconds, tokens/s, seconds per token
+    raw_metric: str              # the metric name as published / the JSON key
+    limits: EngineLimits = EngineLimits()
+    gpu_memory_utilization: float = 0.92
+    cuda_graphs: bool = True
+    rate_per_s: float | None = None   # open loop (Little's law), else None
+    requests: int | None = None       # requests in the whole run (finite-run throughput), else steady state
+
+    def group(self, by: str) -> str:
+        """Grouping key for held-out splits and reports: source, model, gpu, engine, quantity, config."""
+        if by == "config":
+            return f"{self.model}/{self.gpu}/tp{self.tp}"
+        return str(getattr(self, by))
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A row or file that could not be used, and why (counted in reports, never silently dropped)."""
+
+    id: str
+    reason: str
+
+
+# -- metric names ---------------------------------------------------------------------------------
+_UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def _time_unit(tokens: list[str], where: str) -> float:
+    for t in tokens:
+        if t in _UNIT:
+            return _UNIT[t]
+    raise CalibrationError(f"{where}: metric has no time unit (_ns_, _us_, _ms_ or _s_ in the name)")
+
+
+def parse_metric(name: str, where: str) -> tuple[str, float, str]:
+    """Metric name -> (quantity, multiplier to SI, scale) with scale in {'replica', 'gpu', 'user'}.
+
+    ``output_tok_s_per_gpu`` -> ('output_tokens_per_s', 1, 'gpu'); ``ttft_ms_median`` ->
+    ('ttft_s', 1e-3, 'replica'); ``token_latency_s_p50`` -> ('tpot_s', 1, 'replica').
+    """
+    n = name.strip().lower()
+    tok = n.split("_")
+    if n.startswith(("output_tok_s", "output_throughput", "output_tokens_per_s")):
+        scale = "gpu" if "per_gpu" in n else "user" if "per_user" in n else "replica"
+        return "output_tokens_per_s", 1.0, scale
+    if re.search(r"itl_\w*fit_slope|itl_\w*slope", n):
+        return "itl_slope_s_per_token", _time_unit(tok, where), "replica"
+    if re.search(r"itl_\w*fit_intercept|itl_\w*intercept", n):
+        return "itl_intercept_s", _time_unit(tok, where), "replica"
+    if "ttft" in tok or n.startswith("first_token"):
+        return "ttft_s", _time_unit(tok, where), "replica"
+    if {"itl", "tpot"} & set(tok) or n.startswith(("token_latency", "decode_step")):
+        return "tpot_s", _time_unit(tok, where), "replica"
+    if "e2el" in tok or n.startswith(("e2e", "latency")):
+        return "e2e_s", _time_unit(tok, where), "replica"
+    raise CalibrationError(f"{where}: metric {name!r} is not one the model predicts "
+                           "(output tokens/s, TTFT, TPOT/ITL, end-to-end latency)")
+
+
+# -- names: catalog ids from free text ----------------------------------------------------------
+_GPU_RULES: tuple[tuple[str, str | None], ...] = (
+    # (substring of the normalised name, catalog id or None = known but not in the catalog); first match wins
+    ("gh200", None), ("gb300", None), ("mi250", None), ("mi210", None), ("a10-", None),
+    ("gb200", "gb200"), ("b300", "b300"), ("b200", "b200"),
+    ("h200", "h200"), ("h100nvl", "h100-nvl"), ("h100-nvl", "h100-nvl"), ("h100pcie", "h100-pcie"),
+    ("h100-pcie", "h100-pcie"), ("h100", "h100-sxm"),
+    ("a10040", "a100-40gb"), ("a100-40", "a100-40gb"), ("a100", "a100-80gb"),
+    ("l40s", "l40s"), ("l40", None), ("a10g", "a10g"), ("l4", "l4"),
+    ("mi355", "mi355x"), ("mi325", "mi325x"), ("mi300", "mi300x"),
+)
+
+
+def resolve_gpu(text: str, catalog: Catalog | None = None) -> str | None:
+    """Free-text GPU name ('H100 80GB HBM3', 'A100-SXM4-80GB', 'h200') -> catalog id, or None.
+
+    Exact catalog ids win; otherwise the first rule in ``_GPU_RULES`` whose key occurs in the
+    lower-cased name with spaces removed and 'sxm4'/'sxm5'/'sxm' dropped. GH200 (96/144 GB HBM
+    with LPDDR) and AMD MI250X have no catalog entry and give None.
+    """
+    cat = catalog or default_catalog()
+    raw = text.strip().lower()
+    if raw in cat.gpus:
+        return raw
+    n = raw.split("(")[0].replace(" ", "").replace("nvidia", "").replace("amd", "")
+    n = re.sub(r"-?sxm\d?", "", n)
+    n = n.replace("a100-40gb", "a10040").replace("a100-80gb", "a100")
+    for key, gid in _GPU_RULES:
+        if key in n:
+            return gid if gid is None or gid in cat.gpus else None
+    return None
+
+
+def _model_keys(catalog: Catalog) -> dict[str, str]:
+    keys: dict[str, str] = {}
+    for mid in catalog.models:
+        keys[mid] = mid
+        repo = str(catalog.model_meta.get(mid, {}).get("hf_repo", ""))
+        if repo:
+            base = repo.lower().split("/")[-1]
+            for variant in (repo.lower(), base, re.sub(r"-(instruct|hf|chat-hf|chat|base)(?=-|$)", "", base)):
+                keys.setdefault(variant, mid)
+    return keys
+
+
+def resolve_model(text: str, catalog: Catalog | None = None) -> str | None:
+    """'Llama-2-7B (doc: "LLaMA 7B")', 'Mixtral-8x7B-v0.1', 'meta-llama/Llama-3.1-8B-Instruct' -> catalog id."""
+    cat = catalog or default_catalog()
+    keys = _model_keys(cat)
+    n = text.strip().split(" (")[0].strip().lower()
+    for cand in (n, n.split("/")[-1]):
+        if cand in keys:
+            return keys[cand]
+        stripped = re.sub(r"-(instruct|hf|chat-hf|chat|base)(?=-|$)", "", cand)
+        stripped = re.sub(r"-v\d+(\.\d+)?$", "", stripped)
+        if stripped in keys:
+            return keys[stripped]
+    return None
+
+
+# -- prediction -----------------------------------------------------------------------------------
+def deployment(m: Measurement, profile: EngineProfile, catalog: Catalog | None = None) -> Deployment:
+    """The replica the measurement ran on, with ``profile``'s efficiencies."""
+    cat = catalog or default_catalog()
+    ld = m.load
+    max_len = max(ld.context_tokens, ld.prompt_tokens + ld.output_tokens, 1)
+    return Deployment(model=cat.model(m.model), gpu=cat.gpu(m.gpu), tp=m.tp, weight_dtype=m.weight_dtype,
+                      kv_dtype=m.kv_dtype, profile=profile, limits=m.limits,
+                      gpu_memory_utilization=m.gpu_memory_utilization, cuda_graphs=m.cuda_graphs,
+                      max_model_len=max_len)
+
+
+def _pick(est: Estimate, quantity: str) -> float:
+    if quantity == "output_tokens_per_s":
+        return est.output_tokens_per_s
+    if quantity == "ttft_s":
+        return est.ttft_s
+    if quantity == "tpot_s":
+        return est.tpot_s
+    if quantity == "e2e_s":
+        return est.e2e_s if est.e2e_s is not None else est.ttft_s
+    raise ValueError(quantity)
+
+
+def closed_at(dep: Deployment, n: float, prompt_tokens: int, output_tokens: int) -> tuple[float, float, float]:
+    """(ttft_s, tpot_s, e2e_s) of a closed loop at a possibly fractional concurrency ``n`` >= 1.
+
+    Linear interpolation between ``floor(n)`` and ``floor(n) + 1`` requests in flight, so that the
+    result is continuous in ``n`` (the fitter differentiates through it)."""
+    n0 = max(1, int(math.floor(n)))
+    frac = min(max(n - n0, 0.0), 1.0)
+    e0 = estimate(dep, Load("closed", n0, 0, prompt_tokens, output_tokens))
+    v0 = (e0.ttft_s, e0.tpot_s, e0.e2e_s or e0.ttft_s)
+    if frac == 0.0:
+        return v0
+    e1 = estimate(dep, Load("closed", n0 + 1, 0, prompt_tokens, output_tokens))
+    v1 = (e1.ttft_s, e1.tpot_s, e1.e2e_s or e1.ttft_s)
+    return tuple(a + frac * (b - a) for a, b in zip(v0, v1))  # type: ignore[return-value]
+
+
+def in_flight(dep: Deployment, m: Measurement) -> float:
+    """Mean requests in flight: the concurrency cap, or Little's law ``N = rate x e2e(N)`` below it.
+
+    The cap is ``min(load.batch, max_num_seqs, sequences the KV cache holds)``; ``N`` is found by
+    bisection on ``N - rate x e2e(N)`` (increasing in ``N`` for a stable system), at least 1."""
+    ld = m.load
+    cap_kv = estimate(dep, Load("max", 1, 0, ld.prompt_tokens, ld.output_tokens)).batch
+    cap = float(max(1, min(ld.batch, cap_kv)))
+    rate = m.rate_per_s
+    if not rate:
+        return cap
+    def g(n: float) -> float:
+        return n - rate * closed_at(dep, n, ld.prompt_tokens, ld.output_tokens)[2]
+    if g(cap) <= 0:
+        return cap
+    if g(1.0) >= 0:
+        return 1.0
+    lo, hi = 1.0, cap
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if g(mid) < 0 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def _run_level(dep: Deployment, m: Measurement) -> float:
+    """A ``vllm bench serve`` figure: the closed loop at :func:`in_flight` requests (see module docstring)."""
+    ld = m.load
+    n = in_flight(dep, m)
+    ttft, tpot, e2e = closed_at(dep, n, ld.prompt_tokens, ld.output_tokens)
+    if m.quantity == "ttft_s":
+        return ttft
+    if m.quantity == "tpot_s":
+        return tpot
+    if m.quantity == "e2e_s":
+        return e2e
+    if m.requests:
+        arrivals = (m.requests - 1) / m.rate_per_s if m.rate_per_s else 0.0
+        duration = max(arrivals, max(m.requests - n, 0.0) * e2e / n) + e2e
+        return m.requests * ld.output_tokens / duration
+    return n * ld.output_tokens / e2e
+
+
+def predict(m: Measurement, profile: EngineProfile, catalog: Catalog | None = None,
+            dep: Deployment | None = None) -> float:
+    """The model's value of ``m.quantity`` for this configuration and load, in SI units."""
+    d = dep if dep is not None else deployment(m, profile, catalog)
+    if d.profile is not profile:
+        d = dataclasses.replace(d, profile=profile)
+    if m.quantity in ("itl_intercept_s", "itl_slope_s_per_token"):
+        cost = StepCostModel.build(d)
+        t0 = cost.decode_step_s(1, 1)
+        if m.quantity == "itl_intercept_s":
+            return t0
+        return (cost.decode_step_s(1, SLOPE_CONTEXT_TOKENS + 1) - t0) / SLOPE_CONTEXT_TOKENS
+    if m.rate_per_s or m.requests:
+        value = _run_level(d, m)
+    else:
+        value = _pick(estimate(d, m.load), m.quantity)
+    return value if math.isfinite(value) else float("nan")
+
+
+__all__ = ["Measurement", "Skip", "QUANTITIES", "parse_metric", "resolve_gpu", "resolve_model", "deployment",
+           "predict"]

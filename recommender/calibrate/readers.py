@@ -1,0 +1,433 @@
+"""Benchmark results -> :class:`Measurement` rows: the published-measurements CSV and ``vllm bench serve`` JSON.
+
+Published CSV (columns of ``tests/data/measurements/published.csv``): one metric per row. How a row
+becomes a load (stated assumptions; see ``tests/data/measurements/README.md``):
+
+- ``batch_or_concurrency`` = ``max ...`` (``trtllm-bench throughput`` at infinite rate): ``Load("max")``,
+  the batch is whatever the KV cache holds under the engine's limits;
+- ``concurrency N`` / ``request_rate`` = ``closed-loop``: ``Load("closed", N)``;
+- otherwise a static batch (``profile_generation``, ``gptSessionBenchmark``, gpt-fast): ``Load("static", B)``.
+
+Engine conditions (:data:`ENGINE_CONDITIONS`): TensorRT-LLM's ``max_batch_size`` 2048 /
+``max_num_tokens`` 8192 with ``kv_cache_free_gpu_mem_fraction`` 0.95 (of the memory left after weights,
+hence ``gpu_memory_utilization = 0.95 + 0.05 x weights / memory``); vLLM's own defaults for the GPU;
+LMDeploy and gpt-fast run static batches where limits do not matter. An unstated KV dtype follows the
+weights (FP8 recipes quantize the KV cache, 16-bit engines keep it 16-bit); gpt-fast's unstated output
+length is its ``generate.py`` default of 200 tokens.
+
+``vllm bench serve --save-result`` JSON (one object, or one per line with ``--append-result``): the
+run's model, GPU and TP come from the file's metadata keys (``--metadata model=... gpu=H100 tp=1``),
+else the sidecar ``<file>.yaml`` (or ``<stem>.yaml``), else the caller's defaults (CLI flags); prompt
+and output lengths are ``total_input_tokens / completed`` and ``total_output_tokens / completed``.
+Each file gives up to three measurements: ``output_throughput``, the median (else mean) TTFT and TPOT.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import yaml
+
+from recommender.calibrate.measurements import Measurement, Skip, parse_metric, resolve_gpu, resolve_model
+from recommender.catalog import Catalog, default_catalog
+from recommender.configure import native_weight_dtype
+from recommender.errors import CalibrationError, RecommenderError
+from recommender.perf import memory as mem
+from recommender.perf.steady import Load
+from recommender.perf.step import EngineLimits, default_limits
+from recommender.profiles import EngineProfile
+
+CSV_COLUMNS = ("id", "model", "gpu", "tp", "weight_dtype", "kv_dtype", "engine", "isl", "osl",
+               "batch_or_concurrency", "request_rate", "metric", "value")
+#: gpt-fast ``generate.py --max_new_tokens`` default, used when a gpt-fast row does not state its output length.
+GPT_FAST_DEFAULT_OUTPUT_TOKENS = 200
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """Measurements read from some files, and what was skipped (with reasons)."""
+
+    measurements: tuple[Measurement, ...] = ()
+    skipped: tuple[Skip, ...] = ()
+    files: tuple[str, ...] = ()
+
+    def __add__(self, other: "ReadResult") -> "ReadResult":
+        return ReadResult(self.measurements + other.measurements, self.skipped + other.skipped, self.files + other.files)
+
+
+# -- dtypes and engines ---------------------------------------------------------------------------
+_WEIGHT_ALIASES = {
+    "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
+    "fp8": "fp8", "float8": "fp8", "fp8_e4m3": "fp8", "w8a8-fp8": "fp8", "int8": "int8", "w8a8": "int8",
+    "int4": "int4", "awq": "int4", "gptq": "int4", "w4a16": "int4", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "mxfp4",
+}
+
+
+def weight_dtype_of(text: str | None, native: str) -> str | None:
+    """'fp8', 'int8 weight-only', 'bf16 (unquantized checkpoint)', 'unknown (checkpoint default)' -> dtype."""
+    if text is None or not str(text).strip() or str(text).strip().lower() in ("auto", "none"):
+        return native
+    t = str(text).strip().lower()
+    if t.startswith("unknown"):
+        if "bf16" in t or "unquantized" in t or "checkpoint default" in t:
+            return native if "checkpoint default" in t else "bf16"
+        return None
+    head = re.split(r"[\s(,;]", t)[0]
+    return _WEIGHT_ALIASES.get(head)
+
+
+def kv_dtype_of(text: str | None, weight_dtype: str) -> str | None:
+    """'fp8 (...)', 'bf16', 'auto', 'unknown (FP16 benchmark ...)' -> 'fp8' | 'bf16'.
+
+    Unstated: FP8 weights imply an FP8 KV cache (the TensorRT-LLM FP8 recipe), else 16-bit."""
+    t = "" if text is None else str(text).strip().lower()
+    if not t or t in ("auto", "none") or t.startswith("unknown"):
+        return "fp8" if weight_dtype == "fp8" else "bf16"
+    head = re.split(r"[\s(,;]", t)[0]
+    if head.startswith("fp8") or head.startswith("float8"):
+        return "fp8"
+    if head in ("bf16", "fp16", "bfloat16", "float16", "half", "auto"):
+        return "bf16"
+    return None
+
+
+def engine_of(text: str) -> str:
+    t = text.strip().lower()
+    for key, name in (("trtllm", "trtllm"), ("tensorrt", "trtllm"), ("lmdeploy", "lmdeploy"), ("gpt-fast", "gpt-fast"),
+                      ("sglang", "sglang"), ("vllm", "vllm")):
+        if t.startswith(key):
+            return name
+    return re.split(r"[\s(]", t)[0] or "vllm"
+
+
+def _trt_conditions(cat: Catalog, model: str, gpu: str, tp: int, wd: str, kd: str, isl: int, osl: int
+                    ) -> tuple[EngineLimits, float]:
+    """``trtllm-bench build``'s engine settings (TensorRT-LLM ``bench/build/tuning.py``, paraphrased).
+
+    KV cache = 0.95 x (GPU memory - weights); requests that fit = KV / (KV bytes of ISL + OSL tokens);
+    max_batch_size = that, clamped to [64, 4096]; max_num_tokens = batch x (1 + ISL / OSL) clamped to
+    [2048, 32768]. ``gpu_memory_utilization`` is then chosen so that our memory breakdown leaves the
+    same KV cache (at most 1.0).
+    """
+    g, m = cat.gpu(gpu), cat.model(model)
+    w = mem.weights_bytes_per_gpu(m, wd, tp)
+    kv_gpu = 0.95 * max(0.0, g.memory_bytes - w)
+    per_req = mem.kv_bytes_per_sequence(m, kd, max(isl + osl, 1), tp) / tp
+    reqs = kv_gpu / per_req if per_req > 0 else 4096.0
+    seqs = int(min(4096, max(64, math.ceil(reqs))))
+    tokens = int(min(32768, max(2048, math.ceil(seqs * (1 + isl / max(osl, 1))))))
+    act = mem.activation_peak_bytes_per_gpu(m, tp, tokens, seqs)
+    reserve = EngineProfile.runtime_reserve_bytes_per_gpu + EngineProfile.cuda_graph_bytes_per_gpu
+    gmu = min(1.0, (kv_gpu + w + act + reserve) / g.memory_bytes)
+    return EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=tokens), gmu
+
+
+def _vllm_conditions(cat: Catalog, model: str, gpu: str, tp: int, wd: str, kd: str, isl: int, osl: int
+                     ) -> tuple[EngineLimits, float]:
+    return default_limits(cat.gpu(gpu)), 0.92
+
+
+def _static_conditions(cat: Catalog, model: str, gpu: str, tp: int, wd: str, kd: str, isl: int, osl: int
+                       ) -> tuple[EngineLimits, float]:
+    return EngineLimits(max_num_seqs=4096, max_num_batched_tokens=8192), 0.95
+
+
+#: engine -> (catalog, model, gpu, tp, weight dtype, KV dtype, ISL, OSL) -> (limits, gpu_memory_utilization).
+ENGINE_CONDITIONS: Mapping[str, Callable[[Catalog, str, str, int, str, str, int, int], tuple[EngineLimits, float]]] = {
+    "trtllm": _trt_conditions, "vllm": _vllm_conditions, "sglang": _vllm_conditions,
+    "lmdeploy": _static_conditions, "gpt-fast": _static_conditions,
+}
+
+
+# -- published CSV --------------------------------------------------------------------------------
+def _first_int(text: str) -> int | None:
+    m = re.search(r"\d[\d,]*", text.replace(",", ""))
+    return int(m.group(0)) if m and not text.strip().lower().startswith("unknown") else None
+
+
+def _row_measurement(row: Mapping[str, str], where: str, cat: Catalog) -> Measurement | Skip:
+    rid = row["id"].strip()
+    source = rid.rsplit("-", 1)[0] if "-" in rid else rid
+    model = resolve_model(row["model"], cat)
+    if model is None:
+        return Skip(rid, f"model {row['model']!r} not in the catalog")
+    gpu = resolve_gpu(row["gpu"], cat)
+    if gpu is None:
+        return Skip(rid, f"GPU {row['gpu']!r} not in the catalog")
+    tp = _first_int(row["tp"])
+    if tp is None:
+        return Skip(rid, f"tp {row['tp']!r} not stated")
+    engine = engine_of(row["engine"])
+    wd = weight_dtype_of(row["weight_dtype"], native_weight_dtype(cat.model(model)))
+    if wd is None:
+        return Skip(rid, f"weight dtype {row['weight_dtype']!r} unknown")
+    kd = kv_dtype_of(row["kv_dtype"], wd)
+    if kd is None:
+        return Skip(rid, f"KV dtype {row['kv_dtype']!r} unknown")
+    try:
+        quantity, unit, scale = parse_metric(row["metric"], f"{where} row {rid} field 'metric'")
+        value = float(row["value"].replace(",", "")) * unit
+    except ValueError:
+        raise CalibrationError(f"{where} row {rid}: field 'value' {row['value']!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise CalibrationError(f"{where} row {rid}: field 'value' must be a positive number, got {row['value']!r}")
+    bc, rate = row["batch_or_concurrency"].strip().lower(), row["request_rate"].strip().lower()
+    isl = _first_int(row["isl"])
+    osl = _first_int(row["osl"])
+    if osl is None and engine == "gpt-fast":
+        osl = GPT_FAST_DEFAULT_OUTPUT_TOKENS
+    if quantity in ("itl_intercept_s", "itl_slope_s_per_token"):
+        load = Load("context", 1, 1)
+    else:
+        if isl is None or osl is None:
+            return Skip(rid, f"input/output length not stated (isl {row['isl']!r}, osl {row['osl']!r})")
+        n = _first_int(bc)
+        if bc.startswith("max"):
+            load = Load("max", 1, 0, isl, osl)
+        elif n is None:
+            return Skip(rid, f"batch/concurrency {row['batch_or_concurrency']!r} not stated")
+        elif "concurrency" in bc or "closed" in rate:
+            load = Load("closed", n, 0, isl, osl)
+        else:
+            load = Load("static", n, 0, isl, osl)
+    if scale == "gpu":
+        value *= tp
+    elif scale == "user":
+        value *= load.batch if load.mode in ("static", "closed") else 1
+    try:
+        cond = ENGINE_CONDITIONS.get(engine, _vllm_conditions)
+        limits, gmu = cond(cat, model, gpu, tp, wd, kd, load.prompt_tokens or 1, load.output_tokens or 1)
+    except RecommenderError as e:
+        return Skip(rid, str(e))
+    return Measurement(id=rid, source=source, file=where, engine=engine, model=model, gpu=gpu, tp=tp,
+                       weight_dtype=wd, kv_dtype=kd, load=load, quantity=quantity, value=value,
+                       raw_metric=row["metric"].strip(), limits=limits, gpu_memory_utilization=gmu)
+
+
+def read_published_csv(path: str | Path, catalog: Catalog | None = None) -> ReadResult:
+    """Read a CSV in the published-measurements format; rows the catalog cannot model are skipped with a reason."""
+    p = Path(path)
+    cat = catalog or default_catalog()
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise CalibrationError(f"results file {str(p)!r} does not exist") from None
+    except (UnicodeDecodeError, IsADirectoryError) as e:
+        raise CalibrationError(f"results file {p} cannot be read as text: {e}") from None
+    reader = csv.DictReader(text.splitlines())
+    missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise CalibrationError(f"{p}: CSV lacks column(s) {', '.join(missing)} "
+                               f"(needs {', '.join(CSV_COLUMNS)}; see tests/data/measurements/published.csv)")
+    ms: list[Measurement] = []
+    skips: list[Skip] = []
+    for i, row in enumerate(reader, start=2):
+        if not any((v or "").strip() for v in row.values()):
+            continue
+        for c in CSV_COLUMNS:
+            if row.get(c) is None or not str(row[c]).strip():
+                raise CalibrationError(f"{p} line {i} (id {row.get('id') or '?'}): field {c!r} is empty")
+        r = _row_measurement(row, str(p), cat)
+        (ms if isinstance(r, Measurement) else skips).append(r)  # type: ignore[arg-type]
+    return ReadResult(tuple(ms), tuple(skips), (str(p),))
+
+
+# -- vllm bench serve JSON ------------------------------------------------------------------------
+#: Field -> keys accepted for it in the file's metadata, the sidecar YAML or the defaults (first wins).
+FIELD_KEYS: Mapping[str, tuple[str, ...]] = {
+    "model": ("model", "catalog_model"),
+    "gpu": ("gpu", "gpu_type", "accelerator"),
+    "tp": ("tp", "tensor_parallel_size", "tensor-parallel-size"),
+    "weight_dtype": ("weight_dtype", "quantization"),
+    "kv_dtype": ("kv_dtype", "kv_cache_dtype", "kv-cache-dtype"),
+    "engine": ("engine",),
+    "max_num_seqs": ("max_num_seqs", "max-num-seqs"),
+    "max_num_batched_tokens": ("max_num_batched_tokens", "max-num-batched-tokens"),
+    "gpu_memory_utilization": ("gpu_memory_utilization", "gpu-memory-utilization"),
+    "chunked_prefill": ("chunked_prefill", "enable_chunked_prefill"),
+    "prompt_tokens": ("prompt_tokens", "input_len", "random_input_len"),
+    "output_tokens": ("output_tokens", "output_len", "random_output_len"),
+}
+BENCH_REQUIRED_KEYS = ("completed", "total_input_tokens", "total_output_tokens", "output_throughput")
+
+
+def _sidecar(path: Path) -> dict[str, Any]:
+    for cand in (Path(str(path) + ".yaml"), path.with_suffix(".yaml"), Path(str(path) + ".yml"), path.with_suffix(".yml")):
+        if cand.exists() and cand != path:
+            try:
+                doc = yaml.safe_load(cand.read_text())
+            except yaml.YAMLError as e:
+                raise CalibrationError(f"sidecar {cand} is not valid YAML: {str(e).splitlines()[0]}") from None
+            if doc is None:
+                return {}
+            if not isinstance(doc, dict):
+                raise CalibrationError(f"sidecar {cand} must be a mapping of fields (model, gpu, tp, ...)")
+            return doc
+    return {}
+
+
+def _lookup(field_name: str, layers: Iterable[tuple[str, Mapping[str, Any]]]) -> tuple[Any, str] | None:
+    for label, layer in layers:
+        for k in FIELD_KEYS[field_name]:
+            if layer.get(k) not in (None, ""):
+                return layer[k], label
+    return None
+
+
+def _number(doc: Mapping[str, Any], key: str, where: str) -> float:
+    if key not in doc:
+        raise CalibrationError(f"{where}: missing field {key!r} (is this a `vllm bench serve --save-result` file?)")
+    v = doc[key]
+    if isinstance(v, str) and v.strip().lower() == "inf":
+        return math.inf
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise CalibrationError(f"{where}: field {key!r} must be a number, got {v!r}")
+    return float(v)
+
+
+def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Mapping[str, Any],
+                        defaults: Mapping[str, Any], cat: Catalog) -> list[Measurement]:
+    if not isinstance(doc, Mapping):
+        raise CalibrationError(f"{where}: expected a JSON object (a `vllm bench serve --save-result` result)")
+    layers = (("file", doc), ("sidecar", side), ("flags", defaults))
+    hint = "add it with `vllm bench serve --metadata KEY=VALUE`, a sidecar YAML next to the file, or a flag"
+    # model: explicit fields first, then the served model id and the tokenizer
+    found = _lookup("model", layers)
+    if found is not None:
+        model = resolve_model(str(found[0]), cat)
+        if model is None:
+            raise CalibrationError(f"{where}: field 'model' ({found[1]}) = {found[0]!r} is not a catalog model; "
+                                   f"valid: {', '.join(sorted(cat.models))}")
+    else:
+        names = [str(doc[k]) for k in ("model_id", "tokenizer_id") if doc.get(k)]
+        model = next((m for m in (resolve_model(n, cat) for n in names) if m), None)
+        if model is None:
+            raise CalibrationError(f"{where}: missing field 'model' (model_id/tokenizer_id {names or 'absent'} "
+                                   f"are not catalog models); {hint} (--model)")
+    found = _lookup("gpu", layers)
+    if found is None:
+        raise CalibrationError(f"{where}: missing field 'gpu'; {hint} (--gpu)")
+    gpu = resolve_gpu(str(found[0]), cat)
+    if gpu is None:
+        raise CalibrationError(f"{where}: field 'gpu' ({found[1]}) = {found[0]!r} is not a catalog GPU; "
+                               f"valid: {', '.join(sorted(cat.gpus))}")
+    found = _lookup("tp", layers)
+    if found is None:
+        raise CalibrationError(f"{where}: missing field 'tp'; {hint} (--tp)")
+    try:
+        tp = int(str(found[0]))
+    except ValueError:
+        raise CalibrationError(f"{where}: field 'tp' = {found[0]!r} is not an integer") from None
+    arch = cat.model(model)
+    wd_raw = _lookup("weight_dtype", layers)
+    wd = weight_dtype_of(None if wd_raw is None else str(wd_raw[0]), native_weight_dtype(arch))
+    if wd is None:
+        raise CalibrationError(f"{where}: field 'weight_dtype' = {wd_raw[0]!r} is not one of "  # type: ignore[index]
+                               f"{', '.join(sorted(set(_WEIGHT_ALIASES.values())))}")
+    kd_raw = _lookup("kv_dtype", layers)
+    kd = kv_dtype_of(None if kd_raw is None else str(kd_raw[0]), "bf16")
+    if kd is None:
+        raise CalibrationError(f"{where}: field 'kv_dtype' = {kd_raw[0]!r} is not auto, bf16, fp16 or fp8")  # type: ignore[index]
+    completed = _number(doc, "completed", where)
+    if completed < 1:
+        raise CalibrationError(f"{where}: field 'completed' is {completed:g}: no request finished, nothing to fit")
+    prompt = _lookup("prompt_tokens", layers)
+    output = _lookup("output_tokens", layers)
+    isl = int(round(_number(doc, "total_input_tokens", where) / completed)) if prompt is None or prompt[1] != "file" \
+        else int(prompt[0])
+    osl = int(round(_number(doc, "total_output_tokens", where) / completed)) if output is None or output[1] != "file" \
+        else int(output[0])
+    if isl < 1 or osl < 1:
+        raise CalibrationError(f"{where}: fields 'total_input_tokens'/'total_output_tokens' give {isl}/{osl} tokens per request")
+    rate = _number(doc, "request_rate", where) if "request_rate" in doc else math.inf
+    conc_v = doc.get("max_concurrency")
+    if conc_v is not None and (isinstance(conc_v, bool) or not isinstance(conc_v, (int, float)) or conc_v < 1):
+        raise CalibrationError(f"{where}: field 'max_concurrency' must be a positive integer or null, got {conc_v!r}")
+    n_prompts = int(doc.get("num_prompts") or completed)
+    cap = int(conc_v) if conc_v is not None else n_prompts
+    load = Load("closed", cap, 0, isl, osl)
+    rate_per_s = rate if math.isfinite(rate) and rate > 0 else None
+    eng = _lookup("engine", layers)
+    engine = str(eng[0]) if eng else str(defaults.get("engine_default", "vllm"))
+    lim = default_limits(cat.gpu(gpu))
+    seqs = _lookup("max_num_seqs", layers)
+    toks = _lookup("max_num_batched_tokens", layers)
+    chunked = _lookup("chunked_prefill", layers)
+    gmu = _lookup("gpu_memory_utilization", layers)
+    limits = EngineLimits(max_num_seqs=int(seqs[0]) if seqs else lim.max_num_seqs,
+                          max_num_batched_tokens=int(toks[0]) if toks else lim.max_num_batched_tokens,
+                          chunked_prefill=str(chunked[0]).lower() not in ("false", "0", "no") if chunked else True)
+    base = dict(source=fname, file=where, engine=engine, model=model, gpu=gpu, tp=tp, weight_dtype=wd, kv_dtype=kd,
+                load=load, limits=limits, gpu_memory_utilization=float(gmu[0]) if gmu else 0.92, rate_per_s=rate_per_s,
+                requests=int(completed))
+    out = [Measurement(id=f"{fname}#output_throughput", quantity="output_tokens_per_s",
+                       value=_number(doc, "output_throughput", where), raw_metric="output_throughput", **base)]
+    for q, metric in (("ttft_s", "ttft"), ("tpot_s", "tpot")):
+        key = next((k for k in (f"median_{metric}_ms", f"mean_{metric}_ms") if k in doc), None)
+        if key is None:
+            raise CalibrationError(f"{where}: missing field 'median_{metric}_ms' (and 'mean_{metric}_ms')")
+        v = _number(doc, key, where) * 1e-3
+        if v > 0 and not (q == "tpot_s" and osl < 2):
+            out.append(Measurement(id=f"{fname}#{key}", quantity=q, value=v, raw_metric=key, **base))
+    if out[0].value <= 0:
+        raise CalibrationError(f"{where}: field 'output_throughput' must be positive, got {out[0].value:g}")
+    return out
+
+
+def read_bench_json(path: str | Path, defaults: Mapping[str, Any] | None = None,
+                    catalog: Catalog | None = None) -> ReadResult:
+    """Read one ``vllm bench serve --save-result`` file (a JSON object, or JSON lines with ``--append-result``)."""
+    p = Path(path)
+    cat = catalog or default_catalog()
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise CalibrationError(f"results file {str(p)!r} does not exist") from None
+    except (UnicodeDecodeError, IsADirectoryError) as e:
+        raise CalibrationError(f"results file {p} cannot be read as text: {e}") from None
+    try:
+        docs = [json.loads(text)]
+    except json.JSONDecodeError as e:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        try:
+            docs = [json.loads(ln) for ln in lines] if len(lines) > 1 else []
+        except json.JSONDecodeError:
+            docs = []
+        if not docs:
+            raise CalibrationError(f"{p}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    side = _sidecar(p)
+    ms: list[Measurement] = []
+    for i, doc in enumerate(docs):
+        where = str(p) if len(docs) == 1 else f"{p} (result {i + 1})"
+        fname = p.name if len(docs) == 1 else f"{p.name}[{i + 1}]"
+        ms.extend(_bench_measurements(doc, where, fname, side, defaults or {}, cat))
+    return ReadResult(tuple(ms), (), (str(p),))
+
+
+def read_results(paths: Iterable[str | Path], defaults: Mapping[str, Any] | None = None,
+                 catalog: Catalog | None = None) -> ReadResult:
+    """Read every file: ``.csv`` in the published format, anything else as bench-serve JSON."""
+    total = ReadResult()
+    for path in paths:
+        p = Path(path)
+        if p.suffix.lower() == ".csv":
+            total = total + read_published_csv(p, catalog)
+        elif p.suffix.lower() in (".yaml", ".yml"):
+            raise CalibrationError(f"{p}: a YAML file is a sidecar, not a result; pass the JSON file it describes")
+        else:
+            total = total + read_bench_json(p, defaults, catalog)
+    if not total.measurements:
+        reasons = sorted({s.reason for s in total.skipped})[:3]
+        raise CalibrationError("no usable measurements in " + ", ".join(str(p) for p in total.files)
+                               + (f" (skipped: {'; '.join(reasons)})" if reasons else ""))
+    return total
+
+
+__all__ = ["ReadResult", "read_published_csv", "read_bench_json", "read_results", "ENGINE_CONDITIONS",
+           "weight_dtype_of", "kv_dtype_of", "engine_of", "FIELD_KEYS"]

@@ -1,0 +1,194 @@
+"""Render a calibration: the profile YAML document (written atomically), a text report, a JSON report.
+
+The profile YAML keeps the format of ``catalogs/profiles/vllm.yaml`` (``engine``, ``source``,
+``parameters``) and adds ``fit``: the data files, row counts, which parameters were fitted / left
+unconstrained / ended at a bound, their standard errors (of ln p), and the error before and after the
+fit per metric, plus the held-out error. ``recommender.profiles.load_profile`` reads it back.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import yaml
+from tabulate import tabulate
+
+from recommender.calibrate.fit import ErrorStats, FitResult, HeldOut
+from recommender.calibrate.measurements import Skip
+from recommender.errors import CalibrationError
+from recommender.profiles import BOUNDS, EngineProfile
+
+#: Every numeric profile parameter, in the order of ``catalogs/profiles/vllm.yaml``.
+PROFILE_PARAMETERS = (
+    "hbm_bandwidth_efficiency", "compute_efficiency", "allreduce_latency_s", "allreduce_latency_pcie_s",
+    "allreduce_bandwidth_efficiency", "step_overhead_s", "layer_launch_overhead_s",
+    "runtime_reserve_bytes_per_gpu", "cuda_graph_bytes_per_gpu",
+)
+
+
+def _round(name: str, v: float) -> float:
+    """Four significant digits, kept inside the parameter's bounds."""
+    r = float(f"{v:.4g}")
+    lo, hi = BOUNDS.get(name, (-math.inf, math.inf))
+    return min(max(r, lo), hi)
+
+
+def _stats(d: Mapping[str, ErrorStats]) -> dict[str, dict[str, float]]:
+    return {k: v.to_dict() for k, v in d.items()}
+
+
+def skipped_summary(skipped: Sequence[Skip]) -> dict[str, int]:
+    """Reason -> count."""
+    out: dict[str, int] = {}
+    for s in skipped:
+        out[s.reason] = out.get(s.reason, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def fit_summary(res: FitResult, files: Sequence[str] = (), skipped: Sequence[Skip] = (),
+                extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``fit:`` block of a profile (plain data; also the core of the JSON report)."""
+    d: dict[str, Any] = {
+        "data": list(files),
+        "n_rows": res.n_rows,
+        "n_skipped": len(skipped),
+        "fitted": list(res.fitted),
+        "unconstrained": {n: res.unconstrained_reasons.get(n, "") for n in res.unconstrained},
+        "at_bound": list(res.at_bound),
+        "log_standard_error": {k: round(v, 3) for k, v in res.log_standard_errors.items()},
+        "residual_scale": round(res.residual_scale, 4),
+        "error_before": _stats(res.before),
+        "error_after": _stats(res.after),
+        "error_before_by_source": _stats(res.before_by_source),
+        "error_after_by_source": _stats(res.after_by_source),
+        "held_out": [h.to_dict() for h in res.held_out],
+    }
+    if skipped:
+        d["skipped"] = skipped_summary(skipped)
+    if extra:
+        d.update(extra)
+    return d
+
+
+def profile_document(profile: EngineProfile, fit: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``{engine, source, parameters, fit}`` for ``profile`` (parameters rounded to 4 significant digits)."""
+    doc: dict[str, Any] = {"engine": profile.engine, "source": profile.source,
+                           "parameters": {n: _round(n, float(getattr(profile, n))) for n in PROFILE_PARAMETERS}}
+    if fit:
+        doc["fit"] = dict(fit)
+    return doc
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, float):
+        return None if not math.isfinite(x) else x
+    return x
+
+
+def write_profile(path: str | Path, doc: Mapping[str, Any], header: str = "") -> Path:
+    """Write the profile YAML atomically (temporary file in the same folder, then rename)."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CalibrationError(f"cannot create the folder of --out {p}: {e.strerror}") from None
+    text = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+    plain = _plain(doc)
+    head = {k: v for k, v in plain.items() if k != "fit"}
+    text += yaml.safe_dump(head, sort_keys=False, default_flow_style=False, width=110)
+    if "fit" in plain:  # leaf mappings ({n, median_ape_pct, p90_ape_pct}) on one line each
+        text += yaml.safe_dump({"fit": plain["fit"]}, sort_keys=False, default_flow_style=None, width=130)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise CalibrationError(f"cannot write --out {p}: {e.strerror}") from None
+    return p
+
+
+# -- text -------------------------------------------------------------------------------------------
+def _fmt(s: ErrorStats | None) -> str:
+    if s is None or s.n == 0:
+        return "-"
+    return f"{s.median_ape:.1f} / {s.p90_ape:.1f}"
+
+
+def error_table(before: Mapping[str, ErrorStats], after: Mapping[str, ErrorStats], label: str = "metric",
+                headers: tuple[str, str] = ("before", "after")) -> str:
+    """Rows: group, n, before 'median / p90' APE %, after 'median / p90' APE %."""
+    rows = [[k, after[k].n, _fmt(before.get(k)), _fmt(after[k])] for k in after]
+    return tabulate(rows, headers=[label, "n", f"{headers[0]} med/p90 %", f"{headers[1]} med/p90 %"],
+                    tablefmt="github")
+
+
+def _fmt_param(name: str, v: float) -> str:
+    if name.endswith("_s"):
+        return f"{v * 1e6:.4g} us" if v < 1e-3 else f"{v * 1e3:.4g} ms"
+    if name.endswith("_bytes_per_gpu"):
+        return f"{v / 1e9:.3g} GB"
+    return f"{v:.4g}"
+
+
+def parameter_table(res: FitResult) -> str:
+    rows = []
+    for n in res.fitted + res.unconstrained:
+        se = res.log_standard_errors.get(n)
+        status = "fitted" if n in res.fitted else "unconstrained: kept"
+        if n in res.at_bound:
+            status += ", at bound"
+        rows.append([n, _fmt_param(n, getattr(res.start, n)), _fmt_param(n, getattr(res.profile, n)),
+                     "-" if se is None else f"x/ {math.exp(min(se, 50)):.3g}", status])
+    return tabulate(rows, headers=["parameter", "start", "fitted", "1-sigma factor", ""], tablefmt="github")
+
+
+def held_out_text(h: HeldOut) -> str:
+    title = (f"Held-out error (leave one {h.by} out, {h.folds} folds): each group predicted by a fit "
+             "that did not see it")
+    return title + "\n" + error_table(h.before, h.after, headers=("start", "held-out"))
+
+
+def render_text(res: FitResult, out_path: str | None = None, files: Sequence[str] = (),
+                skipped: Sequence[Skip] = ()) -> str:
+    """The report ``recommend calibrate`` prints."""
+    lines = [f"Calibrated profile {res.profile.engine!r} from {res.n_rows} measurements"
+             + (f" in {len(files)} file(s)" if files else "")
+             + (f"; {len(skipped)} skipped" if skipped else "")]
+    for reason, n in list(skipped_summary(skipped).items())[:6]:
+        lines.append(f"  skipped {n}: {reason}")
+    lines += ["", "Parameters", parameter_table(res)]
+    if res.unconstrained:
+        lines.append("Unconstrained by these data (kept at the start value):")
+        lines += [f"  {n}: {res.unconstrained_reasons.get(n, '')}" for n in res.unconstrained]
+    lines += ["", "Error on the fitted rows (absolute % error, median / p90)", error_table(res.before, res.after)]
+    for h in res.held_out:
+        lines += ["", held_out_text(h)]
+    if not res.held_out:
+        lines += ["", "Held-out error: needs results from at least two sources (files) to leave one out."]
+    if out_path:
+        lines += ["", f"wrote {out_path}  (use it with --profile {out_path})"]
+    return "\n".join(lines)
+
+
+def result_json(res: FitResult, out_path: str | None, files: Sequence[str] = (),
+                skipped: Sequence[Skip] = ()) -> dict[str, Any]:
+    """The ``--format json`` report: the profile document plus per-row predictions."""
+    doc = profile_document(res.profile, fit_summary(res, files, skipped))
+    doc["start_parameters"] = {n: float(getattr(res.start, n)) for n in PROFILE_PARAMETERS}
+    doc["out"] = out_path
+    doc["rows"] = [{"id": i, "measured": m, "before": b, "after": a} for i, m, b, a in res.predictions]
+    return _plain(doc)
+
+
+__all__ = ["profile_document", "fit_summary", "write_profile", "render_text", "result_json", "error_table",
+           "held_out_text", "parameter_table", "skipped_summary", "PROFILE_PARAMETERS"]

@@ -1,0 +1,48 @@
+"""``recommend calibrate RESULTS... --out FILE``: fit an engine profile to the user's own benchmark results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from recommender.cli.app import app, one_line_errors
+
+
+@app.command("calibrate")
+@one_line_errors
+def calibrate_cmd(
+    results: List[str] = typer.Argument(..., help="`vllm bench serve --save-result` JSON files and/or CSVs in the published-measurements format."),
+    out: str = typer.Option(..., "--out", "-o", help="Profile YAML to write (e.g. profiles/my-cluster.yaml); use it with --profile."),
+    engine: str = typer.Option("vllm", "--engine", help="Engine the results come from; its shipped profile is the starting point."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Start from this profile YAML instead of the engine's shipped one."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Catalog model id, for JSON files whose metadata and sidecar do not say."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="GPU (catalog id or name, e.g. h100-sxm, 'H100'), when the files do not say."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Tensor parallelism of the runs, when the files do not say."),
+    weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype", help="Weight dtype when not in the files (default: the checkpoint's)."),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype when not in the files (default: auto = 16-bit)."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Server's --max-num-seqs, when not in the files (default: vLLM's for the GPU)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Server's --max-num-batched-tokens, when not in the files."),
+    parameters: Optional[str] = typer.Option(None, "--parameters", help="Comma list of profile parameters to fit (default: all fittable)."),
+    held_out_by: str = typer.Option("source", "--held-out-by", help="Leave-one-group-out key: source (file or table), model, gpu, config."),
+    fmt: str = typer.Option("text", "--format", "-f", help="text|json"),
+) -> None:
+    """Fit efficiency parameters to benchmark results; report error before/after and held-out; write a profile."""
+    from recommender.calibrate.api import CalibrateRequest, calibrate
+    from recommender.calibrate.report import render_text, result_json
+
+    if fmt not in ("text", "json"):
+        raise typer.BadParameter("--format must be text or json")
+    defaults = {k: v for k, v in {"model": model, "gpu": gpu, "tp": tp, "weight_dtype": weight_dtype,
+                                  "kv_dtype": kv_dtype, "max_num_seqs": max_num_seqs,
+                                  "max_num_batched_tokens": max_num_batched_tokens}.items() if v is not None}
+    req = CalibrateRequest(results=tuple(results), out=out, engine=engine, profile_file=profile,
+                           defaults=defaults, held_out_by=held_out_by,
+                           parameters=tuple(p.strip() for p in parameters.split(",") if p.strip()) if parameters else None)
+    run = calibrate(req)
+    if fmt == "json":
+        typer.echo(json.dumps(result_json(run.result, str(Path(out)), run.files, run.skipped), indent=2))
+    else:
+        typer.echo(render_text(run.result, str(Path(out)), run.files, run.skipped))
