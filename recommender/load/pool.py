@@ -1,0 +1,420 @@
+"""One replica of one serving pool at an arrival rate: the analytic queueing model behind ``analyze``.
+
+Notation (per replica): arrival rate ``lam``, renewal arrivals with squared coefficient of
+variation ``ca2``; ``P`` prompt tokens, ``h`` prefix-cache hit (whole blocks of the shared prefix, at
+most ``P - 1``), ``Pc = P - h`` tokens to prefill, ``O`` output tokens; slots
+``c = min(max_num_seqs, max_num_batched_tokens, kv_capacity_tokens / (E[P] + E[O^2] / (2 E[O]) +
+block / 2))`` (the KV term is the time-averaged KV a running sequence holds: its prompt plus half its
+output, size-biased by output length, plus half a block of rounding).
+
+Steps. Decodes are scheduled first (vLLM v1), so with ``b`` decoders a step has ``C = budget - b``
+tokens left for prefill. ``T_d0 = step_s(b, ...)`` is a decode-only step at the time-averaged decode
+context ``E[P] + E[O^2] / (2 E[O])``; ``T_full = step_s(b + C, ...)`` a step carrying a full chunk.
+A step carrying a chunk takes a time affine in (tokens, KV bytes, FLOPs) around ``T_full`` (slopes
+by finite differences; exact for a linear cost model) and never less than ``T_d0`` (the roofline
+kink: a small chunk hides under the memory-bound decode). A prompt's own prefill ``own(P)`` is the
+sum of its ``n(P) = ceil(Pc / C)`` chunk steps (one step without chunked prefill), its interference
+on decoders ``D(P) = own(P) - n(P) * T_d0``, and its share of a backlogged prefill lane
+``S(P) = D(P) + (Pc / C) * T_d0``.
+
+Fixed point, in step time (solved for ``x``, the step-averaged number of decoders, by safeguarded
+secant): a fraction ``m = lam * E[own]`` of time goes to prefill-carrying steps, so
+``steps_per_s = (1 - m) / T_d0 + lam * E[n]`` and ``x = lam * (E[O] - 1) / steps_per_s``.
+
+Batch seen by a decoder. Arrivals come in clusters in step time (requests arriving during a long
+prefill step are admitted together: the customers of an M/G/1 busy period of the prefill lane), and
+a larger batch makes steps longer and so draws more arrivals per step (a negative-binomial
+birth-death chain with ``beta = lam * (E[O] - 1) * dT/db``). The step-time count of decoders therefore
+has index of dispersion ``D_s = D_cluster / (1 - beta)``, ``D_cluster = (m (1 - m) + lam^2 E[own^2]) /
+(1 - m)^2 + 1 / (1 - m)`` (Takacs: E[N^2] / E[N] of the number served in a busy period), and a decoder
+sees ``B_seen = min(c, x + D_s)`` sequences (itself included; ``x + 1`` for Poisson).
+``T_d = step_s(B_seen, ...)``; the interference of prefills admitted while it decodes (rate
+``phi * lam``, ``phi = min(1, (c - 1) / B)``: none with one slot) stretches it to
+``T_bar = T_d / (1 - rho_D)``, ``rho_D = phi * lam * E[D]``. Little's law in wall time:
+``B = lam * (E[O] - 1) * T_bar`` decoders and ``a = lam * (E[own] + (E[O] - 1) * T_bar)`` running.
+Stable iff ``m, rho_L = lam * E[S], rho_D, beta < 1`` and ``a < c``; utilisation ``max(rho_L, a / c)``.
+
+Waiting before the first chunk (FCFS): slots as G/G/c with holding time ``H = own + (O - 1) T_bar``
+(``P_w = ErlangC(c, a)``, Allen-Cunneen ``E[W_s] = P_w E[H] / (c - a) * (ca2 + cs2_H) / 2``), then the
+prefill lane as G/G/1 with service ``S`` (only with c >= 2): ``E[W_l] = (1 - P_w) rho_L / (1 - rho_L)
+* E[S] (ca2 + cs2_S) / 2`` (both exact Pollaczek-Khinchine for Poisson arrivals and one server). The
+wait is 0 with probability ``(1 - P_w)(1 - (1 - P_w) rho_L)``, else exponential with the matching mean
+(the exponential tail of M/G/1 waiting). An arrival that finds only decodes running waits for the
+current step to end: ``U(0, T_d)`` with probability ``(1 - exp(-a) - P_w)^+ (1 - rho_L)``.
+
+TPOT of one request: its ``O - 1`` decode steps form a window that is an M/G/1 delay busy period
+started by ``w0 = (O - 1) T_d + K`` of work, where ``K`` is the prefill work of requests that arrived
+during its own wait and prefill (they queue behind it and run during its first decode steps):
+``E[K] = phi lam E[D] (W + own)``. Window mean ``w0 / (1 - rho_D)``, variance
+``w0 phi lam E[D^2] / (1 - rho_D)^3`` plus ``Var(K) / (1 - rho_D)^2`` plus the batch noise (variance
+``D_s x`` decoders at ``dT/db`` each, scaled by the decode contexts' second moment and averaged
+over the window with the M/G/infinity autocorrelation time ``E[H^2] / (2 E[H])``), taken lognormal.
+
+Not modelled: preemption churn when KV binds (slots are capped instead), head-of-line blocking of a
+long prompt without chunked prefill, KV-block sharing of prefix-cache hits between requests (a hit
+saves compute only; every sequence holds its own KV).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from scipy.special import gammaincc, ndtri
+
+from recommender.load.percentiles import IdentityCache
+from recommender.load.protocols import LengthDistribution, Limits, StepCost
+from recommender.load.summaries import _basis, cost_summary, lengths
+
+KV_HEADROOM_SD = 2.0  # KV demand counted as mean + 2 sd (preemption-free in ~98% of time)
+
+
+@dataclass(frozen=True)
+class PoolInputs:
+    """Rate-independent arrays and moments of a workload for one pool kind (cached)."""
+
+    P: np.ndarray
+    O: np.ndarray
+    Pc: np.ndarray
+    basis: np.ndarray  # (6, N): [1, Pc, h, Pc^2, Pc h, h^2]
+    E_basis: np.ndarray
+    E_P: float
+    E_Pc: float
+    E_O: float
+    mean_ctx: float  # time-averaged context of a decoding sequence
+    ctx2_ratio: float  # E[ctx^2] / E[ctx]^2 over running decoders (time-weighted)
+    min_pc: float
+    max_pc: float
+    Om1: np.ndarray  # max(O - 1, 1)
+    multi: np.ndarray  # O > 1
+
+
+_inputs_cache = IdentityCache(64)
+
+
+def pool_inputs(
+    prompt: LengthDistribution, output: LengthDistribution, fraction: float, block: int, caching: bool, mode: str
+) -> PoolInputs:
+    """Workload arrays for ``mode`` "both" (aggregated), "prefill" (O = 1) or "decode" (KV arrives, 1 token computed)."""
+
+    def make() -> PoolInputs:
+        P = lengths(prompt, 0)
+        O = np.ones_like(P) if mode == "prefill" else lengths(output, 1)
+        if mode == "decode":
+            hit = P - 1.0
+        elif caching and fraction > 0.0:
+            hit = np.minimum(np.floor(fraction * P / block) * block, P - 1.0)
+        else:
+            hit = np.zeros_like(P)
+        Pc = P - hit
+        basis = np.array(_basis(Pc, hit))
+        E_P, E_O = float(P.mean()), float(O.mean())
+        E_O2 = float((O * O).mean())
+        mean_ctx = E_P + E_O2 / (2.0 * E_O)
+        E_ctx2 = (float((P * P).mean()) * E_O + E_P * E_O2 + float((O**3).mean()) / 3.0) / E_O
+        return PoolInputs(
+            P=P, O=O, Pc=Pc, basis=basis, E_basis=basis.mean(axis=1), E_P=E_P, E_Pc=float(Pc.mean()), E_O=E_O,
+            mean_ctx=mean_ctx, ctx2_ratio=E_ctx2 / (mean_ctx * mean_ctx), min_pc=float(Pc.min()),
+            max_pc=float(Pc.max()), Om1=np.maximum(O - 1.0, 1.0), multi=O > 1.0,
+        )
+
+    return _inputs_cache.get((prompt, output, float(fraction), int(block), bool(caching), mode), make)
+
+
+@dataclass
+class PoolSolution:
+    """Solved replica (fields per the module docstring); ``own`` and ``lane`` are per quasi-random point."""
+
+    stable: bool
+    utilisation: float
+    rho_lane: float
+    rho_slots: float
+    bottleneck: str
+    capacity_per_s: float
+    running: float = 0.0
+    decoders: float = 0.0
+    wait_p: float = 0.0
+    wait_mean_s: float = 0.0
+    resid_q: float = 0.0
+    t_d: float = 0.0
+    t_bar: float = 0.0
+    own: np.ndarray | None = None
+    lane_share: float = 0.0  # fraction of the mean queue wait spent behind other prefills (not slots)
+    # co-scheduled prefill: requests that arrive while one waits join its last prefill step
+    co_tokens_per_s: float = 0.0  # lam * E[Pc]
+    prefill_s_per_token: float = 0.0  # marginal step time of one more prefill token
+    spare_tokens: np.ndarray | None = None  # per point: budget left in its last prefill step(s)
+    # TPOT model pieces (see ``tpot``)
+    rho_d: float = 0.0
+    backlog_rate_s: float = 0.0  # phi * lam * E[D]
+    backlog_var_rate_s2: float = 0.0  # phi * lam * E[D^2]
+    arrival_rate_s: float = 0.0  # phi * lam
+    interference_var_s2: np.ndarray | None = None  # per point: busy-period variance of the window
+    base_sigma: np.ndarray | None = None  # per point: lognormal sigma of the batch-noise factor on T_d
+
+    def ttft_wait(self, u_wait: np.ndarray, u_resid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(queue wait, step residual) at the given uniforms (inverse CDFs)."""
+        w = np.zeros_like(u_wait)
+        r = np.zeros_like(u_wait)
+        if self.wait_p > 0.0 and self.wait_mean_s > 0.0:
+            m = self.wait_mean_s / self.wait_p
+            w = np.where(u_wait > 1.0 - self.wait_p, -m * np.log((1.0 - u_wait) / self.wait_p), 0.0)
+        if self.resid_q > 0.0:
+            r = np.maximum(u_resid - (1.0 - self.resid_q), 0.0) * (self.t_d / self.resid_q)
+        return w, r
+
+    def co_scheduled(self, wait_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(extra TTFT, wait whose arrivals did NOT fit in the request's prefill steps).
+
+        Requests that arrive while one waits queue behind it; with chunked prefill (or whole prompts
+        that fit) vLLM admits them into the remaining token budget of the same step, so its first
+        token waits for ``min(lam E[Pc] W, spare budget)`` more prefill tokens."""
+        if self.spare_tokens is None or self.co_tokens_per_s <= 0.0:
+            return np.zeros_like(wait_s), wait_s
+        tokens = np.minimum(self.co_tokens_per_s * wait_s, self.spare_tokens)
+        return tokens * self.prefill_s_per_token, wait_s - tokens / self.co_tokens_per_s
+
+    @property
+    def wait_total_mean_s(self) -> float:
+        return self.wait_mean_s + self.resid_q * self.t_d / 2.0
+
+    def tpot(
+        self, inputs: PoolInputs, lane_sojourn_s: np.ndarray, z_base: np.ndarray, u_interf: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(samples, conditional means) of TPOT per point, given each request's wait + own prefill.
+
+        ``TPOT = T_d * exp(sigma_b z - sigma_b^2 / 2) + Y / n``: batch noise on the decode step, plus the
+        interference ``Y`` in the window of ``n = O - 1`` steps. ``Y`` is 0 when no request arrives
+        during the window or the request's own lane sojourn ``L`` (probability
+        ``exp(-phi lam (n T_d + L))``), otherwise lognormal with the remaining mean and variance;
+        ``E[Y] = (n T_d rho_D + K) / (1 - rho_D)`` with backlog ``K = phi lam E[D] L``.
+        """
+        assert self.interference_var_s2 is not None and self.base_sigma is not None
+        n = inputs.Om1
+        one = 1.0 - self.rho_d
+        backlog = self.backlog_rate_s * lane_sojourn_s
+        mean_y = (n * self.t_d * self.rho_d + backlog) / one
+        var_y = self.interference_var_s2 + self.backlog_var_rate_s2 * lane_sojourn_s / (one * one)
+        p0 = np.exp(-self.arrival_rate_s * (n * self.t_d + lane_sojourn_s))
+        busy = np.maximum(1.0 - p0, 1e-12)
+        m1 = np.maximum(mean_y / busy, 1e-300)
+        cond_var = np.maximum((var_y + mean_y * mean_y) / busy - m1 * m1, 0.0)
+        s2 = np.log1p(cond_var / (m1 * m1))
+        v = np.clip((u_interf - p0) / busy, 1e-12, 1.0 - 1e-12)
+        y = np.where(u_interf > p0, m1 * np.exp(np.sqrt(s2) * ndtri(v) - 0.5 * s2), 0.0)
+        sb = self.base_sigma
+        samples = self.t_d * np.exp(sb * z_base - 0.5 * sb * sb) + y / n
+        return samples, self.t_d + mean_y / n
+
+
+def erlang_c(c: float, a: float) -> float:
+    """Probability of waiting in M/M/c at offered load ``a`` Erlangs, for real ``c >= 1``:
+    Erlang B = ``a^c e^-a / Gamma(c + 1) / Q(c + 1, a)`` (Poisson pmf / cdf at ``c`` for integer ``c``),
+    Erlang C = ``c B / (c - a (1 - B))``."""
+    if a <= 0.0:
+        return 0.0
+    if a >= c:
+        return 1.0
+    log_pmf = c * math.log(a) - a - math.lgamma(c + 1.0)
+    if log_pmf < -700.0:
+        return 0.0
+    erlang_b = math.exp(log_pmf) / float(gammaincc(c + 1.0, a))
+    return c * erlang_b / (c - a * (1.0 - erlang_b))
+
+
+def least_root(evaluate: Callable[[float], dict], broken: Callable[[dict], bool], cap: float) -> tuple[dict, bool]:
+    """Least ``x`` in ``[0, cap]`` with ``f(x) = x`` (``f = evaluate(x)["x_new"]``, increasing), or ok=False.
+
+    Safeguarded secant: extrapolate while below the root (for a convex ``f`` the secant undershoots,
+    so iterates stay below it), regula falsi / bisection once bracketed; a ``broken`` (unstable)
+    evaluation is an upper bracket, and a secant that points past it proves there is no stable root.
+    """
+    s = evaluate(0.0)
+    if broken(s):
+        return s, False
+    lo, h_lo = 0.0, float(s["x_new"])
+    if h_lo <= 0.0:
+        return s, True
+    hi, h_hi = math.inf, None
+    x = h_lo
+    for _ in range(60):
+        s = evaluate(x)
+        h = float(s["x_new"]) - x
+        if broken(s) or not math.isfinite(h):
+            hi, h_hi = x, None
+            x_new = math.nan
+        elif abs(h) <= 1e-6 * max(1.0, x):
+            return s, True
+        elif h > 0.0:
+            x_new = x + h * (x - lo) / (h_lo - h) if h < h_lo else math.nan
+            lo, h_lo = x, h
+            if h_hi is None and math.isfinite(hi) and (not math.isfinite(x_new) or x_new >= hi):
+                return s, False
+        else:
+            x_new = x + h * (x - lo) / (h_lo - h) if x > lo else math.nan
+            hi, h_hi = x, h
+        if math.isfinite(hi):
+            if hi - lo <= 1e-9 * max(1.0, hi):
+                return s, h_hi is not None
+            if h_hi is not None and not (lo < x_new < hi):
+                x_new = lo + h_lo * (hi - lo) / (h_lo - h_hi)
+            if not (lo < x_new < hi) or not math.isfinite(x_new):
+                x_new = 0.5 * (lo + hi)
+        elif not math.isfinite(x_new) or x_new <= lo:
+            x_new = 2.0 * lo + 1.0
+        x = min(x_new, cap)
+    return s, False
+
+
+def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2: float, mode: str) -> PoolSolution:
+    """Solve one replica at arrival rate ``lam`` (formulas in the module docstring)."""
+    cs = cost_summary(cost)
+    step = cost.step_s
+    budget = int(limits.max_num_batched_tokens)
+    chunked = bool(limits.chunked_prefill)
+    held = inp.mean_ctx + cs.kv_block_tokens / 2.0
+    seqs = max(1, min(int(limits.max_num_seqs), budget))
+    kv_slots = cs.kv_capacity_tokens / held
+    c = int(min(seqs, kv_slots))
+    neck_slots = "kv_cache" if kv_slots < seqs else "max_num_seqs"
+    if c < 1:
+        return PoolSolution(False, math.inf, 0.0, math.inf, "kv_cache", 0.0)
+    kv_d, fl_d = cost.decode_seq_cost(int(round(inp.mean_ctx)))
+    pkv = np.array(cs.prefill_kv)
+    pfl = np.array(cs.prefill_fl)
+    decodes = mode != "prefill" and inp.E_O > 1.0
+    E_Om1 = inp.E_O - 1.0
+    ref_hit = float(inp.E_basis[2])
+
+    def dstep(n: float) -> float:
+        return step(n, n * kv_d, n * fl_d)
+
+    def evaluate(x: float, arrays: bool = False) -> dict:
+        b = min(x, c - 1.0)
+        t_d0 = dstep(b)
+        C = max(1.0, budget - b)
+        kv_c, fl_c = cost.prefill_chunk_cost(int(C), int(ref_hit + max(0.0, (inp.E_Pc - C) / 2.0)))
+        tok0, kv0, fl0 = b + C, b * kv_d + kv_c, b * fl_d + fl_c
+        t_full = step(tok0, kv0, fl0)
+        h_t = max(1.0, C / 4.0)
+        g_t = (t_full - step(tok0 - h_t, kv0, fl0)) / h_t
+        if kv0 > 0.0:
+            g_kv = (t_full - step(tok0, 0.75 * kv0, fl0)) / (0.25 * kv0)
+        else:
+            g_kv = (step(tok0, 1e9, fl0) - t_full) / 1e9
+        if fl0 > 0.0:
+            g_fl = (t_full - step(tok0, kv0, 0.75 * fl0)) / (0.25 * fl0)
+        else:
+            g_fl = (step(tok0, kv0, 1e12) - t_full) / 1e12
+        const = t_full - g_t * C - g_kv * kv_c - g_fl * fl_c
+        slope = g_t + (g_kv * kv_c + g_fl * fl_c) / C
+        w = g_kv * pkv + g_fl * pfl
+        w[1] += g_t
+        split = chunked and inp.max_pc > C
+        min_last = 1.0 if split else inp.min_pc
+        clip = t_d0 - (t_full - slope * (C - min_last)) > 0.0
+        if split or clip or arrays:
+            if split:
+                n = np.ceil(inp.Pc / C)
+                last = inp.Pc - (n - 1.0) * C
+            else:
+                n, last = np.ones_like(inp.Pc), inp.Pc
+            own = n * const + w @ inp.basis + np.maximum(t_d0 - (t_full - slope * (C - last)), 0.0)
+            E_own, E_n = float(own.mean()), float(n.mean())
+        else:
+            own = n = None
+            E_own, E_n = const + float(w @ inp.E_basis), 1.0
+        E_delta = E_own - E_n * t_d0
+        m = lam * E_delta  # fraction of time that is prefill work on top of the decode steps
+        if decodes and m < 1.0:
+            x_new = lam * E_Om1 * t_d0 / (1.0 - m)
+        else:
+            x_new = 0.0 if m < 1.0 else math.inf
+        return dict(x=x, b=b, t_d0=t_d0, C=C, m=m, E_own=E_own, E_n=E_n, E_delta=E_delta, x_new=x_new, own=own, n=n, slope=slope)
+
+    def broken(s: dict) -> bool:
+        return bool(s["m"] >= 1.0 or lam * (s["E_delta"] + inp.E_Pc / s["C"] * s["t_d0"]) >= 1.0)
+
+    s, ok = least_root(evaluate, broken, float(c)) if decodes else (evaluate(0.0), not broken(evaluate(0.0)))
+    s = evaluate(float(s["x"]), arrays=True)
+    x, b, t_d0, C = float(s["x"]), float(s["b"]), float(s["t_d0"]), float(s["C"])
+    own, n = s["own"], s["n"]
+    delta = own - n * t_d0
+    E_delta = float(delta.mean())
+    rho_l = lam * (E_delta + inp.E_Pc / C * t_d0)
+    # Batch seen by a decoder, interference, Little.
+    d_seq = dstep(b + 1.0) - t_d0
+    beta = lam * E_Om1 * d_seq if decodes else 0.0
+    # Step-clock clusters: a prefill adds D to its step, during which lam * D more requests arrive.
+    m_c = lam * E_delta
+    one_m = max(1.0 - m_c, 1e-12)
+    d_cluster = (m_c * one_m + lam * lam * float((delta * delta).mean())) / (one_m * one_m) + 1.0 / one_m
+    d_s = d_cluster / (1.0 - beta) if beta < 1.0 else math.inf
+    b_seen = min(float(c), x + d_s * max(0.0, 1.0 - x / c))  # E[B^2]/E[B], compressed near the cap
+    t_d = dstep(b_seen) if decodes else dstep(1.0)
+    B_guess = max(lam * E_Om1 * t_d, 1e-12)
+    phi = (1.0 if c >= 2 else 0.0) if not decodes else min(1.0, (c - 1.0) / B_guess)
+    rho_d = phi * lam * E_delta if decodes else 0.0
+    t_bar = t_d / (1.0 - rho_d) if rho_d < 1.0 else math.inf
+    decoders = lam * E_Om1 * t_bar if decodes else 0.0
+    a = lam * (float(own.mean()) + E_Om1 * t_bar) if decodes else lam * float(own.mean())
+    rho_s = a / c
+    # KV headroom: running KV tokens have mean a * held and variance d_s * a * E[ctx^2]; vLLM preempts
+    # when they exceed the cache, so count the mean plus KV_HEADROOM_SD standard deviations.
+    kv_sd = math.sqrt(max(d_s, 1.0) * a * inp.ctx2_ratio) * inp.mean_ctx if math.isfinite(d_s) else math.inf
+    u_kv = (a * held + KV_HEADROOM_SD * kv_sd) / cs.kv_capacity_tokens
+    util = max(rho_l, rho_s, rho_d, beta, u_kv)
+    neck = max((rho_l, "prefill"), (rho_s, neck_slots), (u_kv, "kv_cache"), (max(rho_d, beta), "decode"))[1]
+    cap = lam / util if util > 0.0 else math.inf
+    if not ok or util >= 1.0 or not math.isfinite(t_bar):
+        return PoolSolution(False, max(util, 1.0), rho_l, rho_s, neck, min(cap, lam))
+
+    H = own + (inp.O - 1.0) * t_bar
+    E_H = float(H.mean())
+    E_H2 = float((H * H).mean())
+    # Clustered arrivals: treat clusters of d_run requests as single customers of c / d_run servers.
+    d_run = min(max(d_cluster, 1.0), float(c))
+    p_w = erlang_c(c / d_run, a / d_run)
+    w_slots = p_w * E_H * d_run / (c - a) * (ca2 + max(0.0, E_H2 / (E_H * E_H) - 1.0)) / 2.0
+    p_lane = w_lane = 0.0
+    if c >= 2 and mode != "decode" and rho_l > 0.0:
+        S = delta + inp.Pc / C * t_d0
+        E_S = float(S.mean())
+        cs2_s = max(0.0, float((S * S).mean()) / (E_S * E_S) - 1.0)
+        p_lane = (1.0 - p_w) * rho_l
+        w_lane = (1.0 - p_w) * rho_l / (1.0 - rho_l) * E_S * (ca2 + cs2_s) / 2.0
+    wait_p = 1.0 - (1.0 - p_w) * (1.0 - p_lane)
+    resid_q = 0.0 if mode == "prefill" else max(0.0, 1.0 - math.exp(-a) - p_w) * (1.0 - rho_l)
+    sol = PoolSolution(
+        True, util, rho_l, rho_s, neck, cap, running=a, decoders=decoders, wait_p=wait_p,
+        wait_mean_s=w_slots + w_lane, resid_q=resid_q, lane_share=w_lane / (w_lane + w_slots) if w_lane > 0.0 else 0.0, t_d=t_d, t_bar=t_bar, own=own, rho_d=rho_d,
+        co_tokens_per_s=lam * inp.E_Pc, prefill_s_per_token=max(E_delta / inp.E_Pc, 0.0),
+        spare_tokens=np.maximum((n * C if chunked else max(budget - b, 0.0)) - inp.Pc, 0.0),
+    )
+    if decodes:
+        E_D2 = float((delta * delta).mean())
+        # Window of n = O - 1 steps. Interference: requests arriving in it add their prefill D and,
+        # as co-decoders, d_seq per shared step for ov = min(O' - 1, n U) steps (O' - 1 ~ M).
+        nn = inp.Om1
+        M = max(E_Om1, 1e-9)
+        short = nn <= M
+        E_ov = np.where(short, nn / 2.0, M - M * M / (2.0 * nn))
+        E_ov2 = np.where(short, nn * nn / 3.0, M * M - 2.0 * M**3 / (3.0 * nn))
+        E_S2 = E_D2 + 2.0 * E_delta * d_seq * E_ov + d_seq * d_seq * E_ov2
+        one_p = np.maximum(1.0 - (rho_d + phi * lam * d_seq * E_ov), 0.05)
+        # With slots saturated, admissions are paced by departures (squared CV ~ 1 / c), not Poisson.
+        smooth = (1.0 - p_w) + p_w / c
+        sol.interference_var_s2 = smooth * nn * t_bar * phi * lam * E_S2 / (one_p * one_p)
+        sol.backlog_rate_s = phi * lam * E_delta
+        sol.backlog_var_rate_s2 = smooth * phi * lam * E_D2
+        sol.arrival_rate_s = phi * lam
+        # Batch noise: decoders already running when the window opens, fading with residual holding time.
+        var_b = np.zeros_like(nn)
+        if x > 0.0 and d_seq > 0.0:
+            tau = max(E_H2 / (2.0 * E_H), 1e-12)
+            y = np.maximum(nn * t_bar / tau, 1e-9)
+            var_b = d_seq * d_seq * d_s * x * inp.ctx2_ratio * ((1.0 - np.exp(-y)) / y) ** 2
+        sol.base_sigma = np.sqrt(np.log1p(var_b / (t_d * t_d)))
+    return sol

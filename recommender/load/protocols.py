@@ -1,0 +1,75 @@
+"""What the load model needs from the perf model, the engine limits and the workload.
+
+These are structural types (``typing.Protocol``): the real ``recommender.perf.step.StepCostModel``,
+``recommender.perf.EngineLimits`` and ``recommender.workload.LengthDist`` satisfy them without
+importing this module, and so do the small reference implementations in ``recommender.load.toy``.
+See docs/ARCHITECTURE.md, "Step cost contract".
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class StepCost(Protocol):
+    """Time of one engine iteration of ONE replica (a TP group).
+
+    Costs add up: a step with decodes at contexts ``c_i`` and one prefill chunk takes
+    ``step_s(len(c) + chunk, sum(kv_i) + kv_p, sum(fl_i) + fl_p)`` seconds.
+    """
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """Tokens of KV cache one replica holds (all sequences together)."""
+        ...
+
+    @property
+    def kv_block_tokens(self) -> int:
+        """Paged-attention block size in tokens (vLLM default 16)."""
+        ...
+
+    def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float) -> float:
+        """Wall time (s) of one iteration computing ``new_tokens`` tokens."""
+        ...
+
+    def decode_seq_cost(self, context_tokens: int) -> tuple[float, float]:
+        """(kv_read_bytes, attention_flops) one decoding sequence at this context adds to a step."""
+        ...
+
+    def prefill_chunk_cost(self, chunk_tokens: int, prefix_tokens: int) -> tuple[float, float]:
+        """(kv_read_bytes, attention_flops) of a prefill chunk whose sequence already holds ``prefix_tokens``."""
+        ...
+
+
+@runtime_checkable
+class Limits(Protocol):
+    """The vLLM scheduler limits of one replica (``recommender.perf.EngineLimits``)."""
+
+    @property
+    def max_num_seqs(self) -> int: ...
+
+    @property
+    def max_num_batched_tokens(self) -> int: ...
+
+    @property
+    def chunked_prefill(self) -> bool: ...
+
+    @property
+    def enable_prefix_caching(self) -> bool: ...
+
+
+@runtime_checkable
+class LengthDistribution(Protocol):
+    """A token-length distribution (``recommender.workload.LengthDist``); lengths are >= 1 tokens."""
+
+    @property
+    def mean(self) -> float: ...
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    def sample(self, rng: random.Random, n: int) -> list[int]: ...
+
+    def quantile(self, q: float) -> float: ...
