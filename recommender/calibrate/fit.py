@@ -7,6 +7,7 @@ For measurements ``y_i`` and predictions ``f_i(p)`` of the serving model at prof
                                                              a group's total weight grows as sqrt(n_g), so a
                                                              373-row table does not drown an 8-row one)
     minimise  sum_i rho(r_i^2) + sum_j ((p_j - q_j) / (sigma q_j))^2       rho = soft_l1, f_scale 0.1
+                                                            (the prior term stays quadratic)
 
 The second sum is an optional prior (``FitOptions.prior``: anchor values ``q`` and relative width
 ``sigma``) for engines with few rows. ``scipy.optimize.least_squares`` (trust-region reflective)
@@ -161,6 +162,19 @@ def _weights(ms: Sequence[Measurement]) -> np.ndarray:
     return np.sqrt(w2 / w2.mean())
 
 
+def _gaussian_under_loss(q: float, opts: FitOptions) -> float:
+    """A residual whose robust loss equals ``q^2``: the prior stays Gaussian while the data are robust.
+
+    least_squares minimises ``f^2 rho((r / f)^2)``; for soft_l1 ``rho(z) = 2 (sqrt(1 + z) - 1)``, so
+    ``r = f sqrt((1 + q^2 / (2 f^2))^2 - 1)`` (sign kept)."""
+    if opts.loss == "linear":
+        return q
+    if opts.loss != "soft_l1":
+        raise CalibrationError(f"prior penalty supports loss 'linear' or 'soft_l1', not {opts.loss!r}")
+    f = opts.f_scale
+    return math.copysign(f * math.sqrt((1.0 + q * q / (2.0 * f * f)) ** 2 - 1.0), q)
+
+
 class _Problem:
     """Residuals of a set of measurements as a function of some parameters (others fixed at ``base``)."""
 
@@ -193,7 +207,7 @@ class _Problem:
         pen = []
         for n, v, s in zip(self.names, u, self.s):
             q = float(getattr(prior, n)) or _scale(n, prior)
-            pen.append((v * s - q) / (self.opts.prior_sigma * q))
+            pen.append(_gaussian_under_loss((v * s - q) / (self.opts.prior_sigma * q), self.opts))
         return np.concatenate([r, np.asarray(pen)])
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
