@@ -37,7 +37,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 from scipy.optimize import least_squares
 
-from recommender.calibrate.measurements import Measurement, deployment, predict
+from recommender.calibrate.measurements import Measurement, deployment, predict, predict_many
 from recommender.catalog import Catalog, default_catalog
 from recommender.errors import CalibrationError
 from recommender.perf.step import Deployment
@@ -190,7 +190,7 @@ class _Problem:
         return self.base.replace(**{n: float(v * s) for n, v, s in zip(self.names, u, self.s)})
 
     def predictions(self, prof: EngineProfile) -> np.ndarray:
-        return np.array([predict(m, prof, dep=d) for m, d in zip(self.ms, self.deps)])
+        return np.array(predict_many(self.ms, prof, self.deps))
 
     def data_residuals(self, u: np.ndarray) -> np.ndarray:
         f = self.predictions(self.profile(u))
@@ -275,14 +275,6 @@ def fit_profile(ms: Sequence[Measurement], start: EngineProfile, opts: FitOption
         raise CalibrationError(f"unknown profile parameter(s) {', '.join(unknown)}; fittable: {', '.join(FIT_PARAMETERS)}")
     free = list(opts.parameters)
     why: dict[str, str] = {}
-    if opts.detect_unconstrained:
-        n_small = sum(1 for m in ms if small_batch(m))
-        if n_small < opts.min_small_batch_rows:
-            for n in STEP_LATENCY_PARAMETERS:
-                if n in free:
-                    why[n] = (f"per-step latency seen only amortised over large batches ({n_small} rows at "
-                              f"<= {SMALL_BATCH} sequences, {opts.min_small_batch_rows} needed)")
-            free = [n for n in free if n not in why]
     prob = _Problem(ms, start, free, opts, cat)
     u = prob.start()
     if opts.detect_unconstrained and free:  # parameters that do not move any prediction are dropped first
@@ -290,6 +282,12 @@ def fit_profile(ms: Sequence[Measurement], start: EngineProfile, opts: FitOption
         for n, c in zip(free, np.linalg.norm(J, axis=0)):
             if c < 1e-9:
                 why[n] = "no effect on any of these predictions"
+        n_small = sum(1 for m in ms if small_batch(m))
+        if n_small < opts.min_small_batch_rows:
+            for n in STEP_LATENCY_PARAMETERS:
+                if n in free and n not in why:
+                    why[n] = (f"per-step latency seen only amortised over large batches ({n_small} rows at "
+                              f"<= {SMALL_BATCH} sequences, {opts.min_small_batch_rows} needed)")
         free = [n for n in free if n not in why]
     for _ in range(len(opts.parameters) + 1):
         prob = _Problem(ms, start, free, opts, cat)

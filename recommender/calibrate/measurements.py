@@ -218,7 +218,7 @@ def in_flight(dep: Deployment, m: Measurement) -> float:
     """Mean requests in flight: the concurrency cap, or Little's law ``N = rate x e2e(N)`` below it.
 
     The cap is ``min(load.batch, max_num_seqs, sequences the KV cache holds)``; ``N`` is found by
-    bisection on ``N - rate x e2e(N)`` (increasing in ``N`` for a stable system), at least 1."""
+    Brent's method on ``N - rate x e2e(N)`` (increasing in ``N`` for a stable system), at least 1."""
     ld = m.load
     cap_kv = estimate(dep, Load("max", 1, 0, ld.prompt_tokens, ld.output_tokens)).batch
     cap = float(max(1, min(ld.batch, cap_kv)))
@@ -231,17 +231,15 @@ def in_flight(dep: Deployment, m: Measurement) -> float:
         return cap
     if g(1.0) >= 0:
         return 1.0
-    lo, hi = 1.0, cap
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if g(mid) < 0 else (lo, mid)
-    return 0.5 * (lo + hi)
+    from scipy.optimize import brentq  # lazy: only benchmark runs with a request rate need it
+
+    return float(brentq(g, 1.0, cap, xtol=1e-6 * cap, rtol=1e-9))
 
 
-def _run_level(dep: Deployment, m: Measurement) -> float:
+def _run_level(dep: Deployment, m: Measurement, n: float | None = None) -> float:
     """A ``vllm bench serve`` figure: the closed loop at :func:`in_flight` requests (see module docstring)."""
     ld = m.load
-    n = in_flight(dep, m)
+    n = in_flight(dep, m) if n is None else n
     ttft, tpot, e2e = closed_at(dep, n, ld.prompt_tokens, ld.output_tokens)
     if m.quantity == "ttft_s":
         return ttft
@@ -275,5 +273,23 @@ def predict(m: Measurement, profile: EngineProfile, catalog: Catalog | None = No
     return value if math.isfinite(value) else float("nan")
 
 
-__all__ = ["Measurement", "Skip", "QUANTITIES", "parse_metric", "resolve_gpu", "resolve_model", "deployment",
+def predict_many(ms: list[Measurement], profile: EngineProfile, deps: list[Deployment]) -> list[float]:
+    """:func:`predict` for many rows; rows of one benchmark run share one :func:`in_flight` solve."""
+    out: list[float] = []
+    solved: dict[tuple, float] = {}
+    for m, d0 in zip(ms, deps):
+        if (m.rate_per_s or m.requests) and m.quantity in ("output_tokens_per_s", "ttft_s", "tpot_s", "e2e_s"):
+            d = dataclasses.replace(d0, profile=profile)
+            key = (m.file, m.source, m.model, m.gpu, m.tp, m.weight_dtype, m.kv_dtype, m.load, m.limits,
+                   m.gpu_memory_utilization, m.cuda_graphs, m.rate_per_s, m.requests)
+            if key not in solved:
+                solved[key] = in_flight(d, m)
+            v = _run_level(d, m, solved[key])
+            out.append(v if math.isfinite(v) else float("nan"))
+        else:
+            out.append(predict(m, profile, dep=d0))
+    return out
+
+
+__all__ = ["predict_many", "Measurement", "Skip", "QUANTITIES", "parse_metric", "resolve_gpu", "resolve_model", "deployment",
            "predict"]
