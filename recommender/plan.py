@@ -22,6 +22,7 @@ class PlanRow:
     pareto: bool
     quality_note: str = ""
     simulated: dict[str, Any] | None = None
+    checkpoint: str = ""
 
     @property
     def candidate(self):  # noqa: ANN201 - convenience
@@ -100,6 +101,8 @@ def row_dict(r: PlanRow, w: Workload, gmu: float) -> dict[str, Any]:
         "usd_per_million_tokens": ev.usd_per_million_tokens, "pareto": r.pareto, "binding": ev.binding,
         "quality_note": r.quality_note,
     }
+    if r.checkpoint:
+        d["checkpoint"] = r.checkpoint
     if r.simulated is not None:
         d["simulated"] = r.simulated
     return d

@@ -12,6 +12,7 @@ A workload file (``examples/*.yaml``)::
     gpus: [h100-sxm, h200]          # default: every catalog GPU
     max_gpus: 16
     prices: {h100-sxm: "$2.49/h"}   # USD per GPU-hour overrides
+    checkpoints: {int4: org/model-AWQ}  # pre-quantized checkpoints the plan may use (int8/int4/fp4)
     slo: [tpot=30ms, ttft=2s@p99]
 
 Length distributions: ``constant`` (value), ``normal`` (mean, std), ``lognormal`` (mean, std of the
@@ -150,13 +151,28 @@ class LengthDist:
         raise ConfigError(f"unknown length distribution {self.kind!r}")
 
     def _build_table(self) -> tuple[int, ...]:
+        """Token counts at the quantile grid (i + 0.5) / n, clipped to [min, max] (vectorised)."""
+        import numpy as np
+
         n = _QUANTILE_GRID
-        out = []
-        for i in range(n):
-            q = (i + 0.5) / n
-            v = self._raw_quantile(q)
-            out.append(int(min(self.max_tokens, max(self.min_tokens, round(v)))))
-        return tuple(out)
+        q = (np.arange(n) + 0.5) / n
+        if self.kind in ("normal", "lognormal"):
+            from scipy.special import ndtri
+
+            z = ndtri(q)
+            if self.kind == "normal":
+                v = self.mean_param + max(self.std_param, 1e-9) * z
+            else:
+                m, sd = self.mean_param, max(self.std_param, 1e-9)
+                sigma2 = math.log(1 + (sd / m) ** 2)
+                v = np.exp(math.log(m) - sigma2 / 2 + math.sqrt(sigma2) * z)
+        elif self.kind == "empirical":
+            xs = np.asarray(self.samples, dtype=float)
+            v = xs[np.minimum(len(xs) - 1, (q * len(xs)).astype(int))]
+        else:
+            v = np.array([self._raw_quantile(float(x)) for x in q])
+        v = np.clip(np.rint(v), self.min_tokens, self.max_tokens).astype(int)
+        return tuple(int(x) for x in v)
 
     def quantile(self, q: float) -> int:
         """Token count at quantile ``q`` in [0, 1]."""
@@ -206,6 +222,7 @@ class Workload:
     slos: tuple[Slo, ...] = ()
     name: str = "workload"
     source: str = ""
+    checkpoints: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def max_model_len(self) -> int:
@@ -329,6 +346,7 @@ class WorkloadSpec(BaseModel):
     max_gpus: int | None = Field(default=None, gt=0)
     prices: dict[str, str | float] = Field(default_factory=dict)
     slo: list[str] = Field(default_factory=list)
+    checkpoints: dict[str, str] = Field(default_factory=dict)
     description: str | None = None
 
     _coerce_prompt = field_validator("prompt_tokens", mode="before")(classmethod(lambda cls, v: _dist_from_any(v)))
@@ -350,6 +368,7 @@ class WorkloadSpec(BaseModel):
             slos=tuple(Slo.parse(s) for s in self.slo),
             name=self.name or (Path(source).stem if source else "workload"),
             source=source,
+            checkpoints={k.lower(): v for k, v in self.checkpoints.items()},
         )
 
 

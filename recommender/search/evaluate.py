@@ -90,6 +90,7 @@ class SearchContext:
     prices: dict[str, float]
     profile: EngineProfile
     policy: SearchPolicy
+    checkpoints: dict[str, str] = field(default_factory=dict)
     _costs: dict[tuple, tuple[StepCostModel | None, str]] = field(default_factory=dict)
     _cache: dict[str, Evaluation] = field(default_factory=dict)
     evaluations: int = 0
@@ -133,10 +134,14 @@ def _limits(c: Candidate, max_model_len: int, prefix: bool) -> EngineLimits:
                         enable_prefix_caching=prefix)
 
 
+def _finite_or_inf(v: float) -> float:
+    return v if v == v else math.inf  # NaN (a degenerate load-model result) counts as unbounded
+
+
 def _slo_ratios(ctx: SearchContext, res: Any) -> list[float]:
     out = []
     for s in ctx.workload.slos:
-        v = getattr(res, f"{s.metric}_s").at(s.percentile) if res.stable else math.inf
+        v = _finite_or_inf(getattr(res, f"{s.metric}_s").at(s.percentile)) if res.stable else math.inf
         out.append(v / s.limit_s)
     return out
 
@@ -171,7 +176,7 @@ def _latencies(res: Any) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for metric in ("ttft", "tpot", "e2e"):
         p = getattr(res, f"{metric}_s")
-        out[metric] = {k: (p.at(k) if res.stable else math.inf) for k in ("mean", "p50", "p90", "p95", "p99")}
+        out[metric] = {k: (_finite_or_inf(p.at(k)) if res.stable else math.inf) for k in ("mean", "p50", "p90", "p95", "p99")}
     return out
 
 
@@ -211,8 +216,12 @@ def _finish(ctx: SearchContext, c: Candidate, pools: tuple[Pool, ...], res: Any,
     usd_m_out = usd_h / (out_tps * 3600) * 1e6 if out_tps else math.inf
     lat = _latencies(res)
     ratios = _slo_ratios(ctx, res)
-    util_excess = res.utilisation - ctx.policy.max_utilisation if res.stable else 1.0
-    cons = (0.0, max(0.0, util_excess) if not ok else 0.0, *[r - 1.0 for r in ratios])
+    util = _finite_or_inf(res.utilisation)
+    util_excess = util - ctx.policy.max_utilisation if res.stable else 1.0
+    cap_violation = min(1e6, max(0.0, util_excess)) if not ok else 0.0
+    if not ok and cap_violation <= 0 and all(r <= 1.0 for r in ratios):
+        cap_violation = 1.0  # e.g. the pools exceed max_gpus although the latencies would be met
+    cons = (0.0, cap_violation, *[min(1e6, r - 1.0) for r in ratios])
     lat_obj = [min(lat[s.metric][s.percentile], INFEASIBLE_OBJECTIVE) for s in w.slos] or [
         min(lat["tpot"]["p90"], INFEASIBLE_OBJECTIVE)]
     objectives = (usd_m if math.isfinite(usd_m) else INFEASIBLE_OBJECTIVE, *lat_obj)

@@ -32,16 +32,35 @@ def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfi
     model = catalog.model(workload.model)
     gpus = allowed_gpus(catalog, workload.gpus, dict(workload.usd_per_gpu_hour_overrides))
     prices = {g.id: workload.usd_per_gpu_hour_overrides.get(g.id, g.usd_per_gpu_hour) for g in gpus}
+    meta = catalog.model_meta.get(model.id, {})
+    ckpts = {str(k).lower(): str(v) for k, v in (meta.get("quantized_checkpoints") or {}).items()}
     return SearchContext(workload=workload, model=model, gpus={g.id: g for g in gpus},
-                         prices={k: float(v) for k, v in prices.items() if v is not None}, profile=profile, policy=policy)
+                         prices={k: float(v) for k, v in prices.items() if v is not None}, profile=profile, policy=policy,
+                         checkpoints=ckpts)
+
+
+def checkpoint_for(ctx: SearchContext, dtype: str) -> str | None:
+    """Pre-quantized checkpoint for ``dtype``: the workload's, else the model catalog's, else None."""
+    if dtype in ctx.workload.checkpoints:
+        return ctx.workload.checkpoints[dtype]
+    return ctx.checkpoints.get(dtype)
+
+
+def deployable_without_checkpoint(native: str, dtype: str) -> bool:
+    """vLLM loads the checkpoint as is, casts 16-bit <-> 16-bit, or quantizes 16-bit -> fp8 online."""
+    sixteen = ("bf16", "fp16")
+    return dtype == native or (dtype in sixteen and native in sixteen) or (dtype == "fp8" and native in sixteen)
 
 
 def space_choices(ctx: SearchContext) -> SpaceChoices:
     pol = ctx.policy
     wds = []
+    native = resolve_dtype("native", ctx.model)
     for d in pol.weight_dtypes:
         r = resolve_dtype(d, ctx.model)
-        if r not in wds:
+        if r in wds:
+            continue
+        if deployable_without_checkpoint(native, r) or checkpoint_for(ctx, r):
             wds.append(r)
     return SpaceChoices(gpus=tuple(ctx.gpus), tps=tuple(pol.tensor_parallel), weight_dtypes=tuple(wds),
                         kv_dtypes=tuple(pol.kv_dtypes), max_num_seqs=tuple(pol.max_num_seqs),

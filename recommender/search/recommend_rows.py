@@ -38,7 +38,10 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
         if fam in seen:
             continue
         seen.add(fam)
-        rows.append(PlanRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=quality_note(e, ctx.policy)))
+        ckpt = ctx.workload.checkpoints.get(c.weight_dtype) or ctx.checkpoints.get(c.weight_dtype, "")
+        native = ctx.model.checkpoint_dtype
+        rows.append(PlanRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=quality_note(e, ctx.policy),
+                            checkpoint=ckpt if c.weight_dtype != native else ""))
         if len(rows) >= top:
             break
     return rows
