@@ -31,7 +31,7 @@ DEFAULT_POLICY = Path("policies/replan.yaml")
 
 def search_planner(*, storage: str, study_name: str, profile_file: str | None, trials: int | None,
                    seed: int, timeout_s: float | None) -> Planner:
-    """Adapter: ``recommender.search.recommend`` warm-started from the current plan, in the history storage.
+    """Adapter: ``recommender.search.planner`` warm-started from the current plan, in the history storage.
 
     The workload it gets already carries the replan policy's headroom, so the search runs with its
     own headroom set to 0 (headroom is applied once). Each run is a fresh study named
@@ -42,9 +42,9 @@ def search_planner(*, storage: str, study_name: str, profile_file: str | None, t
     def plan(workload: Workload, current: dict[str, Any] | None) -> dict[str, Any]:
         try:
             from recommender.search.policy import load_search_policy
-            from recommender.search.recommend import SearchSettings, recommend
+            from recommender.search import SearchSettings, recommend
         except ImportError as e:
-            raise ConfigError(f"the planner (recommender.search.recommend) is not available in this installation "
+            raise ConfigError(f"the planner (recommender.search.planner) is not available in this installation "
                               f"({e}); update the package") from None
         profile = None
         if profile_file is not None:

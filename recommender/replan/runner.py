@@ -3,7 +3,7 @@
 A step: observe the traffic source -> forecast -> Workload -> ``planner(workload, current_plan)`` ->
 policy decision -> (if changed and an output folder is given) write ``plan.json`` atomically and the
 deployment files -> one history row. The planner is injected: the CLI passes an adapter around
-``recommender.search.recommend``; tests pass a small analytic fake.
+``recommender.search.planner``; tests pass a small analytic fake.
 
 Exit codes: 0 unchanged, 10 changed, 11 unchanged because there is not enough data yet (the reason
 says how much more is needed), 2..9 error (the current plan is kept).
