@@ -284,6 +284,9 @@ def kv_transfer_s_per_token(ctx: SearchContext, c: Candidate) -> float:
 
 def _evaluate_disagg(ctx: SearchContext, c: Candidate) -> Evaluation:
     w, pol = ctx.workload, ctx.policy
+    vp, vd = ctx.gpus[c.gpu].vendor, ctx.gpus[c.decode_gpu].vendor
+    if vp != vd:
+        return _infeasible(ctx, c, f"prefill on {vp} and decode on {vd}: NIXL KV transfer needs one vendor's stack", False, "invalid")
     budget = c.max_num_batched_tokens or max(w.max_model_len, 2048)
     p_limits = EngineLimits(max_num_seqs=max(8, min(64, c.max_num_seqs)), max_num_batched_tokens=budget,
                             chunked_prefill=c.max_num_batched_tokens > 0, enable_prefix_caching=w.shared_prefix_fraction > 0)
