@@ -8,11 +8,11 @@ becomes a load (stated assumptions; see ``tests/data/measurements/README.md``):
 - ``concurrency N`` / ``request_rate`` = ``closed-loop``: ``Load("closed", N)``;
 - otherwise a static batch (``profile_generation``, ``gptSessionBenchmark``, gpt-fast): ``Load("static", B)``.
 
-Engine conditions (:data:`ENGINE_CONDITIONS`): TensorRT-LLM's ``max_batch_size`` 2048 /
-``max_num_tokens`` 8192 with ``kv_cache_free_gpu_mem_fraction`` 0.95 (of the memory left after weights,
-hence ``gpu_memory_utilization = 0.95 + 0.05 x weights / memory``); vLLM's own defaults for the GPU;
-LMDeploy and gpt-fast run static batches where limits do not matter. An unstated KV dtype follows the
-weights (FP8 recipes quantize the KV cache, 16-bit engines keep it 16-bit); gpt-fast's unstated output
+Engine conditions (:data:`ENGINE_CONDITIONS`): ``trtllm-bench build``'s own settings for TensorRT-LLM
+(KV cache = 0.95 x the memory the weights leave, max batch = the requests that fit, max tokens = batch x
+(1 + ISL / OSL); see :func:`_trt_conditions`); vLLM's own defaults for the GPU; LMDeploy and gpt-fast
+run static batches where limits do not matter. An unstated KV dtype follows the weights (FP8 recipes
+quantize the KV cache, 16-bit engines keep it 16-bit); gpt-fast's unstated output
 length is its ``generate.py`` default of 200 tokens.
 
 ``vllm bench serve --save-result`` JSON (one object, or one per line with ``--append-result``): the
@@ -28,7 +28,7 @@ import csv
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
