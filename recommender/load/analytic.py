@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from scipy.special import ndtri
 
 from recommender.errors import ConfigError
-from recommender.load.percentiles import QUANTILES, Percentiles
+from recommender.load.percentiles import QUANTILES, LazyPercentiles, Percentiles
 from recommender.load.pool import PoolInputs, PoolSolution, pool_inputs, solve_pool
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
-from recommender.load.summaries import qmc_points
+from recommender.load.summaries import _mean, qmc_exponentials, qmc_points
 
 
 @dataclass(frozen=True)
@@ -80,20 +81,51 @@ def _check(arrival_rate_per_s: float, *replicas: int) -> None:
             raise ConfigError(f"replicas must be at least 1, got {r!r}")
 
 
-def _latencies(
-    ttft: np.ndarray, ttft_mean: float, lane_sojourn: np.ndarray, dec: PoolSolution, inp: PoolInputs
-) -> tuple[Percentiles, Percentiles, Percentiles]:
-    """TTFT / TPOT / E2E summaries from per-point TTFT and the decode pool's TPOT model."""
-    if dec.base_sigma is None:
-        return _summary(ttft, ttft_mean), Percentiles.zero(), _summary(ttft, ttft_mean)
-    u = qmc_points()
-    tpot, tpot_cond_mean = dec.tpot(inp, lane_sojourn, _normal(u[:, 4]), u[:, 6])
-    om1 = inp.O - 1.0
-    e2e = ttft + om1 * tpot
-    multi = inp.multi
-    tpot_mean = float(tpot_cond_mean[multi].mean()) if multi.any() else 0.0
-    e2e_mean = ttft_mean + float((om1 * tpot_cond_mean).mean())
-    return _summary(ttft, ttft_mean), _summary(tpot[multi], tpot_mean), _summary(e2e, e2e_mean)
+class _Deferred:
+    """Per-point TTFT / TPOT / E2E of a solved deployment, computed once on first use."""
+
+    def __init__(
+        self, ttft_parts: Callable[[], tuple[np.ndarray, float, np.ndarray]], dec: PoolSolution, inp: PoolInputs
+    ) -> None:
+        self._ttft_parts = ttft_parts  # -> (ttft per point, mean ttft, lane sojourn per point)
+        self._dec, self._inp = dec, inp
+        self._ttft: tuple[np.ndarray, float, np.ndarray] | None = None
+        self._tpot: tuple[np.ndarray, np.ndarray] | None = None
+
+    def ttft(self) -> tuple[np.ndarray, float, np.ndarray]:
+        if self._ttft is None:
+            self._ttft = self._ttft_parts()
+        return self._ttft
+
+    def tpot(self) -> tuple[np.ndarray, np.ndarray] | None:
+        if self._dec.base_sigma is None:
+            return None
+        if self._tpot is None:
+            u = qmc_points()
+            self._tpot = self._dec.tpot(self._inp, self.ttft()[2], _normal(u[:, 4]), u[:, 6])
+        return self._tpot
+
+    def ttft_p(self) -> Percentiles:
+        t, mean, _ = self.ttft()
+        return _summary(t, mean)
+
+    def tpot_p(self) -> Percentiles:
+        tp = self.tpot()
+        if tp is None:
+            return Percentiles.zero()
+        multi = self._inp.multi
+        return _summary(tp[0][multi], _mean(tp[1][multi]) if multi.any() else 0.0)
+
+    def e2e_p(self) -> Percentiles:
+        t, mean, _ = self.ttft()
+        tp = self.tpot()
+        if tp is None:
+            return _summary(t, mean)
+        om1 = self._inp.O - 1.0
+        return _summary(t + om1 * tp[0], mean + _mean(om1 * tp[1]))
+
+    def percentiles(self) -> tuple[Percentiles, Percentiles, Percentiles]:
+        return LazyPercentiles(self.ttft_p), LazyPercentiles(self.tpot_p), LazyPercentiles(self.e2e_p)
 
 
 def analyze(
@@ -113,13 +145,17 @@ def analyze(
     pool = solve_pool(cost, limits, lam, inp, 1.0 / replicas, "both")
     if not pool.stable:
         return _unstable(pool.utilisation, pool.capacity_per_s * replicas, arrival_rate_per_s, inp.E_O, pool.bottleneck, pool.rho_lane, pool.rho_slots)
-    assert pool.own is not None
-    u = qmc_points()
-    queue, resid = pool.ttft_wait(u[:, 2], u[:, 3])
-    extra, uncovered = pool.co_scheduled(queue * pool.lane_share + resid)
-    ttft = queue + resid + pool.own + extra
-    ttft_mean = pool.wait_total_mean_s + float(pool.own.mean()) + float(extra.mean())
-    ttft_p, tpot_p, e2e_p = _latencies(ttft, ttft_mean, uncovered + pool.own + extra, pool, inp)
+    own = pool.own
+    assert own is not None
+
+    def ttft_parts() -> tuple[np.ndarray, float, np.ndarray]:
+        u, e = qmc_points(), qmc_exponentials()
+        queue, resid = pool.ttft_wait(e[:, 2], u[:, 3])
+        extra, uncovered = pool.co_scheduled(queue * pool.lane_share + resid)
+        mean = pool.wait_total_mean_s + _mean(own) + _mean(extra)
+        return queue + resid + own + extra, mean, uncovered + own + extra
+
+    ttft_p, tpot_p, e2e_p = _Deferred(ttft_parts, pool, inp).percentiles()
     return LoadResult(
         stable=True,
         utilisation=pool.utilisation,
@@ -179,18 +215,21 @@ def analyze_disaggregated(
         worst, label = (pre, "prefill pool: ") if pre.utilisation >= dec.utilisation else (dec, "decode pool: ")
         return _unstable(max(pre.utilisation, dec.utilisation), cap, arrival_rate_per_s, din.E_O, label + worst.bottleneck, pre.rho_lane, dec.rho_slots)
     assert pre.own is not None and dec.own is not None
-    u = qmc_points()
-    transfer = kv_transfer_s_per_token * din.P
-    pre_queue, _ = pre.ttft_wait(u[:, 2], u[:, 3])
-    pre_extra, _ = pre.co_scheduled(pre_queue * pre.lane_share)
-    dec_queue, dec_resid = dec.ttft_wait(u[:, 5], u[:, 3])
-    dec_wait = dec_queue + dec_resid
-    ttft = pre_queue + pre.own + pre_extra + transfer + dec_wait + dec.own
-    ttft_mean = (
-        pre.wait_total_mean_s + float(pre.own.mean()) + float(pre_extra.mean()) + kv_transfer_s_per_token * din.E_P
-        + dec.wait_total_mean_s + float(dec.own.mean())
-    )
-    ttft_p, tpot_p, e2e_p = _latencies(ttft, ttft_mean, dec_resid + dec.own, dec, din)
+    pre_own, dec_own = pre.own, dec.own
+
+    def ttft_parts() -> tuple[np.ndarray, float, np.ndarray]:
+        u, e = qmc_points(), qmc_exponentials()
+        pre_queue, _ = pre.ttft_wait(e[:, 2], u[:, 3])
+        pre_extra, _ = pre.co_scheduled(pre_queue * pre.lane_share)
+        dec_queue, dec_resid = dec.ttft_wait(e[:, 5], u[:, 3])
+        ttft = pre_queue + pre_own + pre_extra + kv_transfer_s_per_token * din.P + dec_queue + dec_resid + dec_own
+        mean = (
+            pre.wait_total_mean_s + _mean(pre_own) + _mean(pre_extra) + kv_transfer_s_per_token * din.E_P
+            + dec.wait_total_mean_s + _mean(dec_own)
+        )
+        return ttft, mean, dec_resid + dec_own
+
+    ttft_p, tpot_p, e2e_p = _Deferred(ttft_parts, dec, din).percentiles()
     label = "prefill pool: " + pre.bottleneck if pre.utilisation >= dec.utilisation else "decode pool: " + dec.bottleneck
     return LoadResult(
         stable=True,

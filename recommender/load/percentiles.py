@@ -13,7 +13,7 @@ PERCENTILE_NAMES: tuple[str, ...] = ("mean", "p50", "p90", "p95", "p99")
 QUANTILES: tuple[float, ...] = (0.50, 0.90, 0.95, 0.99)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Percentiles:
     """A latency distribution in seconds: ``mean``, ``p50``, ``p90``, ``p95``, ``p99``.
 
@@ -25,6 +25,14 @@ class Percentiles:
     p90: float
     p95: float
     p99: float
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Percentiles):
+            return NotImplemented
+        return all(self.at(n) == other.at(n) for n in PERCENTILE_NAMES)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.at(n) for n in PERCENTILE_NAMES))
 
     def at(self, name: str) -> float:
         """The value for ``"mean"``, ``"p50"``, ``"p90"``, ``"p95"`` or ``"p99"``."""
@@ -85,3 +93,28 @@ class IdentityCache:
         if len(self._data) > self.maxsize:
             self._data.popitem(last=False)
         return value
+
+
+class LazyPercentiles(Percentiles):
+    """A ``Percentiles`` whose values are computed on first access.
+
+    The analytic model evaluates hundreds of quasi-random points per metric; the search usually
+    reads one or two metrics of a result, so the work is deferred until a field is read. It behaves
+    as a plain ``Percentiles`` in every other respect (equality, repr, ``to_dict``, pickling).
+    """
+
+    def __init__(self, compute: Callable[[], Percentiles]) -> None:  # noqa: D107 (no dataclass init)
+        object.__setattr__(self, "_compute", compute)
+
+    def __getattr__(self, name: str) -> float:  # only reached while the fields are not set yet
+        compute = self.__dict__.get("_compute")
+        if name not in PERCENTILE_NAMES or compute is None:
+            raise AttributeError(name)
+        done = compute()
+        for f in PERCENTILE_NAMES:
+            object.__setattr__(self, f, float(getattr(done, f)))
+        object.__setattr__(self, "_compute", None)
+        return float(getattr(done, name))
+
+    def __reduce__(self) -> tuple[type, tuple[float, ...]]:
+        return (Percentiles, tuple(self.at(n) for n in PERCENTILE_NAMES))

@@ -1,58 +1,70 @@
 """One replica of one serving pool at an arrival rate: the analytic queueing model behind ``analyze``.
 
-Notation (per replica): arrival rate ``lam``, renewal arrivals with squared coefficient of
-variation ``ca2``; ``P`` prompt tokens, ``h`` prefix-cache hit (whole blocks of the shared prefix, at
-most ``P - 1``), ``Pc = P - h`` tokens to prefill, ``O`` output tokens; slots
-``c = min(max_num_seqs, max_num_batched_tokens, kv_capacity_tokens / (E[P] + E[O^2] / (2 E[O]) +
-block / 2))`` (the KV term is the time-averaged KV a running sequence holds: its prompt plus half its
-output, size-biased by output length, plus half a block of rounding).
+Notation (per replica): arrival rate ``lam``; renewal arrivals with squared coefficient of variation
+``ca2`` (1 for Poisson, ``1/R`` for Poisson routed round-robin over ``R`` replicas); ``P`` prompt
+tokens, ``h`` prefix-cache hit (whole blocks of the shared prefix, at most ``P - 1``), ``Pc = P - h``
+tokens to prefill, ``O`` output tokens. A running sequence holds on average
+``held = E[P] + E[O^2] / (2 E[O]) + block / 2`` KV tokens (prompt plus half its output, size-biased by
+output length, plus half a block of rounding); slots ``c = min(max_num_seqs, max_num_batched_tokens,
+kv_capacity_tokens / held)``.
 
 Steps. Decodes are scheduled first (vLLM v1), so with ``b`` decoders a step has ``C = budget - b``
 tokens left for prefill. ``T_d0 = step_s(b, ...)`` is a decode-only step at the time-averaged decode
-context ``E[P] + E[O^2] / (2 E[O])``; ``T_full = step_s(b + C, ...)`` a step carrying a full chunk.
-A step carrying a chunk takes a time affine in (tokens, KV bytes, FLOPs) around ``T_full`` (slopes
-by finite differences; exact for a linear cost model) and never less than ``T_d0`` (the roofline
-kink: a small chunk hides under the memory-bound decode). A prompt's own prefill ``own(P)`` is the
-sum of its ``n(P) = ceil(Pc / C)`` chunk steps (one step without chunked prefill), its interference
-on decoders ``D(P) = own(P) - n(P) * T_d0``, and its share of a backlogged prefill lane
-``S(P) = D(P) + (Pc / C) * T_d0``.
+context; ``T_full = step_s(b + C, ...)`` a step carrying a full chunk. A step carrying a chunk takes
+a time affine in (tokens, KV bytes, FLOPs) around ``T_full`` (slopes by finite differences; exact for
+a linear cost model) but never less than ``T_d0`` (the roofline kink: a small chunk hides under the
+memory-bound decode). A prompt's own prefill ``own(P)`` sums its ``n(P) = ceil(Pc / C)`` chunk steps
+(one step without chunked prefill); its interference on decoders is ``D(P) = own(P) - n(P) T_d0``;
+its share of a backlogged prefill lane ``S(P) = D(P) + (Pc / C) T_d0``.
 
-Fixed point, in step time (solved for ``x``, the step-averaged number of decoders, by safeguarded
-secant): a fraction ``m = lam * E[own]`` of time goes to prefill-carrying steps, so
-``steps_per_s = (1 - m) / T_d0 + lam * E[n]`` and ``x = lam * (E[O] - 1) / steps_per_s``.
+Fixed point in step time, solved for ``x`` (decoders per step, step-averaged) by safeguarded secant:
+prefill adds ``lam E[D]`` seconds per second on top of the decode steps, so
+``x = lam (E[O] - 1) T_d0 / (1 - lam E[D])``.
 
-Batch seen by a decoder. Arrivals come in clusters in step time (requests arriving during a long
-prefill step are admitted together: the customers of an M/G/1 busy period of the prefill lane), and
-a larger batch makes steps longer and so draws more arrivals per step (a negative-binomial
-birth-death chain with ``beta = lam * (E[O] - 1) * dT/db``). The step-time count of decoders therefore
-has index of dispersion ``D_s = D_cluster / (1 - beta)``, ``D_cluster = (m (1 - m) + lam^2 E[own^2]) /
-(1 - m)^2 + 1 / (1 - m)`` (Takacs: E[N^2] / E[N] of the number served in a busy period), and a decoder
-sees ``B_seen = min(c, x + D_s)`` sequences (itself included; ``x + 1`` for Poisson).
-``T_d = step_s(B_seen, ...)``; the interference of prefills admitted while it decodes (rate
-``phi * lam``, ``phi = min(1, (c - 1) / B)``: none with one slot) stretches it to
-``T_bar = T_d / (1 - rho_D)``, ``rho_D = phi * lam * E[D]``. Little's law in wall time:
-``B = lam * (E[O] - 1) * T_bar`` decoders and ``a = lam * (E[own] + (E[O] - 1) * T_bar)`` running.
-Stable iff ``m, rho_L = lam * E[S], rho_D, beta < 1`` and ``a < c``; utilisation ``max(rho_L, a / c)``.
+Batch seen by a decoder. In step time, requests come in clusters: those arriving during a long
+prefill step start together, like the customers of an M/G/1 busy period with service ``D``
+(Takacs: ``D_cluster = E[N^2] / E[N] = (m (1 - m) + lam^2 E[D^2]) / (1 - m)^2 + 1 / (1 - m)``,
+``m = lam E[D]``; shrunk towards 1 by ``ca2`` for smoother arrivals). A bigger batch makes steps
+longer and so draws more arrivals per step (self-excitation with branching ratio
+``beta = lam (E[O] - 1) dT/db``), which scales the dispersion of the decoder count to
+``D_s = D_cluster / (1 - beta)^2`` (the Hawkes-process count index; checked against the simulator).
+A decoder sees ``B_seen = min(c, x + D_s (1 - x / c))`` sequences (``E[B^2] / E[B]``, itself included,
+compressed near the cap), ``T_d = step_s(B_seen, ...)``, stretched by the prefills admitted while it
+decodes (rate ``phi lam``, ``phi = min(1, (c - 1) / B)``: none with one slot) to
+``T_bar = T_d / (1 - rho_D)``, ``rho_D = phi lam E[D]``. Little's law in wall time:
+``B = lam (E[O] - 1) T_bar`` decoders and ``a = lam (E[own] + (E[O] - 1) T_bar)`` running.
 
-Waiting before the first chunk (FCFS): slots as G/G/c with holding time ``H = own + (O - 1) T_bar``
-(``P_w = ErlangC(c, a)``, Allen-Cunneen ``E[W_s] = P_w E[H] / (c - a) * (ca2 + cs2_H) / 2``), then the
-prefill lane as G/G/1 with service ``S`` (only with c >= 2): ``E[W_l] = (1 - P_w) rho_L / (1 - rho_L)
-* E[S] (ca2 + cs2_S) / 2`` (both exact Pollaczek-Khinchine for Poisson arrivals and one server). The
-wait is 0 with probability ``(1 - P_w)(1 - (1 - P_w) rho_L)``, else exponential with the matching mean
-(the exponential tail of M/G/1 waiting). An arrival that finds only decodes running waits for the
-current step to end: ``U(0, T_d)`` with probability ``(1 - exp(-a) - P_w)^+ (1 - rho_L)``.
+Utilisation is the busiest of: the prefill lane ``rho_L = lam E[S]``, the slots ``a / c``, the decode
+interference ``rho_D`` and feedback ``beta``, and the KV cache with headroom
+``(a held + KV_HEADROOM_SD sqrt(D_s a E[ctx^2])) / kv_capacity_tokens`` (vLLM preempts rather than
+queues when KV runs out, so a plan must leave room for the batch's fluctuations). Stable iff < 1.
 
-TPOT of one request: its ``O - 1`` decode steps form a window that is an M/G/1 delay busy period
-started by ``w0 = (O - 1) T_d + K`` of work, where ``K`` is the prefill work of requests that arrived
-during its own wait and prefill (they queue behind it and run during its first decode steps):
-``E[K] = phi lam E[D] (W + own)``. Window mean ``w0 / (1 - rho_D)``, variance
-``w0 phi lam E[D^2] / (1 - rho_D)^3`` plus ``Var(K) / (1 - rho_D)^2`` plus the batch noise (variance
-``D_s x`` decoders at ``dT/db`` each, scaled by the decode contexts' second moment and averaged
-over the window with the M/G/infinity autocorrelation time ``E[H^2] / (2 E[H])``), taken lognormal.
+Waiting before the first chunk (FCFS): slots as G/G/c with holding time ``H = own + (O - 1) T_bar``,
+with Hayward's approximation for the clustered (peaked) arrivals: ``P_w = ErlangC(c / D_cluster,
+a / D_cluster)`` and ``E[W_s] = P_w E[H] D_cluster / (c - a) (ca2 + cs2_H) / 2`` (Allen-Cunneen); then
+the prefill lane as G/G/1 with service ``S`` (only with c >= 2): ``E[W_l] = (1 - P_w) rho_L /
+(1 - rho_L) E[S] (ca2 + cs2_S) / 2``; both are Pollaczek-Khinchine for Poisson arrivals and one
+server. The wait is 0 with probability ``(1 - P_w)(1 - (1 - P_w) rho_L)``, else exponential with the
+matching mean (the exponential tail of M/G/1 waiting). An arrival that finds only decodes running
+waits for the running step to end: ``U(0, T_d)`` with probability ``(1 - exp(-a) - P_w)^+ (1 - rho_L)``.
+Requests arriving while one waits for the lane join its last prefill step (vLLM fills the token
+budget), delaying its first token by ``min(lam E[Pc] W, spare budget) E[D] / E[Pc]``.
 
-Not modelled: preemption churn when KV binds (slots are capped instead), head-of-line blocking of a
-long prompt without chunked prefill, KV-block sharing of prefix-cache hits between requests (a hit
-saves compute only; every sequence holds its own KV).
+TPOT: the ``n = O - 1`` decode steps of a request form a window that behaves as an M/G/1 delay busy
+period started by ``n T_d`` of decode work plus ``K``, the prefill work of requests that arrived
+during its own lane wait and prefill (``E[K] = phi lam E[D] L``). Each request arriving in the window
+adds its prefill ``D`` and, as a co-decoder, ``dT/db`` for the ``min(O' - 1, n U)`` steps it shares.
+``TPOT = T_d e^{sigma_b z - sigma_b^2 / 2} + Y / n``: batch noise from decoders already running when
+the window opens (variance ``D_s x`` decoders at ``dT/db``, fading with the residual holding time),
+and interference ``Y``: 0 with probability ``exp(-phi lam (n T_d + L))``, otherwise lognormal with the
+remaining mean ``(n T_d rho_D + K) / (1 - rho_D)`` and busy-period variance. With slots saturated,
+admissions are paced by departures, so interference variances shrink by ``(1 - P_w) + P_w / c``.
+
+Not modelled: preemption churn (kept out of stable plans by the KV headroom), head-of-line blocking
+of a long prompt without chunked prefill, KV-block sharing of prefix-cache hits between requests
+(a hit saves compute only; every sequence holds its own KV). Against the simulator (toy linear and
+roofline cost models, rag- and chat-like workloads) p90 / p99 agree within ~10-20% up to
+utilisation ~0.7; the model is optimistic by up to ~25% in the tails at higher load.
 """
 
 from __future__ import annotations
@@ -66,9 +78,9 @@ from scipy.special import gammaincc, ndtri
 
 from recommender.load.percentiles import IdentityCache
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
-from recommender.load.summaries import _basis, cost_summary, lengths
+from recommender.load.summaries import _basis, _mean, cost_summary, lengths
 
-KV_HEADROOM_SD = 2.0  # KV demand counted as mean + 2 sd (preemption-free in ~98% of time)
+KV_HEADROOM_SD = 2.0  # KV demand counted as mean + 2 standard deviations of the running batch's KV
 
 
 @dataclass(frozen=True)
@@ -86,8 +98,13 @@ class PoolInputs:
     mean_ctx: float  # time-averaged context of a decoding sequence
     ctx2_ratio: float  # E[ctx^2] / E[ctx]^2 over running decoders (time-weighted)
     min_pc: float
+    i_min: int  # index of the point with the shortest prompt
     max_pc: float
     Om1: np.ndarray  # max(O - 1, 1)
+    E_Om1_2: float  # E[(O - 1)^2]
+    E_ov: np.ndarray  # per point: E[min(O' - 1, n U)], steps another request's decode overlaps a window of n
+    E_ov2: np.ndarray  # its second moment
+    E_Pc2: float
     multi: np.ndarray  # O > 1
 
 
@@ -110,14 +127,19 @@ def pool_inputs(
             hit = np.zeros_like(P)
         Pc = P - hit
         basis = np.array(_basis(Pc, hit))
-        E_P, E_O = float(P.mean()), float(O.mean())
-        E_O2 = float((O * O).mean())
+        E_P, E_O = float(_mean(P)), float(_mean(O))
+        E_O2 = float(_mean(O * O))
         mean_ctx = E_P + E_O2 / (2.0 * E_O)
-        E_ctx2 = (float((P * P).mean()) * E_O + E_P * E_O2 + float((O**3).mean()) / 3.0) / E_O
+        E_ctx2 = (float(_mean(P * P)) * E_O + E_P * E_O2 + float(_mean(O**3)) / 3.0) / E_O
+        nn, M = np.maximum(O - 1.0, 1.0), max(E_O - 1.0, 1e-9)
+        short = nn <= M
         return PoolInputs(
-            P=P, O=O, Pc=Pc, basis=basis, E_basis=basis.mean(axis=1), E_P=E_P, E_Pc=float(Pc.mean()), E_O=E_O,
+            P=P, O=O, Pc=Pc, basis=basis, E_basis=basis.mean(axis=1), E_P=E_P, E_Pc=float(_mean(Pc)), E_O=E_O,
             mean_ctx=mean_ctx, ctx2_ratio=E_ctx2 / (mean_ctx * mean_ctx), min_pc=float(Pc.min()),
-            max_pc=float(Pc.max()), Om1=np.maximum(O - 1.0, 1.0), multi=O > 1.0,
+            max_pc=float(Pc.max()), i_min=int(np.argmin(P)), Om1=np.maximum(O - 1.0, 1.0), multi=O > 1.0,
+            E_Om1_2=_mean((O - 1.0) ** 2), E_Pc2=_mean(Pc * Pc),
+            E_ov=np.where(short, nn / 2.0, M - M * M / (2.0 * nn)),
+            E_ov2=np.where(short, nn * nn / 3.0, M * M - 2.0 * M**3 / (3.0 * nn)),
         )
 
     return _inputs_cache.get((prompt, output, float(fraction), int(block), bool(caching), mode), make)
@@ -154,13 +176,15 @@ class PoolSolution:
     interference_var_s2: np.ndarray | None = None  # per point: busy-period variance of the window
     base_sigma: np.ndarray | None = None  # per point: lognormal sigma of the batch-noise factor on T_d
 
-    def ttft_wait(self, u_wait: np.ndarray, u_resid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(queue wait, step residual) at the given uniforms (inverse CDFs)."""
-        w = np.zeros_like(u_wait)
-        r = np.zeros_like(u_wait)
+    def ttft_wait(self, e_wait: np.ndarray, u_resid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(queue wait, step residual) per point, from ``e_wait = -ln(1 - u)`` (a unit exponential) and a
+        uniform: ``W = m * max(0, e + ln p)`` (0 w.p. 1 - p, else exponential with mean m) and
+        ``R = T_d * max(0, u - (1 - q)) / q``."""
+        w = np.zeros_like(u_resid)
+        r = w
         if self.wait_p > 0.0 and self.wait_mean_s > 0.0:
             m = self.wait_mean_s / self.wait_p
-            w = np.where(u_wait > 1.0 - self.wait_p, -m * np.log((1.0 - u_wait) / self.wait_p), 0.0)
+            w = np.maximum(e_wait + math.log(self.wait_p), 0.0) * m
         if self.resid_q > 0.0:
             r = np.maximum(u_resid - (1.0 - self.resid_q), 0.0) * (self.t_d / self.resid_q)
         return w, r
@@ -199,7 +223,7 @@ class PoolSolution:
         var_y = self.interference_var_s2 + self.backlog_var_rate_s2 * lane_sojourn_s / (one * one)
         p0 = np.exp(-self.arrival_rate_s * (n * self.t_d + lane_sojourn_s))
         busy = np.maximum(1.0 - p0, 1e-12)
-        m1 = np.maximum(mean_y / busy, 1e-300)
+        m1 = np.maximum(mean_y / busy, 1e-150)
         cond_var = np.maximum((var_y + mean_y * mean_y) / busy - m1 * m1, 0.0)
         s2 = np.log1p(cond_var / (m1 * m1))
         v = np.clip((u_interf - p0) / busy, 1e-12, 1.0 - 1e-12)
@@ -268,6 +292,23 @@ def least_root(evaluate: Callable[[float], dict], broken: Callable[[dict], bool]
     return s, False
 
 
+def _chunk_bases(inp: PoolInputs, C: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Chunks of a prompt under a budget of ``C`` tokens: (number of chunks, summed fit basis of the
+    ``n - 1`` full chunks, basis of the last chunk), per point. Full chunk k has ``C`` tokens after
+    ``h + k C`` tokens, so its basis ``[1, C, p, C^2, C p, p^2]`` sums in closed form; the prefix is
+    re-read by every chunk (KV bytes), which a single-chunk cost would miss."""
+    Pc, h = inp.Pc, inp.basis[2]
+    n = np.ceil(Pc / C)
+    m = n - 1.0
+    s_p = m * h + C * m * (m - 1.0) / 2.0
+    s_p2 = m * h * h + h * C * m * (m - 1.0) + C * C * (m - 1.0) * m * (2.0 * m - 1.0) / 6.0
+    full = np.array([m, m * C, s_p, m * C * C, C * s_p, s_p2])
+    c_last = Pc - m * C
+    p_last = h + m * C
+    last = np.array([np.ones_like(Pc), c_last, p_last, c_last * c_last, c_last * p_last, p_last * p_last])
+    return n, full, last
+
+
 def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2: float, mode: str) -> PoolSolution:
     """Solve one replica at arrival rate ``lam`` (formulas in the module docstring)."""
     cs = cost_summary(cost)
@@ -281,7 +322,7 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
     neck_slots = "kv_cache" if kv_slots < seqs else "max_num_seqs"
     if c < 1:
         return PoolSolution(False, math.inf, 0.0, math.inf, "kv_cache", 0.0)
-    kv_d, fl_d = cost.decode_seq_cost(int(round(inp.mean_ctx)))
+    kv_d, fl_d = cs.decode_cost(inp.mean_ctx) if cs.decode_linear else cost.decode_seq_cost(int(round(inp.mean_ctx)))
     pkv = np.array(cs.prefill_kv)
     pfl = np.array(cs.prefill_fl)
     decodes = mode != "prefill" and inp.E_O > 1.0
@@ -291,48 +332,53 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
     def dstep(n: float) -> float:
         return step(n, n * kv_d, n * fl_d)
 
-    def evaluate(x: float, arrays: bool = False) -> dict:
+    slopes: list[float] = []
+
+    def evaluate(x: float, arrays: bool = False) -> dict:  # arrays: refresh the slopes
         b = min(x, c - 1.0)
         t_d0 = dstep(b)
         C = max(1.0, budget - b)
         kv_c, fl_c = cost.prefill_chunk_cost(int(C), int(ref_hit + max(0.0, (inp.E_Pc - C) / 2.0)))
         tok0, kv0, fl0 = b + C, b * kv_d + kv_c, b * fl_d + fl_c
         t_full = step(tok0, kv0, fl0)
-        h_t = max(1.0, C / 4.0)
-        g_t = (t_full - step(tok0 - h_t, kv0, fl0)) / h_t
-        if kv0 > 0.0:
-            g_kv = (t_full - step(tok0, 0.75 * kv0, fl0)) / (0.25 * kv0)
-        else:
-            g_kv = (step(tok0, 1e9, fl0) - t_full) / 1e9
-        if fl0 > 0.0:
-            g_fl = (t_full - step(tok0, kv0, 0.75 * fl0)) / (0.25 * fl0)
-        else:
-            g_fl = (step(tok0, kv0, 1e12) - t_full) / 1e12
-        const = t_full - g_t * C - g_kv * kv_c - g_fl * fl_c
-        slope = g_t + (g_kv * kv_c + g_fl * fl_c) / C
+        if arrays or not slopes:  # finite-difference slopes: first and final evaluations only
+            h_t = max(1.0, C / 4.0)
+            g_t = (t_full - step(tok0 - h_t, kv0, fl0)) / h_t
+            if kv0 > 0.0:
+                g_kv = (t_full - step(tok0, 0.75 * kv0, fl0)) / (0.25 * kv0)
+            else:
+                g_kv = (step(tok0, 1e9, fl0) - t_full) / 1e9
+            if fl0 > 0.0:
+                g_fl = (t_full - step(tok0, kv0, 0.75 * fl0)) / (0.25 * fl0)
+            else:
+                g_fl = (step(tok0, kv0, 1e12) - t_full) / 1e12
+            slopes[:] = [g_t, g_kv, g_fl]
+        g_t, g_kv, g_fl = slopes
+        const = t_full - g_t * C - g_kv * kv_c - g_fl * fl_c  # affine step time of a chunk: const + w . basis
         w = g_kv * pkv + g_fl * pfl
         w[1] += g_t
-        split = chunked and inp.max_pc > C
-        min_last = 1.0 if split else inp.min_pc
-        clip = t_d0 - (t_full - slope * (C - min_last)) > 0.0
-        if split or clip or arrays:
-            if split:
-                n = np.ceil(inp.Pc / C)
-                last = inp.Pc - (n - 1.0) * C
-            else:
-                n, last = np.ones_like(inp.Pc), inp.Pc
-            own = n * const + w @ inp.basis + np.maximum(t_d0 - (t_full - slope * (C - last)), 0.0)
-            E_own, E_n = float(own.mean()), float(n.mean())
+        if chunked and inp.max_pc > C:
+            n, full, last = _chunk_bases(inp, C)
+            own = (n - 1.0) * const + w @ full + np.maximum(t_d0, const + w @ last)
+            E_n = _mean(n)
+        elif not arrays and (w >= 0.0).all() and const + float(w @ inp.basis[:, inp.i_min]) >= t_d0:
+            # one chunk each and no point under the decode-only floor (the cost rises with the prompt,
+            # so the shortest prompt decides): the mean is linear in the basis means
+            n, own, E_n = 1.0, None, 1.0
+            E_own = const + float(w @ inp.E_basis)
         else:
-            own = n = None
-            E_own, E_n = const + float(w @ inp.E_basis), 1.0
+            n = 1.0
+            own = np.maximum(t_d0, const + w @ inp.basis)
+            E_n = 1.0
+        if own is not None:
+            E_own = _mean(own)
         E_delta = E_own - E_n * t_d0
         m = lam * E_delta  # fraction of time that is prefill work on top of the decode steps
         if decodes and m < 1.0:
             x_new = lam * E_Om1 * t_d0 / (1.0 - m)
         else:
             x_new = 0.0 if m < 1.0 else math.inf
-        return dict(x=x, b=b, t_d0=t_d0, C=C, m=m, E_own=E_own, E_n=E_n, E_delta=E_delta, x_new=x_new, own=own, n=n, slope=slope)
+        return dict(x=x, b=b, t_d0=t_d0, C=C, m=m, E_own=E_own, E_n=E_n, E_delta=E_delta, x_new=x_new, own=own, n=n)
 
     def broken(s: dict) -> bool:
         return bool(s["m"] >= 1.0 or lam * (s["E_delta"] + inp.E_Pc / s["C"] * s["t_d0"]) >= 1.0)
@@ -342,7 +388,7 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
     x, b, t_d0, C = float(s["x"]), float(s["b"]), float(s["t_d0"]), float(s["C"])
     own, n = s["own"], s["n"]
     delta = own - n * t_d0
-    E_delta = float(delta.mean())
+    E_delta = float(_mean(delta))
     rho_l = lam * (E_delta + inp.E_Pc / C * t_d0)
     # Batch seen by a decoder, interference, Little.
     d_seq = dstep(b + 1.0) - t_d0
@@ -350,8 +396,10 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
     # Step-clock clusters: a prefill adds D to its step, during which lam * D more requests arrive.
     m_c = lam * E_delta
     one_m = max(1.0 - m_c, 1e-12)
-    d_cluster = (m_c * one_m + lam * lam * float((delta * delta).mean())) / (one_m * one_m) + 1.0 / one_m
-    d_s = d_cluster / (1.0 - beta) if beta < 1.0 else math.inf
+    E_D2 = float(delta @ delta) / delta.size
+    d_cluster = (m_c * one_m + lam * lam * E_D2) / (one_m * one_m) + 1.0 / one_m
+    d_cluster = 1.0 + ca2 * (d_cluster - 1.0)  # renewal arrivals (round-robin): less bunching
+    d_s = d_cluster / (1.0 - beta) ** 2 if beta < 1.0 else math.inf
     b_seen = min(float(c), x + d_s * max(0.0, 1.0 - x / c))  # E[B^2]/E[B], compressed near the cap
     t_d = dstep(b_seen) if decodes else dstep(1.0)
     B_guess = max(lam * E_Om1 * t_d, 1e-12)
@@ -359,30 +407,36 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
     rho_d = phi * lam * E_delta if decodes else 0.0
     t_bar = t_d / (1.0 - rho_d) if rho_d < 1.0 else math.inf
     decoders = lam * E_Om1 * t_bar if decodes else 0.0
-    a = lam * (float(own.mean()) + E_Om1 * t_bar) if decodes else lam * float(own.mean())
+    a = lam * (_mean(own) + E_Om1 * t_bar) if decodes else lam * _mean(own)
     rho_s = a / c
     # KV headroom: running KV tokens have mean a * held and variance d_s * a * E[ctx^2]; vLLM preempts
     # when they exceed the cache, so count the mean plus KV_HEADROOM_SD standard deviations.
     kv_sd = math.sqrt(max(d_s, 1.0) * a * inp.ctx2_ratio) * inp.mean_ctx if math.isfinite(d_s) else math.inf
     u_kv = (a * held + KV_HEADROOM_SD * kv_sd) / cs.kv_capacity_tokens
-    util = max(rho_l, rho_s, rho_d, beta, u_kv)
+    parts = (rho_l, rho_s, rho_d, beta, u_kv)
+    util = max(parts)
+    if not math.isfinite(util):  # report the finite evidence of overload, at least 1
+        util = max([p for p in parts if math.isfinite(p)] + [1.0])
+        ok = False
     neck = max((rho_l, "prefill"), (rho_s, neck_slots), (u_kv, "kv_cache"), (max(rho_d, beta), "decode"))[1]
     cap = lam / util if util > 0.0 else math.inf
     if not ok or util >= 1.0 or not math.isfinite(t_bar):
         return PoolSolution(False, max(util, 1.0), rho_l, rho_s, neck, min(cap, lam))
 
-    H = own + (inp.O - 1.0) * t_bar
-    E_H = float(H.mean())
-    E_H2 = float((H * H).mean())
+    # holding time H = own + (O - 1) T_bar; own and O sit on independent quasi-random columns
+    E_own = _mean(own)
+    E_H = E_own + E_Om1 * t_bar
+    E_H2 = _mean(own * own) + 2.0 * t_bar * E_own * E_Om1 + t_bar * t_bar * inp.E_Om1_2
     # Clustered arrivals: treat clusters of d_run requests as single customers of c / d_run servers.
     d_run = min(max(d_cluster, 1.0), float(c))
     p_w = erlang_c(c / d_run, a / d_run)
     w_slots = p_w * E_H * d_run / (c - a) * (ca2 + max(0.0, E_H2 / (E_H * E_H) - 1.0)) / 2.0
     p_lane = w_lane = 0.0
     if c >= 2 and mode != "decode" and rho_l > 0.0:
-        S = delta + inp.Pc / C * t_d0
-        E_S = float(S.mean())
-        cs2_s = max(0.0, float((S * S).mean()) / (E_S * E_S) - 1.0)
+        k = t_d0 / C  # S = D + Pc * k
+        E_S = E_delta + inp.E_Pc * k
+        E_S2 = E_D2 + 2.0 * k * float(delta @ inp.Pc) / delta.size + k * k * inp.E_Pc2
+        cs2_s = max(0.0, E_S2 / (E_S * E_S) - 1.0)
         p_lane = (1.0 - p_w) * rho_l
         w_lane = (1.0 - p_w) * rho_l / (1.0 - rho_l) * E_S * (ca2 + cs2_s) / 2.0
     wait_p = 1.0 - (1.0 - p_w) * (1.0 - p_lane)
@@ -394,21 +448,18 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
         spare_tokens=np.maximum((n * C if chunked else max(budget - b, 0.0)) - inp.Pc, 0.0),
     )
     if decodes:
-        E_D2 = float((delta * delta).mean())
         # Window of n = O - 1 steps. Interference: requests arriving in it add their prefill D and,
         # as co-decoders, d_seq per shared step for ov = min(O' - 1, n U) steps (O' - 1 ~ M).
         nn = inp.Om1
-        M = max(E_Om1, 1e-9)
-        short = nn <= M
-        E_ov = np.where(short, nn / 2.0, M - M * M / (2.0 * nn))
-        E_ov2 = np.where(short, nn * nn / 3.0, M * M - 2.0 * M**3 / (3.0 * nn))
-        E_S2 = E_D2 + 2.0 * E_delta * d_seq * E_ov + d_seq * d_seq * E_ov2
-        one_p = np.maximum(1.0 - (rho_d + phi * lam * d_seq * E_ov), 0.05)
+        E_S2 = E_D2 + 2.0 * E_delta * d_seq * inp.E_ov + d_seq * d_seq * inp.E_ov2
+        # renewal arrivals with squared CV ca2: E[S^2] -> Var(S) + ca2 E[S]^2 (diffusion approximation)
+        E_S2 = E_S2 - (1.0 - ca2) * (E_delta + d_seq * inp.E_ov) ** 2
+        one_p = np.maximum(1.0 - (rho_d + phi * lam * d_seq * inp.E_ov), 0.05)
         # With slots saturated, admissions are paced by departures (squared CV ~ 1 / c), not Poisson.
         smooth = (1.0 - p_w) + p_w / c
         sol.interference_var_s2 = smooth * nn * t_bar * phi * lam * E_S2 / (one_p * one_p)
         sol.backlog_rate_s = phi * lam * E_delta
-        sol.backlog_var_rate_s2 = smooth * phi * lam * E_D2
+        sol.backlog_var_rate_s2 = smooth * phi * lam * (E_D2 - (1.0 - ca2) * E_delta * E_delta)
         sol.arrival_rate_s = phi * lam
         # Batch noise: decoders already running when the window opens, fading with residual holding time.
         var_b = np.zeros_like(nn)
