@@ -5,11 +5,17 @@ For one replica (a TP group of ``tp`` GPUs) processing ``T`` new tokens::
     bytes_per_gpu   = dense_weight_bytes_per_gpu + moe_layers x E[experts touched by T tokens] x expert_bytes_per_gpu
                       + kv_read_bytes / tp
     flops           = T x 2 x linear_active_params + attention_flops          (whole group)
-    memory_s        = bytes_per_gpu / (hbm_bandwidth x hbm_bandwidth_efficiency)
-    compute_s       = flops / (tp x dense_flops(compute dtype) x compute_efficiency)
+    bw              = hbm_bandwidth x hbm_bandwidth_efficiency            (per GPU)
+    compute         = tp x dense_flops(compute dtype) x compute_efficiency (whole group)
+    gemm_s          = max(weight_bytes_per_gpu / bw, T x 2 x linear_active_params / compute)
+    attention_s     = max(kv_read_bytes / tp / bw, attention_flops / compute)
     allreduce_s     = 2 x layers x (latency + 2 (tp-1)/tp x T x hidden x 2 B / (link_bw x link_efficiency))   [tp > 1]
     overhead_s      = step_overhead_s (+ layers x layer_launch_overhead_s without CUDA graphs)
-    step_s          = max(memory_s, compute_s) + allreduce_s + overhead_s
+    step_s          = gemm_s + attention_s + allreduce_s + overhead_s
+
+The weight GEMMs and the attention kernels are separate kernels, each bounded by its own roofline, so
+their times add: a decode step is memory-bound in both, a long prefill compute-bound in both, and a
+mixed chunked-prefill step can be compute-bound in its GEMMs while its attention still streams KV.
 
 The expected number of distinct routed experts T tokens touch in one layer is
 ``E x (1 - (1 - k/E)^T)`` (each token picks k of E uniformly). The *floor* the seeds quote is the same
@@ -207,29 +213,34 @@ class StepCostModel:
         return self.dense_weight_bytes_per_gpu + self.num_moe_layers * touched * self.expert_bytes_per_gpu
 
     def parts(self, new_tokens: int, kv_read_bytes: float, attention_flops: float, floor: bool = False) -> dict[str, float]:
-        """The roofline terms of one step (seconds): memory, compute, allreduce, overhead."""
-        bytes_gpu = self.weight_bytes_read_per_gpu(new_tokens) + kv_read_bytes / self.tp
-        flops = new_tokens * self.linear_flops_per_token + attention_flops
-        if floor:
-            return {"memory_s": bytes_gpu / self.peak_hbm_bytes_per_s,
-                    "compute_s": flops / self.peak_group_flops_per_s, "allreduce_s": 0.0, "overhead_s": 0.0,
-                    "bytes_per_gpu": bytes_gpu, "flops": flops}
-        ar = 0.0
-        if self.tp > 1:
-            size = new_tokens * self.hidden_size * 2.0
-            ar = 2 * self.num_layers * (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * size / self.allreduce_bytes_per_s)
-        return {"memory_s": bytes_gpu / self.hbm_bytes_per_s, "compute_s": flops / self.group_flops_per_s,
-                "allreduce_s": ar, "overhead_s": self.overhead_s, "bytes_per_gpu": bytes_gpu, "flops": flops}
+        """The roofline terms of one step (seconds): memory, compute (totals, for the bound), gemm,
+        attention, allreduce, overhead. ``floor``: at datasheet peaks, without all-reduce or overhead."""
+        w_bytes = self.weight_bytes_read_per_gpu(new_tokens)
+        kv_bytes = kv_read_bytes / self.tp
+        lin = new_tokens * self.linear_flops_per_token
+        bw = self.peak_hbm_bytes_per_s if floor else self.hbm_bytes_per_s
+        comp = self.peak_group_flops_per_s if floor else self.group_flops_per_s
+        out = {"memory_s": (w_bytes + kv_bytes) / bw, "compute_s": (lin + attention_flops) / comp,
+               "gemm_s": max(w_bytes / bw, lin / comp), "attention_s": max(kv_bytes / bw, attention_flops / comp),
+               "allreduce_s": 0.0, "overhead_s": 0.0, "bytes_per_gpu": w_bytes + kv_bytes, "flops": lin + attention_flops}
+        if not floor:
+            out["allreduce_s"] = self.allreduce_s(new_tokens)
+            out["overhead_s"] = self.overhead_s
+        return out
+
+    def allreduce_s(self, new_tokens: int) -> float:
+        """Two ring all-reduces per layer of ``new_tokens x hidden`` bf16 activations (0 without TP)."""
+        if self.tp <= 1:
+            return 0.0
+        return 2 * self.num_layers * (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp
+                                      * new_tokens * self.hidden_size * 2.0 / self.allreduce_bytes_per_s)
 
     def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float) -> float:
         """Wall time of one step (see module docstring)."""
-        bytes_gpu = self.weight_bytes_read_per_gpu(new_tokens) + kv_read_bytes / self.tp
-        t = max(bytes_gpu / self.hbm_bytes_per_s,
-                (new_tokens * self.linear_flops_per_token + attention_flops) / self.group_flops_per_s)
-        if self.tp > 1:
-            t += 2 * self.num_layers * (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp
-                                        * new_tokens * self.hidden_size * 2.0 / self.allreduce_bytes_per_s)
-        return t + self.overhead_s
+        bw, comp = self.hbm_bytes_per_s, self.group_flops_per_s
+        gemm = max(self.weight_bytes_read_per_gpu(new_tokens) / bw, new_tokens * self.linear_flops_per_token / comp)
+        attn = max(kv_read_bytes / self.tp / bw, attention_flops / comp)
+        return gemm + attn + self.allreduce_s(new_tokens) + self.overhead_s
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
         """A decode-only step: ``batch`` sequences each holding ``context_tokens``."""

@@ -66,7 +66,10 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
         out.append(_line("all-reduce", f"2 x {m.num_layers} layers x (latency + ring transfer of {b} x {m.hidden_size} x 2 B)", S(est.decode_allreduce_s)))
     out.append(_line("overhead", "scheduler, sampling, launch" + ("" if dep.cuda_graphs else f" + {m.num_layers} layers x eager launches"),
                      S(est.decode_overhead_s)))
-    out.append(_line("decode step", "max(memory, compute) + all-reduce + overhead", S(est.decode_step_s)))
+    real = cost.parts(b, b * kv, b * fl)
+    out.append(_line("GEMMs", "max(weight bytes / bw, linear FLOPs / compute)", S(real["gemm_s"])))
+    out.append(_line("attention", "max(KV bytes / bw, attention FLOPs / compute)", S(real["attention_s"])))
+    out.append(_line("decode step", "GEMMs + attention + all-reduce + overhead", S(est.decode_step_s)))
     out.append("")
     out.append("Prefill")
     prompt = load.prompt_tokens if load.mode != "context" else load.context_tokens
