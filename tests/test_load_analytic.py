@@ -117,7 +117,9 @@ def test_round_robin_over_replicas_smooths_arrivals() -> None:
     cost = LinearStepCost(s_per_token=5e-6)
     one = analyze(cost, ToyLimits(), 2.5, prompt, output, replicas=1)
     two = analyze(cost, ToyLimits(), 5.0, prompt, output, replicas=2)
-    assert two.utilisation == pytest.approx(one.utilisation, rel=0.05)
+    assert two.prefill_utilisation == pytest.approx(one.prefill_utilisation, rel=1e-9)
+    assert two.mean_running_batch <= one.mean_running_batch  # smaller batch swings: faster steps
+    assert two.utilisation <= one.utilisation  # less bunching: less KV headroom needed
     assert two.queue_wait_mean_s < one.queue_wait_mean_s
     assert two.requests_per_s == 5.0 and one.requests_per_s == 2.5
 

@@ -151,7 +151,7 @@ def analyze(
     def ttft_parts() -> tuple[np.ndarray, float, np.ndarray]:
         u, e = qmc_points(), qmc_exponentials()
         queue, resid = pool.ttft_wait(e[:, 2], u[:, 3])
-        extra, uncovered = pool.co_scheduled(queue * pool.lane_share + resid)
+        extra, uncovered = pool.co_scheduled(queue * pool.lane_share, resid)
         mean = pool.wait_total_mean_s + _mean(own) + _mean(extra)
         return queue + resid + own + extra, mean, uncovered + own + extra
 
@@ -220,7 +220,7 @@ def analyze_disaggregated(
     def ttft_parts() -> tuple[np.ndarray, float, np.ndarray]:
         u, e = qmc_points(), qmc_exponentials()
         pre_queue, _ = pre.ttft_wait(e[:, 2], u[:, 3])
-        pre_extra, _ = pre.co_scheduled(pre_queue * pre.lane_share)
+        pre_extra, _ = pre.co_scheduled(pre_queue * pre.lane_share, np.zeros_like(pre_queue))
         dec_queue, dec_resid = dec.ttft_wait(e[:, 5], u[:, 3])
         ttft = pre_queue + pre_own + pre_extra + kv_transfer_s_per_token * din.P + dec_queue + dec_resid + dec_own
         mean = (

@@ -15,7 +15,9 @@ a time affine in (tokens, KV bytes, FLOPs) around ``T_full`` (slopes by finite d
 a linear cost model) but never less than ``T_d0`` (the roofline kink: a small chunk hides under the
 memory-bound decode). A prompt's own prefill ``own(P)`` sums its ``n(P) = ceil(Pc / C)`` chunk steps
 (one step without chunked prefill); its interference on decoders is ``D(P) = own(P) - n(P) T_d0``;
-its share of a backlogged prefill lane ``S(P) = D(P) + (Pc / C) T_d0``.
+its service in the prefill lane ``S(P) = D(P) + max(Pc / C, 1 / k) T_d0``: each prefill step pays
+``T_d0`` once, shared by the ``C / Pc`` prompts of a full budget or, in light traffic, by the
+``k = 1 + lam (T_d0 + E[D])`` prompts that arrive during one prefill step.
 
 Fixed point in step time, solved for ``x`` (decoders per step, step-averaged) by safeguarded secant:
 prefill adds ``lam E[D]`` seconds per second on top of the decode steps, so
@@ -47,8 +49,9 @@ the prefill lane as G/G/1 with service ``S`` (only with c >= 2): ``E[W_l] = (1 -
 server. The wait is 0 with probability ``(1 - P_w)(1 - (1 - P_w) rho_L)``, else exponential with the
 matching mean (the exponential tail of M/G/1 waiting). An arrival that finds only decodes running
 waits for the running step to end: ``U(0, T_d)`` with probability ``(1 - exp(-a) - P_w)^+ (1 - rho_L)``.
-Requests arriving while one waits for the lane join its last prefill step (vLLM fills the token
-budget), delaying its first token by ``min(lam E[Pc] W, spare budget) E[D] / E[Pc]``.
+Prompts that arrive during the step a request waits for, or while it waits for the lane, join its
+last prefill step (vLLM fills the token budget at each step boundary), delaying its first token by
+``min(lam E[Pc] (W_lane + T_d [R > 0]), spare budget) E[D] / E[Pc]``.
 
 TPOT: the ``n = O - 1`` decode steps of a request form a window that behaves as an M/G/1 delay busy
 period started by ``n T_d`` of decode work plus ``K``, the prefill work of requests that arrived
@@ -80,7 +83,7 @@ from recommender.load.percentiles import IdentityCache
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
 from recommender.load.summaries import _basis, _mean, cost_summary, lengths
 
-KV_HEADROOM_SD = 2.0  # KV demand counted as mean + 2 standard deviations of the running batch's KV
+KV_HEADROOM_SD = 3.0  # KV demand counted as mean + 3 standard deviations of the running batch's KV
 
 
 @dataclass(frozen=True)
@@ -189,16 +192,19 @@ class PoolSolution:
             r = np.maximum(u_resid - (1.0 - self.resid_q), 0.0) * (self.t_d / self.resid_q)
         return w, r
 
-    def co_scheduled(self, wait_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(extra TTFT, wait whose arrivals did NOT fit in the request's prefill steps).
+    def co_scheduled(self, lane_wait_s: np.ndarray, resid_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(extra TTFT, the part of the wait whose arrivals did NOT join the request's prefill step).
 
-        Requests that arrive while one waits queue behind it; with chunked prefill (or whole prompts
-        that fit) vLLM admits them into the remaining token budget of the same step, so its first
-        token waits for ``min(lam E[Pc] W, spare budget)`` more prefill tokens."""
+        vLLM admits waiting requests at step boundaries into the remaining token budget, so a
+        request's first prefill step also carries the prompts that arrived during the step it waited
+        for (before and after it: the whole step, ``T_d`` when ``R > 0``) and during its lane wait:
+        ``min(lam E[Pc] (W_lane + T_d [R > 0]), spare budget)`` more tokens at ``E[D] / E[Pc]`` each."""
         if self.spare_tokens is None or self.co_tokens_per_s <= 0.0:
-            return np.zeros_like(wait_s), wait_s
-        tokens = np.minimum(self.co_tokens_per_s * wait_s, self.spare_tokens)
-        return tokens * self.prefill_s_per_token, wait_s - tokens / self.co_tokens_per_s
+            return np.zeros_like(lane_wait_s), lane_wait_s + resid_s
+        window = lane_wait_s + np.where(resid_s > 0.0, self.t_d, 0.0)
+        tokens = np.minimum(self.co_tokens_per_s * window, self.spare_tokens)
+        covered = tokens / self.co_tokens_per_s
+        return tokens * self.prefill_s_per_token, np.maximum(lane_wait_s + resid_s - covered, 0.0)
 
     @property
     def wait_total_mean_s(self) -> float:
@@ -322,7 +328,7 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
     neck_slots = "kv_cache" if kv_slots < seqs else "max_num_seqs"
     if c < 1:
         return PoolSolution(False, math.inf, 0.0, math.inf, "kv_cache", 0.0)
-    kv_d, fl_d = cs.decode_cost(inp.mean_ctx) if cs.decode_linear else cost.decode_seq_cost(int(round(inp.mean_ctx)))
+    kv_d, fl_d = cs.decode_cost(inp.mean_ctx) if inp.mean_ctx >= cs.decode_affine_from_tokens else cost.decode_seq_cost(int(round(inp.mean_ctx)))
     pkv = np.array(cs.prefill_kv)
     pfl = np.array(cs.prefill_fl)
     decodes = mode != "prefill" and inp.E_O > 1.0
@@ -380,8 +386,12 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
             x_new = 0.0 if m < 1.0 else math.inf
         return dict(x=x, b=b, t_d0=t_d0, C=C, m=m, E_own=E_own, E_n=E_n, E_delta=E_delta, x_new=x_new, own=own, n=n)
 
+    def lane_share(s: dict) -> float:  # scalar approximation of E[max(Pc / C, 1 / k)] T_d0 (see below)
+        k = 1.0 + lam * (s["t_d0"] + s["E_delta"])
+        return max(inp.E_Pc / s["C"], 1.0 / k) * s["t_d0"]
+
     def broken(s: dict) -> bool:
-        return bool(s["m"] >= 1.0 or lam * (s["E_delta"] + inp.E_Pc / s["C"] * s["t_d0"]) >= 1.0)
+        return bool(s["m"] >= 1.0 or lam * (s["E_delta"] + lane_share(s)) >= 1.0)
 
     s, ok = least_root(evaluate, broken, float(c)) if decodes else (evaluate(0.0), not broken(evaluate(0.0)))
     s = evaluate(float(s["x"]), arrays=True)
@@ -389,7 +399,13 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
     own, n = s["own"], s["n"]
     delta = own - n * t_d0
     E_delta = float(_mean(delta))
-    rho_l = lam * (E_delta + inp.E_Pc / C * t_d0)
+    # Lane service: the prompt's own prefill work plus its share of the decode-only part of the
+    # steps it rides: a full budget carries C / Pc prompts, a lightly loaded lane the k = 1 + lam T
+    # prompts that arrive during one prefill step; each step pays T_d0 once.
+    k_light = 1.0 + lam * (t_d0 + E_delta)
+    S = delta + np.maximum(inp.Pc / C, 1.0 / k_light) * t_d0
+    E_S = _mean(S)
+    rho_l = lam * E_S
     # Batch seen by a decoder, interference, Little.
     d_seq = dstep(b + 1.0) - t_d0
     beta = lam * E_Om1 * d_seq if decodes else 0.0
@@ -433,10 +449,7 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
     w_slots = p_w * E_H * d_run / (c - a) * (ca2 + max(0.0, E_H2 / (E_H * E_H) - 1.0)) / 2.0
     p_lane = w_lane = 0.0
     if c >= 2 and mode != "decode" and rho_l > 0.0:
-        k = t_d0 / C  # S = D + Pc * k
-        E_S = E_delta + inp.E_Pc * k
-        E_S2 = E_D2 + 2.0 * k * float(delta @ inp.Pc) / delta.size + k * k * inp.E_Pc2
-        cs2_s = max(0.0, E_S2 / (E_S * E_S) - 1.0)
+        cs2_s = max(0.0, float(S @ S) / S.size / (E_S * E_S) - 1.0)
         p_lane = (1.0 - p_w) * rho_l
         w_lane = (1.0 - p_w) * rho_l / (1.0 - rho_l) * E_S * (ca2 + cs2_s) / 2.0
     wait_p = 1.0 - (1.0 - p_w) * (1.0 - p_lane)

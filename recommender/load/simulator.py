@@ -17,12 +17,13 @@ Per replica, each step (``vllm/v1/core/sched/scheduler.py`` order):
    completes emits a token at the end of the step (its first token, or the next one after a
    recompute); decoders finishing their output leave at the end of the step.
 
-Speed: decoders are kept as aggregates, not walked every step. With ``decode_seq_cost`` affine in
-the context (checked once), the step's decode KV bytes / FLOPs follow from the number of decoders
-and the sum of their contexts, which grows by the number of decoders per step. Block needs come from
+Speed: decoders are kept as aggregates, not walked every step. Where ``decode_seq_cost`` is affine in
+the context (checked once; from the window on for sliding-window attention), the step's decode KV
+bytes / FLOPs follow from the number of decoders and the sum of their contexts, which grows by the
+number of decoders per step; decoders below that context are costed one by one until they reach it. Block needs come from
 a histogram of ``(context - step) mod block`` (a decoder needs a new block exactly when
 ``(key + step) % block == 0``); finish steps sit in a heap; per-sequence state is only touched on
-admission, completion and preemption. A non-affine decode cost falls back to summing per decoder.
+admission, completion and preemption.
 
 Requests are routed round-robin over replicas (each replica is simulated on its own, since routing
 does not depend on state). Arrivals: Poisson (gamma gaps with shape ``burstiness``, the
@@ -127,7 +128,7 @@ def _run_replica(
     step_s = cost.step_s
     chunk_cost = cost.prefill_chunk_cost
     seq_cost = cost.decode_seq_cost
-    affine = cs.decode_linear
+    affine_from = cs.decode_affine_from_tokens
     kv0, kv1, fl0, fl1 = cs.kv0, cs.kv1, cs.fl0, cs.fl1
     bs = int(cost.kv_block_tokens)
     total_blocks = int(cost.kv_capacity_tokens) // bs
@@ -149,8 +150,12 @@ def _run_replica(
     blocks: dict[int, int] = {}  # blocks held (prefilling requests)
     key: dict[int, int] = {}  # decoders: context - step at registration
     epoch: dict[int, int] = {}
-    dec_n = 0
+    dec_n = 0  # all decoders (block accounting)
     dec_key_sum = 0
+    old_n = 0  # decoders whose context is in the affine range of decode_seq_cost (cost by aggregate)
+    old_key_sum = 0
+    young: dict[int, int] = {}  # the others: rid -> key, costed one by one until promoted
+    promote: list[tuple[int, int, int]] = []  # (step at which the context reaches affine_from, rid, epoch)
     phase = [0] * bs
     heap: list[tuple[int, int, int]] = []
     pref = -1  # the partially prefilled request, if any
@@ -168,10 +173,13 @@ def _run_replica(
 
     def remove_decoder(r: int) -> int:
         """Drop decoder ``r`` from the aggregates; returns its KV blocks."""
-        nonlocal dec_n, dec_key_sum
+        nonlocal dec_n, dec_key_sum, old_n, old_key_sum
         k = key.pop(r)
         dec_n -= 1
         dec_key_sum -= k
+        if young.pop(r, None) is None:
+            old_n -= 1
+            old_key_sum -= k
         phase[k % bs] -= 1
         return -(-(k + t) // bs)
 
@@ -221,15 +229,20 @@ def _run_replica(
         if dec_n:
             tokens = dec_n
             budget -= dec_n
-            if affine:
-                ctx_sum = dec_key_sum + dec_n * (t + 1)
-                kv = dec_n * kv0 + kv1 * ctx_sum
-                fl = dec_n * fl0 + fl1 * ctx_sum
-            else:
-                for k in key.values():
-                    a, b = seq_cost(k + t + 1)
-                    kv += a
-                    fl += b
+            while promote and promote[0][0] <= t:
+                _, r, ep = heapq.heappop(promote)
+                if epoch.get(r, 0) == ep and r in young:
+                    k = young.pop(r)
+                    old_n += 1
+                    old_key_sum += k
+            if old_n:
+                ctx_sum = old_key_sum + old_n * (t + 1)  # contexts of this step's tokens
+                kv = old_n * kv0 + kv1 * ctx_sum
+                fl = old_n * fl0 + fl1 * ctx_sum
+            for k in young.values():
+                a, b = seq_cost(k + t + 1)
+                kv += a
+                fl += b
         done: list[int] = []
         # 2. the partial prefill continues
         if pref >= 0 and budget > 0:
@@ -325,6 +338,12 @@ def _run_replica(
             key[r] = k
             dec_n += 1
             dec_key_sum += k
+            if c + 1 >= affine_from:
+                old_n += 1
+                old_key_sum += k
+            else:
+                young[r] = k
+                heapq.heappush(promote, (affine_from - 1 - k, r, epoch.get(r, 0)))
             phase[k % bs] += 1
             heapq.heappush(heap, (t + output[r] - g, r, epoch.get(r, 0)))
         if len(samples) > max_samples:

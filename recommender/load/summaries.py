@@ -3,9 +3,9 @@
 The search evaluates the analytic model thousands of times, so everything that does not depend on
 the arrival rate is computed once per cost model / distribution object and cached by identity:
 
-* ``cost_summary``: decode cost fitted as affine in the context, ``decode_seq_cost(c) ~ (kv0 + kv1*c,
-  fl0 + fl1*c)`` (exact for dense attention; ``decode_linear`` says whether three probes agree to
-  1e-6), and prefill-chunk cost fitted as a quadratic in (chunk n, prefix p) on the basis
+* ``cost_summary``: decode cost as affine in the context, ``decode_seq_cost(c) = (kv0 + kv1*c,
+  fl0 + fl1*c)`` for ``c >= decode_affine_from_tokens`` (probes at powers of two agree to 1e-6; 1 for
+  dense attention, the window for sliding-window attention), and prefill-chunk cost fitted as a quadratic in (chunk n, prefix p) on the basis
   ``[1, n, p, n^2, n*p, p^2]`` by least squares over a 3x3 probe grid (exact for causal attention,
   whose chunk cost is ``n*(p + (n+1)/2)`` token pairs).
 * ``lengths``: the distribution evaluated at fixed quasi-random levels (scrambled Sobol points,
@@ -73,6 +73,7 @@ class CostSummary:
     fl0: float
     fl1: float
     decode_linear: bool
+    decode_affine_from_tokens: int  # decode_seq_cost is affine (kv0 + kv1 c, fl0 + fl1 c) for c >= this
     prefill_kv: tuple[float, ...]
     prefill_fl: tuple[float, ...]
     kv_capacity_tokens: int
@@ -90,8 +91,11 @@ class CostSummary:
 
 
 def _fit(cost: StepCost) -> CostSummary:
-    c_lo, c_mid, c_hi = 256, 4096, 32768
-    lo, mid, hi = cost.decode_seq_cost(c_lo), cost.decode_seq_cost(c_mid), cost.decode_seq_cost(c_hi)
+    # Decode cost: a line through the two largest probe contexts, then the smallest context from
+    # which every probe (powers of two) lies on it: sliding-window attention is affine beyond its window.
+    ctx = [1 << j for j in range(17)]
+    vals = [cost.decode_seq_cost(c) for c in ctx]
+    (c_lo, lo), (c_hi, hi) = (ctx[-2], vals[-2]), (ctx[-1], vals[-1])
     kv1 = (hi[0] - lo[0]) / (c_hi - c_lo)
     fl1 = (hi[1] - lo[1]) / (c_hi - c_lo)
     kv0 = lo[0] - kv1 * c_lo
@@ -100,7 +104,13 @@ def _fit(cost: StepCost) -> CostSummary:
     def close(a: float, b: float) -> bool:
         return abs(a - b) <= 1e-6 * max(abs(a), abs(b), 1.0)
 
-    linear = close(kv0 + kv1 * c_mid, mid[0]) and close(fl0 + fl1 * c_mid, mid[1])
+    affine_from = ctx[-2]
+    for c, (kv, fl) in zip(reversed(ctx[:-2]), reversed(vals[:-2])):
+        if not (close(kv0 + kv1 * c, kv) and close(fl0 + fl1 * c, fl)):
+            break
+        affine_from = c
+    if affine_from == ctx[-2] and not (close(kv0 + kv1 * ctx[-3], vals[-3][0]) and close(fl0 + fl1 * ctx[-3], vals[-3][1])):
+        affine_from = 1 << 62  # no affine tail found: exact per-sequence costs everywhere
     probes = [cost.prefill_chunk_cost(int(n), int(p)) for n in _PROBE_N for p in _PROBE_P]
     kv_coef = _PINV @ np.array([x[0] for x in probes], dtype=float)
     fl_coef = _PINV @ np.array([x[1] for x in probes], dtype=float)
@@ -109,7 +119,8 @@ def _fit(cost: StepCost) -> CostSummary:
         kv1=float(kv1),
         fl0=float(fl0),
         fl1=float(fl1),
-        decode_linear=linear,
+        decode_linear=affine_from <= 1,
+        decode_affine_from_tokens=affine_from,
         prefill_kv=tuple(float(x) for x in kv_coef),
         prefill_fl=tuple(float(x) for x in fl_coef),
         kv_capacity_tokens=int(cost.kv_capacity_tokens),
@@ -122,7 +133,7 @@ _length_cache = IdentityCache(64)
 
 
 def cost_summary(cost: StepCost) -> CostSummary:
-    """Cached ``CostSummary`` of ``cost`` (11 cost-model calls the first time)."""
+    """Cached ``CostSummary`` of ``cost`` (26 cost-model calls the first time)."""
     return _cost_cache.get((cost,), lambda: _fit(cost))
 
 
