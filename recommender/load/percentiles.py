@@ -66,7 +66,6 @@ class Percentiles:
         return Percentiles(float(a.mean()), float(p50), float(p90), float(p95), float(p99))
 
 
-K = TypeVar("K")
 V = TypeVar("V")
 
 

@@ -1,0 +1,255 @@
+"""``recommend simulate``: replay seeded requests through the vLLM-like simulator, beside the analytic model.
+
+Two ways to say what to simulate: the ``estimate`` flags (``--model --gpu --tp ...``) with a rate and
+lengths (``--prompt-tokens/--output-tokens`` constants, or a ``--workload`` file's distributions), or
+``--plan PLAN.json [--rank K]`` from ``recommend --format json`` (lengths from ``--workload`` or the
+plan's workload ``source`` file, since the plan JSON only summarises them). ``--trace CSV`` replays
+recorded arrivals instead of Poisson ones.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from recommender.cli.app import app, one_line_errors
+from recommender.errors import ConfigError, RecommenderError
+
+
+def _length_source(workload: Optional[Path], plan_doc: dict[str, Any] | None) -> Any:
+    from recommender.workload import load_workload
+
+    if workload is not None:
+        return load_workload(workload)
+    src = ((plan_doc or {}).get("workload") or {}).get("source") or ""
+    if src and Path(src).is_file():
+        return load_workload(src)
+    return None
+
+
+def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, Any]:
+    """Deployments and load of plan ``rank`` (pools rebuilt through the perf model)."""
+    from recommender.catalog import default_catalog
+    from recommender.cli.deploy import read_plan
+    from recommender.perf import memory as mem
+    from recommender.perf.step import Deployment, EngineLimits, StepCostModel
+    from recommender.profiles import resolve_profile
+    from recommender.search.policy import SearchPolicy
+
+    doc = read_plan(plan)
+    rows = doc.get("plans") or []
+    if not 1 <= rank <= len(rows):
+        raise ConfigError(f"--rank {rank}: {plan} has {len(rows)} plan(s)")
+    row, wd = rows[rank - 1], doc.get("workload") or {}
+    wl = _length_source(workload, doc)
+    if wl is None:
+        raise ConfigError(f"{plan} only summarises the length distributions and its workload source "
+                          f"{wd.get('source')!r} is not readable here; pass --workload FILE.yaml")
+    cat = default_catalog()
+    model = cat.model(str(wd.get("model") or wl.model))
+    prof_name = str(doc.get("profile") or doc.get("engine") or "vllm")
+    profile = resolve_profile(str(doc.get("engine") or "vllm"), prof_name if Path(prof_name).is_file() else None)
+    pools = []
+    for p in row.get("pools") or [dict(row, role="both")]:
+        limits = EngineLimits(max_num_seqs=int(p["max_num_seqs"]), max_num_batched_tokens=int(p["max_num_batched_tokens"]),
+                              chunked_prefill=bool(p.get("chunked_prefill", True)),
+                              enable_prefix_caching=bool(p.get("enable_prefix_caching", False)))
+        dep = Deployment(model=model, gpu=cat.gpu(str(p["gpu"])), tp=int(p["tp"]), weight_dtype=str(p["weight_dtype"]),
+                         kv_dtype=str(p["kv_dtype"]), profile=profile, limits=limits,
+                         gpu_memory_utilization=float(p.get("gpu_memory_utilization", row.get("gpu_memory_utilization", 0.92))),
+                         cuda_graphs=bool(row.get("cuda_graphs", True)),
+                         max_model_len=int(row.get("max_model_len") or wd.get("max_model_len") or wl.max_model_len))
+        pools.append((str(p.get("role", "both")), dep, StepCostModel.build(dep), int(p["replicas"])))
+    xfer = 0.0
+    if len(pools) == 2:
+        (_, dp, _, _), (_, dd, _, _) = pools
+        per_tok = mem.kv_cache_bytes_per_token(model, dp.kv_dtype, 1)
+        xfer = per_tok / (min(dp.tp, dd.tp) * SearchPolicy().kv_transfer_bandwidth_bytes_per_s)
+    return {"pools": pools, "rate": wl.effective_rate_per_s, "prompt": wl.prompt_tokens, "output": wl.output_tokens,
+            "shared_prefix_fraction": wl.shared_prefix_fraction, "kv_transfer_s_per_token": xfer,
+            "label": f"{plan} rank {rank} ({row.get('id', '')})"}
+
+
+def _flag_setup(kw: dict[str, Any], workload: Optional[Path]) -> dict[str, Any]:
+    """Deployment from the ``estimate`` flags; lengths from constants or a workload file."""
+    from recommender.configure import EstimateRequest, estimate_request, raise_if_not_fit
+    from recommender.perf.step import StepCostModel
+    from recommender.workload import LengthDist
+
+    wl = _length_source(workload, None)
+    if wl is None and (kw["prompt_tokens"] is None or kw["output_tokens"] is None):
+        raise ConfigError("give --prompt-tokens and --output-tokens, or --workload FILE.yaml, or --plan PLAN.json")
+    if kw["model"] is None or kw["gpu"] is None:
+        if wl is None or kw["gpu"] is None:
+            raise ConfigError("give --model and --gpu (or --plan PLAN.json)")
+        kw["model"] = wl.model
+    p_tok = kw["prompt_tokens"] if wl is None else int(wl.prompt_tokens.max_tokens)
+    o_tok = kw["output_tokens"] if wl is None else int(wl.output_tokens.max_tokens)
+    req = EstimateRequest(model=kw["model"], gpu=kw["gpu"], tp=kw["tp"], replicas=kw["replicas"],
+                          weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], prompt_tokens=p_tok, output_tokens=o_tok,
+                          engine=kw["engine"], profile_file=kw["profile"], gpu_memory_utilization=kw["gpu_memory_utilization"],
+                          cuda_graphs=kw["cuda_graphs"], max_num_seqs=kw["max_num_seqs"],
+                          max_num_batched_tokens=kw["max_num_batched_tokens"], chunked_prefill=kw["chunked_prefill"])
+    dep, _, est = estimate_request(req)
+    raise_if_not_fit(dep, est)
+    rate = kw["rate"] if kw["rate"] is not None else (wl.effective_rate_per_s if wl is not None else None)
+    prompt = wl.prompt_tokens if wl is not None else LengthDist.constant(p_tok)
+    output = wl.output_tokens if wl is not None else LengthDist.constant(o_tok)
+    frac = kw["shared_prefix_fraction"] if kw["shared_prefix_fraction"] is not None else (wl.shared_prefix_fraction if wl else 0.0)
+    if frac > 0.0 and kw["prefix_caching"]:
+        dep = _with_prefix_caching(dep)
+    return {"pools": [("both", dep, StepCostModel.build(dep), kw["replicas"])], "rate": rate, "prompt": prompt,
+            "output": output, "shared_prefix_fraction": frac, "kv_transfer_s_per_token": 0.0,
+            "label": f"{dep.model.id} on {kw['replicas']} x {kw['tp']} {dep.gpu.id}"}
+
+
+def _with_prefix_caching(dep: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(dep, limits=dataclasses.replace(dep.limits, enable_prefix_caching=True))
+
+
+def _run(setup: dict[str, Any], requests: int, seed: int, burstiness: float, trace: Optional[Path], warmup: int) -> tuple[Any, Any]:
+    from recommender.load import analyze, analyze_disaggregated, read_trace, simulate, simulate_disaggregated
+
+    rows = read_trace(trace) if trace is not None else None
+    rate = setup["rate"]
+    if rows is not None and len(rows) > 1:
+        span = rows[-1][0] - rows[0][0]
+        rate = (len(rows) - 1) / span if span > 0 else rate
+    if rate is None:
+        raise ConfigError("give --rate R (requests/s), a --workload with an arrival rate, or a --trace")
+    common = dict(shared_prefix_fraction=setup["shared_prefix_fraction"])
+    pools = setup["pools"]
+    if len(pools) == 1:
+        _, _, cost, reps = pools[0]
+        limits = pools[0][1].limits
+        ana = analyze(cost, limits, rate, setup["prompt"], setup["output"], replicas=reps, **common)
+        sim = simulate(cost, limits, rate, setup["prompt"], setup["output"], requests, seed, replicas=reps,
+                       burstiness=burstiness, trace=rows, warmup_requests=warmup, **common)
+        return ana, sim
+    (_, dp, cp, rp), (_, dd, cd, rd) = pools
+    x = setup["kv_transfer_s_per_token"]
+    ana = analyze_disaggregated(cp, dp.limits, rp, cd, dd.limits, rd, x, rate, setup["prompt"], setup["output"], **common)
+    sim = simulate_disaggregated(cp, dp.limits, rp, cd, dd.limits, rd, x, rate, setup["prompt"], setup["output"],
+                                 requests, seed, burstiness=burstiness, trace=rows, warmup_requests=warmup, **common)
+    return ana, sim
+
+
+def _doc(setup: dict[str, Any], ana: Any, sim: Any, requests: int, seed: int) -> dict[str, Any]:
+    def fin(v: float) -> float | None:
+        return v if math.isfinite(v) else None
+
+    lat = {m: {"analytic": {k: fin(v) for k, v in getattr(ana, f"{m}_s").to_dict().items()},
+               "simulated": getattr(sim, f"{m}_s").to_dict()} for m in ("ttft", "tpot", "e2e")}
+    return {
+        "config": setup["label"], "rate_per_s": setup["rate"], "requests": sim.completed, "seed": seed,
+        "latency_s": lat,
+        "analytic": {"stable": ana.stable, "utilisation": fin(ana.utilisation), "bottleneck": ana.bottleneck,
+                     "mean_running_batch": fin(ana.mean_running_batch), "queue_wait_mean_s": fin(ana.queue_wait_mean_s),
+                     "output_tokens_per_s": ana.output_tokens_per_s},
+        "simulated": {"stable": sim.stable, "busy_fraction": sim.busy_fraction, "mean_running_batch": sim.mean_running_batch,
+                      "queue_wait_mean_s": sim.queue_wait_mean_s, "output_tokens_per_s": sim.output_tokens_per_s,
+                      "requests_per_s": sim.requests_per_s, "preempted": sim.preempted, "steps": sim.steps,
+                      "duration_s": sim.duration_s, "max_queue_len": max(sim.timeseries.queue_len, default=0),
+                      "max_kv_usage": max(sim.timeseries.kv_usage, default=0.0)},
+    }
+
+
+def _text(doc: dict[str, Any]) -> str:
+    from tabulate import tabulate
+
+    from recommender.units import fmt_seconds
+
+    def s(v: float | None) -> str:
+        return "inf" if v is None else fmt_seconds(v)
+
+    rows = []
+    for m, d in doc["latency_s"].items():
+        for src in ("analytic", "simulated"):
+            rows.append([m.upper(), src] + [s(d[src][k]) for k in ("mean", "p50", "p90", "p95", "p99")])
+    a, sm = doc["analytic"], doc["simulated"]
+    util = "unstable" if not a["stable"] else f"utilisation {a['utilisation']:.2f} ({a['bottleneck']})"
+    head = (f"{doc['config']}: {doc['requests']:,} requests at {doc['rate_per_s']:.3g} req/s, seed {doc['seed']}\n"
+            f"analytic: {util}, mean running {a['mean_running_batch'] if a['mean_running_batch'] is None else round(a['mean_running_batch'], 1)}\n"
+            f"simulated: mean running {sm['mean_running_batch']:.1f}, busy {sm['busy_fraction']:.0%}, "
+            f"{sm['output_tokens_per_s']:,.0f} output tok/s, {sm['preempted']} preemptions, "
+            f"peak queue {sm['max_queue_len']}, peak KV {sm['max_kv_usage']:.0%}"
+            + ("" if sm["stable"] else "  [queue still growing: overloaded]"))
+    return head + "\n\n" + tabulate(rows, headers=["", "", "mean", "p50", "p90", "p95", "p99"], tablefmt="simple")
+
+
+@app.command("simulate")
+@one_line_errors
+def simulate_cmd(
+    plan: Optional[Path] = typer.Option(None, "--plan", help="Plan JSON from `recommend --format json` (instead of the flags)."),
+    rank: int = typer.Option(1, "--rank", "-r", help="Which plan of the ranking (with --plan)."),
+    workload: Optional[Path] = typer.Option(None, "--workload", "-w", help="Workload YAML: length distributions, rate, shared prefix."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Catalog model id, or a Hugging Face config.json."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="Catalog GPU id (e.g. h100-sxm)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel GPUs per replica."),
+    replicas: int = typer.Option(1, "--replicas", help="Identical replicas; requests are routed round-robin."),
+    weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype", help="bf16|fp16|fp8|int8|int4|fp4|mxfp4 (default: the checkpoint's)."),
+    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV-cache dtype: bf16|fp8."),
+    prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="Prompt tokens per request (constant)."),
+    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Output tokens per request (constant)."),
+    engine: str = typer.Option("vllm", "--engine", help="Efficiency profile: vllm|trtllm|sglang|lmdeploy|gpt-fast."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="A calibrated profile YAML (overrides --engine)."),
+    gpu_memory_utilization: float = typer.Option(0.92, "--gpu-memory-utilization", help="vLLM's memory fraction."),
+    cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="CUDA graphs (off = eager launches)."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Engine batch limit (default: vLLM's for this GPU)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Engine token budget per step."),
+    chunked_prefill: bool = typer.Option(True, "--chunked-prefill/--no-chunked-prefill", help="vLLM chunked prefill."),
+    prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching", help="Prefix caching when the workload shares a prefix."),
+    shared_prefix_fraction: Optional[float] = typer.Option(None, "--shared-prefix-fraction", help="Fraction of each prompt served from the prefix cache."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Open-loop arrivals in requests/s (default: the workload's)."),
+    requests: int = typer.Option(2000, "--requests", "-n", help="Requests to simulate."),
+    seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same run)."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of inter-arrival gaps: 1 = Poisson, < 1 burstier."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="CSV of recorded requests (arrival, prompt, output) to replay."),
+    warmup: int = typer.Option(0, "--warmup", help="Leave the first N requests out of the percentiles."),
+    timeseries: Optional[Path] = typer.Option(None, "--timeseries", help="Write queue / running / KV usage over time to this CSV."),
+    fmt: str = typer.Option("text", "--format", "-f", help="text|json"),
+) -> None:
+    """Simulate requests through a vLLM-like scheduler and print simulated percentiles beside the analytic model's."""
+    if fmt not in ("text", "json"):
+        raise ConfigError(f"--format {fmt!r}: must be text or json")
+    if requests < 1 or warmup < 0 or warmup >= requests and trace is None:
+        raise ConfigError(f"--requests {requests} / --warmup {warmup}: need at least one request after the warm-up")
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise ConfigError(f"--rate {rate}: requests per second must be > 0")
+    if shared_prefix_fraction is not None and not 0.0 <= shared_prefix_fraction < 1.0:
+        raise ConfigError(f"--shared-prefix-fraction {shared_prefix_fraction}: must be in [0, 1)")
+    if plan is not None:
+        setup = _plan_setup(plan, rank, workload)
+        if rate is not None:
+            setup["rate"] = rate
+        if shared_prefix_fraction is not None:
+            setup["shared_prefix_fraction"] = shared_prefix_fraction
+    else:
+        setup = _flag_setup(dict(model=model, gpu=gpu, tp=tp, replicas=replicas, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                                 prompt_tokens=prompt_tokens, output_tokens=output_tokens, engine=engine, profile=profile,
+                                 gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
+                                 max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                 chunked_prefill=chunked_prefill, prefix_caching=prefix_caching,
+                                 shared_prefix_fraction=shared_prefix_fraction, rate=rate), workload)
+    try:
+        ana, sim = _run(setup, requests, seed, burstiness, trace, warmup)
+    except RecommenderError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:  # malformed plan rows
+        raise ConfigError(f"cannot simulate this configuration: {e}") from None
+    doc = _doc(setup, ana, sim, requests, seed)
+    if timeseries is not None:
+        ts = sim.timeseries
+        with Path(timeseries).open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["t_s", "waiting", "running", "kv_usage"])
+            w.writerows(zip(ts.t_s, ts.queue_len, ts.running, (round(k, 4) for k in ts.kv_usage)))
+        doc["timeseries_csv"] = str(timeseries)
+    typer.echo(json.dumps(doc, indent=2) if fmt == "json" else _text(doc))
