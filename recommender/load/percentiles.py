@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVar
@@ -79,18 +80,21 @@ class IdentityCache:
 
     def __init__(self, maxsize: int = 64) -> None:
         self.maxsize = maxsize
-        self._data: OrderedDict[tuple[int, ...], tuple[tuple[object, ...], object]] = OrderedDict()
+        self._data: OrderedDict[tuple[object, ...], tuple[tuple[object, ...], object]] = OrderedDict()
+        self._lock = threading.Lock()  # the search may evaluate from several threads
 
     def get(self, keys: tuple[object, ...], make: Callable[[], V]) -> V:
-        ident = tuple(id(k) if not isinstance(k, (int, float, bool, str)) else k for k in keys)
-        hit = self._data.get(ident)
-        if hit is not None and all(a is b or a == b for a, b in zip(hit[0], keys)):
-            self._data.move_to_end(ident)
-            return hit[1]  # type: ignore[return-value]
+        ident = tuple(k if isinstance(k, (int, float, bool, str)) else id(k) for k in keys)
+        with self._lock:
+            hit = self._data.get(ident)
+            if hit is not None and all(a is b or a == b for a, b in zip(hit[0], keys)):
+                self._data.move_to_end(ident)
+                return hit[1]  # type: ignore[return-value]
         value = make()
-        self._data[ident] = (keys, value)
-        if len(self._data) > self.maxsize:
-            self._data.popitem(last=False)
+        with self._lock:
+            self._data[ident] = (keys, value)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
         return value
 
 

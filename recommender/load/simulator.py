@@ -11,8 +11,10 @@ Per replica, each step (``vllm/v1/core/sched/scheduler.py`` order):
 3. if nothing was preempted in this step, waiting requests are admitted FCFS while the token budget
    (``max_num_batched_tokens``), ``max_num_seqs`` and free KV blocks allow. With chunked prefill the
    last admitted prompt may be cut to the remaining budget; without it a prompt must fit whole in the
-   remaining budget, or run alone in an otherwise empty step. A prefix-cache hit skips whole blocks
-   of the shared prefix (at most ``prompt - 1`` tokens); every sequence still holds its own KV blocks.
+   remaining budget (decodes and whole prefills share steps, as in vLLM v1), or run alone in an
+   otherwise empty step. A prefix-cache hit skips whole blocks of the shared prefix (at most
+   ``prompt - 1`` tokens); every sequence still holds its own KV blocks. An engine with nothing to do
+   starts a step as soon as a request arrives.
 4. the step takes ``cost.step_s(tokens, kv_read_bytes, attention_flops)``; a request whose prefill
    completes emits a token at the end of the step (its first token, or the next one after a
    recompute); decoders finishing their output leave at the end of the step.
@@ -20,10 +22,10 @@ Per replica, each step (``vllm/v1/core/sched/scheduler.py`` order):
 Speed: decoders are kept as aggregates, not walked every step. Where ``decode_seq_cost`` is affine in
 the context (checked once; from the window on for sliding-window attention), the step's decode KV
 bytes / FLOPs follow from the number of decoders and the sum of their contexts, which grows by the
-number of decoders per step; decoders below that context are costed one by one until they reach it. Block needs come from
-a histogram of ``(context - step) mod block`` (a decoder needs a new block exactly when
-``(key + step) % block == 0``); finish steps sit in a heap; per-sequence state is only touched on
-admission, completion and preemption.
+number of decoders per step; decoders below that context are costed one by one until they reach
+it. Block needs come from a histogram of ``(context - step) mod block`` (a decoder needs a new block
+exactly when ``(key + step) % block == 0``); finish steps sit in a heap; per-sequence state is only
+touched on admission, completion and preemption. About 1-2 us of Python per step.
 
 Requests are routed round-robin over replicas (each replica is simulated on its own, since routing
 does not depend on state). Arrivals: Poisson (gamma gaps with shape ``burstiness``, the
