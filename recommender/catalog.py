@@ -23,6 +23,9 @@ WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4")
 KV_DTYPES = ("bf16", "fp8")
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def catalog_dir() -> Path:
     """``$RECOMMENDER_CATALOGS`` or the ``catalogs/`` folder beside the package."""
     env = os.environ.get("RECOMMENDER_CATALOGS")
@@ -116,7 +119,7 @@ class Catalog:
 
 def _load_yaml(path: Path) -> dict[str, Any]:
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.load(path.read_text(), Loader=_LOADER)  # safe loader (libyaml's when available)
     except yaml.YAMLError as e:
         raise CatalogError(f"catalog file {path} is not valid YAML: {e}") from None
     if not isinstance(doc, dict) or "id" not in doc:

@@ -74,7 +74,7 @@ def expected_settings(doc: dict[str, Any], rank: int, role: str) -> dict[str, An
     exp: dict[str, Any] = {
         "tensor_parallel_size": pool["tp"], "max_num_seqs": pool["max_num_seqs"],
         "max_num_batched_tokens": pool["max_num_batched_tokens"], "enable_chunked_prefill": pool["chunked_prefill"],
-        "enable_prefix_caching": row["enable_prefix_caching"], "gpu_memory_utilization": pool["gpu_memory_utilization"],
+        "enable_prefix_caching": pool.get("enable_prefix_caching", row["enable_prefix_caching"]), "gpu_memory_utilization": pool["gpu_memory_utilization"],
         "max_model_len": wl["max_model_len"], "kv_cache_dtype": KV[pool["kv_dtype"]],
         "served_model_name": list(dict.fromkeys([wl["hf_repo"], wl["model"]])),
         "model_tag": row.get("checkpoint") or wl["hf_repo"],

@@ -123,7 +123,7 @@ def test_watch_loops_and_adopts_each_change(env, monkeypatch):
     log = write_log(env["tmp"] / "req.jsonl", rate=4.0, seconds=120)
     real_watch = runner.watch
     slept = []
-    monkeypatch.setattr(cli_replan, "watch", lambda step, cur, iv, **kw: real_watch(
+    monkeypatch.setattr(runner, "watch", lambda step, cur, iv, **kw: real_watch(
         step, cur, iv, sleep=slept.append, iterations=3, **kw))
     r = invoke(env, "--traffic", str(log), "--watch", "--interval", "2s", "--format", "json")
     assert r.exit_code == 0, r.output
@@ -140,7 +140,7 @@ def test_watch_stops_cleanly_on_interrupt(env, monkeypatch):
     def interrupt(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli_replan, "watch", interrupt)
+    monkeypatch.setattr(runner, "watch", interrupt)
     r = invoke(env, "--traffic", str(log), "--watch")
     assert r.exit_code == 0 and "stopped" in r.stderr
 

@@ -19,12 +19,12 @@ from tabulate import tabulate
 from recommender import units
 from recommender.cli.app import app, one_line_errors
 from recommender.errors import ConfigError
-from recommender.replan import plans
-from recommender.replan.history import History, records_to_dicts, sqlite_path, storage_url
-from recommender.replan.policy import load_policy
-from recommender.replan.runner import Planner, ReplanResult, deployment_name, replan_once, watch
-from recommender.replan.sources import default_state_path, open_source
 from recommender.workload import Workload, load_workload
+
+# The re-planning library (SQLAlchemy, the Prometheus parser, ...) is imported inside the commands so
+# that `recommend --help` and the other commands start fast.
+if False:  # pragma: no cover - names for type checkers only
+    from recommender.replan.runner import Planner, ReplanResult
 
 DEFAULT_POLICY = Path("policies/replan.yaml")
 
@@ -70,6 +70,8 @@ def _lengths(d: Mapping[str, Any]) -> str:
 
 def render_result(r: ReplanResult) -> str:
     """Human summary: what was observed, the plans, the decision and why."""
+    from recommender.replan import plans
+
     lines = []
     o = r.observed
     if o:
@@ -134,6 +136,12 @@ def replan_cmd(
     Exit codes: 0 unchanged, 10 changed, 11 not enough data yet (plan kept; says how much more is needed),
     2-9 error (plan kept).
     """
+    from recommender.replan import plans
+    from recommender.replan.history import History, storage_url
+    from recommender.replan.policy import load_policy
+    from recommender.replan.runner import deployment_name, replan_once, watch
+    from recommender.replan.sources import default_state_path, open_source
+
     if fmt not in ("table", "json"):
         raise ConfigError(f"--format {fmt!r}: use table or json")
     pol_path = policy if policy is not None else (DEFAULT_POLICY if DEFAULT_POLICY.exists() else None)
@@ -180,6 +188,8 @@ def history_cmd(
     full: bool = typer.Option(False, "--full", help="JSON: include the observed workload and both plans."),
 ) -> None:
     """List re-planning decisions, newest first: time, decision, USD/h before and after, and why."""
+    from recommender.replan.history import History, records_to_dicts, sqlite_path, storage_url
+
     if fmt not in ("table", "json"):
         raise ConfigError(f"--format {fmt!r}: use table or json")
     if limit <= 0:

@@ -26,15 +26,35 @@ N_POINTS = 1024  # quasi-random points behind analytic percentiles (p99 rests on
 _DIMS = 7  # prompt, output, queue wait, step residual, batch noise, second pool wait, interference
 
 _qmc_cache: list[np.ndarray] = []
+SOBOL_FILE = "qmc-sobol-1024x7.npy"
+
+
+def sobol_points_fresh() -> np.ndarray:
+    """The points computed with scipy (slow to import: ~0.5 s); the shipped file holds exactly these."""
+    from scipy.stats import qmc
+
+    return qmc.Sobol(d=_DIMS, scramble=True, seed=20240611).random_base2(int(np.log2(N_POINTS)))
+
+
+def _sobol_points() -> np.ndarray:
+    """Load the precomputed points (``recommender/data/qmc-sobol-1024x7.npy``, written by
+    ``sobol_points_fresh()``; a test checks they agree) or compute them if the file is missing."""
+    from importlib import resources
+
+    try:
+        with resources.files("recommender").joinpath("data", SOBOL_FILE).open("rb") as f:
+            pts = np.load(f)
+        if pts.shape == (N_POINTS, _DIMS):
+            return pts
+    except (FileNotFoundError, OSError, ValueError):
+        pass
+    return sobol_points_fresh()
 
 
 def qmc_points() -> np.ndarray:
     """``N_POINTS x 7`` scrambled-Sobol uniforms in (0, 1), fixed seed (deterministic)."""
     if not _qmc_cache:
-        from scipy.stats import qmc
-
-        pts = qmc.Sobol(d=_DIMS, scramble=True, seed=20240611).random_base2(int(np.log2(N_POINTS)))
-        _qmc_cache.append(np.clip(pts, 1e-9, 1 - 1e-9))
+        _qmc_cache.append(np.clip(_sobol_points(), 1e-9, 1 - 1e-9))
     return _qmc_cache[0]
 
 

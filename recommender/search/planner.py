@@ -223,7 +223,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
         if not rows:
             raise InfeasibleError(infeasible_message(ctx, all_evals) + " (the simulator rejected every analytic plan)")
     elapsed = time.perf_counter() - t0
-    meta = {"seed": settings.seed, "trials": len(study.trials), "evaluations": ctx.evaluations,
+    meta = {"seed": settings.seed, "trials": len(study.get_trials(deepcopy=False)), "evaluations": ctx.evaluations,
             "seconds": round(elapsed, 3), "study_name": study.study_name, "storage": settings.storage,
             "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
