@@ -208,7 +208,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
             enqueue.insert(0, candidate_from_plan_row(warm_start["plans"][0]))
         except (KeyError, TypeError, ValueError):
             pass
-    if settings.storage and not settings.study_name:
+    if not settings.study_name:
         settings = SearchSettings(**{**settings.__dict__, "study_name": f"recommend-{workload.name}"})
     study, evals = run_study(ctx, ch, settings, enqueue)
     all_evals = list(ctx._cache.values())
