@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
 from recommender.catalog import catalog_dir
 from recommender.errors import CatalogError, ConfigError
+from recommender.yamlfile import read_yaml_file
 
 FIT_PARAMETERS = (
     "hbm_bandwidth_efficiency", "compute_efficiency", "allreduce_latency_s",
@@ -90,14 +90,7 @@ def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
 
 
 def load_profile(path: str | Path) -> EngineProfile:
-    p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"profile file {str(p)!r} does not exist") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"profile file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
-    return profile_from_doc(doc, str(p))
+    return profile_from_doc(read_yaml_file(path, "profile"), str(path))
 
 
 def profile_dir() -> Path:

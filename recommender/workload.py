@@ -23,7 +23,6 @@ grid so every consumer sees the same numbers.
 
 from __future__ import annotations
 
-import bisect
 import math
 import random
 from dataclasses import dataclass, field
@@ -31,11 +30,11 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Literal, Mapping, Sequence
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from recommender import units
 from recommender.errors import ConfigError
+from recommender.yamlfile import read_yaml_file
 
 PERCENTILES = ("mean", "p50", "p90", "p95", "p99")
 DEFAULT_PERCENTILE = "p90"
@@ -389,12 +388,7 @@ def workload_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> Worklo
 def load_workload(path: str | Path) -> Workload:
     """Read and validate a workload YAML file; errors name the file and the field."""
     p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"workload file {str(p)!r} does not exist") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"workload file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    doc = read_yaml_file(p, "workload", "see examples/")
     if not isinstance(doc, dict):
         raise ConfigError(f"workload file {p} must be a YAML mapping (see examples/)")
     return workload_from_dict(doc, str(p))

@@ -7,7 +7,6 @@ rate, or properties that must hold for any correct search (dominance, monotonici
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 from hypothesis import given, settings

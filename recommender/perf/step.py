@@ -24,7 +24,6 @@ roofline at 100% of datasheet bandwidth and FLOP/s, without all-reduce or overhe
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from recommender.catalog import Gpu

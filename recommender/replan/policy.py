@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from recommender import units
@@ -158,14 +157,10 @@ def load_policy(path: str | Path | None) -> Policy:
     """Read a policy YAML file; None gives the defaults (the values in policies/replan.yaml)."""
     if path is None:
         return Policy()
-    p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"policy file {p} does not exist (see policies/replan.yaml)") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"policy file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
-    return policy_from_dict(doc or {}, str(p))
+    from recommender.yamlfile import read_yaml_file
+
+    doc = read_yaml_file(path, "policy", "see policies/replan.yaml")
+    return policy_from_dict(doc or {}, str(path))
 
 
 # ---------------------------------------------------------------------------------------------

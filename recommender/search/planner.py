@@ -11,8 +11,8 @@ from recommender.catalog import Catalog, default_catalog
 from recommender.errors import DoesNotFitError, InfeasibleError
 from recommender.plan import Plan, PlanRow
 from recommender.profiles import EngineProfile, engine_profile
-from recommender.search.evaluate import Evaluation, SearchContext, evaluate
-from recommender.search.recommend_rows import quality_note, rank_rows
+from recommender.search.evaluate import Evaluation, SearchContext
+from recommender.search.recommend_rows import rank_rows
 from recommender.search.policy import SearchPolicy, load_search_policy
 from recommender.search.space import Candidate, allowed_gpus, resolve_dtype
 from recommender.search.study import SpaceChoices, StudySettings, run_study

@@ -8,7 +8,6 @@ from recommender.catalog import Catalog, Gpu
 from recommender.errors import ConfigError
 from recommender.hf_config import ModelArch
 from recommender.perf.step import check_parallelism
-from recommender.search.policy import SearchPolicy
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,26 @@
+"""Reading a user's YAML file at the edge: one clear ConfigError for a missing or malformed file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from recommender.errors import ConfigError
+
+
+def read_yaml_file(path: str | Path, what: str, hint: str = "") -> Any:
+    """Parse ``path``; errors say "<what> file <path> does not exist / is not valid YAML: <first line>"."""
+    p = Path(path)
+    suffix = f" ({hint})" if hint else ""
+    try:
+        return yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{what} file {str(p)!r} does not exist{suffix}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} file {str(p)!r} is a directory{suffix}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} file {p} is not a text file{suffix}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{what} file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
