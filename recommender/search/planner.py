@@ -116,6 +116,14 @@ def why_rank_one(ctx: SearchContext, rows: Sequence[PlanRow]) -> str:
     b = rows[1]
     eb = b.evaluation
     saving = 1 - ea.usd_per_million_tokens / eb.usd_per_million_tokens if eb.usd_per_million_tokens else 0.0
+    if abs(saving) < 0.005:
+        lat = [f"{sl.metric} {fmt_seconds(ea.latency(sl.metric, sl.percentile))} vs {fmt_seconds(eb.latency(sl.metric, sl.percentile))}"
+               for sl in ctx.workload.slos]
+        return (f"Rank 1 ({a.label()}, {a.candidate.weight_dtype}/{a.candidate.kv_dtype} KV) and rank 2 ({b.label()}, "
+                f"{b.candidate.weight_dtype}/{b.candidate.kv_dtype} KV) cost the same, ${ea.usd_per_million_tokens:.3f}/M tokens "
+                f"on {ea.gpus_total} vs {eb.gpus_total} GPUs ({', '.join(lat) or 'same latencies'}); rank 1 is listed first for "
+                f"{'its latencies' if ea.objectives[1:] < eb.objectives[1:] else 'its weight/KV dtypes, which lose less accuracy'}."
+                f" Binding constraint for rank 1: {ea.binding}.")
     reasons = []
     if ea.gpus_total < eb.gpus_total:
         reasons.append(f"{ea.gpus_total} GPUs instead of {eb.gpus_total}")

@@ -10,6 +10,10 @@ from recommender.search.pareto import non_dominated
 from recommender.search.policy import SearchPolicy
 
 
+#: Tie-break between equally priced, equally fast plans: the dtype that loses less accuracy first.
+QUALITY_RANK = {"bf16": 0, "fp16": 0, "fp8": 1, "mxfp4": 1, "int8": 2, "int4": 3, "fp4": 3}
+
+
 def quality_note(ev: Evaluation, policy: SearchPolicy) -> str:
     wd = ev.candidate.weight_dtype
     if wd in policy.quality_risk_dtypes:
@@ -28,7 +32,9 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
     if not feas:
         return []
     front = set(non_dominated([e.objectives for e in feas]))
-    order = sorted(range(len(feas)), key=lambda i: (i not in front, feas[i].usd_per_million_tokens, feas[i].objectives[1:]))
+    order = sorted(range(len(feas)), key=lambda i: (i not in front, feas[i].usd_per_million_tokens, feas[i].objectives[1:],
+                                                    QUALITY_RANK.get(feas[i].candidate.weight_dtype, 9),
+                                                    feas[i].candidate.kv_dtype != "bf16"))
     seen: set[tuple] = set()
     rows: list[PlanRow] = []
     for i in order:
