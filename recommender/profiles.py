@@ -12,6 +12,8 @@ every command takes ``--profile FILE``. Parameters (all fractions in (0, 1], tim
 - ``layer_launch_overhead_s``: extra per layer per step without CUDA graphs (eager kernel launches).
 - ``runtime_reserve_bytes_per_gpu``: CUDA context, NCCL and library workspaces outside the KV cache.
 - ``cuda_graph_bytes_per_gpu``: memory held by captured CUDA graphs.
+- ``request_overhead_s``: fixed time every request adds to its first token (API server, tokenisation,
+  scheduling into the next step, the first streamed chunk); 0 for offline engines' own timers.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from recommender.yamlfile import read_yaml_file
 FIT_PARAMETERS = (
     "hbm_bandwidth_efficiency", "compute_efficiency", "allreduce_latency_s",
     "allreduce_latency_pcie_s", "allreduce_bandwidth_efficiency", "step_overhead_s", "layer_launch_overhead_s",
+    "request_overhead_s",
 )
 
 #: Physical bounds for every parameter (calibration keeps fits inside them).
@@ -43,6 +46,7 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "layer_launch_overhead_s": (0.0, 500e-6),
     "runtime_reserve_bytes_per_gpu": (0.0, 20e9),
     "cuda_graph_bytes_per_gpu": (0.0, 10e9),
+    "request_overhead_s": (0.0, 0.2),
 }
 
 
@@ -60,6 +64,7 @@ class EngineProfile:
     layer_launch_overhead_s: float = 60e-6
     runtime_reserve_bytes_per_gpu: float = 0.5e9
     cuda_graph_bytes_per_gpu: float = 0.5e9
+    request_overhead_s: float = 0.0
     source: str = ""
     fit: Mapping[str, Any] = field(default_factory=dict, compare=False)
 

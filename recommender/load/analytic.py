@@ -152,8 +152,9 @@ def analyze(
         u, e = qmc_points(), qmc_exponentials()
         queue, resid = pool.ttft_wait(e[:, 2], u[:, 3])
         extra, uncovered = pool.co_scheduled(queue * pool.lane_share, resid)
-        mean = pool.wait_total_mean_s + _mean(own) + _mean(extra)
-        return queue + resid + own + extra, mean, uncovered + own + extra
+        fixed = float(getattr(cost, "request_overhead_s", 0.0))
+        mean = pool.wait_total_mean_s + _mean(own) + _mean(extra) + fixed
+        return queue + resid + own + extra + fixed, mean, uncovered + own + extra
 
     ttft_p, tpot_p, e2e_p = _Deferred(ttft_parts, pool, inp).percentiles()
     return LoadResult(
@@ -222,10 +223,11 @@ def analyze_disaggregated(
         pre_queue, _ = pre.ttft_wait(e[:, 2], u[:, 3])
         pre_extra, _ = pre.co_scheduled(pre_queue * pre.lane_share, np.zeros_like(pre_queue))
         dec_queue, dec_resid = dec.ttft_wait(e[:, 5], u[:, 3])
-        ttft = pre_queue + pre_own + pre_extra + kv_transfer_s_per_token * din.P + dec_queue + dec_resid + dec_own
+        fixed = float(getattr(decode_cost, "request_overhead_s", 0.0))
+        ttft = pre_queue + pre_own + pre_extra + kv_transfer_s_per_token * din.P + dec_queue + dec_resid + dec_own + fixed
         mean = (
             pre.wait_total_mean_s + _mean(pre_own) + _mean(pre_extra) + kv_transfer_s_per_token * din.E_P
-            + dec.wait_total_mean_s + _mean(dec_own)
+            + dec.wait_total_mean_s + _mean(dec_own) + fixed
         )
         return ttft, mean, dec_resid + dec_own
 

@@ -451,14 +451,15 @@ def _result(
     extra_in_system_s: float,
     ts: TimeSeries,
     prefill_ts: TimeSeries | None,
+    request_overhead_s: float = 0.0,
 ) -> SimResult:
     n = len(arr)
     start = min(arr)
     end = max(finish)
     duration = max(end - start, 1e-12)
     a = np.asarray(arr)
-    f1 = np.asarray(first)
-    fin = np.asarray(finish)
+    f1 = np.asarray(first) + request_overhead_s  # API server / tokenisation / first chunk, per request
+    fin = np.asarray(finish) + request_overhead_s
     out = np.asarray(outputs, dtype=float)
     keep = np.arange(n) >= min(warmup_requests, n - 1)
     multi = keep & (out > 1)
@@ -521,7 +522,8 @@ def simulate(
     req = _Requests(arr, prompts, outputs, hits, hits, [-1.0] * n, [-1.0] * n, [-1.0] * n)
     stats, ts = _run_pool(cost, limits, req, list(range(n)), replicas, _interval(arr, sample_interval_s))
     waits = [req.admitted[i] - arr[i] for i in range(n)]
-    return _result(arr, req.first_token, req.finish, outputs, waits, stats, replicas, warmup_requests, 0.0, ts, None)
+    return _result(arr, req.first_token, req.finish, outputs, waits, stats, replicas, warmup_requests, 0.0, ts, None,
+                   float(getattr(cost, "request_overhead_s", 0.0)))
 
 
 def simulate_disaggregated(
@@ -569,6 +571,7 @@ def simulate_disaggregated(
     res = _result(
         arr, dec.first_token, dec.finish, outputs, waits, dec_stats, decode_replicas, warmup_requests,
         sum(s.in_system_integral for s in pre_stats) + sum(transfer), dec_ts, pre_ts,
+        float(getattr(decode_cost, "request_overhead_s", 0.0)),
     )
     return SimResult(**{**res.__dict__, "preempted": res.preempted + sum(s.preempted for s in pre_stats),
                         "steps": res.steps + sum(s.steps for s in pre_stats)})

@@ -10,6 +10,9 @@ Modes (``LoadMode``):
       ttft = prefill(batch x prompt)          tpot = decode_step(batch, prompt + output / 2)
       e2e  = ttft + (output - 1) x tpot       output_tokens_per_s = batch x output / e2e x replicas
 
+  A batch the KV cache cannot hold at its mean context runs in ``W = ceil(batch / sequences)`` waves; the mean TTFT
+  then includes waiting for earlier waves: ``(W - 1) / 2 x wave_s + prefill`` and ``e2e = W x wave_s``.
+
 - ``closed``: ``concurrency`` requests in flight under continuous batching (``vllm bench serve
   --max-concurrency N``). A request spends ``k = ceil(prompt / (budget - N + 1))`` chunked-prefill steps
   and ``output - 1`` decode steps, so on average a step carries
@@ -22,6 +25,8 @@ Modes (``LoadMode``):
   Without chunked prefill each prefill runs as its own step and stalls the running decodes:
   ``tpot = decode_step + N x prefill(prompt) / (output - 1)``.
 - ``max``: ``closed`` at the largest concurrency the KV cache and ``max_num_seqs`` allow.
+
+Every TTFT (and so E2E) includes the profile's fixed ``request_overhead_s``.
 
 Cost: ``usd_per_hour = usd_per_gpu_hour x tp x replicas``;
 ``usd_per_million_output_tokens = usd_per_hour / (output_tokens_per_s x 3600) x 1e6``; per million
@@ -156,19 +161,33 @@ def estimate(dep: Deployment, load: Load, replicas: int = 1, usd_per_gpu_hour: f
     e2e: float | None
     if load.mode == "context":
         tpot = decode_step_s
-        ttft = prefill_s
+        ttft = prefill_s + cost.request_overhead_s
         e2e = None
         out_tps = batch / decode_step_s * replicas
         total_tps = out_tps
     elif load.mode == "static":
-        ttft = cost.prefill_s(max(prompt, 1), batch, None)
+        # Blocks are allocated as sequences grow, so what must fit is the batch at its mean context
+        # (prompt + output / 2); a larger batch runs in waves.
+        cap_mean = mem.max_concurrent_sequences(memb, m, dep.kv_dtype, tp, max(ctx, 1), cost.kv_block_tokens)
+        waves = max(1, math.ceil(batch / cap_mean)) if cap_mean > 0 else 1
+        wave = math.ceil(batch / waves)
+        if waves > 1:
+            notes.append(f"static batch {batch} runs in {waves} waves of {wave} (KV holds {cap_mean} sequences at "
+                         f"the mean context of {ctx} tokens)")
+            kv, fl = cost.decode_seq_cost(max(ctx, 1))
+            decode_step_s = cost.step_s(wave, wave * kv, wave * fl)
+        prefill_wave = cost.prefill_s(max(prompt, 1), wave, None)
+        wave_s = prefill_wave + (load.output_tokens - 1) * decode_step_s
+        # mean over waves k = 0..W-1 of (k x wave_s + prefill): later waves wait for the earlier ones
+        ttft = (waves - 1) / 2 * wave_s + prefill_wave + cost.request_overhead_s
         tpot = decode_step_s
-        e2e = ttft + (load.output_tokens - 1) * tpot
+        e2e = waves * wave_s + cost.request_overhead_s
         out_tps = batch * load.output_tokens / e2e * replicas
         total_tps = batch * (load.output_tokens + prompt) / e2e * replicas
     else:
         ttft, tpot, step = closed_loop(cost, batch, prompt, load.output_tokens, dep.limits.max_num_batched_tokens,
                                        dep.limits.chunked_prefill, cached)
+        ttft += cost.request_overhead_s
         e2e = ttft + (load.output_tokens - 1) * tpot
         out_tps = batch * load.output_tokens / e2e * replicas
         total_tps = batch * (load.output_tokens + prompt) / e2e * replicas

@@ -135,6 +135,7 @@ class StepCostModel:
     overhead_s: float
     kv_capacity_tokens: int
     kv_block_tokens: int = 16
+    request_overhead_s: float = 0.0      # added once to every request's TTFT (and E2E)
 
     @staticmethod
     def build(dep: Deployment) -> "StepCostModel":
@@ -176,6 +177,7 @@ class StepCostModel:
             allreduce_latency_s=lat,
             allreduce_bytes_per_s=ic.ring_bandwidth_bytes_per_s(tp) * p.allreduce_bandwidth_efficiency,
             overhead_s=overhead, kv_capacity_tokens=memb.kv_capacity_tokens,
+            request_overhead_s=p.request_overhead_s,
         )
 
     # -- per-sequence costs -------------------------------------------------------------------
