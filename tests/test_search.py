@@ -188,3 +188,24 @@ def test_model_too_large_for_any_allowed_gpu_says_so_with_numbers():
         recommend(w, settings=SearchSettings(seed=0, trials=20, verify=0), policy=SMALL_POLICY)
     # 405.85e9 params; at fp8 ~406 GB of weights vs 8 x 48 GB = 384 GB of L40S memory
     assert "405b" in str(e.value) and "GB" in str(e.value)
+
+
+@settings(max_examples=25, deadline=None)
+@given(gpu=st.sampled_from(["h100-sxm", "a100-80gb", "l40s"]), tp=st.sampled_from([1, 2, 4]),
+       wd=st.sampled_from(["bf16", "fp8"]), kd=st.sampled_from(["bf16", "fp8"]),
+       seqs=st.sampled_from([16, 64, 256]), budget=st.sampled_from([0, 2048, 8192]),
+       rate=st.floats(0.5, 60.0), max_gpus=st.sampled_from([None, 4, 16]))
+def test_every_feasible_evaluation_meets_its_slos_fits_and_respects_max_gpus(gpu, tp, wd, kd, seqs, budget, rate, max_gpus):
+    w = dataclasses.replace(CHAT, arrival_rate_per_s=rate, max_gpus=max_gpus)
+    ev = evaluate(_ctx(w), Candidate(gpu, tp, wd, kd, seqs, budget))
+    if not ev.feasible:
+        return
+    for s in w.slos:
+        assert ev.latency(s.metric, s.percentile) <= s.limit_s
+    for p in ev.pools:
+        # one max-length sequence fits in the KV cache of every replica
+        assert p.kv_capacity_tokens >= w.max_model_len
+    if max_gpus is not None:
+        assert ev.gpus_total <= max_gpus
+    # sized at rate x (1 + headroom) to utilisation <= max_utilisation, so at the real rate it is lower still
+    assert ev.load.stable and ev.utilisation <= SMALL_POLICY.max_utilisation
