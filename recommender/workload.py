@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from recommender import units
 from recommender.errors import ConfigError
-from recommender.yamlfile import read_yaml_file
+from recommender.yamlfile import read_yaml_file, validation_message
 
 PERCENTILES = ("mean", "p50", "p90", "p95", "p99")
 DEFAULT_PERCENTILE = "p90"
@@ -371,18 +371,11 @@ class WorkloadSpec(BaseModel):
         )
 
 
-def _pydantic_message(e: ValidationError, where: str) -> str:
-    err = e.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
-    more = f" (+{len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
-    return f"{where}: field '{loc}': {err['msg']}{more}"
-
-
 def workload_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> Workload:
     try:
         return WorkloadSpec.model_validate(doc).build(source)
     except ValidationError as e:
-        raise ConfigError(_pydantic_message(e, source)) from None
+        raise ConfigError(validation_message(e, source)) from None
 
 
 def load_workload(path: str | Path) -> Workload:

@@ -1,4 +1,5 @@
-"""Reading a user's YAML file at the edge: one clear ConfigError for a missing or malformed file."""
+"""User files at the edge: one clear ConfigError for a missing or malformed YAML file, and one format for
+pydantic validation errors ("<file>: field 'a.b': <message>")."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from recommender.errors import ConfigError
 
@@ -24,3 +26,12 @@ def read_yaml_file(path: str | Path, what: str, hint: str = "") -> Any:
         raise ConfigError(f"{what} file {p} is not a text file{suffix}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{what} file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+
+
+def validation_message(e: ValidationError, where: str) -> str:
+    """The first pydantic error as "<where>: field 'a.b': <message> (+N more)"."""
+    errors = e.errors()
+    err = errors[0]
+    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-")) or "(top level)"
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: field '{loc}': {err['msg']}{more}"

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from recommender import units
 from recommender.errors import ConfigError, UnitError
+from recommender.yamlfile import validation_message
 from recommender.replan import plans
 
 
@@ -146,9 +147,7 @@ def policy_from_dict(doc: Mapping[str, Any], where: str = "<policy>") -> Policy:
     try:
         return PolicySpec.model_validate(doc).build()
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-        raise ConfigError(f"{where}: field '{loc}': {err['msg']}") from None
+        raise ConfigError(validation_message(e, where)) from None
     except ValueError as e:
         raise ConfigError(f"{where}: {e}") from None
 

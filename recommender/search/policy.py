@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from recommender.errors import ConfigError
+from recommender.yamlfile import read_yaml_file, validation_message
 
 
 class _SearchPolicySpec(BaseModel):
@@ -64,18 +64,13 @@ def default_policy_path() -> Path:
 def load_search_policy(path: str | Path | None = None) -> SearchPolicy:
     """Read ``policies/search.yaml`` (or ``path``); missing keys take the defaults above."""
     p = Path(path) if path else default_policy_path()
+    # an explicit --policy must exist; the default file may be absent (installed without policies/)
     doc: object = {}
-    if p.exists():
-        try:
-            doc = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"search policy {p} is not valid YAML: {str(e).splitlines()[0]}") from None
-    elif path:
-        raise ConfigError(f"search policy {str(p)!r} does not exist")
+    if path or p.exists():
+        doc = read_yaml_file(p, "search policy", "see policies/search.yaml") or {}
     try:
         spec = _SearchPolicySpec.model_validate(doc)
     except ValidationError as e:
-        err = e.errors()[0]
-        raise ConfigError(f"search policy {p}: field '{'.'.join(map(str, err['loc']))}': {err['msg']}") from None
+        raise ConfigError(validation_message(e, f"search policy {p}")) from None
     d = spec.model_dump()
     return SearchPolicy(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
