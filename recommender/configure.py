@@ -164,7 +164,7 @@ def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, re
     out: dict[str, object] = {"rate_per_s": rate_per_s, "stable": bool(res.stable), "utilisation": res.utilisation}
     for m in ("ttft", "tpot"):
         for p in ("p50", "p90", "p99"):
-            out[f"{m}_{p}_s"] = res.__getattribute__(f"{m}_s").at(p) if res.stable else inf
+            out[f"{m}_{p}_s"] = getattr(res, f"{m}_s").at(p) if res.stable else inf
     out["e2e_p99_s"] = res.e2e_s.at("p99") if res.stable else inf
     out["ttft_s"] = res.ttft_s.at("mean") if res.stable else inf
     out["tpot_s"] = res.tpot_s.at("mean") if res.stable else inf

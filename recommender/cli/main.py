@@ -50,7 +50,7 @@ def main_job(
     if workers < 1 or top < 1:
         raise ConfigError("--workers and --top must be >= 1")
     w = load_workload(workload).with_slos([Slo.parse(s) for s in slo])
-    settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout, storage=_storage_url(storage),
+    settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout, storage=storage,
                               study_name=study_name, workers=workers, top=top, verify=verify)
     plan = recommend(w, settings=settings, profile=resolve_profile(engine, profile), policy=load_search_policy(policy))
     typer.echo(RENDERERS[fmt](plan))
@@ -74,11 +74,3 @@ def main_job(
         paths = write_deploy_files(doc, out, rank=1, plan_name=str(out / "plan.json"))
         typer.echo(f"wrote {out / 'plan.json'} and {len(paths)} deployment files to {out}", err=True)
 
-
-def _storage_url(storage: Optional[str]) -> Optional[str]:
-    """A bare file name becomes a SQLite URL (``study.db`` -> ``sqlite:///study.db``)."""
-    if storage is None or "://" in storage:
-        return storage
-    if storage.endswith(".log"):
-        return storage  # JournalFileStorage path, handled by the study
-    return f"sqlite:///{storage}"

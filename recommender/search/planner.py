@@ -7,8 +7,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from optuna.trial import TrialState
+
 from recommender.catalog import Catalog, default_catalog
 from recommender.errors import DoesNotFitError, InfeasibleError
+from recommender.perf.step import EngineLimits
 from recommender.plan import Plan, PlanRow
 from recommender.profiles import EngineProfile, engine_profile
 from recommender.search.evaluate import Evaluation, SearchContext
@@ -78,17 +81,11 @@ def seed_candidates(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
             for tp in ch.tps:
                 c = Candidate(g, tp, wd, "fp8" if "fp8" in ch.kv_dtypes else ch.kv_dtypes[0], seqs, budget)
                 cost, _ = ctx.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype,
-                                         _probe_limits(seqs, budget))
+                                         EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=budget))
                 if cost is not None:
                     out.append(c)
                     break
     return out
-
-
-def _probe_limits(seqs: int, budget: int):  # noqa: ANN202
-    from recommender.perf.step import EngineLimits
-
-    return EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=True)
 
 
 def candidate_from_plan_row(row: dict[str, Any]) -> Candidate:
@@ -231,7 +228,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
         if not rows:
             raise InfeasibleError(infeasible_message(ctx, all_evals) + " (the simulator rejected every analytic plan)")
     elapsed = time.perf_counter() - t0
-    meta = {"seed": settings.seed, "trials": len(study.get_trials(deepcopy=False)), "evaluations": ctx.evaluations,
+    meta = {"seed": settings.seed, "trials": len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))), "evaluations": ctx.evaluations,
             "seconds": round(elapsed, 3), "study_name": study.study_name, "storage": settings.storage,
             "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,

@@ -83,13 +83,16 @@ def suggest(trial: optuna.Trial, ch: SpaceChoices) -> Candidate:
 
 
 def open_storage(url: str | None) -> Any:
-    """An Optuna storage: None (in memory), an RDB URL, or a journal file path ending in .log."""
-    if url and url.endswith(".log") and "://" not in url:
+    """An Optuna storage: None (in memory), an RDB URL, a journal file path ending in .log, or a bare
+    file name, which becomes SQLite (``study.db`` -> ``sqlite:///study.db``)."""
+    if not url or "://" in url:
+        return url
+    if url.endswith(".log"):
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 
         return JournalStorage(JournalFileBackend(url))
-    return url
+    return f"sqlite:///{url}"
 
 
 def make_study(ctx: SearchContext, settings: StudySettings, directions: int) -> optuna.Study:
