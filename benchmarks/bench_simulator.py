@@ -57,13 +57,14 @@ def _setups() -> list[tuple[str, Any, Any, Any, Any, float]]:
     out = [("toy linear (5 us/token)", LinearStepCost(s_per_token=5e-6), ToyLimits(enable_prefix_caching=True), prompt, output, fraction)]
     try:
         from recommender.catalog import default_catalog
-        from recommender.perf.step import Deployment, EngineLimits, StepCostModel
+        from recommender.estimate import build_deployment
+        from recommender.perf.step import EngineLimits, StepCostModel
         from recommender.profiles import resolve_profile
 
         cat = default_catalog()
         lim = EngineLimits(max_num_seqs=256, max_num_batched_tokens=8192, chunked_prefill=True, enable_prefix_caching=True)
-        dep = Deployment(model=cat.model("llama-3.1-70b"), gpu=cat.gpu("h100-sxm"), tp=4, weight_dtype="fp8",
-                         kv_dtype="fp8", profile=resolve_profile("vllm", None), limits=lim, max_model_len=8704)
+        dep = build_deployment(model=cat.model("llama-3.1-70b"), gpu=cat.gpu("h100-sxm"), tp=4, weight_dtype="fp8",
+                               kv_dtype="fp8", profile=resolve_profile("vllm", None), limits=lim, max_model_len=8704)
         out.insert(0, ("llama-3.1-70b fp8, 4x h100-sxm", StepCostModel.build(dep), lim, prompt, output, fraction))
     except Exception as e:  # pragma: no cover - catalogs missing
         print(f"(perf model unavailable: {e}; toy model only)")

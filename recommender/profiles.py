@@ -14,6 +14,10 @@ every command takes ``--profile FILE``. Parameters (all fractions in (0, 1], tim
 - ``cuda_graph_bytes_per_gpu``: memory held by captured CUDA graphs.
 - ``request_overhead_s``: fixed time every request adds to its first token (API server, tokenisation,
   scheduling into the next step, the first streamed chunk); 0 for offline engines' own timers.
+- ``prefill_step_overhead_s``: fixed time of every step that carries prefill tokens (such steps are not
+  CUDA-graph captured: per-layer launches of the attention kernels, the TP collectives' latency).
+- ``gemm_m_half_tokens``: tokens in a step at which the weight GEMMs reach half of
+  ``compute_efficiency`` (``eff(M) = compute_efficiency x M / (M + M_half)``; 0 = flat).
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ FIT_PARAMETERS = (
     "allreduce_latency_pcie_s", "allreduce_bandwidth_efficiency", "step_overhead_s", "layer_launch_overhead_s",
     "request_overhead_s",
 )
+#: Parameters of the prefill-step fixed cost and the GEMM efficiency curve (fitted by
+#: benchmarks/fit_profiles.py where they lower the held-out error; ``--parameters`` on calibrate).
+SHAPE_PARAMETERS = ("prefill_step_overhead_s", "gemm_m_half_tokens")
 
 #: Physical bounds for every parameter (calibration keeps fits inside them).
 BOUNDS: Mapping[str, tuple[float, float]] = {
@@ -47,7 +54,41 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "runtime_reserve_bytes_per_gpu": (0.0, 20e9),
     "cuda_graph_bytes_per_gpu": (0.0, 10e9),
     "request_overhead_s": (0.0, 0.2),
+    "prefill_step_overhead_s": (0.0, 50e-3),
+    "gemm_m_half_tokens": (0.0, 4096.0),
 }
+
+
+@dataclass(frozen=True)
+class FamilyFit:
+    """Parameters fitted on one GPU family's measurements (overrides of the engine profile)."""
+
+    family: str
+    rows: int
+    parameters: tuple[tuple[str, float], ...]
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "source": self.source, "parameters": dict(self.parameters)}
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_families() -> Mapping[str, str]:
+    """GPU id -> family (``catalogs/profiles/families.yaml``: family -> list of GPU ids)."""
+    path = profile_dir() / "families.yaml"
+    if not path.exists():
+        return {}
+    doc = read_yaml_file(path, "GPU families")
+    out: dict[str, str] = {}
+    for fam, ids in (doc.get("families") or {}).items():
+        for gid in ids or ():
+            out[str(gid)] = str(fam)
+    return out
+
+
+def gpu_family(gpu_id: str) -> str:
+    """The GPU's family (ampere, ada, hopper, blackwell, cdna3, ...), or "" when the map does not name it."""
+    return gpu_families().get(gpu_id, "")
 
 
 @dataclass(frozen=True)
@@ -65,17 +106,39 @@ class EngineProfile:
     runtime_reserve_bytes_per_gpu: float = 0.5e9
     cuda_graph_bytes_per_gpu: float = 0.5e9
     request_overhead_s: float = 0.0
+    prefill_step_overhead_s: float = 0.0
+    gemm_m_half_tokens: float = 0.0
     source: str = ""
     fit: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    families: tuple[FamilyFit, ...] = ()
+    family: str = ""              # the family this profile was specialised to ("" = the engine profile)
 
     def replace(self, **kw: Any) -> "EngineProfile":
         return dataclasses.replace(self, **kw)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "fit"}
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("fit", "families")}
         if self.fit:
             d["fit"] = dict(self.fit)
+        if self.families:
+            d["families"] = {f.family: f.to_dict() for f in self.families}
         return d
+
+    def family_fit(self, gpu_id: str) -> FamilyFit | None:
+        fam = gpu_family(gpu_id)
+        return next((f for f in self.families if f.family == fam), None) if fam else None
+
+    def evidence(self, gpu_id: str) -> tuple[str, int]:
+        """(family, measured rows behind its parameters); 0 rows: the GPU falls back to the engine profile."""
+        f = self.family_fit(gpu_id)
+        return (f.family, f.rows) if f is not None else (gpu_family(gpu_id), 0)
+
+    def for_gpu(self, gpu_id: str) -> "EngineProfile":
+        """This profile with the GPU family's fitted parameters, or itself when the family has none."""
+        f = self.family_fit(gpu_id)
+        if f is None:
+            return self
+        return dataclasses.replace(self, family=f.family, **dict(f.parameters))
 
 
 def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
@@ -83,6 +146,7 @@ def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
         raise ConfigError(f"profile {where} must be a YAML mapping")
     params = dict(doc.get("parameters") or {})
     known = {f.name for f in dataclasses.fields(EngineProfile)}
+    known -= {"families", "family", "fit", "engine", "source"}
     unknown = set(params) - known
     if unknown:
         raise ConfigError(f"profile {where}: unknown parameter(s) {', '.join(sorted(unknown))}")
@@ -90,8 +154,19 @@ def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
         lo, hi = BOUNDS.get(k, (float("-inf"), float("inf")))
         if not isinstance(v, (int, float)) or not lo <= float(v) <= hi:
             raise ConfigError(f"profile {where}: {k}={v!r} outside its physical range [{lo:g}, {hi:g}]")
+    fams = []
+    for fam, fd in sorted((doc.get("families") or {}).items()):
+        if not isinstance(fd, Mapping):
+            raise ConfigError(f"profile {where}: families.{fam} must be a mapping with rows and parameters")
+        fp = dict(fd.get("parameters") or {})
+        for k, v in fp.items():
+            lo, hi = BOUNDS.get(k, (float("-inf"), float("inf")))
+            if k not in known or not isinstance(v, (int, float)) or not lo <= float(v) <= hi:
+                raise ConfigError(f"profile {where}: families.{fam}.{k}={v!r} unknown or outside [{lo:g}, {hi:g}]")
+        fams.append(FamilyFit(str(fam), int(fd.get("rows") or 0), tuple(sorted((k, float(v)) for k, v in fp.items())),
+                              str(fd.get("source") or "")))
     return EngineProfile(engine=str(doc.get("engine", "vllm")), source=str(doc.get("source", where)),
-                         fit=doc.get("fit") or {}, **{k: float(v) for k, v in params.items()})
+                         fit=doc.get("fit") or {}, families=tuple(fams), **{k: float(v) for k, v in params.items()})
 
 
 def load_profile(path: str | Path) -> EngineProfile:
@@ -107,7 +182,7 @@ def engine_profile(engine: str = "vllm") -> EngineProfile:
     """The shipped default profile for an engine (``catalogs/profiles/<engine>.yaml``)."""
     path = profile_dir() / f"{engine}.yaml"
     if not path.exists():
-        names = sorted(p.stem for p in profile_dir().glob("*.yaml"))
+        names = sorted(p.stem for p in profile_dir().glob("*.yaml") if p.stem != "families")
         raise CatalogError(f"unknown engine {engine!r}; valid engines: {', '.join(names)}")
     return load_profile(path)
 

@@ -14,12 +14,11 @@ Quantities (``Measurement.quantity``; values in SI units, per replica = one TP g
   ``(decode_step(1, C) - decode_step(1, 0)) / C`` with ``C`` = :data:`SLOPE_CONTEXT_TOKENS`
   (exact: the memory-bound batch-1 step is linear in the context).
 
-Benchmark runs (``rate_per_s`` or ``requests`` set) are a closed loop at the mean number of requests
-in flight ``N``: the concurrency cap, or below it Little's law ``N = rate x e2e(N)`` for open-loop
-arrivals (no queueing modelled). A run of ``M`` requests lasts
-``duration = max((M - 1) / rate, (M - N) x e2e / N) + e2e`` (the last arrival, or the steady
-completion rate ``N / e2e``, then one latency to drain), and its output throughput is
-``M x output_tokens / duration``; small runs are far from the steady state.
+Benchmark runs (``rate_per_s`` or ``requests`` set) are ``finite`` loads predicted by the one path
+``recommender.estimate`` (:func:`~recommender.estimate.finite_run`): a closed loop at the mean number
+of requests in flight ``N`` (the client's cap, or below it Little's law ``N = rate x e2e(N)``), with
+the engine's admission queue above what it runs at once; a run of ``M`` requests lasts
+``duration = max((M - 1) / rate, (M - N) x e2e / N) + e2e`` and reports ``M x output_tokens / duration``.
 """
 
 from __future__ import annotations
@@ -31,6 +30,8 @@ from dataclasses import dataclass
 
 from recommender.catalog import Catalog, default_catalog
 from recommender.errors import CalibrationError
+from recommender.estimate import build_deployment, closed_at, finite_run
+from recommender.estimate import in_flight as _in_flight
 from recommender.perf.steady import Estimate, Load, estimate
 from recommender.perf.step import Deployment, EngineLimits, StepCostModel
 from recommender.profiles import EngineProfile
@@ -176,14 +177,14 @@ def resolve_model(text: str, catalog: Catalog | None = None) -> str | None:
 
 # -- prediction -----------------------------------------------------------------------------------
 def deployment(m: Measurement, profile: EngineProfile, catalog: Catalog | None = None) -> Deployment:
-    """The replica the measurement ran on, with ``profile``'s efficiencies."""
+    """The replica the measurement ran on, with ``profile``'s efficiencies (its GPU family's where fitted)."""
     cat = catalog or default_catalog()
     ld = m.load
     max_len = max(ld.context_tokens, ld.prompt_tokens + ld.output_tokens, 1)
-    return Deployment(model=cat.model(m.model), gpu=cat.gpu(m.gpu), tp=m.tp, weight_dtype=m.weight_dtype,
-                      kv_dtype=m.kv_dtype, profile=profile, limits=m.limits,
-                      gpu_memory_utilization=m.gpu_memory_utilization, cuda_graphs=m.cuda_graphs,
-                      max_model_len=max_len)
+    return build_deployment(model=cat.model(m.model), gpu=cat.gpu(m.gpu), tp=m.tp, weight_dtype=m.weight_dtype,
+                            kv_dtype=m.kv_dtype, profile=profile, limits=m.limits,
+                            gpu_memory_utilization=m.gpu_memory_utilization, cuda_graphs=m.cuda_graphs,
+                            max_model_len=max_len)
 
 
 def _pick(est: Estimate, quantity: str) -> float:
@@ -198,68 +199,41 @@ def _pick(est: Estimate, quantity: str) -> float:
     raise ValueError(quantity)
 
 
-def closed_at(dep: Deployment, n: float, prompt_tokens: int, output_tokens: int) -> tuple[float, float, float]:
-    """(ttft_s, tpot_s, e2e_s) of a closed loop at a possibly fractional concurrency ``n`` >= 1.
-
-    Linear interpolation between ``floor(n)`` and ``floor(n) + 1`` requests in flight, so that the
-    result is continuous in ``n`` (the fitter differentiates through it)."""
-    n0 = max(1, int(math.floor(n)))
-    frac = min(max(n - n0, 0.0), 1.0)
-    e0 = estimate(dep, Load("closed", n0, 0, prompt_tokens, output_tokens))
-    v0 = (e0.ttft_s, e0.tpot_s, e0.e2e_s or e0.ttft_s)
-    if frac == 0.0:
-        return v0
-    e1 = estimate(dep, Load("closed", n0 + 1, 0, prompt_tokens, output_tokens))
-    v1 = (e1.ttft_s, e1.tpot_s, e1.e2e_s or e1.ttft_s)
-    return tuple(a + frac * (b - a) for a, b in zip(v0, v1))  # type: ignore[return-value]
+def run_load(m: Measurement) -> Load:
+    """The typed load of a benchmark run (``finite``: ``requests`` at ``rate_per_s``, capped by the client)."""
+    ld = m.load
+    return Load.finite(requests=m.requests or max(ld.batch, 1), prompt_tokens=ld.prompt_tokens,
+                       output_tokens=ld.output_tokens, rate_per_s=m.rate_per_s or math.inf, concurrency=ld.batch)
 
 
 def in_flight(dep: Deployment, m: Measurement) -> float:
-    """Mean requests in flight: the concurrency cap, or Little's law ``N = rate x e2e(N)`` below it.
-
-    The cap is ``min(load.batch, max_num_seqs, sequences the KV cache holds)``; ``N`` is found by
-    Brent's method on ``N - rate x e2e(N)`` (increasing in ``N`` for a stable system), at least 1."""
-    ld = m.load
-    cap_kv = estimate(dep, Load("max", 1, 0, ld.prompt_tokens, ld.output_tokens)).batch
-    cap = float(max(1, min(ld.batch, cap_kv)))
-    rate = m.rate_per_s
-    if not rate:
-        return cap
-    def g(n: float) -> float:
-        return n - rate * closed_at(dep, n, ld.prompt_tokens, ld.output_tokens)[2]
-    if g(cap) <= 0:
-        return cap
-    if g(1.0) >= 0:
-        return 1.0
-    from scipy.optimize import brentq  # lazy: only benchmark runs with a request rate need it
-
-    return float(brentq(g, 1.0, cap, xtol=1e-6 * cap, rtol=1e-9))
+    """Mean requests in flight during the run (:func:`recommender.estimate.in_flight`)."""
+    return _in_flight(dep, run_load(m))
 
 
 def _run_level(dep: Deployment, m: Measurement, n: float | None = None) -> float:
-    """A ``vllm bench serve`` figure: the closed loop at :func:`in_flight` requests (see module docstring)."""
-    ld = m.load
-    n = in_flight(dep, m) if n is None else n
-    ttft, tpot, e2e = closed_at(dep, n, ld.prompt_tokens, ld.output_tokens)
+    """A ``vllm bench serve`` figure: the finite run (:func:`recommender.estimate.finite_run`)."""
+    run = finite_run(dep, run_load(m), n)
     if m.quantity == "ttft_s":
-        return ttft
+        return run.ttft_s
     if m.quantity == "tpot_s":
-        return tpot
+        return run.tpot_s
     if m.quantity == "e2e_s":
-        return e2e
+        return run.e2e_s
     if m.requests:
-        arrivals = (m.requests - 1) / m.rate_per_s if m.rate_per_s else 0.0
-        duration = max(arrivals, max(m.requests - n, 0.0) * e2e / n) + e2e
-        return m.requests * ld.output_tokens / duration
-    return n * ld.output_tokens / e2e
+        return run.output_tokens_per_s
+    return run.in_flight * m.load.output_tokens / run.e2e_s
+
+
+def _with_profile(d: Deployment, profile: EngineProfile) -> Deployment:
+    p = profile.for_gpu(d.gpu.id)
+    return d if d.profile is p else dataclasses.replace(d, profile=p)
 
 
 def predict(m: Measurement, profile: EngineProfile, catalog: Catalog | None = None,
             dep: Deployment | None = None) -> float:
     """The model's value of ``m.quantity`` for this configuration and load, in SI units."""
-    d = dep if dep is not None else deployment(m, profile, catalog)
-    if d.profile is not profile:
-        d = dataclasses.replace(d, profile=profile)
+    d = _with_profile(dep if dep is not None else deployment(m, profile, catalog), profile)
     if m.quantity in ("itl_intercept_s", "itl_slope_s_per_token"):
         cost = StepCostModel.build(d)
         t0 = cost.decode_step_s(1, 1)
@@ -279,7 +253,7 @@ def predict_many(ms: list[Measurement], profile: EngineProfile, deps: list[Deplo
     solved: dict[tuple, float] = {}
     for m, d0 in zip(ms, deps):
         if (m.rate_per_s or m.requests) and m.quantity in ("output_tokens_per_s", "ttft_s", "tpot_s", "e2e_s"):
-            d = dataclasses.replace(d0, profile=profile)
+            d = _with_profile(d0, profile)
             key = (m.file, m.source, m.model, m.gpu, m.tp, m.weight_dtype, m.kv_dtype, m.load, m.limits,
                    m.gpu_memory_utilization, m.cuda_graphs, m.rate_per_s, m.requests)
             if key not in solved:
@@ -291,5 +265,5 @@ def predict_many(ms: list[Measurement], profile: EngineProfile, deps: list[Deplo
     return out
 
 
-__all__ = ["predict_many", "Measurement", "Skip", "QUANTITIES", "parse_metric", "resolve_gpu", "resolve_model", "deployment",
+__all__ = ["closed_at", "in_flight", "run_load", "predict_many", "Measurement", "Skip", "QUANTITIES", "parse_metric", "resolve_gpu", "resolve_model", "deployment",
            "predict"]

@@ -30,18 +30,17 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import yaml
 
 from recommender.calibrate.measurements import Measurement, Skip, parse_metric, resolve_gpu, resolve_model
 from recommender.catalog import Catalog, default_catalog
-from recommender.configure import native_weight_dtype
+from recommender.estimate import native_weight_dtype
 from recommender.errors import CalibrationError, RecommenderError
-from recommender.perf import memory as mem
+from recommender.perf.conditions import engine_conditions
 from recommender.perf.steady import Load
 from recommender.perf.step import EngineLimits, default_limits
-from recommender.profiles import EngineProfile
 
 CSV_COLUMNS = ("id", "model", "gpu", "tp", "weight_dtype", "kv_dtype", "engine", "isl", "osl",
                "batch_or_concurrency", "request_rate", "metric", "value")
@@ -106,43 +105,12 @@ def engine_of(text: str) -> str:
     return re.split(r"[\s(]", t)[0] or "vllm"
 
 
-def _trt_conditions(cat: Catalog, model: str, gpu: str, tp: int, wd: str, kd: str, isl: int, osl: int
-                    ) -> tuple[EngineLimits, float]:
-    """``trtllm-bench build``'s engine settings (TensorRT-LLM ``bench/build/tuning.py``, paraphrased).
-
-    KV cache = 0.95 x (GPU memory - weights); requests that fit = KV / (KV bytes of ISL + OSL tokens);
-    max_batch_size = that, clamped to [64, 4096]; max_num_tokens = batch x (1 + ISL / OSL) clamped to
-    [2048, 32768]. ``gpu_memory_utilization`` is then chosen so that our memory breakdown leaves the
-    same KV cache (at most 1.0).
-    """
-    g, m = cat.gpu(gpu), cat.model(model)
-    w = mem.weights_bytes_per_gpu(m, wd, tp)
-    kv_gpu = 0.95 * max(0.0, g.memory_bytes - w)
-    per_req = mem.kv_bytes_per_sequence(m, kd, max(isl + osl, 1), tp) / tp
-    reqs = kv_gpu / per_req if per_req > 0 else 4096.0
-    seqs = int(min(4096, max(64, math.ceil(reqs))))
-    tokens = int(min(32768, max(2048, math.ceil(seqs * (1 + isl / max(osl, 1))))))
-    act = mem.activation_peak_bytes_per_gpu(m, tp, tokens, seqs)
-    reserve = EngineProfile.runtime_reserve_bytes_per_gpu + EngineProfile.cuda_graph_bytes_per_gpu
-    gmu = min(1.0, (kv_gpu + w + act + reserve) / g.memory_bytes)
-    return EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=tokens), gmu
-
-
-def _vllm_conditions(cat: Catalog, model: str, gpu: str, tp: int, wd: str, kd: str, isl: int, osl: int
-                     ) -> tuple[EngineLimits, float]:
-    return default_limits(cat.gpu(gpu)), 0.92
-
-
-def _static_conditions(cat: Catalog, model: str, gpu: str, tp: int, wd: str, kd: str, isl: int, osl: int
-                       ) -> tuple[EngineLimits, float]:
-    return EngineLimits(max_num_seqs=4096, max_num_batched_tokens=8192), 0.95
-
-
-#: engine -> (catalog, model, gpu, tp, weight dtype, KV dtype, ISL, OSL) -> (limits, gpu_memory_utilization).
-ENGINE_CONDITIONS: Mapping[str, Callable[[Catalog, str, str, int, str, str, int, int], tuple[EngineLimits, float]]] = {
-    "trtllm": _trt_conditions, "vllm": _vllm_conditions, "sglang": _vllm_conditions,
-    "lmdeploy": _static_conditions, "gpt-fast": _static_conditions,
-}
+def _conditions(engine: str, cat: Catalog, model: str, gpu: str, tp: int, wd: str, kd: str, isl: int, osl: int
+                ) -> tuple[EngineLimits, float]:
+    """(limits, gpu_memory_utilization) the engine benchmarked under (``perf.conditions``, one layer)."""
+    c = engine_conditions(engine, model=cat.model(model), gpu=cat.gpu(gpu), tp=tp, weight_dtype=wd, kv_dtype=kd,
+                          prompt_tokens=isl, output_tokens=osl)
+    return c.limits, c.gpu_memory_utilization
 
 
 # -- published CSV --------------------------------------------------------------------------------
@@ -201,8 +169,7 @@ def _row_measurement(row: Mapping[str, str], where: str, cat: Catalog) -> Measur
     elif scale == "user":
         value *= load.batch if load.mode in ("static", "closed") else 1
     try:
-        cond = ENGINE_CONDITIONS.get(engine, _vllm_conditions)
-        limits, gmu = cond(cat, model, gpu, tp, wd, kd, load.prompt_tokens or 1, load.output_tokens or 1)
+        limits, gmu = _conditions(engine, cat, model, gpu, tp, wd, kd, load.prompt_tokens or 1, load.output_tokens or 1)
     except RecommenderError as e:
         return Skip(rid, str(e))
     return Measurement(id=rid, source=source, file=where, engine=engine, model=model, gpu=gpu, tp=tp,

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from recommender.cli.app import app, one_line_errors
-from recommender.configure import EstimateRequest, does_not_fit_message, estimate_request, price_for
+from recommender.estimate import EstimateRequest, conditions_of, does_not_fit_message, estimate_request, price_for
 from recommender.errors import ConfigError
 from recommender.render.estimate import estimate_json, render_walkthrough
 
@@ -47,13 +47,14 @@ def estimate_cmd(
     dep, load, est = estimate_request(req)
     extra = {}
     if rate is not None:
-        from recommender.configure import under_load
+        from recommender.estimate import under_load
 
         extra = under_load(dep, load, est, rate, replicas)
+    cond = conditions_of(dep).lines()
     if fmt == "json":
-        typer.echo(estimate_json(dep, load, est, extra))
+        typer.echo(estimate_json(dep, load, est, extra, cond))
     else:
-        typer.echo(render_walkthrough(dep, load, est, replicas, price_for(dep.gpu, price)))
+        typer.echo(render_walkthrough(dep, load, est, replicas, price_for(dep.gpu, price), cond))
         if extra:
             from recommender.units import fmt_seconds
 

@@ -37,7 +37,8 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
     from recommender.catalog import default_catalog
     from recommender.cli.deploy import read_plan
     from recommender.perf import memory as mem
-    from recommender.perf.step import Deployment, EngineLimits, StepCostModel
+    from recommender.estimate import build_deployment
+    from recommender.perf.step import EngineLimits, StepCostModel
     from recommender.profiles import resolve_profile
     from recommender.search.policy import SearchPolicy
 
@@ -59,11 +60,11 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
         limits = EngineLimits(max_num_seqs=int(p["max_num_seqs"]), max_num_batched_tokens=int(p["max_num_batched_tokens"]),
                               chunked_prefill=bool(p.get("chunked_prefill", True)),
                               enable_prefix_caching=bool(p.get("enable_prefix_caching", False)))
-        dep = Deployment(model=model, gpu=cat.gpu(str(p["gpu"])), tp=int(p["tp"]), weight_dtype=str(p["weight_dtype"]),
-                         kv_dtype=str(p["kv_dtype"]), profile=profile, limits=limits,
-                         gpu_memory_utilization=float(p.get("gpu_memory_utilization", row.get("gpu_memory_utilization", 0.92))),
-                         cuda_graphs=bool(row.get("cuda_graphs", True)),
-                         max_model_len=int(row.get("max_model_len") or wd.get("max_model_len") or wl.max_model_len))
+        dep = build_deployment(model=model, gpu=cat.gpu(str(p["gpu"])), tp=int(p["tp"]), weight_dtype=str(p["weight_dtype"]),
+                               kv_dtype=str(p["kv_dtype"]), profile=profile, limits=limits,
+                               gpu_memory_utilization=float(p.get("gpu_memory_utilization", row.get("gpu_memory_utilization", 0.92))),
+                               cuda_graphs=bool(row.get("cuda_graphs", True)),
+                               max_model_len=int(row.get("max_model_len") or wd.get("max_model_len") or wl.max_model_len))
         pools.append((str(p.get("role", "both")), dep, StepCostModel.build(dep), int(p["replicas"])))
     xfer = 0.0
     if len(pools) == 2:
@@ -77,7 +78,7 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
 
 def _flag_setup(kw: dict[str, Any], workload: Optional[Path]) -> dict[str, Any]:
     """Deployment from the ``estimate`` flags; lengths from constants or a workload file."""
-    from recommender.configure import EstimateRequest, estimate_request, raise_if_not_fit
+    from recommender.estimate import EstimateRequest, estimate_request, raise_if_not_fit
     from recommender.perf.step import StepCostModel
     from recommender.workload import LengthDist
 

@@ -22,9 +22,18 @@ Modes (``LoadMode``):
       ttft = k x step_s(decodes + own chunk, ...)      (the steps carrying this request's chunks)
       e2e  = ttft + (output - 1) x tpot                 output_tokens_per_s = N x output / e2e x replicas
 
-  Without chunked prefill each prefill runs as its own step and stalls the running decodes:
-  ``tpot = decode_step + N x prefill(prompt) / (output - 1)``.
-- ``max``: ``closed`` at the largest concurrency the KV cache and ``max_num_seqs`` allow.
+  When those steps would hold more than the token budget (``N (prompt + output - 1) / (k + output - 1)
+  > budget``), the prefill lane queues: a request's life stretches to ``N (prompt + output - 1) /
+  budget`` steps and the extra steps are TTFT. Without chunked prefill each prefill runs as its own
+  step and stalls the running decodes: ``tpot = decode_step + N x prefill(prompt) / (output - 1)``.
+
+  Admission: the engine runs at most ``r = min(N, max_num_seqs, sequences the KV cache holds at the
+  mean context)``; the other ``N - r`` wait in its queue. The ``r`` running requests cycle in
+  ``e2e_r``, so by Little's law every request spends ``N / r x e2e_r``: ``ttft = ttft_r + (N / r - 1)
+  x e2e_r``, ``tpot = tpot_r``, ``output_tokens_per_s = r x output / e2e_r``.
+- ``max``: ``closed`` at the largest concurrency the KV cache and ``max_num_seqs`` allow (offline max).
+- ``open`` / ``finite``: arrivals at a rate (steady state), or a run of M requests; predicted by
+  ``recommender.estimate.predict`` through the queueing model or the finite-run transient.
 
 Every TTFT (and so E2E) includes the profile's fixed ``request_overhead_s``.
 
@@ -37,21 +46,87 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from recommender.perf import memory as mem
 from recommender.perf.step import Deployment, StepCostModel, bound_of
 
 
+class LoadMode(StrEnum):
+    """How the configuration is loaded (module docstring). A ``StrEnum``: ``LoadMode.CLOSED == "closed"``."""
+
+    CONTEXT = "context"    # one decode step with sequences already holding context_tokens (the seeds)
+    STATIC = "static"      # batch prompts prefilled together, then decoded together
+    CLOSED = "closed"      # N requests in flight under continuous batching (admission above capacity)
+    MAX = "max"            # offline max: closed at the largest concurrency the engine admits
+    OPEN = "open"          # open-loop arrivals at rate_per_s, steady state (the queueing model)
+    FINITE = "finite"      # a run of `requests` requests at rate_per_s and/or a concurrency cap (the simulator)
+
+
 @dataclass(frozen=True)
 class Load:
-    """What is asked of the configuration (see module docstring for modes)."""
+    """What is asked of the configuration (see module docstring for modes).
 
-    mode: str                  # context | static | closed | max
-    batch: int = 1             # context/static: sequences; closed: concurrency
-    context_tokens: int = 0    # context mode
+    ``batch`` is the static batch or the concurrency (``closed``; the cap of a ``finite`` run, 0 =
+    none). ``rate_per_s`` (open, finite: all replicas; ``inf`` = all at once), ``requests`` (finite)
+    and ``burstiness`` (gamma shape of the gaps, 1 = Poisson) describe arrivals. Build one with the
+    keyword-only constructors (:meth:`static`, :meth:`closed`, ...); ``mode`` may be given as a string.
+    """
+
+    mode: LoadMode
+    batch: int = 1
+    context_tokens: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0
+    rate_per_s: float | None = None
+    requests: int | None = None
+    burstiness: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", LoadMode(self.mode))
+
+    @classmethod
+    def context(cls, *, batch: int, context_tokens: int) -> "Load":
+        return cls(LoadMode.CONTEXT, batch, context_tokens)
+
+    @classmethod
+    def static(cls, *, batch: int, prompt_tokens: int, output_tokens: int) -> "Load":
+        return cls(LoadMode.STATIC, batch, 0, prompt_tokens, output_tokens)
+
+    @classmethod
+    def closed(cls, *, concurrency: int, prompt_tokens: int, output_tokens: int) -> "Load":
+        return cls(LoadMode.CLOSED, concurrency, 0, prompt_tokens, output_tokens)
+
+    @classmethod
+    def offline_max(cls, *, prompt_tokens: int, output_tokens: int) -> "Load":
+        return cls(LoadMode.MAX, 1, 0, prompt_tokens, output_tokens)
+
+    @classmethod
+    def open(cls, *, rate_per_s: float, prompt_tokens: int, output_tokens: int, burstiness: float = 1.0) -> "Load":
+        return cls(LoadMode.OPEN, 1, 0, prompt_tokens, output_tokens, rate_per_s, None, burstiness)
+
+    @classmethod
+    def finite(cls, *, requests: int, prompt_tokens: int, output_tokens: int, rate_per_s: float = math.inf,
+               concurrency: int = 0, burstiness: float = 1.0) -> "Load":
+        return cls(LoadMode.FINITE, concurrency, 0, prompt_tokens, output_tokens, rate_per_s, requests, burstiness)
+
+    def describe(self) -> str:
+        """One line: what the load is, in the words a benchmark uses."""
+        req = f"{self.prompt_tokens:,} prompt + {self.output_tokens:,} output tokens"
+        if self.mode == LoadMode.CONTEXT:
+            return f"{self.batch} sequences each holding {self.context_tokens:,} tokens (one decode step)"
+        if self.mode == LoadMode.STATIC:
+            return f"static batch of {self.batch}, {req}"
+        if self.mode == LoadMode.CLOSED:
+            return f"closed loop at concurrency {self.batch}, {req}"
+        if self.mode == LoadMode.MAX:
+            return f"offline max (as many in flight as the engine admits), {req}"
+        rate = "all at once" if self.rate_per_s is None or math.isinf(self.rate_per_s) else f"{self.rate_per_s:g} req/s"
+        if self.mode == LoadMode.OPEN:
+            return f"open loop at {rate} (burstiness {self.burstiness:g}), {req}"
+        cap = f", at most {self.batch} in flight" if self.batch else ""
+        return f"finite run of {self.requests:,} requests {rate}{cap} (burstiness {self.burstiness:g}), {req}"
 
 
 @dataclass(frozen=True)
@@ -108,32 +183,56 @@ def max_concurrency(dep: Deployment, cost: StepCostModel, tokens_per_seq: int) -
 
 def closed_loop(cost: StepCostModel, n: int, prompt: int, output: int, budget: int, chunked: bool,
                 prefix_cached: int = 0) -> tuple[float, float, float]:
-    """(ttft_s, tpot_s, step_s) of ``n`` requests in flight under continuous batching (module docstring)."""
+    """(ttft_s, tpot_s, step_s) of ``n`` requests running under continuous batching (module docstring).
+
+    With chunked prefill a step holds at most ``budget`` tokens. When the ``n`` running requests
+    want more per step than that (``n (prompt + output - 1) / (k + output - 1) > budget``), the
+    prefill lane is the bottleneck: a request's life stretches to ``L = n (prompt + output - 1) /
+    budget`` steps and the ``L - (k + output - 1)`` extra steps are spent waiting for prefill (TTFT).
+    """
     p = max(0, prompt - prefix_cached)
     o = max(output, 1)
     mean_ctx = prompt + o // 2
     kv_d, fl_d = cost.decode_seq_cost(mean_ctx)
     if chunked:
         k = max(1, math.ceil(p / max(1, budget - n + 1))) if p else 1
-        life = k + o - 1
+        life = float(k + o - 1)
+        wait_steps = 0.0
+        want = n * (p + o - 1) / life
+        if want > budget:
+            stretched = n * (p + o - 1) / budget
+            wait_steps, life = stretched - life, stretched
         decodes = n * (o - 1) / life
         pre_tok = n * p / life
         chunk = p / k if k else 0
         kv_p, fl_p = cost.prefill_chunk_cost(int(round(chunk)), prefix_cached + p // 2)
         pre_seqs = pre_tok / chunk if chunk else 0.0
-        step = cost.step_s(int(round(decodes + pre_tok)), decodes * kv_d + pre_seqs * kv_p, decodes * fl_d + pre_seqs * fl_p)
+        step = cost.step_s(int(round(decodes + pre_tok)), decodes * kv_d + pre_seqs * kv_p, decodes * fl_d + pre_seqs * fl_p,
+                           prefill=pre_tok > 0)
         # the steps that carry this request's own chunks are heavier than the average step
-        own = cost.step_s(int(round(decodes + chunk)), decodes * kv_d + kv_p, decodes * fl_d + fl_p)
-        return k * max(own, step), step, step
+        own = cost.step_s(int(round(decodes + chunk)), decodes * kv_d + kv_p, decodes * fl_d + fl_p, prefill=chunk > 0)
+        return wait_steps * step + k * max(own, step), step, step
     dec = cost.decode_step_s(n, mean_ctx)
     pre = cost.prefill_s(p, 1) if p else cost.decode_step_s(1, prompt)
     tpot = dec + (n * pre / (o - 1) if o > 1 else 0.0)
     return pre + dec, tpot, dec
 
 
+def admitted(dep: Deployment, cost: StepCostModel, n: int, prompt: int, output: int) -> int:
+    """Requests of a closed loop at concurrency ``n`` that run at once: ``min(n, max_num_seqs, KV capacity)``.
+
+    The KV capacity is counted at the mean context ``prompt + output / 2`` (blocks are allocated as
+    sequences grow; the engine preempts and re-admits around that point)."""
+    ctx = max(prompt + max(output, 1) // 2, 1)
+    by_kv = mem.max_concurrent_sequences(dep.memory(), dep.model, dep.kv_dtype, dep.tp, ctx, cost.kv_block_tokens)
+    return max(1, min(n, dep.limits.max_num_seqs, by_kv))
+
+
 def estimate(dep: Deployment, load: Load, replicas: int = 1, usd_per_gpu_hour: float = 0.0,
              shared_prefix_fraction: float = 0.0) -> Estimate:
     """Explain one configuration at one load (see module docstring)."""
+    if load.mode in (LoadMode.OPEN, LoadMode.FINITE):
+        raise ValueError(f"{load.mode} loads are predicted by recommender.estimate.predict (queueing model, simulator)")
     m, tp = dep.model, dep.tp
     memb = dep.memory()
     cost = StepCostModel.build(dep)
@@ -144,14 +243,16 @@ def estimate(dep: Deployment, load: Load, replicas: int = 1, usd_per_gpu_hour: f
     if load.mode == "max":
         batch = max(1, min(dep.limits.max_num_seqs, cap_seqs))
         notes.append(f"concurrency max = min(max_num_seqs {dep.limits.max_num_seqs}, KV capacity {cap_seqs} sequences)")
-    elif batch > cap_seqs:
+    elif batch > cap_seqs and load.mode == "context":
         notes.append(f"batch {batch} exceeds the KV capacity of {cap_seqs} sequences at {seq_tokens} tokens: "
                      "the engine would queue or preempt")
     ctx = load.context_tokens if load.mode == "context" else load.prompt_tokens + max(load.output_tokens, 1) // 2
     kv, fl = cost.decode_seq_cost(max(ctx, 1))
-    parts = cost.parts(batch, batch * kv, batch * fl)
-    floor = cost.parts(batch, batch * kv, batch * fl, floor=True)
-    decode_step_s = cost.step_s(batch, batch * kv, batch * fl)
+    # a closed loop above max_num_seqs or the KV capacity runs only `run` of its requests at once
+    run = admitted(dep, cost, batch, load.prompt_tokens, load.output_tokens) if load.mode == "closed" else batch
+    parts = cost.parts(run, run * kv, run * fl)
+    floor = cost.parts(run, run * kv, run * fl, floor=True)
+    decode_step_s = cost.step_s(run, run * kv, run * fl)
     prompt = load.prompt_tokens if load.mode != "context" else load.context_tokens
     pkv, pfl = cost.prefill_chunk_cost(max(prompt, 1), 0)
     prefill_flops = max(prompt, 1) * cost.linear_flops_per_token + pfl
@@ -185,10 +286,17 @@ def estimate(dep: Deployment, load: Load, replicas: int = 1, usd_per_gpu_hour: f
         out_tps = batch * load.output_tokens / e2e * replicas
         total_tps = batch * (load.output_tokens + prompt) / e2e * replicas
     else:
-        ttft, tpot, step = closed_loop(cost, batch, prompt, load.output_tokens, dep.limits.max_num_batched_tokens,
+        # admission: above max_num_seqs or the KV capacity, the rest wait in the engine's queue; the
+        # running r requests cycle in e2e_r, so each of the n waits (n / r - 1) x e2e_r (Little's law)
+        ttft, tpot, step = closed_loop(cost, run, prompt, load.output_tokens, dep.limits.max_num_batched_tokens,
                                        dep.limits.chunked_prefill, cached)
         ttft += cost.request_overhead_s
         e2e = ttft + (load.output_tokens - 1) * tpot
+        if run < batch:
+            notes.append(f"concurrency {batch} > {run} the engine runs at once (max_num_seqs "
+                         f"{dep.limits.max_num_seqs}, KV at the mean context): {batch - run} wait in its queue")
+            ttft += (batch / run - 1.0) * e2e
+            e2e *= batch / run
         out_tps = batch * load.output_tokens / e2e * replicas
         total_tps = batch * (load.output_tokens + prompt) / e2e * replicas
     usd_per_hour = usd_per_gpu_hour * tp * replicas

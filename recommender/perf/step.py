@@ -11,7 +11,13 @@ For one replica (a TP group of ``tp`` GPUs) processing ``T`` new tokens::
     attention_s     = max(kv_read_bytes / tp / bw, attention_flops / compute)
     allreduce_s     = 2 x layers x (latency + 2 (tp-1)/tp x T x hidden x 2 B / (link_bw x link_efficiency))   [tp > 1]
     overhead_s      = step_overhead_s (+ layers x layer_launch_overhead_s without CUDA graphs)
+                      + prefill_step_overhead_s on a step that carries prefill tokens (not graph-captured:
+                        eager attention launches per layer, TP collectives' latency)
     step_s          = gemm_s + attention_s + allreduce_s + overhead_s
+
+GEMM efficiency grows with the tokens in the step, ``eff(T) = compute_efficiency x T / (T + gemm_m_half_tokens)``
+(a saturating curve per GPU family and dtype; ``gemm_m_half_tokens = 0`` is a flat efficiency), so
+``T x 2 x params / (compute x eff(T) / compute_efficiency) = (T + M_half) x 2 x params / compute``.
 
 The weight GEMMs and the attention kernels are separate kernels, each bounded by its own roofline, so
 their times add: a decode step is memory-bound in both, a long prefill compute-bound in both, and a
@@ -136,6 +142,8 @@ class StepCostModel:
     kv_capacity_tokens: int
     kv_block_tokens: int = 16
     request_overhead_s: float = 0.0      # added once to every request's TTFT (and E2E)
+    prefill_step_overhead_s: float = 0.0  # added to every step that carries prefill tokens
+    gemm_m_half_tokens: float = 0.0       # tokens at which the GEMMs reach half their peak efficiency
 
     @staticmethod
     def build(dep: Deployment) -> "StepCostModel":
@@ -177,7 +185,8 @@ class StepCostModel:
             allreduce_latency_s=lat,
             allreduce_bytes_per_s=ic.ring_bandwidth_bytes_per_s(tp) * p.allreduce_bandwidth_efficiency,
             overhead_s=overhead, kv_capacity_tokens=memb.kv_capacity_tokens,
-            request_overhead_s=p.request_overhead_s,
+            request_overhead_s=p.request_overhead_s, prefill_step_overhead_s=p.prefill_step_overhead_s,
+            gemm_m_half_tokens=p.gemm_m_half_tokens,
         )
 
     # -- per-sequence costs -------------------------------------------------------------------
@@ -221,8 +230,9 @@ class StepCostModel:
         lin = new_tokens * self.linear_flops_per_token
         bw = self.peak_hbm_bytes_per_s if floor else self.hbm_bytes_per_s
         comp = self.peak_group_flops_per_s if floor else self.group_flops_per_s
+        lin_eff = lin if floor else (new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token
         out = {"memory_s": (w_bytes + kv_bytes) / bw, "compute_s": (lin + attention_flops) / comp,
-               "gemm_s": max(w_bytes / bw, lin / comp), "attention_s": max(kv_bytes / bw, attention_flops / comp),
+               "gemm_s": max(w_bytes / bw, lin_eff / comp), "attention_s": max(kv_bytes / bw, attention_flops / comp),
                "allreduce_s": 0.0, "overhead_s": 0.0, "bytes_per_gpu": w_bytes + kv_bytes, "flops": lin + attention_flops}
         if not floor:
             out["allreduce_s"] = self.allreduce_s(new_tokens)
@@ -236,12 +246,14 @@ class StepCostModel:
         return 2 * self.num_layers * (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp
                                       * new_tokens * self.hidden_size * 2.0 / self.allreduce_bytes_per_s)
 
-    def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float) -> float:
-        """Wall time of one step (see module docstring)."""
+    def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float, prefill: bool = False) -> float:
+        """Wall time of one step (see module docstring); ``prefill``: the step carries prefill tokens."""
         bw, comp = self.hbm_bytes_per_s, self.group_flops_per_s
-        gemm = max(self.weight_bytes_read_per_gpu(new_tokens) / bw, new_tokens * self.linear_flops_per_token / comp)
+        gemm = max(self.weight_bytes_read_per_gpu(new_tokens) / bw,
+                   (new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token / comp)
         attn = max(kv_read_bytes / self.tp / bw, attention_flops / comp)
-        return gemm + attn + self.allreduce_s(new_tokens) + self.overhead_s
+        fixed = self.overhead_s + (self.prefill_step_overhead_s if prefill else 0.0)
+        return gemm + attn + self.allreduce_s(new_tokens) + fixed
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
         """A decode-only step: ``batch`` sequences each holding ``context_tokens``."""
@@ -257,7 +269,7 @@ class StepCostModel:
         while done < prompt_tokens:
             c = min(per_seq_chunk, prompt_tokens - done)
             kv, fl = self.prefill_chunk_cost(c, done)
-            t += self.step_s(c * batch, kv * batch, fl * batch)
+            t += self.step_s(c * batch, kv * batch, fl * batch, prefill=True)
             done += c
         return t
 

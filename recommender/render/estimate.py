@@ -17,15 +17,20 @@ def _line(label: str, formula: str, value: str) -> str:
     return f"  {label:<18} {formula:<66} = {value}"
 
 
-def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int, usd_per_gpu_hour: float) -> str:
+def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int, usd_per_gpu_hour: float,
+                       conditions: list[str] | None = None) -> str:
     m, g, tp, p = dep.model, dep.gpu, dep.tp, dep.profile
     mb = est.memory
     cost = StepCostModel.build(dep)
     out: list[str] = []
     out.append(f"{m.id} on {replicas * tp} x {g.id} (TP {tp}, {replicas} replica{'s' if replicas > 1 else ''}), "
                f"weights {dep.weight_dtype}, KV cache {dep.kv_dtype}, engine profile {p.engine}"
-               f"{'' if dep.cuda_graphs else ', CUDA graphs off'}")
+               f"{f' ({p.family} family fit)' if p.family else ''}{'' if dep.cuda_graphs else ', CUDA graphs off'}")
     out.append("")
+    if conditions:
+        out.append("Engine conditions")
+        out += [f"  {c}" for c in conditions]
+        out.append("")
     out.append("Memory (per GPU)")
     wpp = mem.bytes_per_weight(dep.weight_dtype)
     out.append(_line("weights", f"{m.total_params / 1e9:.2f}e9 params ({m.params.linear / 1e9:.1f}e9 linear x {wpp:g} B, rest x 2 B) / TP {tp}",
@@ -98,16 +103,22 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
 def _describe(load: Load, est: Estimate) -> str:
     if load.mode == "context":
         return f"{est.batch} sequences each holding {load.context_tokens:,} tokens (one decode step)"
+    if load.mode not in ("static", "closed", "max"):
+        return load.describe()
     if load.mode == "static":
         return f"static batch of {est.batch}: {load.prompt_tokens:,}-token prompts, {load.output_tokens:,} output tokens"
     return (f"{'max ' if load.mode == 'max' else ''}concurrency {est.batch} (continuous batching): "
             f"{load.prompt_tokens:,}-token prompts, {load.output_tokens:,} output tokens")
 
 
-def estimate_json(dep: Deployment, load: Load, est: Estimate, extra: dict[str, Any] | None = None) -> str:
+def estimate_json(dep: Deployment, load: Load, est: Estimate, extra: dict[str, Any] | None = None,
+                  conditions: list[str] | None = None) -> str:
     d = est.to_dict()
     d.update({"model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "weight_dtype": dep.weight_dtype,
-              "kv_dtype": dep.kv_dtype, "engine": dep.profile.engine, "mode": load.mode})
+              "kv_dtype": dep.kv_dtype, "engine": dep.profile.engine, "profile_family": dep.profile.family or None,
+              "mode": str(load.mode)})
+    if conditions:
+        d["conditions"] = conditions
     if extra:
         d.update(extra)
     return json.dumps(_finite(d), indent=2)

@@ -23,7 +23,8 @@ from recommender.catalog import Gpu
 from recommender.hf_config import ModelArch
 from recommender.load import analyze, analyze_disaggregated
 from recommender.perf import memory as mem
-from recommender.perf.step import Deployment, EngineLimits, StepCostModel
+from recommender.estimate import build_deployment
+from recommender.perf.step import EngineLimits, StepCostModel
 from recommender.profiles import EngineProfile
 from recommender.search.policy import SearchPolicy
 from recommender.search.space import Candidate, parallelism_valid, weight_dtype_valid
@@ -117,8 +118,9 @@ class SearchContext:
             if why:
                 self._costs[key] = (None, why)
             else:
-                dep = Deployment(self.model, gpu, tp, wd, kd, self.profile, limits,
-                                 self.policy.gpu_memory_utilization, True, self.workload.max_model_len)
+                dep = build_deployment(model=self.model, gpu=gpu, tp=tp, weight_dtype=wd, kv_dtype=kd, profile=self.profile,
+                                       limits=limits, gpu_memory_utilization=self.policy.gpu_memory_utilization,
+                                       max_model_len=self.workload.max_model_len)
                 m = dep.memory()
                 if not m.fits:
                     self._costs[key] = (None, f"does not fit: short by {m.shortfall_bytes_per_gpu / 1e9:.1f} GB per GPU")

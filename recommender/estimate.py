@@ -1,13 +1,28 @@
-"""Turn ids and flags into a validated :class:`Deployment` (the library side of ``recommend estimate``)."""
+"""The estimate library: one Deployment builder, one typed load, one prediction path.
+
+``recommend estimate``, ``recommend calibrate`` (through ``calibrate.measurements``), ``simulate``,
+the search and replan build every :class:`~recommender.perf.step.Deployment` with
+:func:`build_deployment` and predict a :class:`~recommender.perf.steady.Load` with :func:`predict`:
+
+- ``context`` / ``static`` / ``closed`` / ``max``: the steady-state model (``perf.steady``), with
+  admission and the prefill queue when a closed loop asks more than the engine runs at once;
+- ``open``: open-loop arrivals at a rate, steady state, through the queueing model (``load.analyze``);
+- ``finite``: a run of M requests at a rate and/or a concurrency cap, as ``vllm bench serve`` runs it:
+  analytic transient by default (:func:`finite_run`), the discrete-event simulator on request.
+
+The engine conditions (limits, memory fraction, front end) are one layer (``perf.conditions``).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field, replace
 
 from recommender.catalog import KV_DTYPES, WEIGHT_DTYPES, Catalog, Gpu, default_catalog
 from recommender.errors import ConfigError, DoesNotFitError
 from recommender.hf_config import ModelArch
-from recommender.perf.steady import Estimate, Load, estimate
+from recommender.perf.conditions import EngineConditions, engine_conditions, with_limits
+from recommender.perf.steady import Estimate, Load, LoadMode, estimate
 from recommender.perf.step import Deployment, EngineLimits, check_parallelism, default_limits
 from recommender.profiles import EngineProfile, resolve_profile
 from recommender import units
@@ -27,6 +42,29 @@ def price_for(gpu: Gpu, override: float | None = None) -> float:
     if gpu.usd_per_gpu_hour is None:
         raise ConfigError(f"{gpu.id} has no catalog price (none with a source and date was found); pass --price USD_PER_GPU_HOUR")
     return gpu.usd_per_gpu_hour
+
+
+def build_deployment(*, model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, kv_dtype: str,
+                     profile: EngineProfile, limits: EngineLimits | None = None, gpu_memory_utilization: float = 0.92,
+                     cuda_graphs: bool = True, max_model_len: int = 0) -> Deployment:
+    """THE way to build a :class:`Deployment` (estimate, calibrate, simulate, search, replan).
+
+    ``limits`` default to vLLM's for the GPU; the profile is specialised to the GPU's family
+    (:meth:`EngineProfile.for_gpu`: the family's fitted parameters where it has measurements, else
+    the engine profile)."""
+    return Deployment(model=model, gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                      profile=profile.for_gpu(gpu.id), limits=limits if limits is not None else default_limits(gpu),
+                      gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
+                      max_model_len=max_model_len)
+
+
+def conditions_of(dep: Deployment) -> EngineConditions:
+    """The engine conditions a deployment runs under (its own limits; the basis names vLLM's defaults when equal)."""
+    base = engine_conditions(dep.profile.engine if dep.profile.engine in ("trtllm", "lmdeploy", "gpt-fast") else "vllm",
+                             model=dep.model, gpu=dep.gpu, tp=dep.tp, weight_dtype=dep.weight_dtype,
+                             kv_dtype=dep.kv_dtype, prompt_tokens=dep.max_model_len, output_tokens=1, profile=dep.profile)
+    cond = with_limits(base, dep.limits, "set by flags")
+    return replace(cond, gpu_memory_utilization=dep.gpu_memory_utilization, cuda_graphs=dep.cuda_graphs)
 
 
 @dataclass(frozen=True)
@@ -96,12 +134,13 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
             _positive("--concurrency", n)
         if not has_req:
             raise ConfigError("--concurrency needs --prompt-tokens and --output-tokens")
-        load = Load("max" if conc == "max" else "closed", 1 if conc == "max" else n, 0,
-                    req.prompt_tokens or 0, req.output_tokens or 0)
+        p_tok, o_tok = req.prompt_tokens or 0, req.output_tokens or 0
+        load = (Load.offline_max(prompt_tokens=p_tok, output_tokens=o_tok) if conc == "max"
+                else Load.closed(concurrency=n, prompt_tokens=p_tok, output_tokens=o_tok))
     elif has_req:
-        load = Load("static", req.batch or 1, 0, req.prompt_tokens or 0, req.output_tokens or 0)
+        load = Load.static(batch=req.batch or 1, prompt_tokens=req.prompt_tokens or 0, output_tokens=req.output_tokens or 0)
     else:
-        load = Load("context", req.batch or 1, req.context_tokens or 1)
+        load = Load.context(batch=req.batch or 1, context_tokens=req.context_tokens or 1)
     lim = default_limits(gpu)
     max_len = req.max_model_len or max(load.context_tokens, load.prompt_tokens + load.output_tokens, 1)
     limits = EngineLimits(
@@ -110,9 +149,9 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
         chunked_prefill=req.chunked_prefill,
     )
     prof = profile or resolve_profile(req.engine, req.profile_file)
-    dep = Deployment(model=model, gpu=gpu, tp=req.tp, weight_dtype=wd, kv_dtype=kd, profile=prof, limits=limits,
-                     gpu_memory_utilization=req.gpu_memory_utilization, cuda_graphs=req.cuda_graphs,
-                     max_model_len=max_len)
+    dep = build_deployment(model=model, gpu=gpu, tp=req.tp, weight_dtype=wd, kv_dtype=kd, profile=prof, limits=limits,
+                           gpu_memory_utilization=req.gpu_memory_utilization, cuda_graphs=req.cuda_graphs,
+                           max_model_len=max_len)
     return dep, load
 
 
@@ -155,7 +194,7 @@ def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, re
 
     if rate_per_s <= 0:
         raise ConfigError(f"--rate {rate_per_s}: requests per second must be > 0")
-    if load.mode == "context":
+    if load.mode == LoadMode.CONTEXT:
         raise ConfigError("--rate needs --prompt-tokens and --output-tokens (whole requests), not --context")
     cost = StepCostModel.build(dep)
     res = analyze(cost, dep.limits, rate_per_s, LengthDist.constant(load.prompt_tokens),
@@ -171,3 +210,91 @@ def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, re
     out["e2e_s"] = res.e2e_s.at("mean") if res.stable else inf
     out["output_tokens_per_s"] = rate_per_s * load.output_tokens if res.stable else 0.0
     return out
+
+
+# -- finite runs (vllm bench serve): the analytic transient ----------------------------------------
+def closed_at(dep: Deployment, n: float, prompt_tokens: int, output_tokens: int) -> tuple[float, float, float]:
+    """(ttft_s, tpot_s, e2e_s) of a closed loop at a possibly fractional concurrency ``n`` >= 1.
+
+    Linear interpolation between ``floor(n)`` and ``floor(n) + 1`` requests in flight, so that the
+    result is continuous in ``n`` (the fitter differentiates through it)."""
+    n0 = max(1, int(math.floor(n)))
+    frac = min(max(n - n0, 0.0), 1.0)
+    e0 = estimate(dep, Load.closed(concurrency=n0, prompt_tokens=prompt_tokens, output_tokens=output_tokens))
+    v0 = (e0.ttft_s, e0.tpot_s, e0.e2e_s or e0.ttft_s)
+    if frac == 0.0:
+        return v0
+    e1 = estimate(dep, Load.closed(concurrency=n0 + 1, prompt_tokens=prompt_tokens, output_tokens=output_tokens))
+    v1 = (e1.ttft_s, e1.tpot_s, e1.e2e_s or e1.ttft_s)
+    return (v0[0] + frac * (v1[0] - v0[0]), v0[1] + frac * (v1[1] - v0[1]), v0[2] + frac * (v1[2] - v0[2]))
+
+
+def in_flight(dep: Deployment, load: Load) -> float:
+    """Mean requests in flight during a run: the client's cap, or Little's law ``N = rate x e2e(N)`` below it.
+
+    The cap is ``min(concurrency, requests)`` (0 = no client cap): above what the engine runs at once the
+    closed loop queues (``perf.steady`` admission). ``N`` is found by Brent's method on
+    ``N - rate x e2e(N)`` (increasing in ``N`` for a stable system), at least 1."""
+    caps = [c for c in (load.batch, load.requests) if c]
+    cap = float(max(1, min(caps))) if caps else 1.0
+    rate = load.rate_per_s
+    if rate is None or math.isinf(rate):
+        return cap
+
+    def g(n: float) -> float:
+        return n - rate * closed_at(dep, n, load.prompt_tokens, load.output_tokens)[2]
+
+    if g(cap) <= 0:
+        return cap
+    if g(1.0) >= 0:
+        return 1.0
+    from scipy.optimize import brentq  # lazy: only runs at a request rate need it
+
+    return float(brentq(g, 1.0, cap, xtol=1e-6 * cap, rtol=1e-9))
+
+
+@dataclass(frozen=True)
+class RunPrediction:
+    """What a finite run (or open loop) reports, means in SI units (``vllm bench serve``'s quantities)."""
+
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    output_tokens_per_s: float
+    duration_s: float
+    in_flight: float
+    completed: int
+    percentiles: dict[str, dict[str, float]] = field(default_factory=dict)   # metric -> {p50: s, ...}
+    method: str = "analytic"
+    stable: bool = True
+
+
+def finite_run(dep: Deployment, load: Load, n: float | None = None) -> RunPrediction:
+    """A run of ``M = load.requests`` requests: the closed loop at :func:`in_flight` requests.
+
+    ``duration = max((M - 1) / rate, (M - N) x e2e / N) + e2e`` (the last arrival, or the steady
+    completion rate ``N / e2e``, then one latency to drain); output throughput ``M x output / duration``.
+    Small runs are far from the steady state, and above capacity such a run is transient, not unstable."""
+    n = in_flight(dep, load) if n is None else n
+    ttft, tpot, e2e = closed_at(dep, n, load.prompt_tokens, load.output_tokens)
+    m = load.requests or 1
+    rate = load.rate_per_s
+    burst = rate is None or math.isinf(rate)
+    arrivals = 0.0 if burst else (m - 1) / rate  # type: ignore[operator]
+    duration = max(arrivals, max(m - n, 0.0) * e2e / n) + e2e
+    if burst and n >= m > 1:
+        # all M sent at once: they drain in waves, so the mean request waits half the queue, not all of it
+        r = _admitted_of(dep, load)
+        if r < m:
+            e_run = closed_at(dep, float(r), load.prompt_tokens, load.output_tokens)
+            wait = (m / r - 1.0) / 2.0 * e_run[2]
+            ttft, e2e = e_run[0] + wait, e_run[2] + wait
+    return RunPrediction(ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=m * load.output_tokens / duration,
+                         duration_s=duration, in_flight=n, completed=m)
+
+
+def _admitted_of(dep: Deployment, load: Load) -> int:
+    from recommender.perf.steady import admitted
+    from recommender.perf.step import StepCostModel
+
+    return admitted(dep, StepCostModel.build(dep), load.requests or 1, load.prompt_tokens, load.output_tokens)
