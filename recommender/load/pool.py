@@ -13,7 +13,11 @@ tokens left for prefill. ``T_d0 = step_s(b, ...)`` is a decode-only step at the 
 context; ``T_full = step_s(b + C, ...)`` a step carrying a full chunk. A step carrying a chunk takes
 a time affine in (tokens, KV bytes, FLOPs) around ``T_full`` (slopes by finite differences; exact for
 a linear cost model) but never less than ``T_d0`` (the roofline kink: a small chunk hides under the
-memory-bound decode). A prompt's own prefill ``own(P)`` sums its ``n(P) = ceil(Pc / C)`` chunk steps
+memory-bound decode). A prompt that fits the budget in one step is timed exactly instead: the affine
+value plus its error at ``GRID`` prompt quantiles where ``step_s`` itself is called, interpolated in
+the prompt length. (Expanding around a full chunk alone put a mid-size prompt's step on the wrong
+side of the attention roofline, compute-bound instead of reading the decoders' KV, and overstated
+capacity by up to 58% on chat workloads.) A prompt's own prefill ``own(P)`` sums its ``n(P) = ceil(Pc / C)`` chunk steps
 (one step without chunked prefill); its interference on decoders is ``D(P) = own(P) - n(P) T_d0``;
 its service in the prefill lane ``S(P) = D(P) + max(Pc / C, 1 / k) T_d0``: each prefill step pays
 ``T_d0`` once, shared by the ``C / Pc`` prompts of a full budget or, in light traffic, by the
@@ -83,6 +87,7 @@ from recommender.load.percentiles import IdentityCache
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
 from recommender.load.summaries import _basis, _mean, cost_summary, lengths
 
+GRID = 9  # prompt-length quantile levels at which a prefill step is timed exactly
 KV_HEADROOM_SD = 3.0  # KV demand counted as mean + 3 standard deviations of the running batch's KV
 
 
@@ -109,6 +114,9 @@ class PoolInputs:
     E_ov2: np.ndarray  # its second moment
     E_Pc2: float
     multi: np.ndarray  # O > 1
+    grid_p: np.ndarray  # prompt lengths at GRID quantile levels (ascending), with their
+    grid_pc: np.ndarray  # tokens to prefill
+    grid_h: np.ndarray  # and prefix-cache hits
 
 
 _inputs_cache = IdentityCache(64)
@@ -136,6 +144,11 @@ def pool_inputs(
         E_ctx2 = (float(_mean(P * P)) * E_O + E_P * E_O2 + float(_mean(O**3)) / 3.0) / E_O
         nn, M = np.maximum(O - 1.0, 1.0), max(E_O - 1.0, 1e-9)
         short = nn <= M
+        order = np.argsort(P, kind="stable")
+        idx = np.unique(order[np.round(np.linspace(0, P.size - 1, GRID)).astype(int)])
+        idx = idx[np.argsort(P[idx], kind="stable")]
+        gp, keep = np.unique(P[idx], return_index=True)
+        idx = idx[keep]
         return PoolInputs(
             P=P, O=O, Pc=Pc, basis=basis, E_basis=basis.mean(axis=1), E_P=E_P, E_Pc=float(_mean(Pc)), E_O=E_O,
             mean_ctx=mean_ctx, ctx2_ratio=E_ctx2 / (mean_ctx * mean_ctx), min_pc=float(Pc.min()),
@@ -143,6 +156,7 @@ def pool_inputs(
             E_Om1_2=_mean((O - 1.0) ** 2), E_Pc2=_mean(Pc * Pc),
             E_ov=np.where(short, nn / 2.0, M - M * M / (2.0 * nn)),
             E_ov2=np.where(short, nn * nn / 3.0, M * M - 2.0 * M**3 / (3.0 * nn)),
+            grid_p=gp, grid_pc=Pc[idx], grid_h=hit[idx],
         )
 
     return _inputs_cache.get((prompt, output, float(fraction), int(block), bool(caching), mode), make)
@@ -340,6 +354,24 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
 
     slopes: list[float] = []
 
+    def one_step_times(b: float, C: float, affine: np.ndarray, w: np.ndarray, const: float) -> np.ndarray | None:
+        """Per point, the time of a step carrying ``b`` decoders and the whole (uncached part of the)
+        prompt, where it fits the ``C`` tokens left: the affine expansion ``affine`` (exact for a
+        linear cost) corrected by its error at ``GRID`` quantiles of the prompt, where ``step_s`` is
+        called, interpolated in the prompt length (the roofline kinks of the GEMMs and of attention
+        are where an expansion around a full chunk goes wrong)."""
+        sel = inp.grid_pc <= C
+        if not sel.any():
+            return None
+        gp, gpc, gh = inp.grid_p[sel], inp.grid_pc[sel], inp.grid_h[sel]
+        kvp, flp = cs.prefill_cost(gpc, gh)
+        bkv, bfl = b * kv_d, b * fl_d
+        exact = np.array([step(b + float(pc), bkv + float(k), bfl + float(f)) for pc, k, f in zip(gpc, kvp, flp)])
+        approx = const + w @ np.array(_basis(gpc, gh))
+        if exact.size == 1:
+            return affine + (exact[0] - approx[0])
+        return affine + np.interp(inp.P, gp, exact - approx)
+
     def evaluate(x: float, arrays: bool = False) -> dict:  # arrays: refresh the slopes
         b = min(x, c - 1.0)
         t_d0 = dstep(b)
@@ -363,21 +395,19 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
         const = t_full - g_t * C - g_kv * kv_c - g_fl * fl_c  # affine step time of a chunk: const + w . basis
         w = g_kv * pkv + g_fl * pfl
         w[1] += g_t
+        affine = const + w @ inp.basis
+        single = one_step_times(b, C, affine, w, const)
         if chunked and inp.max_pc > C:
             n, full, last = _chunk_bases(inp, C)
             own = (n - 1.0) * const + w @ full + np.maximum(t_d0, const + w @ last)
+            if single is not None:
+                own = np.where(inp.Pc <= C, np.maximum(t_d0, single), own)
             E_n = _mean(n)
-        elif not arrays and (w >= 0.0).all() and const + float(w @ inp.basis[:, inp.i_min]) >= t_d0:
-            # one chunk each and no point under the decode-only floor (the cost rises with the prompt,
-            # so the shortest prompt decides): the mean is linear in the basis means
-            n, own, E_n = 1.0, None, 1.0
-            E_own = const + float(w @ inp.E_basis)
         else:
             n = 1.0
-            own = np.maximum(t_d0, const + w @ inp.basis)
+            own = np.maximum(t_d0, single if single is not None else affine)
             E_n = 1.0
-        if own is not None:
-            E_own = _mean(own)
+        E_own = _mean(own)
         E_delta = E_own - E_n * t_d0
         m = lam * E_delta  # fraction of time that is prefill work on top of the decode steps
         if decodes and m < 1.0:
