@@ -35,7 +35,9 @@ class LoadResult:
 
     ``utilisation`` is the busiest resource's load (prefill lane or running slots, 1 = saturated);
     ``mean_running_batch`` the mean number of running requests per (decode) replica;
-    ``queue_wait_mean_s`` the mean time from arrival to the first scheduled chunk.
+    ``queue_wait_mean_s`` the mean time from arrival to the first scheduled chunk;
+    ``kv_peak_utilisation`` the running batch's KV at its mean + 3 sd over the KV cache (> 1: expect
+    preemptions).
     Unstable: ``stable=False``, every latency ``inf``, throughputs = the estimated capacity.
     """
 
@@ -52,6 +54,7 @@ class LoadResult:
     prefill_utilisation: float = 0.0
     slot_utilisation: float = 0.0
     bottleneck: str = ""
+    kv_peak_utilisation: float = 0.0
 
 
 def _summary(values: np.ndarray, mean: float) -> Percentiles:
@@ -70,6 +73,7 @@ def _unstable(util: float, capacity_per_s: float, arrival_rate_per_s: float, mea
         stable=False, utilisation=util, mean_running_batch=math.inf, queue_wait_mean_s=math.inf,
         ttft_s=inf, tpot_s=inf, e2e_s=inf, output_tokens_per_s=rate * mean_output, requests_per_s=rate,
         decode_step_s=math.inf, prefill_utilisation=rho_l, slot_utilisation=rho_s, bottleneck=neck,
+        kv_peak_utilisation=math.inf,
     )
 
 
@@ -171,6 +175,7 @@ def analyze(
         prefill_utilisation=pool.rho_lane,
         slot_utilisation=pool.rho_slots,
         bottleneck=pool.bottleneck,
+        kv_peak_utilisation=pool.kv_peak,
     )
 
 
@@ -247,4 +252,5 @@ def analyze_disaggregated(
         prefill_utilisation=pre.utilisation,
         slot_utilisation=dec.rho_slots,
         bottleneck=label,
+        kv_peak_utilisation=max(pre.kv_peak, dec.kv_peak),
     )

@@ -41,9 +41,11 @@ decodes (rate ``phi lam``, ``phi = min(1, (c - 1) / B)``: none with one slot) to
 ``B = lam (E[O] - 1) T_bar`` decoders and ``a = lam (E[own] + (E[O] - 1) T_bar)`` running.
 
 Utilisation is the busiest of: the prefill lane ``rho_L = lam E[S]``, the slots ``a / c``, the decode
-interference ``rho_D`` and feedback ``beta``, and the KV cache with headroom
-``(a held + KV_HEADROOM_SD sqrt(D_s a E[ctx^2])) / kv_capacity_tokens`` (vLLM preempts rather than
-queues when KV runs out, so a plan must leave room for the batch's fluctuations). Stable iff < 1.
+interference ``rho_D`` and feedback ``beta``, and the KV cache ``a held / kv_capacity_tokens``. Stable
+iff < 1; capacity is the rate at which it reaches 1 (what the simulator sustains under overload).
+Separately, ``kv_peak = (a held + KV_HEADROOM_SD sqrt(D_s a E[ctx^2])) / kv_capacity_tokens``: vLLM
+preempts rather than queues when KV runs out, so a plan must leave room for the batch's
+fluctuations (the search holds ``kv_peak`` under the same cap as utilisation).
 
 Waiting before the first chunk (FCFS): slots as G/G/c with holding time ``H = own + (O - 1) T_bar``,
 with Hayward's approximation for the clustered (peaked) arrivals: ``P_w = ErlangC(c / D_cluster,
@@ -172,6 +174,7 @@ class PoolSolution:
     rho_slots: float
     bottleneck: str
     capacity_per_s: float
+    kv_peak: float = math.inf  # KV demand at mean + KV_HEADROOM_SD sd of the running batch / capacity
     running: float = 0.0
     decoders: float = 0.0
     wait_p: float = 0.0
@@ -458,7 +461,8 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
     # KV headroom: running KV tokens have mean a * held and variance d_s * a * E[ctx^2]; vLLM preempts
     # when they exceed the cache, so count the mean plus KV_HEADROOM_SD standard deviations.
     kv_sd = math.sqrt(max(d_s, 1.0) * a * inp.ctx2_ratio) * inp.mean_ctx if math.isfinite(d_s) else math.inf
-    u_kv = (a * held + KV_HEADROOM_SD * kv_sd) / cs.kv_capacity_tokens
+    u_kv = a * held / cs.kv_capacity_tokens
+    kv_peak = (a * held + KV_HEADROOM_SD * kv_sd) / cs.kv_capacity_tokens
     parts = (rho_l, rho_s, rho_d, beta, u_kv)
     util = max(parts)
     if not math.isfinite(util):  # report the finite evidence of overload, at least 1
@@ -467,7 +471,7 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
     neck = max((rho_l, "prefill"), (rho_s, neck_slots), (u_kv, "kv_cache"), (max(rho_d, beta), "decode"))[1]
     cap = lam / util if util > 0.0 else math.inf
     if not ok or util >= 1.0 or not math.isfinite(t_bar):
-        return PoolSolution(False, max(util, 1.0), rho_l, rho_s, neck, min(cap, lam))
+        return PoolSolution(False, max(util, 1.0), rho_l, rho_s, neck, min(cap, lam), kv_peak=kv_peak)
 
     # holding time H = own + (O - 1) T_bar; own and O sit on independent quasi-random columns
     E_own = _mean(own)
@@ -485,7 +489,7 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
     wait_p = 1.0 - (1.0 - p_w) * (1.0 - p_lane)
     resid_q = 0.0 if mode == "prefill" else max(0.0, 1.0 - math.exp(-a) - p_w) * (1.0 - rho_l)
     sol = PoolSolution(
-        True, util, rho_l, rho_s, neck, cap, running=a, decoders=decoders, wait_p=wait_p,
+        True, util, rho_l, rho_s, neck, cap, kv_peak=kv_peak, running=a, decoders=decoders, wait_p=wait_p,
         wait_mean_s=w_slots + w_lane, resid_q=resid_q, lane_share=w_lane / (w_lane + w_slots) if w_lane > 0.0 else 0.0, t_d=t_d, t_bar=t_bar, own=own, rho_d=rho_d,
         co_tokens_per_s=lam * inp.E_Pc, prefill_s_per_token=max(E_delta / inp.E_Pc, 0.0),
         spare_tokens=np.maximum((n * C if chunked else max(budget - b, 0.0)) - inp.Pc, 0.0),

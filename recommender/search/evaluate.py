@@ -149,7 +149,8 @@ def _slo_ratios(ctx: SearchContext, res: Any) -> list[float]:
 
 
 def _ok(ctx: SearchContext, res: Any) -> bool:
-    return bool(res.stable) and res.utilisation <= ctx.policy.max_utilisation and all(r <= 1.0 for r in _slo_ratios(ctx, res))
+    return (bool(res.stable) and res.utilisation <= ctx.policy.max_utilisation and res.kv_peak_utilisation <= ctx.policy.max_utilisation
+            and all(r <= 1.0 for r in _slo_ratios(ctx, res)))
 
 
 def _min_replicas(ok: Callable[[int], bool], lower: int, cap: int) -> int | None:
@@ -330,7 +331,7 @@ def _evaluate_disagg(ctx: SearchContext, c: Candidate) -> Evaluation:
 
 
 def _ok_metrics(ctx: SearchContext, res: Any, metrics: tuple[str, ...]) -> bool:
-    if not res.stable or res.utilisation > ctx.policy.max_utilisation:
+    if not res.stable or res.utilisation > ctx.policy.max_utilisation or res.kv_peak_utilisation > ctx.policy.max_utilisation:
         return False
     for s in ctx.workload.slos:
         if s.metric in metrics and getattr(res, f"{s.metric}_s").at(s.percentile) > s.limit_s:
