@@ -1,0 +1,69 @@
+"""Capacity of one replica: the request rate it sustains at its engine limits, analytic and simulated.
+
+One notion, two measurements that must agree (a test holds them within 10%):
+
+* ``analytic_capacity_per_s``: the arrival rate at which the analytic model's utilisation reaches 1
+  (``recommender.load.pool``: the busiest of prefill lane, running slots, decode interference and
+  feedback, and the KV cache at the running batch's mean), found by bisection in log-rate.
+* ``simulated_capacity_per_s``: the simulator under overload: ``n_requests`` arrive at once, the
+  scheduler keeps the replica as full as its limits allow, and the capacity is the completion rate
+  between the 30th and 70th percentile of completion times (past the fill, before the drain).
+
+``utilisation = arrival rate per replica / capacity`` is the fraction of capacity in use.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+
+from recommender.errors import ConfigError
+from recommender.load.analytic import analyze
+from recommender.load.protocols import LengthDistribution, Limits, StepCost
+
+
+def analytic_capacity_per_s(
+    *, cost: StepCost, limits: Limits, prompt: LengthDistribution, output: LengthDistribution,
+    shared_prefix_fraction: float = 0.0, rel_tol: float = 1e-3,
+) -> float:
+    """Largest arrival rate (requests/s) at which one replica is stable in the analytic model."""
+
+    def stable(rate: float) -> bool:
+        r = analyze(cost, limits, rate, prompt, output, shared_prefix_fraction=shared_prefix_fraction)
+        return bool(r.stable) and r.utilisation < 1.0
+
+    lo, hi = 1e-6, 1.0
+    while stable(hi):
+        lo, hi = hi, hi * 4.0
+        if hi > 1e7:
+            return math.inf
+    if not stable(lo):
+        return 0.0
+    while hi / lo > 1.0 + rel_tol:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if stable(mid) else (lo, mid)
+    return lo
+
+
+def simulated_capacity_per_s(
+    *, cost: StepCost, limits: Limits, prompt: LengthDistribution, output: LengthDistribution,
+    shared_prefix_fraction: float = 0.0, n_requests: int = 3000, seed: int = 0,
+) -> float:
+    """Completion rate (requests/s) of one simulated replica with ``n_requests`` queued at time 0."""
+    from recommender.load.simulator import _check_fits, _hits, _Requests, _run_replica
+
+    if n_requests < 100:
+        raise ConfigError(f"a capacity run needs at least 100 requests, got {n_requests}")
+    rng = random.Random(seed)
+    prompts = [max(1, int(x)) for x in prompt.sample(rng, n_requests)]
+    outputs = [max(1, int(x)) for x in output.sample(rng, n_requests)]
+    _check_fits(cost, prompts, outputs, "replica")
+    hits = _hits(prompts, shared_prefix_fraction, int(cost.kv_block_tokens), bool(limits.enable_prefix_caching))
+    n = n_requests
+    req = _Requests([0.0] * n, prompts, outputs, hits, hits, [-1.0] * n, [-1.0] * n, [-1.0] * n)
+    _run_replica(cost, limits, req, list(range(n)), 1.0, 16)
+    done = np.sort(np.asarray(req.finish))
+    i, j = int(0.3 * n), int(0.7 * n)
+    return (j - i) / max(float(done[j] - done[i]), 1e-12)
