@@ -15,12 +15,12 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from recommender import units
+from recommender.dtypes import KV_DTYPES, WEIGHT_DTYPES
 from recommender.errors import CatalogError
 from recommender.hf_config import ModelArch, arch_from_config, load_config_file
+from recommender.kernels import UNKNOWN_ARCH, ArchSupport, load_kernel_support
 
-#: Weight / compute dtypes the model knows. "mxfp4" is the gpt-oss checkpoint format.
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4")
-KV_DTYPES = ("bf16", "fp8")
+__all__ = ["KV_DTYPES", "WEIGHT_DTYPES", "Catalog", "Gpu", "Interconnect", "default_catalog", "load_catalog"]
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -72,7 +72,9 @@ class Gpu:
     price_date: str = ""
     vllm_supported: bool = True
     k8s_resource: str = "nvidia.com/gpu"
-    quantized_checkpoints: tuple[str, ...] = ()
+    arch: str = ""
+    kernels: ArchSupport = UNKNOWN_ARCH  # this GPU's row of catalogs/kernel-support.yaml
+    node_labels: tuple[tuple[str, str], ...] = ()  # Kubernetes node label (key, value) pairs naming this GPU model
 
     def flops_per_s(self, dtype: str) -> float:
         """Dense tensor throughput for a compute dtype; int4/mxfp4 weight-only run at 16-bit."""
@@ -82,12 +84,17 @@ class Gpu:
         return self.dense_flops_per_s.get(d) or self.dense_flops_per_s["bf16"]
 
     def supports_dtype(self, dtype: str) -> bool:
-        """Whether the GPU runs this weight dtype well (16-bit always; others per catalog)."""
-        if dtype in ("bf16", "fp16"):
-            return True
-        if dtype == "mxfp4":
-            return "fp4" in self.quantized_checkpoints or "mxfp4" in self.quantized_checkpoints or "int4" in self.quantized_checkpoints
-        return dtype in self.quantized_checkpoints
+        """Whether vLLM 0.33 runs this weight dtype on the GPU (the kernel-support table)."""
+        return self.kernels.runs_weights(dtype)
+
+    def why_unsupported(self, weight_dtype: str, kv_dtype: str | None = None) -> str | None:
+        """None when vLLM 0.33 runs the combination here, else a one-line reason."""
+        return self.kernels.why_not(self.id, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+
+    @property
+    def quantized_checkpoints(self) -> tuple[str, ...]:
+        """Non-16-bit weight dtypes with a kernel on this GPU."""
+        return tuple(d for d in self.kernels.weight_kernels if d not in ("bf16", "fp16"))
 
 
 @dataclass(frozen=True)
@@ -127,13 +134,19 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     return doc
 
 
-def gpu_from_doc(doc: Mapping[str, Any], where: str = "") -> Gpu:
-    """Parse one GPU catalog entry (units converted here)."""
+def gpu_from_doc(doc: Mapping[str, Any], where: str = "", kernels: Mapping[str, ArchSupport] | None = None) -> Gpu:
+    """Parse one GPU catalog entry (units converted here); ``kernels`` is the kernel-support table
+    (default: the shipped one) that ``vllm.arch`` names a row of."""
+    table = default_kernel_support() if kernels is None else kernels
     try:
         ic = doc["interconnect"]
         price = doc.get("price") or {}
         vllm = doc.get("vllm") or {}
         peer = ic.get("peer_bandwidth")
+        arch = str(vllm.get("arch", "")).lower()
+        if arch and arch not in table:
+            raise CatalogError(f"GPU catalog entry {where or doc.get('id')}: vllm.arch {arch!r} is not in "
+                               f"kernel-support.yaml ({', '.join(sorted(table)) or 'none'})")
         return Gpu(
             id=str(doc["id"]).lower(),
             name=str(doc.get("name", doc["id"])),
@@ -152,10 +165,21 @@ def gpu_from_doc(doc: Mapping[str, Any], where: str = "") -> Gpu:
             price_date=str(price.get("date", "")),
             vllm_supported=bool(vllm.get("supported", True)),
             k8s_resource=str(vllm.get("k8s_resource", "amd.com/gpu" if doc.get("vendor") == "amd" else "nvidia.com/gpu")),
-            quantized_checkpoints=tuple(vllm.get("quantized_checkpoints") or ()),
+            arch=arch,
+            kernels=table.get(arch, UNKNOWN_ARCH),
+            node_labels=_node_labels(doc.get("k8s") or {}),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CatalogError(f"GPU catalog entry {where or doc.get('id')}: missing or bad field {e}") from None
+
+
+def _node_labels(k8s: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """``k8s.node_labels: {key: value | [values]}`` -> sorted (key, value) pairs."""
+    out: list[tuple[str, str]] = []
+    for key, values in (k8s.get("node_labels") or {}).items():
+        for v in values if isinstance(values, list) else [values]:
+            out.append((str(key), str(v)))
+    return tuple(out)
 
 
 def _register(table: dict[str, Any], key: str, value: Any, path: Path, kind: str) -> None:
@@ -167,13 +191,14 @@ def _register(table: dict[str, Any], key: str, value: Any, path: Path, kind: str
 def load_catalog(root: Path | None = None, extra_dirs: Iterable[Path] = ()) -> Catalog:
     """Load every YAML under ``root/gpus`` and ``root/models`` (and ``extra_dirs``)."""
     root = root or catalog_dir()
+    kernels = load_kernel_support(root / "kernel-support.yaml") or default_kernel_support()
     gpus: dict[str, Gpu] = {}
     models: dict[str, ModelArch] = {}
     meta: dict[str, Mapping[str, Any]] = {}
     for base in (root, *extra_dirs):
         for path in sorted((base / "gpus").glob("*.yaml")):
             doc = _load_yaml(path)
-            _register(gpus, str(doc["id"]).lower(), gpu_from_doc(doc, str(path)), path, "GPU")
+            _register(gpus, str(doc["id"]).lower(), gpu_from_doc(doc, str(path), kernels), path, "GPU")
         for path in sorted((base / "models").glob("*.yaml")):
             doc = _load_yaml(path)
             key = str(doc["id"]).lower()
@@ -182,6 +207,12 @@ def load_catalog(root: Path | None = None, extra_dirs: Iterable[Path] = ()) -> C
             _register(models, key, arch, path, "model")
             meta[key] = doc
     return Catalog(gpus=gpus, models=models, model_meta=meta)
+
+
+@functools.lru_cache(maxsize=1)
+def default_kernel_support() -> dict[str, ArchSupport]:
+    """The shipped kernel-support table (``catalogs/kernel-support.yaml``), loaded once."""
+    return load_kernel_support(catalog_dir() / "kernel-support.yaml")
 
 
 @functools.lru_cache(maxsize=1)

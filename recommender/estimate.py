@@ -25,12 +25,12 @@ from recommender.perf.conditions import EngineConditions, engine_conditions, wit
 from recommender.perf.steady import Estimate, Load, LoadMode, estimate
 from recommender.perf.step import Deployment, EngineLimits, check_parallelism, default_limits
 from recommender.profiles import EngineProfile, resolve_profile
-from recommender import units
+from recommender import dtypes, units
 
 
 def native_weight_dtype(model: ModelArch) -> str:
-    """The checkpoint's own dtype (fp16 counts as bf16 for sizing)."""
-    return model.checkpoint_dtype if model.checkpoint_dtype in WEIGHT_DTYPES else "bf16"
+    """The checkpoint's own dtype (:func:`recommender.dtypes.native_weight_dtype`)."""
+    return dtypes.native_weight_dtype(model.checkpoint_dtype)
 
 
 def price_for(gpu: Gpu, override: float | None = None) -> float:

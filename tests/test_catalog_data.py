@@ -75,6 +75,7 @@ def test_ids_match_file_names_and_are_lowercase(kind, data):
 
 # --------------------------------------------------------------------------- GPUs
 
+KERNELS = yaml.safe_load((ROOT / "catalogs" / "kernel-support.yaml").read_text())
 GPU_KEYS = {"id", "name", "vendor", "memory", "hbm_bandwidth", "dense_tflops", "interconnect", "price", "vllm", "sources", "notes"}
 DTYPES = {"bf16", "fp16", "fp8", "int8", "fp4"}
 WEIGHT_DTYPES = {"fp8", "int8", "int4", "fp4", "mxfp4"}
@@ -115,11 +116,13 @@ def test_gpu_schema(gid):
     v = d["vllm"]
     assert v["supported"] is True
     assert v["k8s_resource"] == {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}[d["vendor"]]
-    assert set(v["quantized_checkpoints"]) <= WEIGHT_DTYPES
-    if "fp4" in t:
-        assert "fp4" in v["quantized_checkpoints"]
-    if "fp8" not in t:  # Ampere: no FP8 tensor cores -> no FP8 checkpoints listed
-        assert "fp8" not in v["quantized_checkpoints"]
+    arch = KERNELS["architectures"][v["arch"]]  # every GPU names a row of kernel-support.yaml
+    assert arch["vendor"] == d["vendor"]
+    assert set(arch["weights"]) <= WEIGHT_DTYPES | {"bf16", "fp16"}
+    if "fp4" in t:  # FP4 tensor cores: NVFP4 (Blackwell) or MXFP4 (CDNA4) has a kernel
+        assert {"fp4", "mxfp4"} & set(arch["weights"])
+    if "fp8" not in t:  # Ampere: no FP8 tensor cores -> FP8 checkpoints run weight-only through Marlin
+        assert "W8A16" in arch["weights"]["fp8"] and "Marlin" in arch["weights"]["fp8"]
     # every tag cited in the price source is copied into `sources`
     for tag in TAG_RE.findall(price["source"] or ""):
         assert tag in d["sources"], f"{gid}: {tag} used in price.source but missing from sources"

@@ -13,6 +13,7 @@ import yaml
 from recommender.deploy import build_spec, render_deploy, write_deploy_files
 from recommender.catalog import gpu_from_doc, load_catalog
 from recommender.deploy.gpus import GpuFacts, catalog_gpu_lookup, facts_from_gpu
+from recommender.kernels import ArchSupport
 from recommender.deploy.k8s import cache_size_gib, startup_failure_threshold
 from recommender.deploy.spec import dns_label, params_from_name, resolve_weights
 from recommender.errors import DeployError
@@ -101,7 +102,7 @@ def test_cli_checkpoint_overrides_the_plan_checkpoint() -> None:
 
 def test_fp4_on_hopper_is_refused() -> None:
     doc = with_pool(load("fp4-llama70b-b200.json"), gpu="h100-sxm")
-    with pytest.raises(DeployError, match=r"fp4 weights need FP4 tensor cores.*h100-sxm"):
+    with pytest.raises(DeployError, match=r"does not run fp4 weights on h100-sxm \(hopper\)"):
         build_spec(doc)
 
 
@@ -110,9 +111,27 @@ def test_fp4_on_blackwell_is_accepted() -> None:
     assert spec.pools[0].gpu.id == "b200" and spec.pools[0].weights.model == "nvidia/Llama-3.3-70B-Instruct-FP4"
 
 
-def test_fp8_on_ampere_is_refused() -> None:
-    with pytest.raises(DeployError, match="FP8 tensor cores.*a100-80gb"):
-        build_spec(with_pool(agg(), gpu="a100-80gb"))
+def test_fp8_on_ampere_runs_weight_only_through_marlin() -> None:
+    # vLLM docs (llm_compressor/fp8): below CC 8.9 FP8 checkpoints run as weight-only W8A16 FP8 Marlin
+    spec = build_spec(with_pool(agg(), gpu="a100-80gb"))
+    assert "W8A16" in spec.pools[0].gpu.kernels.kernel("fp8")
+
+
+def test_int8_on_b200_is_refused_in_one_line() -> None:
+    # csrc/quantization/cutlass_w8a8/scaled_mm_c3x_sm100.cu: "int8 not supported on SM100"
+    doc = with_pool(agg(), gpu="b200", weight_dtype="int8", checkpoint="org/m-w8a8")
+    with pytest.raises(DeployError) as e:
+        build_spec(doc)
+    msg = str(e.value)
+    assert "\n" not in msg and "does not run int8 weights on b200 (blackwell)" in msg and "re-run `recommend`" in msg
+    build_spec(with_pool(agg(), gpu="h100-sxm", weight_dtype="int8", checkpoint="org/m-w8a8"))  # Hopper has INT8 W8A8
+
+
+def test_fp8_kv_cache_is_checked_against_the_table() -> None:
+    only_bf16_kv = ArchSupport("old", "nvidia", {"bf16": "x", "fp8": "y"}, {}, ("bf16",), frozenset())
+    facts = GpuFacts("old", "nvidia", True, "nvidia.com/gpu", only_bf16_kv)
+    with pytest.raises(DeployError, match="no fp8 KV cache on old"):
+        build_spec(agg(), gpus=lambda _id: facts)
 
 
 def test_unknown_gpu_is_refused() -> None:
@@ -122,7 +141,7 @@ def test_unknown_gpu_is_refused() -> None:
 
 GAUDI3 = {"id": "gaudi3", "vendor": "intel", "memory": "128 GB", "hbm_bandwidth": "3.7 TB/s",
           "dense_tflops": {"bf16": 1835, "fp8": 1835}, "interconnect": {"kind": "roce", "bandwidth": "600 GB/s", "gpus_per_domain": 8},
-          "vllm": {"supported": False, "k8s_resource": "habana.ai/gaudi", "quantized_checkpoints": []}}
+          "vllm": {"supported": False, "k8s_resource": "habana.ai/gaudi"}}
 
 
 def test_gpu_vllm_does_not_support_is_refused(tmp_path: Path) -> None:
@@ -132,18 +151,19 @@ def test_gpu_vllm_does_not_support_is_refused(tmp_path: Path) -> None:
         build_spec(with_pool(agg(), gpu="gaudi3"), gpus=catalog_gpu_lookup(load_catalog(tmp_path)))
 
 
-def test_int4_needs_catalog_kernel_support() -> None:
-    facts = GpuFacts("old", "nvidia", True, "nvidia.com/gpu", ("fp8",), frozenset({"bf16", "fp16", "fp8"}))
-    with pytest.raises(DeployError, match="no int4 kernels"):
+def test_int4_needs_kernel_support() -> None:
+    fp8_only = ArchSupport("old", "nvidia", {"bf16": "x", "fp16": "x", "fp8": "y"}, {"int4": "no Marlin"}, ("bf16", "fp8"), frozenset())
+    facts = GpuFacts("old", "nvidia", True, "nvidia.com/gpu", fp8_only)
+    with pytest.raises(DeployError, match="does not run int4 weights on old \\(old\\): no Marlin"):
         build_spec(agg(), rank=3, gpus=lambda _id: facts)
 
 
 def test_gpu_facts_from_catalog_fields() -> None:
     doc = {**GAUDI3, "id": "x", "vendor": "amd", "dense_tflops": {"bf16": 1307.4, "fp8": 2614.9},
-           "vllm": {"supported": True, "quantized_checkpoints": ["fp8", "awq"]}}
+           "vllm": {"supported": True, "arch": "cdna3"}}
     facts = facts_from_gpu(gpu_from_doc(doc))
     assert facts.k8s_resource == "amd.com/gpu" and facts.supports_dtype("fp8") and not facts.supports_dtype("fp4")
-    assert facts.serves_prequantized("int4")  # "awq" is an INT4 format
+    assert not facts.supports_dtype("int4")  # AWQ/GPTQ are not on vLLM's AMD list
 
 
 def test_real_catalog_facts() -> None:

@@ -1,28 +1,22 @@
-"""The GPU facts a deployment needs: vendor, vLLM support, Kubernetes resource name, dtypes.
+"""The GPU facts a deployment needs: vendor, vLLM support, Kubernetes resource and node label, kernels.
 
 Read from the GPU catalog (``recommender.catalog``, files ``catalogs/gpus/<id>.yaml``): ``vendor``
-(nvidia|amd), ``vllm.supported``, ``vllm.k8s_resource``, ``vllm.quantized_checkpoints`` and
-``dense_tflops`` (one key per dtype the tensor cores run natively; ``fp4`` only on Blackwell and MI355X).
-
-``quantized_checkpoints`` lists the weight dtypes vLLM has kernels for on that GPU (``int4``, ``int8``,
-``fp8``, ``fp4``, ``mxfp4``); checkpoint format names (``awq``, ``gptq``, ``w8a8``, ``nvfp4`` ...) are
-accepted too and mapped to the dtype they store (``FORMAT_DTYPE``).
+(nvidia|amd), ``vllm.supported``, ``vllm.k8s_resource``, ``vllm.arch`` and that architecture's row of
+``catalogs/kernel-support.yaml`` (weight dtypes with their kernel path, KV dtypes, features), and
+``k8s.node_labels`` (the node label values that identify the GPU model, for pinning).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from recommender.catalog import Catalog, Gpu, default_catalog
+from recommender.dtypes import FORMAT_DTYPE
 from recommender.errors import CatalogError, DeployError
+from recommender.kernels import UNKNOWN_ARCH, ArchSupport
 
-#: Checkpoint format name -> the weight dtype it stores.
-FORMAT_DTYPE = {
-    "awq": "int4", "gptq": "int4", "awq_marlin": "int4", "gptq_marlin": "int4", "w4a16": "int4",
-    "int4": "int4", "w8a8": "int8", "w8a16": "int8", "int8": "int8", "smoothquant": "int8",
-    "fp8": "fp8", "w8a8_fp8": "fp8", "nvfp4": "fp4", "modelopt_fp4": "fp4", "fp4": "fp4", "mxfp4": "mxfp4",
-}
+__all__ = ["FORMAT_DTYPE", "GpuFacts", "GpuLookup", "catalog_gpu_lookup", "default_gpu_lookup", "facts_from_gpu"]
 
 
 @dataclass(frozen=True)
@@ -33,16 +27,16 @@ class GpuFacts:
     vendor: str  # "nvidia" | "amd"
     vllm_supported: bool
     k8s_resource: str  # e.g. "nvidia.com/gpu", "amd.com/gpu"
-    quantized_checkpoints: tuple[str, ...]
-    tensor_dtypes: frozenset[str]  # dtypes with a dense_tflops entry (bf16, fp16, fp8, int8, fp4 ...)
+    kernels: ArchSupport = UNKNOWN_ARCH
+    node_labels: tuple[tuple[str, str], ...] = field(default=())  # (label key, value) pinning the GPU model
 
     def supports_dtype(self, dtype: str) -> bool:
-        """True when the GPU's tensor cores run ``dtype`` natively (it has a dense_tflops entry)."""
-        return dtype in self.tensor_dtypes
+        """True when vLLM 0.33 has a kernel for ``dtype`` weights on this GPU."""
+        return self.kernels.runs_weights(dtype)
 
-    def serves_prequantized(self, weight_dtype: str) -> bool:
-        """True when vLLM can serve a pre-quantized ``weight_dtype`` checkpoint on this GPU."""
-        return weight_dtype in {FORMAT_DTYPE.get(q.lower(), q.lower()) for q in self.quantized_checkpoints}
+    def why_unsupported(self, weight_dtype: str, kv_dtype: str | None = None) -> str | None:
+        """None when vLLM 0.33 runs the combination here, else a one-line reason."""
+        return self.kernels.why_not(self.id, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
 
 
 GpuLookup = Callable[[str], GpuFacts]
@@ -55,8 +49,8 @@ def facts_from_gpu(gpu: Gpu) -> GpuFacts:
         vendor=gpu.vendor,
         vllm_supported=gpu.vllm_supported,
         k8s_resource=gpu.k8s_resource or ("amd.com/gpu" if gpu.vendor == "amd" else "nvidia.com/gpu"),
-        quantized_checkpoints=tuple(gpu.quantized_checkpoints),
-        tensor_dtypes=frozenset(d for d, v in gpu.dense_flops_per_s.items() if v),
+        kernels=gpu.kernels,
+        node_labels=gpu.node_labels,
     )
 
 

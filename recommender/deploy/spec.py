@@ -28,13 +28,10 @@ from typing import Any, Mapping
 
 from recommender.catalog import default_catalog
 from recommender.deploy.gpus import GpuFacts, GpuLookup, default_gpu_lookup
+from recommender.dtypes import SIXTEEN_BIT, WEIGHT_DTYPES
 from recommender.errors import DeployError, RecommenderError
 from recommender.perf.memory import weight_bytes
 
-SIXTEEN_BIT = frozenset({"bf16", "fp16"})
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4")
-#: weight dtypes that run on quantized kernels: the GPU catalog must list them in vllm.quantized_checkpoints
-QUANTIZED_KERNEL_DTYPES = frozenset({"int8", "int4", "fp4", "mxfp4"})
 #: bytes per parameter stored in a checkpoint of that dtype (scales / zero points ignored)
 BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 0.5}
 KV_CACHE_DTYPE = {"bf16": "auto", "fp16": "auto", "auto": "auto", "fp8": "fp8"}
@@ -160,19 +157,14 @@ def resolve_weights(weight_dtype: str, checkpoint_dtype: str, hf_repo: str, chec
     )
 
 
-def _check_gpu(gpu: GpuFacts, weight_dtype: str, where: str) -> None:
+def _check_gpu(gpu: GpuFacts, weight_dtype: str, kv_dtype: str, where: str) -> None:
+    """Refuse what vLLM 0.33 would not start: an unsupported GPU or a dtype pair the kernel-support
+    table (catalogs/kernel-support.yaml) does not list for the GPU's architecture."""
     if not gpu.vllm_supported:
         raise DeployError(f"{where}: vLLM 0.33 does not support GPU {gpu.id!r} (catalog vllm.supported is false); pick a plan on another GPU")
-    if weight_dtype == "fp4" and not gpu.supports_dtype("fp4"):
-        raise DeployError(f"{where}: fp4 weights need FP4 tensor cores (Blackwell); {gpu.id} has none; pick a plan with fp8 or int4 weights")
-    if weight_dtype == "fp8" and gpu.tensor_dtypes and not gpu.supports_dtype("fp8"):
-        raise DeployError(f"{where}: fp8 weights need FP8 tensor cores; {gpu.id} has none; pick a plan with bf16 or int8/int4 weights")
-    if weight_dtype in SIXTEEN_BIT and gpu.tensor_dtypes and not gpu.supports_dtype(weight_dtype):
-        raise DeployError(f"{where}: {gpu.id} does not run {weight_dtype}; pick a plan with another dtype")
-    if weight_dtype in QUANTIZED_KERNEL_DTYPES and not gpu.serves_prequantized(weight_dtype):
-        listed = ", ".join(gpu.quantized_checkpoints) or "none"
-        raise DeployError(f"{where}: vLLM has no {weight_dtype} kernels for {gpu.id} per the GPU catalog "
-                          f"(vllm.quantized_checkpoints: {listed}); pick a plan with another weight dtype")
+    why = gpu.why_unsupported(weight_dtype, kv_dtype)
+    if why:
+        raise DeployError(f"{where}: {why}; re-run `recommend` for a plan on a supported combination")
 
 
 def _check_limits(p: PoolSpec, where: str) -> None:
@@ -325,14 +317,14 @@ def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | Non
         kv_dtype = _pool_or_plan(raw, row, "kv_dtype", pw, str)
         if kv_dtype not in KV_CACHE_DTYPE:
             raise DeployError(f"{pw}: unknown kv_dtype {kv_dtype!r} (expected bf16 or fp8)")
+        gpu = lookup(_pool_or_plan(raw, row, "gpu", pw, str))
+        _check_gpu(gpu, weight_dtype, kv_dtype, where=pw)
         ckpt = checkpoint or raw.get("checkpoint") or row.get("checkpoint")
         if ckpt is not None:
             ckpt = _safe_text(str(ckpt), "checkpoint")
         weights = resolve_weights(weight_dtype, ckpt_dtype, hf_repo, ckpt)
         if weights.model.startswith("-"):
             raise DeployError(f"{pw}: model {weights.model!r} starts with '-', which vllm serve would read as a flag")
-        gpu = lookup(_pool_or_plan(raw, row, "gpu", pw, str))
-        _check_gpu(gpu, weight_dtype, where=pw)
         stored = weight_dtype if ckpt else ckpt_dtype if ckpt_dtype in BYTES_PER_PARAM else weight_dtype
         nbytes, weights_source = _checkpoint_bytes(row, raw, workload, weight_dtype, stored)
         max_len = wl_max_len if isinstance(wl_max_len, int) and not isinstance(wl_max_len, bool) else None

@@ -114,7 +114,7 @@ class SearchContext:
         key = (gpu_id, tp, wd, kd, limits)
         if key not in self._costs:
             gpu = self.gpus[gpu_id]
-            why = parallelism_valid(self.model, gpu, tp) or weight_dtype_valid(self.model, gpu, wd)
+            why = parallelism_valid(self.model, gpu, tp) or weight_dtype_valid(self.model, gpu, wd, kd)
             if why:
                 self._costs[key] = (None, why)
             else:

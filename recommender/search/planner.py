@@ -10,6 +10,7 @@ from typing import Any, Sequence
 from optuna.trial import TrialState
 
 from recommender.catalog import Catalog, default_catalog
+from recommender.dtypes import loads_without_checkpoint
 from recommender.errors import DoesNotFitError, InfeasibleError
 from recommender.perf.step import EngineLimits
 from recommender.plan import Plan, PlanRow
@@ -49,12 +50,6 @@ def checkpoint_for(ctx: SearchContext, dtype: str) -> str | None:
     return ctx.checkpoints.get(dtype)
 
 
-def deployable_without_checkpoint(native: str, dtype: str) -> bool:
-    """vLLM loads the checkpoint as is, casts 16-bit <-> 16-bit, or quantizes 16-bit -> fp8 online."""
-    sixteen = ("bf16", "fp16")
-    return dtype == native or (dtype in sixteen and native in sixteen) or (dtype == "fp8" and native in sixteen)
-
-
 def space_choices(ctx: SearchContext) -> SpaceChoices:
     pol = ctx.policy
     wds = []
@@ -63,7 +58,7 @@ def space_choices(ctx: SearchContext) -> SpaceChoices:
         r = resolve_dtype(d, ctx.model)
         if r in wds:
             continue
-        if deployable_without_checkpoint(native, r) or checkpoint_for(ctx, r):
+        if loads_without_checkpoint(native, r) or checkpoint_for(ctx, r):
             wds.append(r)
     return SpaceChoices(gpus=tuple(ctx.gpus), tps=tuple(pol.tensor_parallel), weight_dtypes=tuple(wds),
                         kv_dtypes=tuple(pol.kv_dtypes), max_num_seqs=tuple(pol.max_num_seqs),

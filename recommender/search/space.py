@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recommender.catalog import Catalog, Gpu
+from recommender.dtypes import (
+    narrower_or_equal,
+    native_weight_dtype,
+    resolve_weight_dtype,
+)
 from recommender.errors import ConfigError
 from recommender.hf_config import ModelArch
 from recommender.perf.step import check_parallelism
@@ -34,23 +39,19 @@ class Candidate:
 
 
 def resolve_dtype(dtype: str, model: ModelArch) -> str:
-    """``native`` -> the checkpoint's dtype (fp16 checkpoints count as bf16-sized)."""
-    if dtype == "native":
-        return model.checkpoint_dtype if model.checkpoint_dtype in ("bf16", "fp16", "fp8", "mxfp4") else "bf16"
-    return dtype
+    """``native`` -> the checkpoint's own dtype (:func:`recommender.dtypes.native_weight_dtype`)."""
+    return resolve_weight_dtype(dtype, model.checkpoint_dtype)
 
 
-def weight_dtype_valid(model: ModelArch, gpu: Gpu, dtype: str) -> str | None:
-    """None if valid, else why not. A quantized checkpoint is never upcast to a wider dtype on purpose."""
-    order = {"fp4": 0, "mxfp4": 0, "int4": 0, "int8": 1, "fp8": 1, "bf16": 2, "fp16": 2}
-    native = resolve_dtype("native", model)
-    if order[dtype] > order[native]:
+def weight_dtype_valid(model: ModelArch, gpu: Gpu, dtype: str, kv_dtype: str | None = None) -> str | None:
+    """None if valid, else why not. A quantized checkpoint is never upcast to a wider dtype on purpose,
+    and the GPU must run the dtype pair per the kernel-support table."""
+    native = native_weight_dtype(model.checkpoint_dtype)
+    if not narrower_or_equal(dtype, native):
         return f"{model.id}'s checkpoint is {native}; serving it at {dtype} would only waste memory"
-    if native == "mxfp4" and dtype not in ("mxfp4",):
+    if native == "mxfp4" and dtype != "mxfp4":
         return f"{model.id} ships MXFP4 experts; re-quantizing to {dtype} is not a vLLM path"
-    if not gpu.supports_dtype(dtype):
-        return f"{gpu.id} does not run {dtype} weights in vLLM"
-    return None
+    return gpu.why_unsupported(dtype, kv_dtype)
 
 
 def parallelism_valid(model: ModelArch, gpu: Gpu, tp: int) -> str | None:

@@ -1,0 +1,85 @@
+"""Kernel support: what vLLM 0.33 runs per GPU architecture (``catalogs/kernel-support.yaml``).
+
+Typed, frozen view of the table: per architecture the weight dtypes with the kernel path vLLM takes,
+the reasons others are unsupported, the KV-cache dtypes and the plan features (``prefix_caching``,
+``nixl_connector``). Each GPU catalog entry names its architecture (``vllm.arch``). The search asks
+:meth:`ArchSupport.why_not` before it evaluates a candidate and ``deploy`` asks it again for plans
+read from JSON, so both agree on what can start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from recommender.dtypes import KV_DTYPES, WEIGHT_DTYPES
+from recommender.errors import CatalogError
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class ArchSupport:
+    """One GPU architecture's row of the kernel-support table."""
+
+    arch: str
+    vendor: str
+    weight_kernels: Mapping[str, str]  # weight dtype -> kernel path (text, with sources)
+    unsupported: Mapping[str, str]  # weight dtype -> why not
+    kv_dtypes: tuple[str, ...]
+    features: frozenset[str]
+
+    def runs_weights(self, dtype: str) -> bool:
+        return dtype in self.weight_kernels
+
+    def why_not(self, gpu_id: str, *, weight_dtype: str, kv_dtype: str | None = None) -> str | None:
+        """None when vLLM 0.33 runs this combination on the architecture, else a one-line reason."""
+        if weight_dtype not in self.weight_kernels:
+            why = self.unsupported.get(weight_dtype, "no kernel listed")
+            return f"vLLM 0.33 does not run {weight_dtype} weights on {gpu_id} ({self.arch}): {why}"
+        if kv_dtype is not None and kv_dtype not in self.kv_dtypes:
+            return f"vLLM 0.33 has no {kv_dtype} KV cache on {gpu_id} ({self.arch})"
+        return None
+
+    def kernel(self, weight_dtype: str) -> str:
+        """The kernel path for a supported weight dtype ('' when unsupported)."""
+        return self.weight_kernels.get(weight_dtype, "")
+
+
+#: Support of a GPU whose catalog entry names no architecture: 16-bit weights only.
+UNKNOWN_ARCH = ArchSupport(arch="unknown", vendor="", weight_kernels={"bf16": "native BF16 GEMMs", "fp16": "native FP16 GEMMs"},
+                           unsupported={}, kv_dtypes=("bf16",), features=frozenset({"prefix_caching"}))
+
+
+def _arch_from_doc(name: str, doc: Mapping[str, Any], where: str) -> ArchSupport:
+    try:
+        weights = {str(k): str(v) for k, v in (doc.get("weights") or {}).items()}
+        unsupported = {str(k): str(v) for k, v in (doc.get("unsupported") or {}).items()}
+        kv = tuple(str(k) for k in doc.get("kv") or ())
+        features = frozenset(str(f) for f in doc.get("features") or ())
+        vendor = str(doc["vendor"]).lower()
+    except (KeyError, TypeError, AttributeError) as e:
+        raise CatalogError(f"{where}: architecture {name!r}: missing or bad field {e}") from None
+    bad = [d for d in (*weights, *unsupported) if d not in WEIGHT_DTYPES] + [d for d in kv if d not in KV_DTYPES]
+    if bad:
+        raise CatalogError(f"{where}: architecture {name!r}: unknown dtype {bad[0]!r} (weights: {', '.join(WEIGHT_DTYPES)}; "
+                           f"KV: {', '.join(KV_DTYPES)})")
+    return ArchSupport(arch=name, vendor=vendor, weight_kernels=weights, unsupported=unsupported, kv_dtypes=kv, features=features)
+
+
+def load_kernel_support(path: Path) -> dict[str, ArchSupport]:
+    """Parse the kernel-support table; an absent file means no architectures (every GPU 16-bit only)."""
+    if not path.exists():
+        return {}
+    try:
+        doc = yaml.load(path.read_text(), Loader=_LOADER)
+    except yaml.YAMLError as e:
+        raise CatalogError(f"{path} is not valid YAML: {e}") from None
+    archs = doc.get("architectures") if isinstance(doc, dict) else None
+    if not isinstance(archs, dict):
+        raise CatalogError(f"{path} must be a mapping with 'architectures'")
+    return {str(k).lower(): _arch_from_doc(str(k).lower(), v or {}, str(path)) for k, v in archs.items()}
