@@ -280,17 +280,27 @@ def finite_run(dep: Deployment, load: Load, n: float | None = None) -> RunPredic
     m = load.requests or 1
     rate = load.rate_per_s
     burst = rate is None or math.isinf(rate)
-    arrivals = 0.0 if burst else (m - 1) / rate  # type: ignore[operator]
+    if burst and n >= m:
+        return _burst(dep, load, m)
+    arrivals = (m - 1) / rate  # type: ignore[operator]
     duration = max(arrivals, max(m - n, 0.0) * e2e / n) + e2e
-    if burst and n >= m > 1:
-        # all M sent at once: they drain in waves, so the mean request waits half the queue, not all of it
-        r = _admitted_of(dep, load)
-        if r < m:
-            e_run = closed_at(dep, float(r), load.prompt_tokens, load.output_tokens)
-            wait = (m / r - 1.0) / 2.0 * e_run[2]
-            ttft, e2e = e_run[0] + wait, e_run[2] + wait
     return RunPrediction(ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=m * load.output_tokens / duration,
                          duration_s=duration, in_flight=n, completed=m)
+
+
+def _burst(dep: Deployment, load: Load, m: int) -> RunPrediction:
+    """M requests sent at once, no client cap: the engine admits ``r`` (:func:`perf.steady.admitted`) and,
+    with equal lengths, they run as ``W = ceil(M / r)`` synchronised waves, each a static batch (one
+    prefill of the wave, then its decode steps). The mean request waits ``(W - 1) / 2`` waves."""
+    r = min(_admitted_of(dep, load), m)
+    waves = math.ceil(m / r)
+    wave = estimate(dep, Load.static(batch=r, prompt_tokens=load.prompt_tokens, output_tokens=load.output_tokens))
+    wave_s = (wave.e2e_s or wave.ttft_s) - dep.profile.request_overhead_s
+    wait = (waves - 1) / 2.0 * wave_s
+    duration = waves * wave_s + dep.profile.request_overhead_s
+    return RunPrediction(ttft_s=wave.ttft_s + wait, tpot_s=wave.tpot_s, e2e_s=(wave.e2e_s or wave.ttft_s) + wait,
+                         output_tokens_per_s=m * load.output_tokens / duration, duration_s=duration,
+                         in_flight=float(m), completed=m, method="analytic burst")
 
 
 def _admitted_of(dep: Deployment, load: Load) -> int:
@@ -298,3 +308,58 @@ def _admitted_of(dep: Deployment, load: Load) -> int:
     from recommender.perf.step import StepCostModel
 
     return admitted(dep, StepCostModel.build(dep), load.requests or 1, load.prompt_tokens, load.output_tokens)
+
+
+# -- vllm bench serve: what the benchmark will report ----------------------------------------------
+#: The summary keys of a ``vllm bench serve --save-result`` file this module predicts (vLLM 0.33,
+#: ``vllm/benchmarks/serve.py``; the default ``--percentile-metrics ttft,tpot,itl`` and
+#: ``--metric-percentiles 99``; e2el is added for the check against an end-to-end SLO).
+BENCH_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+def bench_run(dep: Deployment, load: Load, *, replicas: int = 1, seed: int = 0) -> dict[str, object]:
+    """Predict ``vllm bench serve`` on this deployment: a ``finite`` load of ``requests`` prompts.
+
+    Without a client concurrency cap (or a cap >= the prompts) the run is simulated request by request
+    (``load.simulate``: arrivals at ``rate_per_s`` with gamma gaps of shape ``burstiness``, all at once
+    at an infinite rate) and every percentile comes from the simulated requests. With a cap below the
+    prompts the run is the analytic finite-run transient (:func:`finite_run`) and only means (and
+    medians equal to them) are given. ITL is TPOT here (one token per step, no speculative decoding).
+    Keys and units are the benchmark's (``*_ms``, ``duration`` in s, throughputs per second).
+    """
+    if load.mode != LoadMode.FINITE or not load.requests:
+        raise ConfigError("bench_run needs a finite load (--num-prompts)")
+    m, p_tok, o_tok = load.requests, load.prompt_tokens, load.output_tokens
+    rate = load.rate_per_s if load.rate_per_s is not None else math.inf
+    out: dict[str, object] = {"num_prompts": m, "request_rate": rate if math.isfinite(rate) else "inf",
+                              "burstiness": load.burstiness, "max_concurrency": load.batch or None}
+    capped = bool(load.batch) and load.batch * replicas < m
+    if not capped:
+        from recommender.load import simulate
+        from recommender.perf.step import StepCostModel
+        from recommender.workload import LengthDist
+
+        sim_rate = rate if math.isfinite(rate) else 1e9   # all at once: arrivals 1 ns apart
+        res = simulate(StepCostModel.build(dep), dep.limits, sim_rate, LengthDist.constant(p_tok),
+                       LengthDist.constant(o_tok), m, seed, replicas=replicas, burstiness=load.burstiness)
+        dist = {"ttft": res.ttft_s, "tpot": res.tpot_s, "itl": res.tpot_s, "e2el": res.e2e_s}
+        out.update({"method": "simulated", "duration": res.duration_s, "completed": res.completed, "failed": 0,
+                    "total_input_tokens": res.completed * p_tok, "total_output_tokens": res.completed * o_tok,
+                    "request_throughput": res.requests_per_s, "output_throughput": res.output_tokens_per_s,
+                    "total_token_throughput": res.requests_per_s * (p_tok + o_tok)})
+        for k, d in dist.items():
+            out.update({f"mean_{k}_ms": d.mean * 1e3, f"median_{k}_ms": d.p50 * 1e3,
+                        f"p90_{k}_ms": d.p90 * 1e3, f"p99_{k}_ms": d.p99 * 1e3})
+        return out
+    per_replica = replace(load, requests=math.ceil(m / replicas), batch=max(1, math.ceil(load.batch / replicas)),
+                          rate_per_s=rate / replicas if math.isfinite(rate) else math.inf)
+    run = finite_run(dep, per_replica)
+    req_s = m / run.duration_s
+    out.update({"method": "analytic", "duration": run.duration_s, "completed": m, "failed": 0,
+                "total_input_tokens": m * p_tok, "total_output_tokens": m * o_tok,
+                "request_throughput": req_s, "output_throughput": req_s * o_tok,
+                "total_token_throughput": req_s * (p_tok + o_tok)})
+    means = {"ttft": run.ttft_s, "tpot": run.tpot_s, "itl": run.tpot_s, "e2el": run.e2e_s}
+    for k, v in means.items():
+        out.update({f"mean_{k}_ms": v * 1e3, f"median_{k}_ms": v * 1e3})
+    return out

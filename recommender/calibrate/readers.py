@@ -140,6 +140,9 @@ def _row_measurement(row: Mapping[str, str], where: str, cat: Catalog) -> Measur
         return Skip(rid, f"KV dtype {row['kv_dtype']!r} unknown")
     try:
         quantity, unit, scale = parse_metric(row["metric"], f"{where} row {rid} field 'metric'")
+    except CalibrationError as e:  # one row the model cannot predict is skipped, not fatal to the file
+        return Skip(rid, str(e).split(": ", 1)[-1])
+    try:
         value = float(row["value"].replace(",", "")) * unit
     except ValueError:
         raise CalibrationError(f"{where} row {rid}: field 'value' {row['value']!r} is not a number") from None

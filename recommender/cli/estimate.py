@@ -34,6 +34,14 @@ def estimate_cmd(
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Engine batch limit (default: vLLM's for this GPU)."),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Engine token budget per step."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Open-loop Poisson arrivals (requests/s): adds tail latencies under load."),
+    bench: bool = typer.Option(False, "--bench", help="Predict what `vllm bench serve` reports (takes its flags below)."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="[--bench] prompts in the run (vllm bench serve's default 1000)."),
+    request_rate: Optional[float] = typer.Option(None, "--request-rate", help="[--bench] requests/s; default inf (all at once)."),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="[--bench] client cap on requests in flight."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="[--bench] gamma shape of the gaps: 1 = Poisson, < 1 burstier."),
+    random_input_len: Optional[int] = typer.Option(None, "--random-input-len", help="[--bench] prompt tokens (default 1024, or --prompt-tokens)."),
+    random_output_len: Optional[int] = typer.Option(None, "--random-output-len", help="[--bench] output tokens (default 128, or --output-tokens)."),
+    seed: int = typer.Option(0, "--seed", help="[--bench] random seed of the simulated arrivals."),
     fmt: str = typer.Option("text", "--format", "-f", help="text|json"),
 ) -> None:
     """Explain one configuration: memory -> decode floor -> batched decode -> prefill -> capacity -> throughput -> cost."""
@@ -44,6 +52,9 @@ def estimate_cmd(
                           max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     if fmt not in ("text", "json"):
         raise ConfigError(f"--format {fmt!r}: must be text or json")
+    if bench:
+        _bench(req, num_prompts, request_rate, max_concurrency, burstiness, random_input_len, random_output_len, seed, fmt)
+        return
     dep, load, est = estimate_request(req)
     extra = {}
     if rate is not None:
@@ -68,3 +79,49 @@ def estimate_cmd(
     if not est.fits:
         typer.echo(f"error: {does_not_fit_message(dep, est)}", err=True)
         raise typer.Exit(3)
+
+
+def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optional[float], max_concurrency: Optional[int],
+           burstiness: float, input_len: Optional[int], output_len: Optional[int], seed: int, fmt: str) -> None:
+    """``--bench``: the run ``vllm bench serve`` would make, predicted; its result keys printed."""
+    import dataclasses
+    import json
+    import math
+
+    from recommender.estimate import bench_run, raise_if_not_fit
+    from recommender.perf.steady import Load
+
+    if req.batch is not None or req.concurrency is not None or req.context_tokens is not None:
+        raise ConfigError("--bench takes vllm bench serve's flags (--num-prompts, --max-concurrency, --request-rate), "
+                          "not --batch, --concurrency or --context")
+    n = 1000 if num_prompts is None else num_prompts
+    p_tok = input_len or req.prompt_tokens or 1024
+    o_tok = output_len or req.output_tokens or 128
+    rate = math.inf if request_rate is None else request_rate
+    for name, v in (("--num-prompts", n), ("--random-input-len", p_tok), ("--random-output-len", o_tok),
+                    ("--max-concurrency", max_concurrency if max_concurrency is not None else 1)):
+        if v < 1:
+            raise ConfigError(f"{name} {v}: must be at least 1")
+    if not rate > 0 or not burstiness > 0:
+        raise ConfigError(f"--request-rate {request_rate} / --burstiness {burstiness}: must be > 0")
+    base = dataclasses.replace(req, prompt_tokens=p_tok, output_tokens=o_tok)
+    dep, _, est = estimate_request(base)
+    raise_if_not_fit(dep, est)
+    load = Load.finite(requests=n, prompt_tokens=p_tok, output_tokens=o_tok, rate_per_s=rate,
+                       concurrency=max_concurrency or 0, burstiness=burstiness)
+    res = bench_run(dep, load, replicas=req.replicas, seed=seed)
+    cond = conditions_of(dep).lines()
+    if fmt == "json":
+        typer.echo(json.dumps({**res, "load": load.describe(), "conditions": cond}, indent=2))
+        return
+    typer.echo(f"Predicted `vllm bench serve` on {dep.model.id}, {req.replicas} x {dep.tp} {dep.gpu.id} "
+               f"({dep.weight_dtype} weights, {dep.kv_dtype} KV): {load.describe()}")
+    for c in cond:
+        typer.echo(f"  {c}")
+    typer.echo(f"  method: {res['method']}" + (" (discrete-event simulation of every request)" if res["method"] == "simulated"
+                                               else " (finite-run transient: means only)"))
+    typer.echo("")
+    for k, v in res.items():
+        if k in ("method", "num_prompts", "request_rate", "burstiness", "max_concurrency"):
+            continue
+        typer.echo(f"{k:<26} {v:,.2f}" if isinstance(v, float) else f"{k:<26} {v}")

@@ -207,8 +207,9 @@ def closed_loop(cost: StepCostModel, n: int, prompt: int, output: int, budget: i
         chunk = p / k if k else 0
         kv_p, fl_p = cost.prefill_chunk_cost(int(round(chunk)), prefix_cached + p // 2)
         pre_seqs = pre_tok / chunk if chunk else 0.0
-        step = cost.step_s(int(round(decodes + pre_tok)), decodes * kv_d + pre_seqs * kv_p, decodes * fl_d + pre_seqs * fl_p,
-                           prefill=pre_tok > 0)
+        # n k / life prefill chunks start per step: below one, only that fraction of steps pays the prefill-step cost
+        step = (cost.step_s(int(round(decodes + pre_tok)), decodes * kv_d + pre_seqs * kv_p, decodes * fl_d + pre_seqs * fl_p)
+                + min(1.0, n * k / life if p else 0.0) * cost.prefill_step_overhead_s)
         # the steps that carry this request's own chunks are heavier than the average step
         own = cost.step_s(int(round(decodes + chunk)), decodes * kv_d + kv_p, decodes * fl_d + fl_p, prefill=chunk > 0)
         return wait_steps * step + k * max(own, step), step, step
