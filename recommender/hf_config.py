@@ -12,12 +12,13 @@ experts instead of all experts, and include embeddings and lm_head.
 
 from __future__ import annotations
 
-import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from recommender.errors import UnsupportedArchitectureError
+from recommender.bounded import load_json_text, read_file_text
+from recommender.errors import ConfigError, UnsupportedArchitectureError
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe",
@@ -230,6 +231,25 @@ def _checkpoint_dtype(cfg: Mapping[str, Any]) -> str:
     return {"float16": "fp16", "bfloat16": "bf16", "float32": "bf16"}.get(dtype, "bf16")
 
 
+#: one part of a Hugging Face repo id (huggingface_hub's rule: alphanumerics, '-', '_', '.'; no leading or
+#: trailing '-' / '.', no '--' or '..'), at most 96 characters for the whole id
+_HF_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+HF_REPO_ID = re.compile(rf"{_HF_PART}(?:/{_HF_PART})?")
+#: a local checkpoint directory vLLM can load instead: an absolute path of the same characters
+LOCAL_MODEL_PATH = re.compile(r"(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)+/?")
+
+
+def is_model_repo(s: str) -> bool:
+    """True for a Hugging Face repo id (``org/name``, <= 96 characters) or an absolute local path of safe characters.
+
+    Only such strings may become ``vllm serve``'s model argument (Kubernetes expands ``$(VAR)`` in container
+    args; a shell sees ``;``, quotes, spaces).
+    """
+    if len(s) <= 96 and HF_REPO_ID.fullmatch(s) and "--" not in s and ".." not in s:
+        return True
+    return len(s) <= 4096 and LOCAL_MODEL_PATH.fullmatch(s) is not None and "/../" not in s + "/"
+
+
 def arch_from_config(cfg: Mapping[str, Any], model_id: str = "", hf_repo: str = "",
                      checkpoint_dtype: str | None = None) -> ModelArch:
     """Build a :class:`ModelArch` from a parsed HF ``config.json`` mapping.
@@ -349,11 +369,15 @@ def load_config_file(path: str | Path) -> ModelArch:
     if p.is_dir():
         p = p / "config.json"
     try:
-        cfg = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise UnsupportedArchitectureError(f"model config {str(p)!r} does not exist") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        text = read_file_text(p, "model config")
+    except ConfigError as e:
+        raise UnsupportedArchitectureError(str(e)) from None
+    try:
+        cfg = load_json_text(text, f"model config {str(p)!r}")
+    except ValueError as e:
         raise UnsupportedArchitectureError(f"model config {str(p)!r} is not valid JSON: {e}") from None
     name = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
+    if not isinstance(name, str) or not is_model_repo(name):
+        name = None  # a relative path or anything else is no repo vLLM could load (and must not reach a manifest)
     return arch_from_config(cfg, model_id=p.parent.name if p.name == "config.json" else p.stem,
                             hf_repo=str(name or ""))

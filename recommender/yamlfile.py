@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from recommender.bounded import read_file_text
 from recommender.errors import ConfigError
 
 
@@ -17,15 +18,15 @@ def read_yaml_file(path: str | Path, what: str, hint: str = "") -> Any:
     p = Path(path)
     suffix = f" ({hint})" if hint else ""
     try:
-        return yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{what} file {str(p)!r} does not exist{suffix}") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{what} file {str(p)!r} is a directory{suffix}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{what} file {p} is not a text file{suffix}") from None
+        text = read_file_text(p, f"{what} file")
+    except ConfigError as e:
+        raise type(e)(f"{e}{suffix}") from None
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{what} file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} file {p} is nested too deeply") from None
 
 
 def validation_message(e: ValidationError, where: str) -> str:

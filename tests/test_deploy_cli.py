@@ -31,7 +31,7 @@ def test_writes_all_formats_and_prints_the_paths(tmp_path: Path) -> None:
     result = invoke(str(AGG), "--out", str(out))
     assert result.exit_code == 0, result.output
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["helm-values.yaml", "k8s.yaml", "vllm-serve.sh"]
+    assert names == [".recommender-files.json", "helm-values.yaml", "k8s.yaml", "vllm-serve.sh"]
     assert result.output.split() == [str(out / n) for n in ("vllm-serve.sh", "k8s.yaml", "helm-values.yaml")]
     assert os.stat(out / "vllm-serve.sh").st_mode & stat.S_IXUSR
     assert not os.stat(out / "k8s.yaml").st_mode & stat.S_IXUSR
@@ -40,7 +40,7 @@ def test_writes_all_formats_and_prints_the_paths(tmp_path: Path) -> None:
 def test_rank_and_format_select_what_is_written(tmp_path: Path) -> None:
     result = invoke(str(AGG), "--rank", "2", "--format", "k8s,cmd", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["k8s.yaml", "vllm-serve.sh"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".recommender-files.json", "k8s.yaml", "vllm-serve.sh"]
     assert "# Plan: h100-sxm-tp8-bf16-bf16-s256-b16384-r1 (rank 2 of 3)" in (tmp_path / "k8s.yaml").read_text()
 
 
@@ -85,7 +85,7 @@ def test_refused_plan_and_missing_rank_fail_cleanly(tmp_path: Path) -> None:
     assert "no plan with rank 9" in invoke(str(AGG), "--rank", "9").output
     assert "unknown deploy format 'docker'" in invoke(str(AGG), "--format", "docker").output
     missing = invoke(str(tmp_path / "nope.json"))
-    assert missing.exit_code == 2 and "file not found" in missing.output
+    assert missing.exit_code == 2 and "does not exist" in missing.output
 
 
 def test_normalise_formats() -> None:

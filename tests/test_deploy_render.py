@@ -21,6 +21,7 @@ import yaml
 from importlib import resources
 
 from recommender.deploy import render_deploy
+from recommender.errors import DeployError
 from recommender.deploy.helm import chart_engine_argv
 from recommender.deploy.vllm_flags import check_serve_args
 
@@ -293,19 +294,21 @@ ODD_NAMES = ["my model", "it's/quoted", 'say "hi"/m', "$(touch PWNED1)", "`touch
 
 
 @pytest.mark.parametrize("name", ODD_NAMES)
-def test_unusual_model_names_never_reach_the_shell(name: str, tmp_path: Path) -> None:
+def test_unusual_model_names_are_refused_and_never_reach_the_shell(name: str, tmp_path: Path) -> None:
     doc = json.loads((PLANS / "agg-llama70b-h100.json").read_text())
     doc["workload"].update(hf_repo=name, model="served")
+    with pytest.raises(DeployError, match="not a Hugging Face repo id"):
+        render_deploy(doc, 2, "all")
+    # as the served alias (the workload's model id) such a name is dropped, and header text stays a comment
+    doc["workload"].update(hf_repo="org/model", model=name)
     doc["workload"]["source"] = "x\ntouch PWNED7"  # a newline in a header value must not end the comment
     files = render_deploy(doc, 2, "all")
     proc, rec = run_script(files["vllm-serve.sh"], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert rec["argv"][1] == name
-    assert rec["argv"][rec["argv"].index("--served-model-name") + 1: rec["argv"].index("--served-model-name") + 3] == [name, "served"]
+    assert rec["argv"][1] == "org/model"
+    assert rec["argv"][rec["argv"].index("--served-model-name") + 1] == "org/model"
+    assert name not in rec["argv"]
     assert not list(tmp_path.glob("PWNED*"))
-    container = engine_deployments(k8s_objects(files))["engine"]["spec"]["template"]["spec"]["containers"][0]
-    assert container["args"][0] == name
-    assert yaml.safe_load(files["helm-values.yaml"])["servingEngineSpec"]["modelSpec"][0]["modelURL"] == name
 
 
 # ---------------------------------------------------------------- golden files

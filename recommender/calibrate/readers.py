@@ -34,10 +34,11 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from recommender.bounded import load_json_text, read_file_text
 from recommender.calibrate.measurements import Measurement, Skip, parse_metric, resolve_gpu, resolve_model
 from recommender.catalog import Catalog, default_catalog
 from recommender.estimate import native_weight_dtype
-from recommender.errors import CalibrationError, RecommenderError
+from recommender.errors import CalibrationError, ConfigError, RecommenderError
 from recommender.perf.conditions import engine_conditions
 from recommender.perf.steady import Load
 from recommender.perf.step import EngineLimits, default_limits
@@ -180,16 +181,19 @@ def _row_measurement(row: Mapping[str, str], where: str, cat: Catalog) -> Measur
                        raw_metric=row["metric"].strip(), limits=limits, gpu_memory_utilization=gmu)
 
 
+def _read_results(p: Path, what: str = "results file") -> str:
+    """A results file through the bounded reader; its errors become CalibrationError (one line)."""
+    try:
+        return read_file_text(p, what)
+    except ConfigError as e:
+        raise CalibrationError(str(e)) from None
+
+
 def read_published_csv(path: str | Path, catalog: Catalog | None = None) -> ReadResult:
     """Read a CSV in the published-measurements format; rows the catalog cannot model are skipped with a reason."""
     p = Path(path)
     cat = catalog or default_catalog()
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise CalibrationError(f"results file {str(p)!r} does not exist") from None
-    except (UnicodeDecodeError, IsADirectoryError) as e:
-        raise CalibrationError(f"results file {p} cannot be read as text: {e}") from None
+    text = _read_results(p)
     reader = csv.DictReader(text.splitlines())
     missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
@@ -231,7 +235,7 @@ def _sidecar(path: Path) -> dict[str, Any]:
     for cand in (Path(str(path) + ".yaml"), path.with_suffix(".yaml"), Path(str(path) + ".yml"), path.with_suffix(".yml")):
         if cand.exists() and cand != path:
             try:
-                doc = yaml.safe_load(cand.read_text())
+                doc = yaml.safe_load(_read_results(cand, "sidecar"))
             except yaml.YAMLError as e:
                 raise CalibrationError(f"sidecar {cand} is not valid YAML: {str(e).splitlines()[0]}") from None
             if doc is None:
@@ -355,22 +359,21 @@ def read_bench_json(path: str | Path, defaults: Mapping[str, Any] | None = None,
     """Read one ``vllm bench serve --save-result`` file (a JSON object, or JSON lines with ``--append-result``)."""
     p = Path(path)
     cat = catalog or default_catalog()
+    text = _read_results(p)
     try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise CalibrationError(f"results file {str(p)!r} does not exist") from None
-    except (UnicodeDecodeError, IsADirectoryError) as e:
-        raise CalibrationError(f"results file {p} cannot be read as text: {e}") from None
-    try:
-        docs = [json.loads(text)]
+        docs = [load_json_text(text, str(p))]
     except json.JSONDecodeError as e:
         lines = [ln for ln in text.splitlines() if ln.strip()]
         try:
-            docs = [json.loads(ln) for ln in lines] if len(lines) > 1 else []
+            docs = [load_json_text(ln, str(p)) for ln in lines] if len(lines) > 1 else []
         except json.JSONDecodeError:
             docs = []
+        except ValueError as e2:
+            raise CalibrationError(str(e2)) from None
         if not docs:
             raise CalibrationError(f"{p}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except ValueError as e:
+        raise CalibrationError(str(e)) from None
     side = _sidecar(p)
     ms: list[Measurement] = []
     for i, doc in enumerate(docs):

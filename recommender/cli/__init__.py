@@ -16,5 +16,13 @@ for _mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
 
 
 def main() -> None:
-    """Console-script entry point (``recommend``)."""
+    """Console-script entry point (``recommend``); ``--debug`` anywhere turns on tracebacks."""
+    import os
+    import sys
+
+    from recommender.cli.app import DEBUG_ENV
+
+    if "--debug" in sys.argv[1:]:
+        sys.argv = [sys.argv[0]] + [a for a in sys.argv[1:] if a != "--debug"]
+        os.environ[DEBUG_ENV] = "1"
     app()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Any, Callable, TypeVar
 
+import click
 import typer
 
 from recommender.errors import RecommenderError
@@ -28,21 +30,77 @@ def fail(message: str, exit_code: int = 2) -> "typer.Exit":
     return typer.Exit(exit_code)
 
 
+#: ``--debug`` anywhere on the command line (or RECOMMENDER_DEBUG=1): unexpected errors show their traceback
+DEBUG_ENV = "RECOMMENDER_DEBUG"
+DEBUG_HINT = "re-run with --debug for the traceback"
+MAX_MESSAGE_CHARS = 500
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def one_line(text: str) -> str:
+    """Collapse a message to one line of at most MAX_MESSAGE_CHARS characters."""
+    s = " ".join(str(text).split())
+    return s if len(s) <= MAX_MESSAGE_CHARS else s[: MAX_MESSAGE_CHARS - 3] + "..."
+
+
+def _os_message(e: OSError) -> str:
+    """'cannot write /x/plan.json: Permission denied' style text for an OSError."""
+    what = e.filename if e.filename is not None else ""
+    reason = e.strerror or str(e)
+    if isinstance(e, FileExistsError):
+        return f"{what!s} already exists and is not a directory; give a new or existing directory"
+    if isinstance(e, NotADirectoryError):
+        return f"{what!s}: a part of the path is a file, not a directory; give a directory path"
+    return f"{what}: {reason}" if what else reason
+
+
+def user_error_message(e: BaseException) -> tuple[str, int] | None:
+    """(one-line message, exit code) for an error caused by the user's input or environment; None if unexpected."""
+    from pydantic import ValidationError
+
+    if isinstance(e, RecommenderError):
+        return one_line(str(e)), e.exit_code
+    if isinstance(e, ValidationError):
+        from recommender.yamlfile import validation_message
+
+        return one_line(validation_message(e, "invalid input")), 2
+    if isinstance(e, OSError):
+        return one_line(_os_message(e)), 2
+    if isinstance(e, RecursionError):
+        return "input is nested too deeply", 2
+    if isinstance(e, MemoryError):
+        return "out of memory: the input is too large (give smaller files or fewer requests)", 2
+    if isinstance(e, (OverflowError, ZeroDivisionError, FloatingPointError)):
+        return one_line(f"a number is out of range ({e}); check the input values"), 2
+    module = type(e).__module__.split(".")[0]
+    if module in ("sqlalchemy", "optuna", "psycopg", "sqlite3"):
+        return one_line(f"storage error ({type(e).__name__}): {e}; check the --storage URL"), 2
+    if isinstance(e, ValueError):
+        return one_line(f"invalid value: {e}"), 2
+    return None
+
+
 def one_line_errors(func: F) -> F:
-    """Turn RecommenderError (and stray OSError/ValueError from user input) into one line + non-zero exit."""
+    """Every error becomes one line on stderr + non-zero exit; unexpected ones say how to see the traceback."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except typer.Exit:
+        except (typer.Exit, typer.Abort, click.exceptions.ClickException):
             raise
-        except RecommenderError as e:
-            raise fail(str(e).replace("\n", " "), e.exit_code) from None
-        except FileNotFoundError as e:
-            raise fail(f"file not found: {e.filename}", 2) from None
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
             sys.exit(130)
+        except Exception as e:
+            known = user_error_message(e)
+            if known is not None and not (debug_enabled() and not isinstance(e, RecommenderError)):
+                raise fail(known[0], known[1]) from None
+            if debug_enabled():
+                raise
+            raise fail(one_line(f"internal error ({type(e).__name__}: {e}); {DEBUG_HINT}"), 1) from None
 
     return wrapper  # type: ignore[return-value]

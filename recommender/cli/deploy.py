@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import typer
 
+from recommender.bounded import load_json_text, read_file_text
 from recommender.cli.app import app, one_line_errors
 from recommender.deploy import render_deploy, write_deploy_files
 from recommender.errors import ConfigError
@@ -15,14 +16,13 @@ from recommender.errors import ConfigError
 
 def read_plan(path: Path) -> dict[str, Any]:
     """Load a plan JSON file; unreadable or non-JSON input becomes a one-line ConfigError."""
-    if path.is_dir():
-        raise ConfigError(f"{path} is a directory; give the plan JSON file written by `recommend --format json`")
+    text = read_file_text(path, "plan file", encoding="utf-8")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path} is not a UTF-8 text file; give the plan JSON from `recommend --format json`") from None
+        doc = load_json_text(text, str(path))
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); give the plan from `recommend --format json`") from None
+    except ValueError as e:
+        raise ConfigError(f"{e}; give the plan from `recommend --format json`") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a JSON object with 'workload' and 'plans'")
     return doc

@@ -29,13 +29,21 @@ def main_job(
     policy: Optional[str] = typer.Option(None, "--policy", help="Search policy YAML (default policies/search.yaml)."),
     verify: Optional[int] = typer.Option(None, "--verify", help="Verify the top K plans in the discrete-event simulator (default 3; 0 = off)."),
     emit: Optional[str] = typer.Option(None, "--emit", help="Write the plan JSON and rank 1's deployment files (vllm cmd, k8s, helm) to DIR."),
+    debug: bool = typer.Option(False, "--debug", help="Show the Python traceback of an unexpected error (any command)."),
 ) -> None:
     """Plan LLM serving deployments. Without a subcommand: the ranked Pareto plan for --workload."""
+    if debug:
+        import os
+
+        from recommender.cli.app import DEBUG_ENV
+
+        os.environ[DEBUG_ENV] = "1"
     if ctx.invoked_subcommand is not None:
         return
     if workload is None:
         typer.echo(ctx.get_help())
         raise fail("give --workload FILE (e.g. examples/rag.yaml) or a subcommand (estimate, deploy, simulate, replan, calibrate)", 2)
+    import math
     from pathlib import Path
 
     from recommender.errors import ConfigError
@@ -49,6 +57,12 @@ def main_job(
         raise ConfigError(f"--format {fmt!r}: use one of {', '.join(RENDERERS)}")
     if workers < 1 or top < 1:
         raise ConfigError("--workers and --top must be >= 1")
+    if trials is not None and trials < 1:
+        raise ConfigError(f"--trials {trials}: give a positive number of trials (or leave it out for the policy's default)")
+    if seed < 0 or seed >= 2**32:
+        raise ConfigError(f"--seed {seed}: give an integer from 0 to {2**32 - 1}")
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise ConfigError(f"--timeout {timeout}: give a positive number of seconds")
     w = load_workload(workload).with_slos([Slo.parse(s) for s in slo])
     settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout, storage=storage,
                               study_name=study_name, workers=workers, top=top, verify=verify)
@@ -65,12 +79,10 @@ def main_job(
         from recommender.deploy import write_deploy_files
 
         out = Path(emit)
-        out.mkdir(parents=True, exist_ok=True)
         doc = plan.to_dict()
         doc["workload"]["source"] = workload
-        from recommender.deploy.writer import atomic_write_text
-
-        atomic_write_text(out / "plan.json", json.dumps(doc, indent=2) + "\n")
-        paths = write_deploy_files(doc, out, rank=1, plan_name=str(out / "plan.json"))
+        # one set: plan.json and rank 1's files are swapped in together (never a new plan beside old files)
+        paths = write_deploy_files(doc, out, rank=1, plan_name=str(out / "plan.json"),
+                                   extra_files={"plan.json": json.dumps(doc, indent=2) + "\n"})
         typer.echo(f"wrote {out / 'plan.json'} and {len(paths)} deployment files to {out}", err=True)
 

@@ -16,7 +16,7 @@ from recommender.deploy.k8s import render_k8s
 from recommender.deploy.spec import DeploySpec, build_spec
 from recommender.deploy.vllm_cmd import VLLM_VERSION, render_cmd
 from recommender.deploy.vllm_flags import VllmFlagError, check_serve_args
-from recommender.deploy.writer import atomic_write_text
+from recommender.deploy.writer import write_file_set
 from recommender.errors import DeployError
 
 FORMATS = ("cmd", "k8s", "helm")
@@ -63,12 +63,15 @@ def render_deploy(plan_doc: Mapping[str, Any], rank: int = 1, formats: str | Ite
 
 def write_deploy_files(plan_doc: Mapping[str, Any], out_dir: str | Path, rank: int = 1,
                        formats: str | Iterable[str] = FORMATS, checkpoint: str | None = None, *,
-                       plan_name: str | None = None, gpus: GpuLookup | None = None) -> list[Path]:
-    """Render (all files first, so a refused plan writes nothing) and write them atomically into ``out_dir``.
+                       plan_name: str | None = None, gpus: GpuLookup | None = None,
+                       extra_files: Mapping[str, str] | None = None) -> list[Path]:
+    """Render (all files first, so a refused plan writes nothing) and write them as one set into ``out_dir``.
 
-    Shell scripts are made executable (0o755). Returns the written paths in render order.
+    ``extra_files`` (name -> text, e.g. ``plan.json``) join the same set. The folder is swapped in whole
+    (:func:`recommender.deploy.writer.write_file_set`): it holds the old set or the new one, never a mix.
+    Shell scripts are made executable (0o755). Returns the written deployment paths in render order.
     """
     files = render_deploy(plan_doc, rank, formats, checkpoint, plan_name=plan_name, gpus=gpus)
-    out = Path(out_dir)
-    return [atomic_write_text(out / name, text, 0o755 if name.endswith(".sh") else 0o644)
-            for name, text in files.items()]
+    label = f"plan rank {rank}" + (f" of {plan_name}" if plan_name else "")
+    paths = write_file_set(out_dir, {**(extra_files or {}), **files}, label=label)
+    return [p for p in paths if p.name in files]

@@ -27,7 +27,13 @@ from recommender.deploy.k8s import (
     shm_size,
     startup_failure_threshold,
 )
-from recommender.deploy.spec import DeploySpec, PoolSpec, comment_lines, dns_label
+from recommender.deploy.spec import (
+    DeploySpec,
+    PoolSpec,
+    comment_lines,
+    dns_label,
+    k8s_escape,
+)
 from recommender.deploy.vllm_cmd import (
     HTTP_PORT,
     IMAGE_TAG,
@@ -75,7 +81,8 @@ def _model_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     }
     if o.dtype:
         vllm_config["dtype"] = o.dtype
-    vllm_config["extraArgs"] = [a for g in extra_flag_groups(o) for a in g]
+    # the chart puts modelURL and extraArgs into the container's args, where Kubernetes expands $(VAR)
+    vllm_config["extraArgs"] = [k8s_escape(a) for g in extra_flag_groups(o) for a in g]
     name = deployment_name(spec, pool)
     annotations = {"recommender/plan": spec.plan_id, "recommender/plan-rank": str(spec.rank),
                    "recommender/plan-source": spec.plan_name, "recommender/modelled": spec.summary}
@@ -86,7 +93,7 @@ def _model_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         "podLabels": {"recommender/plan-id": dns_label(spec.plan_id, 63), "recommender/plan-rank": str(spec.rank)},
         "repository": VLLM_IMAGE.get(pool.gpu.vendor, VLLM_IMAGE["nvidia"]),
         "tag": IMAGE_TAG,
-        "modelURL": o.model,
+        "modelURL": k8s_escape(o.model),
         "replicaCount": pool.replicas,
         "requestCPU": int(cpu),
         "requestMemory": memory,

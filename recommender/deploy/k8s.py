@@ -25,8 +25,20 @@ from typing import Any
 
 import yaml
 
-from recommender.deploy.spec import DeploySpec, PoolSpec, comment_lines, dns_label
-from recommender.deploy.vllm_cmd import HTTP_PORT, NIXL_SIDE_CHANNEL_PORT, engine_options, image_for, serve_argv
+from recommender.deploy.spec import (
+    DeploySpec,
+    PoolSpec,
+    comment_lines,
+    dns_label,
+    k8s_escape,
+)
+from recommender.deploy.vllm_cmd import (
+    HTTP_PORT,
+    NIXL_SIDE_CHANNEL_PORT,
+    engine_options,
+    image_for,
+    serve_argv,
+)
 
 HF_CACHE_PATH = "/root/.cache/huggingface"
 HF_TOKEN_SECRET = "hf-token"
@@ -130,7 +142,7 @@ def engine_container(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         "name": "vllm",
         "image": image_for(pool),
         "command": ["vllm", "serve"],
-        "args": argv,
+        "args": [k8s_escape(a) for a in argv],  # Kubernetes expands $(VAR) in args; the names are validated too
         "env": env,
         "ports": ports,
         "resources": {"requests": {"cpu": cpu, "memory": memory, pool.gpu.k8s_resource: gpus},

@@ -30,6 +30,7 @@ from recommender.catalog import default_catalog
 from recommender.deploy.gpus import GpuFacts, GpuLookup, default_gpu_lookup
 from recommender.dtypes import SIXTEEN_BIT, WEIGHT_DTYPES
 from recommender.errors import DeployError, RecommenderError
+from recommender.hf_config import is_model_repo
 from recommender.perf.memory import weight_bytes
 
 #: bytes per parameter stored in a checkpoint of that dtype (scales / zero points ignored)
@@ -121,6 +122,27 @@ def _safe_text(s: str, what: str) -> str:
     if not s or any(ord(c) < 32 or ord(c) == 127 for c in s):
         raise DeployError(f"{what} {s!r} is empty or contains control characters; fix the plan or workload")
     return s
+
+
+#: a name vLLM serves the model under (``--served-model-name``): HF-id characters plus ':'
+SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}")
+
+
+def model_repo(s: str, what: str) -> str:
+    """``s`` if it is a Hugging Face repo id (``org/name``) or an absolute local path, else DeployError.
+
+    Nothing else may reach ``vllm serve``'s model argument: Kubernetes would expand ``$(VAR)`` in it (e.g.
+    ``$(HF_TOKEN)`` from the Secret the manifest mounts) and the shell form would see it as text.
+    """
+    if not is_model_repo(s):
+        raise DeployError(f"{what} {_printable(s)!r} is not a Hugging Face repo id (org/name: letters, digits, "
+                          f"'-', '_', '.'; at most 96 characters) nor an absolute local path; fix the plan or workload")
+    return s
+
+
+def k8s_escape(s: str) -> str:
+    """Escape ``$`` as ``$$`` so Kubernetes passes ``$(VAR)`` in container ``args`` / ``env`` values through literally."""
+    return s.replace("$", "$$")
 
 
 def dns_label(text: str, max_len: int = 40) -> str:
@@ -283,6 +305,8 @@ def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | Non
     """Pick plan ``rank`` from ``plan_doc`` and turn it into a checked :class:`DeploySpec`."""
     if not isinstance(plan_doc, Mapping):
         raise DeployError("plan JSON must be an object with 'workload' and 'plans'")
+    if checkpoint is not None:
+        model_repo(_safe_text(checkpoint, "--checkpoint"), "--checkpoint")
     workload = _get(plan_doc, "workload", "plan JSON", dict)
     plans = _get(plan_doc, "plans", "plan JSON", list)
     if not plans:
@@ -295,6 +319,9 @@ def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | Non
     where = f"plan {plan_id}"
     workload = _with_catalog_defaults(workload)
     hf_repo = _safe_text(_get(workload, "hf_repo", "workload", str), "workload hf_repo")
+    if hf_repo.startswith("-"):
+        raise DeployError(f"workload hf_repo {hf_repo!r} starts with '-', which vllm serve would read as a flag")
+    model_repo(hf_repo, "workload hf_repo")
     model_id = _safe_text(str(workload.get("model") or hf_repo), "workload model")
     ckpt_dtype = _get(workload, "checkpoint_dtype", "workload", str)
     lookup = gpus or default_gpu_lookup()
@@ -321,7 +348,7 @@ def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | Non
         _check_gpu(gpu, weight_dtype, kv_dtype, where=pw)
         ckpt = checkpoint or raw.get("checkpoint") or row.get("checkpoint")
         if ckpt is not None:
-            ckpt = _safe_text(str(ckpt), "checkpoint")
+            ckpt = model_repo(_safe_text(str(ckpt), "checkpoint"), "checkpoint")
         weights = resolve_weights(weight_dtype, ckpt_dtype, hf_repo, ckpt)
         if weights.model.startswith("-"):
             raise DeployError(f"{pw}: model {weights.model!r} starts with '-', which vllm serve would read as a flag")
@@ -345,9 +372,8 @@ def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | Non
         )
         _check_limits(pool, pw)
         pools.append(pool)
-    served = tuple(dict.fromkeys([hf_repo, model_id]))
-    if any(s.startswith("-") for s in served):
-        raise DeployError(f"served model name {served!r} starts with '-', which vllm serve would read as a flag")
+    # the catalog id is served as a second name only when it is a plain name (a config.json path is not)
+    served = tuple(dict.fromkeys([hf_repo] + ([model_id] if SERVED_NAME.fullmatch(model_id) else [])))
     workload_name = _safe_text(str(workload.get("name") or model_id), "workload name")
     return DeploySpec(
         plan_id=plan_id, rank=rank, plan_count=len(plans),

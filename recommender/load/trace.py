@@ -10,10 +10,12 @@ Arrival times are shifted so the first request arrives at 0.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from datetime import datetime
 from pathlib import Path
 
+from recommender.bounded import read_file_text
 from recommender.errors import ConfigError
 
 _ARRIVAL = ("arrival_s", "timestamp_s", "time_s", "timestamp")
@@ -39,7 +41,7 @@ def _seconds(text: str, path: Path, line: int) -> float:
 def read_trace(path: str | Path, limit: int | None = None) -> list[tuple[float, int, int]]:
     """Rows ``(arrival_s, prompt_tokens, output_tokens)`` sorted by arrival, first arrival at 0 s."""
     p = Path(path)
-    with p.open(newline="") as fh:
+    with io.StringIO(read_file_text(p, "trace file"), newline="") as fh:
         reader = csv.DictReader(fh)
         cols = {c.strip().lower(): c for c in (reader.fieldnames or [])}
 

@@ -26,7 +26,8 @@ from typing import Callable
 
 import numpy as np
 
-from recommender.errors import TrafficSourceError
+from recommender.bounded import load_json_text, read_file_text
+from recommender.errors import ConfigError, TrafficSourceError
 from recommender.replan.observation import InsufficientDataError, LengthObservation, Observation, RatePoint
 
 _TIME = ("timestamp", "time", "ts", "arrival_time", "created")
@@ -133,9 +134,11 @@ def _parse(text: str, where: str) -> RequestLog:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = load_json_text(line, f"{where}:{i}")
             except json.JSONDecodeError as e:
                 raise TrafficSourceError(f"{where}:{i}: not a JSON object ({e.msg})") from None
+            except ValueError as e:
+                raise TrafficSourceError(str(e)) from None
             if not isinstance(rec, dict):
                 raise TrafficSourceError(f"{where}:{i}: expected a JSON object per line")
             if cols is None:
@@ -181,11 +184,9 @@ def read_request_log(path: str | Path) -> RequestLog:
     """Read a JSONL or CSV request log file (see the module docstring for columns)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise TrafficSourceError(f"request log {p} does not exist") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise TrafficSourceError(f"request log {p} is unreadable ({e})") from None
+        text = read_file_text(p, "request log")
+    except ConfigError as e:
+        raise TrafficSourceError(str(e)) from None
     return parse_request_log(text, str(p))
 
 

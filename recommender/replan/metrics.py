@@ -27,7 +27,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from recommender.errors import TrafficSourceError
+from recommender.bounded import fetch_url_bytes, load_json_text, read_file_text
+from recommender.errors import ConfigError, TrafficSourceError
 from recommender.replan.observation import (
     EMPTY_HISTOGRAM, Histogram, InsufficientDataError, LengthObservation, Observation, RatePoint,
 )
@@ -121,8 +122,9 @@ def parse_exposition(text: str, url: str, time_s: float) -> Scrape:
 def fetch_url(url: str, timeout_s: float) -> str:
     """GET ``url`` and return its body; any network/HTTP failure is a TrafficSourceError."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (user-given http(s) URL)
-            body = resp.read()
+        body = fetch_url_bytes(url, timeout_s, "metrics endpoint")
+    except ConfigError as e:
+        raise TrafficSourceError(str(e)) from None
     except urllib.error.HTTPError as e:
         raise TrafficSourceError(f"metrics endpoint {url} answered HTTP {e.code} {e.reason}; check the URL "
                                  f"(vLLM serves /metrics on its API port)") from None
@@ -139,10 +141,10 @@ def fetch_url(url: str, timeout_s: float) -> str:
 def load_state(path: Path) -> dict[str, Scrape]:
     """Previous scrape per URL; a missing file is an empty state, a corrupt one is an error."""
     try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, json.JSONDecodeError) as e:
+        if not path.exists():
+            return {}
+        doc = load_json_text(read_file_text(path, "replan state file"), str(path))
+    except (OSError, ValueError) as e:
         raise TrafficSourceError(f"replan state file {path} is unreadable ({e}); delete it to start a fresh "
                                  f"baseline") from None
     try:
@@ -156,7 +158,7 @@ def save_state(path: Path, scrapes: Mapping[str, Scrape]) -> None:
     """Write the state atomically (temp file in the same folder, then ``os.replace``); keeps other URLs."""
     old = {}
     try:
-        old = json.loads(path.read_text()).get("scrapes", {})
+        old = load_json_text(read_file_text(path, "replan state file"), str(path)).get("scrapes", {})
     except (OSError, ValueError, AttributeError):
         old = {}
     old.update({url: s.to_json() for url, s in scrapes.items()})

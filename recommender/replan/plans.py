@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from recommender.bounded import load_json_text, read_file_text
 from recommender.errors import ConfigError
 
 # row keys that follow from the replica count (not part of the shape)
@@ -26,11 +27,12 @@ _POOL_DERIVED = {"replicas", "kv_capacity_tokens"}
 def load_plan(path: str | Path) -> dict[str, Any]:
     """Read a plan JSON file (``recommend --format json``) and check it has a usable rank-1 row."""
     p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"current plan {p} does not exist; create it with `recommend WORKLOAD --format json > {p}`")
+    text = read_file_text(p, "current plan")
     try:
-        doc = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"current plan {p} does not exist; create it with `recommend WORKLOAD --format json > {p}`") from None
-    except (OSError, json.JSONDecodeError) as e:
+        doc = load_json_text(text, str(p))
+    except ValueError as e:
         raise ConfigError(f"current plan {p} is not valid JSON ({e}); pass a file written by "
                           f"`recommend --format json`") from None
     check_plan(doc, str(p))
