@@ -89,7 +89,7 @@ from recommender.load.percentiles import IdentityCache
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
 from recommender.load.summaries import _basis, _mean, cost_summary, lengths
 
-GRID = 9  # prompt-length quantile levels at which a prefill step is timed exactly
+GRID = 6  # prompt-length quantile levels at which a prefill step is timed exactly
 KV_HEADROOM_SD = 3.0  # KV demand counted as mean + 3 standard deviations of the running batch's KV
 
 
@@ -119,6 +119,7 @@ class PoolInputs:
     grid_p: np.ndarray  # prompt lengths at GRID quantile levels (ascending), with their
     grid_pc: np.ndarray  # tokens to prefill
     grid_h: np.ndarray  # and prefix-cache hits
+    grid_weights: np.ndarray  # mean over points of each grid value's linear-interpolation weight
 
 
 _inputs_cache = IdentityCache(64)
@@ -159,6 +160,8 @@ def pool_inputs(
             E_ov=np.where(short, nn / 2.0, M - M * M / (2.0 * nn)),
             E_ov2=np.where(short, nn * nn / 3.0, M * M - 2.0 * M**3 / (3.0 * nn)),
             grid_p=gp, grid_pc=Pc[idx], grid_h=hit[idx],
+            grid_weights=np.array([_mean(np.interp(P, gp, np.eye(gp.size)[j])) for j in range(gp.size)]) if gp.size > 1
+            else np.ones(1),
         )
 
     return _inputs_cache.get((prompt, output, float(fraction), int(block), bool(caching), mode), make)
@@ -357,23 +360,29 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
 
     slopes: list[float] = []
 
-    def one_step_times(b: float, C: float, affine: np.ndarray, w: np.ndarray, const: float) -> np.ndarray | None:
-        """Per point, the time of a step carrying ``b`` decoders and the whole (uncached part of the)
-        prompt, where it fits the ``C`` tokens left: the affine expansion ``affine`` (exact for a
-        linear cost) corrected by its error at ``GRID`` quantiles of the prompt, where ``step_s`` is
-        called, interpolated in the prompt length (the roofline kinks of the GEMMs and of attention
-        are where an expansion around a full chunk goes wrong)."""
+    g_kv, g_fl = cs.prefill_cost(inp.grid_pc, inp.grid_h)
+    g_basis = np.array(_basis(inp.grid_pc, inp.grid_h))
+
+    def one_step_error(b: float, C: float, w: np.ndarray, const: float) -> tuple[np.ndarray, np.ndarray]:
+        """(grid points whose whole prompt fits the ``C`` tokens left, ``step_s`` minus the affine
+        expansion there) for a step carrying ``b`` decoders and one whole (uncached part of a) prompt.
+        The roofline kinks of the GEMMs and of attention are where an expansion around a full chunk
+        goes wrong; the error is interpolated in the prompt length between ``GRID`` prompt quantiles."""
         sel = inp.grid_pc <= C
         if not sel.any():
-            return None
-        gp, gpc, gh = inp.grid_p[sel], inp.grid_pc[sel], inp.grid_h[sel]
-        kvp, flp = cs.prefill_cost(gpc, gh)
+            return sel, np.zeros(0)
         bkv, bfl = b * kv_d, b * fl_d
-        exact = np.array([step(b + float(pc), bkv + float(k), bfl + float(f)) for pc, k, f in zip(gpc, kvp, flp)])
-        approx = const + w @ np.array(_basis(gpc, gh))
-        if exact.size == 1:
-            return affine + (exact[0] - approx[0])
-        return affine + np.interp(inp.P, gp, exact - approx)
+        exact = [step(b + float(pc), bkv + float(k), bfl + float(f))
+                 for pc, k, f in zip(inp.grid_pc[sel], g_kv[sel], g_fl[sel])]
+        return sel, np.asarray(exact) - (const + w @ g_basis[:, sel])
+
+    def one_step_times(sel: np.ndarray, err: np.ndarray, affine: np.ndarray) -> np.ndarray | None:
+        """Per point, the affine time of a one-step prefill corrected by the interpolated error."""
+        if not sel.any():
+            return None
+        if err.size == 1:
+            return affine + err[0]
+        return affine + np.interp(inp.P, inp.grid_p[sel], err)
 
     def evaluate(x: float, arrays: bool = False) -> dict:  # arrays: refresh the slopes
         b = min(x, c - 1.0)
@@ -398,8 +407,13 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
         const = t_full - g_t * C - g_kv * kv_c - g_fl * fl_c  # affine step time of a chunk: const + w . basis
         w = g_kv * pkv + g_fl * pfl
         w[1] += g_t
+        sel, err = one_step_error(b, C, w, const)
+        if not arrays and sel.all() and not (chunked and inp.max_pc > C):
+            # one step each: the mean is linear in the basis means and the grid errors
+            E_own = max(t_d0, const + float(w @ inp.E_basis) + float(err @ inp.grid_weights))
+            return dict(x=x, b=b, t_d0=t_d0, C=C, E_own=E_own, E_n=1.0, own=None, n=1.0, **_fixed_point(E_own, 1.0, t_d0))
         affine = const + w @ inp.basis
-        single = one_step_times(b, C, affine, w, const)
+        single = one_step_times(sel, err, affine)
         if chunked and inp.max_pc > C:
             n, full, last = _chunk_bases(inp, C)
             own = (n - 1.0) * const + w @ full + np.maximum(t_d0, const + w @ last)
@@ -411,13 +425,16 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
             own = np.maximum(t_d0, single if single is not None else affine)
             E_n = 1.0
         E_own = _mean(own)
+        return dict(x=x, b=b, t_d0=t_d0, C=C, E_own=E_own, E_n=E_n, own=own, n=n, **_fixed_point(E_own, E_n, t_d0))
+
+    def _fixed_point(E_own: float, E_n: float, t_d0: float) -> dict:
         E_delta = E_own - E_n * t_d0
         m = lam * E_delta  # fraction of time that is prefill work on top of the decode steps
         if decodes and m < 1.0:
             x_new = lam * E_Om1 * t_d0 / (1.0 - m)
         else:
             x_new = 0.0 if m < 1.0 else math.inf
-        return dict(x=x, b=b, t_d0=t_d0, C=C, m=m, E_own=E_own, E_n=E_n, E_delta=E_delta, x_new=x_new, own=own, n=n)
+        return dict(m=m, E_delta=E_delta, x_new=x_new)
 
     def lane_share(s: dict) -> float:  # scalar approximation of E[max(Pc / C, 1 / k)] T_d0 (see below)
         k = 1.0 + lam * (s["t_d0"] + s["E_delta"])

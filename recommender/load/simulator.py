@@ -69,8 +69,11 @@ class SimResult:
     ``output_tokens_per_s`` / ``requests_per_s`` are over ``duration_s`` = first arrival to last
     completion (what ``vllm bench serve`` reports); ``mean_in_system`` is the time average of waiting +
     running requests over that span (Little's law: ``mean_in_system = requests_per_s * e2e mean``).
-    ``stable`` is a heuristic: False when the waiting queue at the last arrival holds more than 5% of
-    all requests (and at least 20), i.e. the queue was still growing.
+    Steady state over the second half of the arrivals (from the median arrival to the last one):
+    ``served_fraction`` = requests completed in that window / requests that arrived in it, for the
+    whole window and for its last half (``served_fraction_late``). Completions minus arrivals is the
+    change of the number in system, so a growing queue shows as a fraction below 1. ``stable``:
+    both at least ``STABLE_SERVED_FRACTION`` (98%).
     """
 
     ttft_s: Percentiles
@@ -89,6 +92,9 @@ class SimResult:
     steps: int
     timeseries: TimeSeries
     prefill_timeseries: TimeSeries | None = None
+    served_fraction: float = 1.0
+    served_fraction_late: float = 1.0
+    warmup_requests: int = 0
 
 
 @dataclass
@@ -112,7 +118,6 @@ class _ReplicaStats:
     busy_s: float = 0.0
     in_system_integral: float = 0.0
     running_integral: float = 0.0
-    queue_at_last_arrival: int = 0
     samples: list[tuple[int, int, float]] | None = None
     interval_s: float = 0.0
 
@@ -207,8 +212,6 @@ def _run_replica(
             waiting.append(r)
             st.in_system_integral += now - arrival[r]
             i_next += 1
-            if i_next == m:
-                st.queue_at_last_arrival = len(waiting)
         if not running and not waiting:
             if i_next >= m:
                 break
@@ -465,7 +468,7 @@ def _result(
     multi = keep & (out > 1)
     tpot = (fin[multi] - f1[multi]) / (out[multi] - 1.0)
     in_system = sum(s.in_system_integral for s in stats) + extra_in_system_s
-    queue_last = sum(s.queue_at_last_arrival for s in stats)
+    served, served_late = served_fractions(arr, finish)
     return SimResult(
         ttft_s=Percentiles.from_samples(f1[keep] - a[keep]),
         tpot_s=Percentiles.from_samples(tpot),
@@ -479,11 +482,34 @@ def _result(
         mean_running_batch=sum(s.running_integral for s in stats) / duration / replicas,
         mean_in_system=in_system / duration,
         busy_fraction=sum(s.busy_s for s in stats) / duration / replicas,
-        stable=not (queue_last > 0.05 * n and queue_last >= 20),
+        stable=served >= STABLE_SERVED_FRACTION and served_late >= STABLE_SERVED_FRACTION,
         steps=sum(s.steps for s in stats),
         timeseries=ts,
         prefill_timeseries=prefill_ts,
+        served_fraction=served,
+        served_fraction_late=served_late,
+        warmup_requests=int(min(warmup_requests, n - 1)),
     )
+
+
+STABLE_SERVED_FRACTION = 0.98
+
+
+def served_fractions(arrivals: Sequence[float], finishes: Sequence[float]) -> tuple[float, float]:
+    """(completions / arrivals over [median arrival, last arrival], the same over its last half)."""
+    a = np.sort(np.asarray(arrivals, dtype=float))
+    f = np.asarray(finishes, dtype=float)
+    n = a.size
+    if n < 40:
+        return 1.0, 1.0
+
+    def frac(t0: float, t1: float) -> float:
+        came = np.count_nonzero((a > t0) & (a <= t1))
+        done = np.count_nonzero((f > t0) & (f <= t1))
+        return done / came if came else 1.0
+
+    t_mid, t_late, t_end = float(a[n // 2]), float(a[(3 * n) // 4]), float(a[-1])
+    return float(frac(t_mid, t_end)), float(frac(t_late, t_end))
 
 
 def _interval(arr: list[float], sample_interval_s: float | None) -> float:

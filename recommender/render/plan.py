@@ -71,7 +71,22 @@ def render_table(plan: Plan) -> str:
     m = plan.meta
     foot = (f"{m.get('trials')} trials, {m.get('evaluations')} configurations evaluated in {m.get('seconds')} s "
             f"(seed {m.get('seed')}); replicas sized for +{m.get('headroom', 0):.0%} headroom; latencies at the workload's rate.")
-    return "\n".join([head, "", body, "", plan.why, foot])
+    lines = [head, "", body, "", plan.why, foot]
+    verified = verified_line(plan)
+    if verified:
+        lines.append(verified)
+    return "\n".join(lines)
+
+
+def verified_line(plan: Plan) -> str:
+    """How long each verified row ran in the simulator (empty when none was verified)."""
+    runs = [(r.rank, r.simulated) for r in plan.rows if r.simulated and r.simulated.get("requests")]
+    if not runs:
+        return ""
+    each = ", ".join(f"rank {rank} {sim['requests']:,}" for rank, sim in runs)
+    warm = max(int(sim.get("warmup_requests") or 0) * 100 // max(int(sim["requests"]), 1) for _, sim in runs)
+    return (f"Verified in the simulator (requests per plan): {each}; first {warm}% discarded as warm-up; "
+            "each served >= 98% of its offered load over the second half.")
 
 
 def render_json(plan: Plan) -> str:

@@ -29,7 +29,7 @@ class _SearchPolicySpec(BaseModel):
     kv_transfer_latency_s: float = Field(0.002, ge=0)
     max_replicas: int = Field(256, gt=0)
     verify: int = Field(3, ge=0)
-    verify_requests: int = Field(1000, gt=0)
+    verify_requests: int = Field(20000, gt=0)  # at most, per verified plan (search/verify.py sizes the run)
     quality_risk_dtypes: list[str] = ["int4", "fp4"]
 
 
@@ -53,7 +53,7 @@ class SearchPolicy:
     kv_transfer_latency_s: float = 0.002
     max_replicas: int = 256
     verify: int = 3
-    verify_requests: int = 1000
+    verify_requests: int = 20000
     quality_risk_dtypes: tuple[str, ...] = ("int4", "fp4")
 
 

@@ -1,8 +1,18 @@
 """Verify the top plans in the discrete-event simulator and drop the ones it shows breaking an SLO.
 
-The analytic load model ranks thousands of candidates; the simulator replays ``verify_requests``
-seeded requests through a vLLM-like scheduler for the few that matter. A row whose simulated
-percentile exceeds its SLO is dropped and the next analytic row takes its place (re-ranked).
+The analytic load model ranks thousands of candidates; the simulator replays seeded requests through
+a vLLM-like scheduler for the few that matter, long enough to be in steady state:
+
+* run length (``verify_run_length``): enough requests that ``TAIL_SAMPLES`` of them lie beyond the
+  asked percentile, ``TAIL_SAMPLES / (1 - q)``, stretched by ``(1 + rho) / (1 - rho)`` (the correlation
+  time of a queue at utilisation ``rho``: consecutive waits are not independent), then the warm-up;
+  at least ``MIN_REQUESTS``, at most the policy's ``verify_requests``;
+* warm-up: the first ``WARMUP_FRACTION`` of the requests are left out of the percentiles;
+* stability: over the second half of the arrivals the simulator served at least 98% of what arrived,
+  and so over its last quarter (``SimResult.stable``): a queue that keeps growing fails.
+
+A row that breaks an SLO at its percentile or is unstable is dropped and the next analytic row is
+verified in its place, until ``k`` rows pass (or ``3 k`` were tried); then the list is re-ranked.
 """
 
 from __future__ import annotations
@@ -15,8 +25,24 @@ from recommender.plan import PlanRow
 from recommender.search.evaluate import Evaluation, SearchContext, kv_transfer_s_per_token
 from recommender.search.recommend_rows import more_rows
 
+TAIL_SAMPLES = 200  # requests beyond the percentile: its estimate then has ~7% relative noise in the count
+MIN_REQUESTS = 2000
+WARMUP_FRACTION = 0.2
+_TAIL = {"p50": 0.5, "p90": 0.1, "p95": 0.05, "p99": 0.01, "mean": 0.5}
 
-def simulate_evaluation(ctx: SearchContext, ev: Evaluation, n_requests: int, seed: int) -> Any:
+
+def verify_run_length(*, utilisation: float, percentiles: Sequence[str], max_requests: int) -> tuple[int, int]:
+    """(requests to simulate, warm-up requests) for a plan at ``utilisation`` checked at ``percentiles``:
+    ``n = TAIL_SAMPLES / tail x (1 + rho) / (1 - rho) / (1 - WARMUP_FRACTION)``, clamped to
+    ``[MIN_REQUESTS, max_requests]`` (``rho`` capped at 0.95)."""
+    tail = min((_TAIL.get(p, 0.1) for p in percentiles), default=0.1)
+    rho = min(max(utilisation, 0.0), 0.95) if math.isfinite(utilisation) else 0.95
+    n = TAIL_SAMPLES / tail * (1.0 + rho) / (1.0 - rho) / (1.0 - WARMUP_FRACTION)
+    n_req = int(min(max(math.ceil(n), MIN_REQUESTS), max(max_requests, 1)))
+    return n_req, int(n_req * WARMUP_FRACTION)
+
+
+def simulate_evaluation(ctx: SearchContext, ev: Evaluation, n_requests: int, seed: int, warmup_requests: int = 0) -> Any:
     """Run the simulator for one evaluated plan at the workload's rate."""
     from recommender.load import simulate, simulate_disaggregated
 
@@ -31,10 +57,11 @@ def simulate_evaluation(ctx: SearchContext, ev: Evaluation, n_requests: int, see
         pp, dp = ev.pools
         return simulate_disaggregated(costs[0], pp.limits, pp.replicas, costs[1], dp.limits, dp.replicas,
                                       kv_transfer_s_per_token(ctx, c), rate, w.prompt_tokens, w.output_tokens,
-                                      n_requests=n_requests, seed=seed, shared_prefix_fraction=w.shared_prefix_fraction)
+                                      n_requests=n_requests, seed=seed, shared_prefix_fraction=w.shared_prefix_fraction,
+                                      warmup_requests=warmup_requests)
     p = ev.pools[0]
     return simulate(costs[0], p.limits, rate, w.prompt_tokens, w.output_tokens, n_requests=n_requests, seed=seed,
-                    replicas=p.replicas, shared_prefix_fraction=w.shared_prefix_fraction)
+                    replicas=p.replicas, shared_prefix_fraction=w.shared_prefix_fraction, warmup_requests=warmup_requests)
 
 
 def sim_summary(res: Any) -> dict[str, Any]:
@@ -43,10 +70,17 @@ def sim_summary(res: Any) -> dict[str, Any]:
         out[f"{m}_s"] = getattr(res, f"{m}_s").to_dict()
     out["completed"] = getattr(res, "completed", None)
     out["preempted"] = getattr(res, "preempted", None)
+    out["requests"] = getattr(res, "completed", None)
+    out["warmup_requests"] = getattr(res, "warmup_requests", 0)
+    out["served_fraction"] = round(float(getattr(res, "served_fraction", 1.0)), 4)
+    out["stable"] = bool(getattr(res, "stable", True))
     return out
 
 
 def meets(ctx: SearchContext, sim: dict[str, Any]) -> bool:
+    """Stable, and every SLO met at its percentile."""
+    if not sim.get("stable", True):
+        return False
     for s in ctx.workload.slos:
         v = sim[f"{s.metric}_s"].get(s.percentile)
         if v is None or not math.isfinite(v) or v > s.limit_s:
@@ -56,16 +90,20 @@ def meets(ctx: SearchContext, sim: dict[str, Any]) -> bool:
 
 def verify_rows(ctx: SearchContext, rows: Sequence[PlanRow], evaluations: Sequence[Evaluation], k: int, seed: int,
                 top: int) -> list[PlanRow]:
-    """Simulate the first ``k`` rows; drop failures, refill from the remaining ranked rows, re-rank."""
+    """Simulate rows in rank order until ``k`` pass (at most ``3 k`` tried); drop failures, re-rank."""
     pool = list(rows) + more_rows(ctx, evaluations, rows, extra=2 * k)
     kept: list[PlanRow] = []
-    checked = 0
+    passed = tried = 0
+    pcts = [s.percentile for s in ctx.workload.slos] or ["p90"]
     for r in pool:
-        if checked < k:
-            sim = sim_summary(simulate_evaluation(ctx, r.evaluation, ctx.policy.verify_requests, seed))
-            checked += 1
+        if passed < k and tried < 3 * k:
+            n, warm = verify_run_length(utilisation=r.evaluation.utilisation, percentiles=pcts,
+                                        max_requests=ctx.policy.verify_requests)
+            sim = sim_summary(simulate_evaluation(ctx, r.evaluation, n, seed, warm))
+            tried += 1
             if not meets(ctx, sim):
                 continue
+            passed += 1
             r = dataclasses.replace(r, simulated=sim)
         kept.append(r)
         if len(kept) >= top:
