@@ -93,9 +93,19 @@ class EstimateRequest:
     max_model_len: int | None = None
 
 
-def _positive(name: str, v: int | None) -> None:
-    if v is not None and v <= 0:
-        raise ConfigError(f"{name} must be a positive number of tokens/sequences, got {v}")
+#: largest values estimate accepts (refused before any loop; workload.MAX_TOKENS is the token bound)
+MAX_SEQS = 1_000_000
+MAX_REPLICAS = 100_000
+MAX_TP = 1024
+MAX_RATE_PER_S = 1e6
+
+
+def _positive(name: str, v: int | None, cap: int | None = None) -> None:
+    from recommender.workload import MAX_TOKENS
+
+    cap = MAX_TOKENS if cap is None else cap
+    if v is not None and not 0 < v <= cap:
+        raise ConfigError(f"{name} must be a positive number of tokens/sequences up to {cap:,}, got {v}")
 
 
 def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineProfile | None = None) -> tuple[Deployment, Load]:
@@ -103,11 +113,15 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
     cat = catalog or default_catalog()
     model = cat.model(req.model)
     gpu = cat.gpu(req.gpu)
-    for name, v in (("--tp", req.tp), ("--replicas", req.replicas), ("--batch", req.batch),
-                    ("--context", req.context_tokens), ("--prompt-tokens", req.prompt_tokens),
-                    ("--output-tokens", req.output_tokens), ("--max-num-seqs", req.max_num_seqs),
-                    ("--max-num-batched-tokens", req.max_num_batched_tokens)):
-        _positive(name, v)
+    for name, v, cap in (("--tp", req.tp, MAX_TP), ("--replicas", req.replicas, MAX_REPLICAS),
+                         ("--batch", req.batch, MAX_SEQS), ("--context", req.context_tokens, None),
+                         ("--prompt-tokens", req.prompt_tokens, None), ("--output-tokens", req.output_tokens, None),
+                         ("--max-num-seqs", req.max_num_seqs, MAX_SEQS),
+                         ("--max-num-batched-tokens", req.max_num_batched_tokens, None),
+                         ("--max-model-len", req.max_model_len, None)):
+        _positive(name, v, cap)
+    if req.usd_per_gpu_hour is not None and not (math.isfinite(req.usd_per_gpu_hour) and 0 < req.usd_per_gpu_hour <= 1000):
+        raise ConfigError(f"--price {req.usd_per_gpu_hour}: USD per GPU-hour must be above 0 and at most 1000")
     if not 0.05 <= req.gpu_memory_utilization <= 1.0:
         raise ConfigError(f"--gpu-memory-utilization {req.gpu_memory_utilization} must be in [0.05, 1.0]")
     wd = (req.weight_dtype or native_weight_dtype(model)).lower()
@@ -131,7 +145,7 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
                 n = units.parse_count(conc, "--concurrency")
             except Exception:
                 raise ConfigError(f"--concurrency {req.concurrency!r}: an integer or 'max'") from None
-            _positive("--concurrency", n)
+            _positive("--concurrency", n, MAX_SEQS)
         if not has_req:
             raise ConfigError("--concurrency needs --prompt-tokens and --output-tokens")
         p_tok, o_tok = req.prompt_tokens or 0, req.output_tokens or 0
@@ -192,8 +206,8 @@ def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, re
     from recommender.perf.step import StepCostModel
     from recommender.workload import LengthDist
 
-    if rate_per_s <= 0:
-        raise ConfigError(f"--rate {rate_per_s}: requests per second must be > 0")
+    if not (math.isfinite(rate_per_s) and 0 < rate_per_s <= MAX_RATE_PER_S):
+        raise ConfigError(f"--rate {rate_per_s}: requests per second must be above 0 and at most {MAX_RATE_PER_S:g}")
     if load.mode == LoadMode.CONTEXT:
         raise ConfigError("--rate needs --prompt-tokens and --output-tokens (whole requests), not --context")
     cost = StepCostModel.build(dep)

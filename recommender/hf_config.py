@@ -250,6 +250,41 @@ def is_model_repo(s: str) -> bool:
     return len(s) <= 4096 and LOCAL_MODEL_PATH.fullmatch(s) is not None and "/../" not in s + "/"
 
 
+#: upper bounds of config.json sizes (10x the largest published model's value, so typos and attacks stop here)
+ARCH_LIMITS: Mapping[str, int] = {
+    "hidden_size": 1_000_000, "num_layers": 10_000, "num_heads": 10_000, "num_kv_heads": 10_000,
+    "head_dim": 10_000, "intermediate_size": 10_000_000, "vocab_size": 100_000_000,
+    "max_position_embeddings": 1_000_000_000,
+}
+
+
+def check_arch(m: ModelArch) -> ModelArch:
+    """Refuse sizes no model has: every size positive and below ARCH_LIMITS, KV heads dividing the heads,
+    heads x head_dim = hidden size unless config.json states head_dim, top-k <= experts, windows positive."""
+    for name, cap in ARCH_LIMITS.items():
+        v = getattr(m, name)
+        if not 0 < v <= cap:
+            raise UnsupportedArchitectureError(f"config.json: {name} must be in 1..{cap:,}, got {v}")
+    if m.num_heads % m.num_kv_heads:
+        raise UnsupportedArchitectureError(f"config.json: num_key_value_heads ({m.num_kv_heads}) must divide "
+                                           f"num_attention_heads ({m.num_heads})")
+    if m.mla is None and m.head_dim * m.num_heads != m.hidden_size and m.hidden_size % m.num_heads:
+        raise UnsupportedArchitectureError(f"config.json: num_attention_heads ({m.num_heads}) must divide hidden_size "
+                                           f"({m.hidden_size}) or head_dim must be given")
+    if m.sliding_window is not None and m.sliding_window <= 0:
+        raise UnsupportedArchitectureError(f"config.json: sliding_window must be positive, got {m.sliding_window}")
+    if m.moe is not None:
+        e = m.moe
+        if not 0 < e.num_experts <= 100_000 or not 0 < e.top_k <= e.num_experts:
+            raise UnsupportedArchitectureError(f"config.json: need 1 <= experts per token ({e.top_k}) <= experts "
+                                               f"({e.num_experts}) <= 100,000")
+        if e.expert_intermediate_size <= 0 or e.shared_intermediate_size < 0:
+            raise UnsupportedArchitectureError("config.json: expert intermediate sizes must be positive")
+    if m.params.total <= 0:
+        raise UnsupportedArchitectureError("config.json: the sizes give no parameters")
+    return m
+
+
 def arch_from_config(cfg: Mapping[str, Any], model_id: str = "", hf_repo: str = "",
                      checkpoint_dtype: str | None = None) -> ModelArch:
     """Build a :class:`ModelArch` from a parsed HF ``config.json`` mapping.
@@ -259,10 +294,10 @@ def arch_from_config(cfg: Mapping[str, Any], model_id: str = "", hf_repo: str = 
     never a bare ``TypeError`` / ``ValueError``.
     """
     try:
-        return _arch_from_config(cfg, model_id, hf_repo, checkpoint_dtype)
+        return check_arch(_arch_from_config(cfg, model_id, hf_repo, checkpoint_dtype))
     except UnsupportedArchitectureError:
         raise
-    except (TypeError, ValueError, AttributeError, KeyError) as e:
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as e:
         mt = cfg.get("model_type") if isinstance(cfg, Mapping) else None
         raise UnsupportedArchitectureError(
             f"config.json (model_type {mt!r}) has a field of the wrong type or shape: {e}") from None

@@ -10,6 +10,7 @@ binary prefixes (KiB, MiB, GiB, TiB) are 1024-based.
 
 from __future__ import annotations
 
+import math
 import re
 
 from recommender.errors import UnitError
@@ -33,11 +34,15 @@ def _split(text: str | float | int, what: str) -> tuple[float, str]:
     if isinstance(text, bool):
         raise UnitError(f"{what}: expected a number with a unit, got {text!r}")
     if isinstance(text, (int, float)):
-        return float(text), ""
-    m = re.fullmatch(r"\s*" + _NUMBER + r"\s*([A-Za-z/%$µ]*)\s*", str(text).replace(",", "").replace("_", ""))
-    if not m:
-        raise UnitError(f"{what}: cannot read {text!r} as a number with a unit")
-    return float(m.group(1)), m.group(2)
+        value, unit = float(text), ""
+    else:
+        m = re.fullmatch(r"\s*" + _NUMBER + r"\s*([A-Za-z/%$µ]*)\s*", str(text).replace(",", "").replace("_", ""))
+        if not m:
+            raise UnitError(f"{what}: cannot read {text!r} as a number with a unit")
+        value, unit = float(m.group(1)), m.group(2)
+    if not math.isfinite(value):
+        raise UnitError(f"{what}: {text!r} is not a finite number")
+    return value, unit
 
 
 def _prefix(unit: str, base: str, text: object, what: str) -> float:
@@ -91,12 +96,17 @@ def parse_duration_s(text: str | float | int, what: str = "duration") -> float:
 def parse_usd_per_hour(text: str | float | int, what: str = "price") -> float:
     """'$2.49/h', '2.49', '2.49/hr' -> 2.49 USD per hour."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if not math.isfinite(text):
+            raise UnitError(f"{what}: {text!r} is not a finite price")
         return float(text)
     s = str(text).strip().replace(" ", "")
     m = re.fullmatch(r"\$?" + _NUMBER + r"(?:/(?:h|hr|hour))?", s)
     if not m:
         raise UnitError(f"{what}: cannot read {text!r} as USD per hour (e.g. '$2.49/h')")
-    return float(m.group(1))
+    value = float(m.group(1))
+    if not math.isfinite(value):
+        raise UnitError(f"{what}: {text!r} is not a finite price")
+    return value
 
 
 def parse_count(text: str | float | int, what: str = "count") -> int:

@@ -37,6 +37,16 @@ from recommender.errors import ConfigError
 from recommender.yamlfile import read_yaml_file, validation_message
 
 PERCENTILES = ("mean", "p50", "p90", "p95", "p99")
+#: physical ranges accepted at the edge (larger values are typos or attacks, and would make loops spin):
+#: 10 M tokens per prompt or output (above the longest context any catalog model supports), 1 M requests/s,
+#: 1e15 offline requests, 100,000 GPUs, 1,000 USD per GPU-hour, 1 M samples / buckets in a distribution
+MAX_TOKENS = 10_000_000
+MAX_RATE_PER_S = 1e6
+MAX_OFFLINE_REQUESTS = 10**15
+MAX_GPUS = 100_000
+MAX_USD_PER_GPU_HOUR = 1000.0
+MAX_DIST_POINTS = 1_000_000
+MAX_SLO_S = 7 * 24 * 3600.0
 DEFAULT_PERCENTILE = "p90"
 SLO_METRICS = ("ttft", "tpot", "e2e")
 _QUANTILE_GRID = 2001  # points used to tabulate a distribution's quantile function
@@ -70,8 +80,8 @@ class Slo:
             limit_s = units.parse_duration_s(limit, f"SLO {text!r}")
         except Exception as e:  # UnitError is a ConfigError-like user error
             raise ConfigError(str(e)) from None
-        if limit_s <= 0:
-            raise ConfigError(f"SLO {text!r}: the limit must be positive")
+        if not math.isfinite(limit_s) or limit_s <= 0 or limit_s > MAX_SLO_S:
+            raise ConfigError(f"SLO {text!r}: the limit must be positive and at most a week")
         return Slo(metric, limit_s, pct)
 
 
@@ -265,17 +275,20 @@ def _replace(obj: Any, **kw: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 # pydantic edge
 # ---------------------------------------------------------------------------------------------
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
 class _DistSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
     dist: Literal["constant", "normal", "lognormal", "empirical", "histogram"]
-    value: int | None = Field(default=None, gt=0)
-    mean: float | None = Field(default=None, gt=0)
-    std: float | None = Field(default=None, ge=0)
-    min: int = Field(default=1, gt=0)
-    max: int | None = Field(default=None, gt=0)
-    samples: list[int] | None = None
-    edges: list[float] | None = None
-    counts: list[float] | None = None
+    value: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    mean: float | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    std: float | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    min: int = Field(default=1, gt=0, le=MAX_TOKENS)
+    max: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    samples: list[int] | None = Field(default=None, max_length=MAX_DIST_POINTS)
+    edges: list[float] | None = Field(default=None, max_length=MAX_DIST_POINTS)
+    counts: list[float] | None = Field(default=None, max_length=MAX_DIST_POINTS)
 
     @model_validator(mode="after")
     def _check(self) -> "_DistSpec":
@@ -284,8 +297,14 @@ class _DistSpec(BaseModel):
         for n in need:
             if getattr(self, n) is None:
                 raise ValueError(f"dist {self.dist} needs '{n}'")
-        if self.samples is not None and any(s <= 0 for s in self.samples):
-            raise ValueError("samples must be positive token counts")
+        if self.samples is not None and any(s <= 0 or s > MAX_TOKENS for s in self.samples):
+            raise ValueError(f"samples must be positive token counts up to {MAX_TOKENS:,}")
+        if self.edges is not None and any(not 0 < e <= MAX_TOKENS for e in self.edges):
+            raise ValueError(f"edges must be positive token counts up to {MAX_TOKENS:,}")
+        if self.counts is not None and any(c < 0 for c in self.counts):
+            raise ValueError("counts must be >= 0")
+        if self.dist in ("normal", "lognormal") and self.max is None and (self.mean or 0) + 6 * (self.std or 0) > MAX_TOKENS:
+            raise ValueError(f"mean + 6 std exceeds {MAX_TOKENS:,} tokens; give 'max' to clip the tail")
         if self.max is not None and self.max < self.min:
             raise ValueError("max must be >= min")
         return self
@@ -309,8 +328,8 @@ def _dist_from_any(v: Any) -> Any:
 
 
 class _Offline(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    requests: int = Field(gt=0)
+    model_config = _STRICT
+    requests: int = Field(gt=0, le=MAX_OFFLINE_REQUESTS)
     deadline: str | float
 
     @field_validator("requests", mode="before")
@@ -320,8 +339,8 @@ class _Offline(BaseModel):
 
 
 class _Traffic(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    arrival_rate: float | None = Field(default=None, gt=0)
+    model_config = _STRICT
+    arrival_rate: float | None = Field(default=None, gt=0, le=MAX_RATE_PER_S)
     offline: _Offline | None = None
 
     @model_validator(mode="after")
@@ -334,15 +353,15 @@ class _Traffic(BaseModel):
 class WorkloadSpec(BaseModel):
     """The YAML schema of a workload file (validated, then turned into :class:`Workload`)."""
 
-    model_config = ConfigDict(extra="forbid")
-    name: str | None = None
-    model: str
+    model_config = _STRICT
+    name: str | None = Field(default=None, max_length=200)
+    model: str = Field(min_length=1, max_length=4096)
     traffic: _Traffic
     prompt_tokens: _DistSpec
     output_tokens: _DistSpec
     shared_prefix_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
     gpus: list[str] | None = None
-    max_gpus: int | None = Field(default=None, gt=0)
+    max_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS)
     prices: dict[str, str | float] = Field(default_factory=dict)
     slo: list[str] = Field(default_factory=list)
     checkpoints: dict[str, str] = Field(default_factory=dict)
@@ -353,22 +372,45 @@ class WorkloadSpec(BaseModel):
 
     def build(self, source: str = "") -> Workload:
         off = self.traffic.offline
+        deadline_s = units.parse_duration_s(off.deadline, "offline.deadline") if off else None
+        if deadline_s is not None and not (math.isfinite(deadline_s) and deadline_s > 0):
+            raise ConfigError(f"{source}: offline.deadline must be a positive duration, got {off.deadline!r}")  # type: ignore[union-attr]
+        if off and deadline_s and off.requests / deadline_s > MAX_RATE_PER_S:
+            raise ConfigError(f"{source}: offline requests / deadline exceeds {MAX_RATE_PER_S:g} requests/s")
         return Workload(
             model=self.model,
             prompt_tokens=self.prompt_tokens.build(),
             output_tokens=self.output_tokens.build(),
             arrival_rate_per_s=self.traffic.arrival_rate,
             offline_requests=off.requests if off else None,
-            deadline_s=units.parse_duration_s(off.deadline, "offline.deadline") if off else None,
+            deadline_s=deadline_s,
             shared_prefix_fraction=self.shared_prefix_fraction,
             gpus=tuple(g.lower() for g in self.gpus) if self.gpus else None,
             max_gpus=self.max_gpus,
-            usd_per_gpu_hour_overrides={k.lower(): units.parse_usd_per_hour(v, f"prices.{k}") for k, v in self.prices.items()},
+            usd_per_gpu_hour_overrides=_prices(self.prices, source),
             slos=tuple(Slo.parse(s) for s in self.slo),
             name=self.name or (Path(source).stem if source else "workload"),
             source=source,
             checkpoints={k.lower(): v for k, v in self.checkpoints.items()},
         )
+
+
+def _prices(prices: Mapping[str, str | float], source: str) -> dict[str, float]:
+    """USD per GPU-hour overrides: each for a catalog GPU, each in (0, MAX_USD_PER_GPU_HOUR]."""
+    from recommender.catalog import default_catalog
+    from recommender.errors import CatalogError
+
+    out: dict[str, float] = {}
+    known = default_catalog().gpus
+    for key, raw in prices.items():
+        usd = units.parse_usd_per_hour(raw, f"{source}: prices.{key}")
+        if not (math.isfinite(usd) and 0 < usd <= MAX_USD_PER_GPU_HOUR):
+            raise ConfigError(f"{source}: prices.{key} = {raw!r}: a price must be above $0 and at most "
+                              f"${MAX_USD_PER_GPU_HOUR:g} per GPU-hour")
+        if key.strip().lower() not in known:
+            raise CatalogError(f"{source}: prices names unknown GPU {key!r}; valid GPUs: {', '.join(sorted(known))}")
+        out[key.strip().lower()] = usd
+    return out
 
 
 def workload_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> Workload:

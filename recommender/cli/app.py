@@ -36,8 +36,16 @@ DEBUG_HINT = "re-run with --debug for the traceback"
 MAX_MESSAGE_CHARS = 500
 
 
+#: set per invocation by the app callback's --debug option
+_debug_flag = [False]
+
+
+def set_debug(on: bool) -> None:
+    _debug_flag[0] = on
+
+
 def debug_enabled() -> bool:
-    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+    return _debug_flag[0] or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def one_line(text: str) -> str:

@@ -32,12 +32,9 @@ def main_job(
     debug: bool = typer.Option(False, "--debug", help="Show the Python traceback of an unexpected error (any command)."),
 ) -> None:
     """Plan LLM serving deployments. Without a subcommand: the ranked Pareto plan for --workload."""
-    if debug:
-        import os
+    from recommender.cli.app import set_debug
 
-        from recommender.cli.app import DEBUG_ENV
-
-        os.environ[DEBUG_ENV] = "1"
+    set_debug(debug)
     if ctx.invoked_subcommand is not None:
         return
     if workload is None:
