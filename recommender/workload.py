@@ -30,7 +30,14 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Literal, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from recommender import units
 from recommender.errors import ConfigError

@@ -19,7 +19,11 @@ from typer.testing import CliRunner
 
 from recommender import bounded
 from recommender.cli import app
-from recommender.errors import ConfigError, RecommenderError, UnsupportedArchitectureError
+from recommender.errors import (
+    ConfigError,
+    RecommenderError,
+    UnsupportedArchitectureError,
+)
 from recommender.hf_config import arch_from_config
 from recommender.workload import workload_from_dict
 
