@@ -6,8 +6,10 @@ ones; a duplicate id raises too. Strings with units ("80 GB", "3.35 TB/s") are c
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -75,6 +77,7 @@ class Gpu:
     arch: str = ""
     kernels: ArchSupport = UNKNOWN_ARCH  # this GPU's row of catalogs/kernel-support.yaml
     node_labels: tuple[tuple[str, str], ...] = ()  # Kubernetes node label (key, value) pairs naming this GPU model
+    aliases: tuple[str, ...] = ()
 
     def flops_per_s(self, dtype: str) -> float:
         """Dense tensor throughput for a compute dtype; int4/mxfp4 weight-only run at 16-bit."""
@@ -97,31 +100,100 @@ class Gpu:
         return tuple(d for d in self.kernels.weight_kernels if d not in ("bf16", "fp16"))
 
 
+def name_key(name: str) -> str:
+    """Normalised spelling used to match user names: lower case, only letters, digits and dots.
+
+    'H100 80GB HBM3' -> 'h10080gbhbm3', 'h100-sxm' -> 'h100sxm', 'MI300X' -> 'mi300x'.
+    """
+    return re.sub(r"[^a-z0-9.]+", "", name.strip().lower())
+
+
+def _index(entries: Iterable[tuple[str, Iterable[str]]]) -> dict[str, tuple[str, ...]]:
+    """name_key(spelling) -> the catalog ids it names. An id always names only itself; an alias or
+    datasheet name shared by two entries names both (the lookup then says it is ambiguous)."""
+    ids: dict[str, tuple[str, ...]] = {}
+    others: dict[str, tuple[str, ...]] = {}
+    for cid, names in entries:
+        ids[name_key(cid)] = (cid,)
+        for n in names:
+            k = name_key(n)
+            if k and cid not in others.get(k, ()):
+                others[k] = (*others.get(k, ()), cid)
+    return {**{k: v for k, v in others.items() if k}, **ids}
+
+
+def _lookup(index: Mapping[str, tuple[str, ...]], keys: Iterable[str], name: str, kind: str) -> str | None:
+    for k in keys:
+        hits = index.get(k)
+        if hits and len(hits) > 1:
+            raise CatalogError(f"{kind} name {name!r} is ambiguous: it names {', '.join(hits)}; use one of those ids")
+        if hits:
+            return hits[0]
+    return None
+
+
 @dataclass(frozen=True)
 class Catalog:
-    """All GPUs and models by id."""
+    """All GPUs and models by id, and the one resolver from the names users have to catalog ids."""
 
     gpus: Mapping[str, Gpu]
     models: Mapping[str, ModelArch]
     model_meta: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
+    @functools.cached_property
+    def _gpu_names(self) -> dict[str, tuple[str, ...]]:
+        return _index((g.id, (g.name, *g.aliases)) for g in self.gpus.values())
+
+    @functools.cached_property
+    def _model_names(self) -> dict[str, tuple[str, ...]]:
+        def names(mid: str) -> tuple[str, ...]:
+            meta = self.model_meta.get(mid) or {}
+            return (self.models[mid].hf_repo, *(str(a) for a in meta.get("aliases") or ()))
+
+        return _index((mid, names(mid)) for mid in self.models)
+
+    def gpu_id(self, name: str) -> str:
+        """Catalog id for a GPU name: its id, its datasheet name or an alias, any case or punctuation.
+
+        'h100' -> 'h100-sxm', 'NVIDIA H100 80GB HBM3' (what nvidia-smi prints) -> 'h100-sxm', 'MI300X' -> 'mi300x'.
+        A leading vendor word (NVIDIA, AMD, AMD Instinct) is optional.
+        """
+        key = name_key(name)
+        cid = _lookup(self._gpu_names, (key, re.sub(r"^(nvidia|amd)(instinct)?", "", key)), name, "GPU")
+        if cid is None:
+            raise CatalogError(f"unknown GPU {name!r}{_did_you_mean(name, self._gpu_names)}; valid GPUs: "
+                               f"{', '.join(sorted(self.gpus))} (`recommend gpus` lists them with their aliases)")
+        return cid
+
     def gpu(self, gpu_id: str) -> Gpu:
-        key = gpu_id.strip().lower()
-        if key not in self.gpus:
-            raise CatalogError(f"unknown GPU {gpu_id!r}; valid GPUs: {', '.join(sorted(self.gpus))}")
-        return self.gpus[key]
+        """The GPU for an id or alias (see :meth:`gpu_id`)."""
+        return self.gpus[self.gpu_id(gpu_id)]
+
+    def model_id(self, name: str) -> str | None:
+        """Catalog id for a model id, Hugging Face repo id or alias (any case); None if none matches."""
+        return _lookup(self._model_names, (name_key(name),), name, "model")
 
     def model(self, name: str) -> ModelArch:
-        """A catalog id, or a path to a Hugging Face ``config.json`` (or a folder holding one)."""
-        key = name.strip().lower()
-        if key in self.models:
-            return self.models[key]
-        if name.endswith(".json") or os.sep in name or Path(name).is_dir():
+        """A catalog id, a Hugging Face repo id the catalog knows (e.g. meta-llama/Llama-3.1-8B-Instruct),
+        an alias, or a path to a Hugging Face ``config.json`` (or a folder holding one)."""
+        cid = self.model_id(name)
+        if cid is not None:
+            return self.models[cid]
+        if name.endswith(".json") or Path(name).exists():
             return load_config_file(name)
-        raise CatalogError(
-            f"unknown model {name!r}; valid models: {', '.join(sorted(self.models))} "
-            "(or pass a path to a Hugging Face config.json)"
-        )
+        hint = _did_you_mean(name, self._model_names)
+        if "/" in name:
+            raise CatalogError(f"model {name!r} is not in the catalog{hint} and no file of that name exists; "
+                               "download its config.json and pass its path (nothing is fetched at run time), "
+                               "or see `recommend models`")
+        raise CatalogError(f"unknown model {name!r}{hint}; valid models: {', '.join(sorted(self.models))} "
+                           "(`recommend models` lists their Hugging Face ids; or pass a path to a config.json)")
+
+
+def _did_you_mean(name: str, index: Mapping[str, tuple[str, ...]]) -> str:
+    close = difflib.get_close_matches(name_key(name), list(index), n=3, cutoff=0.6)
+    ids = list(dict.fromkeys(i for c in close for i in index[c]))
+    return f" (did you mean {', '.join(ids)}?)" if ids else ""
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
@@ -168,6 +240,7 @@ def gpu_from_doc(doc: Mapping[str, Any], where: str = "", kernels: Mapping[str, 
             arch=arch,
             kernels=table.get(arch, UNKNOWN_ARCH),
             node_labels=_node_labels(doc.get("k8s") or {}),
+            aliases=tuple(str(a) for a in doc.get("aliases") or ()),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CatalogError(f"GPU catalog entry {where or doc.get('id')}: missing or bad field {e}") from None

@@ -18,6 +18,7 @@ app = typer.Typer(
     no_args_is_help=False,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: wraps at any width and never truncates option names
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
