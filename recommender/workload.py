@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
@@ -83,6 +84,9 @@ class Slo:
         pct = pct or DEFAULT_PERCENTILE
         if pct not in PERCENTILES:
             raise ConfigError(f"SLO {text!r}: percentile must be one of {', '.join(PERCENTILES)}")
+        if not re.fullmatch(r"[0-9.e+-]+(ms|s|us|µs|min)", limit):
+            raise ConfigError(f"SLO {text!r}: the limit needs a time unit; accepted forms: "
+                              f"{metric}=30ms, {metric}=2s, {metric}=2s@p99, {metric}=500us@mean (units us, ms, s, min)")
         try:
             limit_s = units.parse_duration_s(limit, f"SLO {text!r}")
         except Exception as e:  # UnitError is a ConfigError-like user error
@@ -434,3 +438,38 @@ def load_workload(path: str | Path) -> Workload:
     if not isinstance(doc, dict):
         raise ConfigError(f"workload file {p} must be a YAML mapping (see examples/)")
     return workload_from_dict(doc, str(p))
+
+
+def workload_from_flags(base: Workload | None, *, model: str | None = None, gpus: Sequence[str] | None = None,
+                        rate_per_s: float | None = None, prompt_tokens: int | None = None,
+                        output_tokens: int | None = None) -> Workload:
+    """The workload of the main job's quick flags, over a file's workload when there is one (flags win).
+
+    Token flags are constant lengths. Without ``base``, model, rate and both lengths are required.
+    """
+    for flag, v in (("--rate", rate_per_s), ("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
+        if v is not None and not v > 0:
+            raise ConfigError(f"{flag} {v}: must be > 0")
+    if base is None:
+        missing = [f for f, v in (("--model", model), ("--rate", rate_per_s), ("--prompt-tokens", prompt_tokens),
+                                  ("--output-tokens", output_tokens)) if v is None]
+        if missing:
+            raise ConfigError(f"give --workload FILE, or --model, --rate, --prompt-tokens and --output-tokens "
+                              f"(missing {', '.join(missing)}), e.g. recommend --model llama-3.1-8b --rate 5 "
+                              "--prompt-tokens 2000 --output-tokens 300 --slo tpot=30ms")
+        assert model and rate_per_s and prompt_tokens and output_tokens
+        return Workload(model=model, prompt_tokens=LengthDist.constant(prompt_tokens),
+                        output_tokens=LengthDist.constant(output_tokens), arrival_rate_per_s=rate_per_s,
+                        gpus=tuple(gpus) if gpus else None, name="flags", source="command-line flags")
+    kw: dict[str, Any] = {}
+    if model:
+        kw["model"] = model
+    if gpus:
+        kw["gpus"] = tuple(gpus)
+    if rate_per_s is not None:
+        kw.update(arrival_rate_per_s=rate_per_s, offline_requests=None, deadline_s=None)
+    if prompt_tokens is not None:
+        kw["prompt_tokens"] = LengthDist.constant(prompt_tokens)
+    if output_tokens is not None:
+        kw["output_tokens"] = LengthDist.constant(output_tokens)
+    return _replace(base, **kw)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from recommender import progress
 from recommender.calibrate.fit import FitOptions, FitResult, fit_profile, held_out
 from recommender.calibrate.measurements import Measurement, Skip
 from recommender.calibrate.readers import read_results
@@ -66,15 +67,19 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
                                f"(found: {', '.join(engines) or 'none'}); pass --engine")
     opts = FitOptions(parameters=tuple(params))
     name = Path(req.out).stem
-    res = fit_profile(ms, start, opts, cat, engine=req.engine,
-                      source=f"recommend calibrate: {len(ms)} measurements from {', '.join(Path(f).name for f in read.files)}")
     by = "file" if req.held_out_by == "file" else req.held_out_by
     groups = {m.group(by) for m in ms}
-    if len(groups) >= 2:
-        try:
-            res = res.with_held_out(held_out(ms, start, by=by, opts=opts, catalog=cat))
-        except CalibrationError:
-            pass
+    with progress.bar(f"calibrate: fit on {len(ms)} rows", total=2 if len(groups) >= 2 else 1, unit="stage") as bar:
+        res = fit_profile(ms, start, opts, cat, engine=req.engine,
+                          source=f"recommend calibrate: {len(ms)} measurements from {', '.join(Path(f).name for f in read.files)}")
+        bar.update(1)
+        if len(groups) >= 2:
+            bar.set_postfix_str(f"held-out, {len(groups)} folds by {by}")
+            try:
+                res = res.with_held_out(held_out(ms, start, by=by, opts=opts, catalog=cat))
+            except CalibrationError:
+                pass
+            bar.update(1)
     doc = profile_document(res.profile, fit_summary(res, read.files, skipped, {"start_profile": start.source or start.engine}))
     header = (f"Engine profile {name!r} written by `recommend calibrate` ({req.engine}).\n"
               "Use it with --profile on estimate, the recommender and replan.")

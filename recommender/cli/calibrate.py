@@ -8,6 +8,7 @@ from typing import List, Optional
 
 import typer
 
+from recommender import progress
 from recommender.cli.app import app, one_line_errors
 
 
@@ -28,10 +29,14 @@ def calibrate_cmd(
     parameters: Optional[str] = typer.Option(None, "--parameters", help="Comma list of profile parameters to fit (default: all fittable)."),
     held_out_by: str = typer.Option("source", "--held-out-by", help="Leave-one-group-out key: source (file or table), model, gpu, config."),
     fmt: str = typer.Option("text", "--format", "-f", help="text|json"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr."),
 ) -> None:
     """Fit efficiency parameters to benchmark results; report error before/after and held-out; write a profile."""
     from recommender.calibrate.api import CalibrateRequest, calibrate
     from recommender.calibrate.report import render_text, result_json
+
+    if quiet:
+        progress.configure(quiet=True)
 
     if fmt not in ("text", "json"):
         raise typer.BadParameter("--format must be text or json")

@@ -1,4 +1,7 @@
-"""The main job: ``recommend --workload FILE [--slo ...]`` -> ranked Pareto plan (the app's callback)."""
+"""The main job: ``recommend --workload FILE [--slo ...]`` or quick flags -> ranked Pareto plan (the app's callback).
+
+Every option is checked before the search starts (formats, their dependencies, names, writable outputs).
+"""
 
 from __future__ import annotations
 
@@ -13,11 +16,18 @@ from recommender.cli.app import app, fail, one_line_errors
 @one_line_errors
 def main_job(
     ctx: typer.Context,
-    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload YAML (see examples/)."),
-    slo: List[str] = typer.Option([], "--slo", help="SLO, repeatable: tpot=30ms, ttft=2s@p99, e2e=20s@p90. Units ms or s; percentile p50|p90|p95|p99|mean, default p90. Overrides the file's SLO for the same metric."),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload YAML (see examples/). Quick flags below override its fields."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model: catalog id, Hugging Face repo id or config.json path (`recommend models`)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPUs the plan may use, comma-separated ids or aliases: h100,h200 (`recommend gpus`)."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Arrival rate, requests/s."),
+    prompt_tokens: Optional[str] = typer.Option(None, "--prompt-tokens", help="Prompt tokens per request (constant; 2000 or 2k)."),
+    output_tokens: Optional[str] = typer.Option(None, "--output-tokens", help="Output tokens per request (constant)."),
+    slo: List[str] = typer.Option([], "--slo", help="SLO, repeatable: tpot=30ms, ttft=2s@p99, e2e=20s@p90. A unit is required (us, ms, s, min); percentile p50|p90|p95|p99|mean, default p90. Overrides the file's SLO for the same metric."),
     top: int = typer.Option(5, "--top", help="Plans to show."),
     fmt: str = typer.Option("table", "--format", "-f", help="table|json|yaml|csv"),
-    plot: Optional[str] = typer.Option(None, "--plot", help="Write the Pareto front to FILE (.html, .svg, or .png with matplotlib)."),
+    wide: bool = typer.Option(False, "--wide", help="Every table column, whatever the terminal width."),
+    report: Optional[str] = typer.Option(None, "--report", help="Write a self-contained HTML report (chart, table, per-plan walkthrough) to FILE.html."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Write the Pareto chart alone to FILE (.html; .svg/.png need kaleido)."),
     seed: int = typer.Option(0, "--seed", help="Sampler seed (same seed, same plan)."),
     trials: Optional[int] = typer.Option(None, "--trials", help="Optuna trials (default: policies/search.yaml)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Search time limit in seconds."),
@@ -29,57 +39,72 @@ def main_job(
     policy: Optional[str] = typer.Option(None, "--policy", help="Search policy YAML (default policies/search.yaml)."),
     verify: Optional[int] = typer.Option(None, "--verify", help="Verify the top K plans in the discrete-event simulator (default 3; 0 = off)."),
     emit: Optional[str] = typer.Option(None, "--emit", help="Write the plan JSON and rank 1's deployment files (vllm cmd, k8s, helm) to DIR."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr (any command)."),
     debug: bool = typer.Option(False, "--debug", help="Show the Python traceback of an unexpected error (any command)."),
 ) -> None:
-    """Plan LLM serving deployments. Without a subcommand: the ranked Pareto plan for --workload."""
+    """Plan LLM serving deployments. Without a subcommand: the ranked Pareto plan for --workload or the quick flags."""
+    from recommender import progress
     from recommender.cli.app import set_debug
 
     set_debug(debug)
+    progress.configure(quiet=quiet)  # `recommend --quiet SUBCOMMAND ...` silences every command's bar
     if ctx.invoked_subcommand is not None:
         return
-    if workload is None:
+    quick = (model, gpus, rate, prompt_tokens, output_tokens)
+    if workload is None and all(v is None for v in quick):
         typer.echo(ctx.get_help())
-        raise fail("give --workload FILE (e.g. examples/rag.yaml) or a subcommand (estimate, deploy, simulate, replan, calibrate)", 2)
-    import math
-    from pathlib import Path
-
-    from recommender.errors import ConfigError
+        raise fail("give --workload FILE (e.g. examples/rag.yaml), quick flags (--model --rate --prompt-tokens "
+                   "--output-tokens), or a subcommand (estimate, deploy, simulate, replan, calibrate, models, gpus)", 2)
+    from recommender import units
+    from recommender.cli.checks import check_main_options, resolve_workload_names
     from recommender.profiles import resolve_profile
-    from recommender.render.plan import RENDERERS
+    from recommender.render.plan import RENDERERS, render_table
+    from recommender.render.table import terminal_width
     from recommender.search import SearchSettings, recommend
     from recommender.search.policy import load_search_policy
-    from recommender.workload import Slo, load_workload
+    from recommender.workload import Slo, load_workload, workload_from_flags
 
-    if fmt not in RENDERERS:
-        raise ConfigError(f"--format {fmt!r}: use one of {', '.join(RENDERERS)}")
-    if workers < 1 or top < 1:
-        raise ConfigError("--workers and --top must be >= 1")
-    if trials is not None and trials < 1:
-        raise ConfigError(f"--trials {trials}: give a positive number of trials (or leave it out for the policy's default)")
-    if seed < 0 or seed >= 2**32:
-        raise ConfigError(f"--seed {seed}: give an integer from 0 to {2**32 - 1}")
-    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise ConfigError(f"--timeout {timeout}: give a positive number of seconds")
-    w = load_workload(workload).with_slos([Slo.parse(s) for s in slo])
+    check_main_options(fmt=fmt, formats=RENDERERS, top=top, workers=workers, storage=storage, trials=trials,
+                       seed=seed, timeout=timeout, plot=plot, report=report, emit=emit)
+    slos = [Slo.parse(s) for s in slo]
+    base = load_workload(workload) if workload else None
+    w = workload_from_flags(
+        base, model=model, gpus=[g for g in (gpus or "").split(",") if g.strip()] or None, rate_per_s=rate,
+        prompt_tokens=units.parse_count(prompt_tokens, "--prompt-tokens") if prompt_tokens else None,
+        output_tokens=units.parse_count(output_tokens, "--output-tokens") if output_tokens else None,
+    ).with_slos(slos)
+    w = resolve_workload_names(w)
     settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout, storage=storage,
                               study_name=study_name, workers=workers, top=top, verify=verify)
     plan = recommend(w, settings=settings, profile=resolve_profile(engine, profile), policy=load_search_policy(policy))
-    typer.echo(RENDERERS[fmt](plan))
+    if fmt == "table":
+        typer.echo(render_table(plan, width=None if wide else terminal_width()))
+    else:
+        typer.echo(RENDERERS[fmt](plan))
     if plot:
         from recommender.render.plot import write_plot
 
         write_plot(plot, plan, plan.evaluations)
         typer.echo(f"wrote {plot}", err=True)
+    if report:
+        from recommender.render.report import write_report
+
+        write_report(report, plan)
+        typer.echo(f"wrote {report}", err=True)
     if emit:
-        import json
+        _emit(emit, plan, workload or w.source)
 
-        from recommender.deploy import write_deploy_files
 
-        out = Path(emit)
-        doc = plan.to_dict()
-        doc["workload"]["source"] = workload
-        # one set: plan.json and rank 1's files are swapped in together (never a new plan beside old files)
-        paths = write_deploy_files(doc, out, rank=1, plan_name=str(out / "plan.json"),
-                                   extra_files={"plan.json": json.dumps(doc, indent=2) + "\n"})
-        typer.echo(f"wrote {out / 'plan.json'} and {len(paths)} deployment files to {out}", err=True)
+def _emit(emit: str, plan: object, source: str) -> None:
+    import json
+    from pathlib import Path
 
+    from recommender.deploy import write_deploy_files
+
+    out = Path(emit)
+    doc = plan.to_dict()  # type: ignore[attr-defined]
+    doc["workload"]["source"] = source
+    # one set: plan.json and rank 1's files are swapped in together (never a new plan beside old files)
+    paths = write_deploy_files(doc, out, rank=1, plan_name=str(out / "plan.json"),
+                               extra_files={"plan.json": json.dumps(doc, indent=2) + "\n"})
+    typer.echo(f"wrote {out / 'plan.json'} and {len(paths)} deployment files to {out}", err=True)

@@ -216,8 +216,13 @@ def simulate_cmd(
     warmup: int = typer.Option(0, "--warmup", help="Leave the first N requests out of the percentiles."),
     timeseries: Optional[Path] = typer.Option(None, "--timeseries", help="Write queue / running / KV usage over time to this CSV."),
     fmt: str = typer.Option("text", "--format", "-f", help="text|json"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr."),
 ) -> None:
     """Simulate requests through a vLLM-like scheduler and print simulated percentiles beside the analytic model's."""
+    if quiet:
+        from recommender import progress
+
+        progress.configure(quiet=True)
     if fmt not in ("text", "json"):
         raise ConfigError(f"--format {fmt!r}: must be text or json")
     if requests < 1 or warmup < 0 or warmup >= requests and trace is None:

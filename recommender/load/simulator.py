@@ -39,10 +39,11 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
+from recommender import progress
 from recommender.errors import ConfigError
 from recommender.load.percentiles import Percentiles
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
@@ -129,8 +130,10 @@ def _run_replica(
     ids: Sequence[int],
     sample_interval_s: float,
     max_samples: int,
+    tick: Callable[[int], object] | None = None,
 ) -> _ReplicaStats:
-    """Simulate one replica serving requests ``ids`` (in arrival order); fills ``req`` times in place."""
+    """Simulate one replica serving requests ``ids`` (in arrival order); fills ``req`` times in place.
+    ``tick(1)`` is called per finished request (progress)."""
     cs = cost_summary(cost)
     step_s = cost.step_s
     chunk_cost = cost.prefill_chunk_cost
@@ -327,6 +330,8 @@ def _run_replica(
             free += remove_decoder(r)
             del running[r]
             finish[r] = now
+            if tick is not None:
+                tick(1)
         for r in done:
             g = gen[r] + 1
             gen[r] = g
@@ -419,11 +424,13 @@ def _check_fits(cost: StepCost, prompts: list[int], outputs: list[int], what: st
 
 
 def _run_pool(
-    cost: StepCost, limits: Limits, req: _Requests, order: list[int], replicas: int, interval_s: float
+    cost: StepCost, limits: Limits, req: _Requests, order: list[int], replicas: int, interval_s: float,
+    what: str = "simulate",
 ) -> tuple[list[_ReplicaStats], TimeSeries]:
-    stats = [
-        _run_replica(cost, limits, req, order[k::replicas], interval_s, 4000) for k in range(replicas)
-    ]
+    with progress.bar(what, total=len(order), unit="req") as bar:
+        stats = [
+            _run_replica(cost, limits, req, order[k::replicas], interval_s, 4000, bar.update) for k in range(replicas)
+        ]
     coarse = max(s.interval_s for s in stats)
     series = []
     for s in stats:
@@ -586,7 +593,8 @@ def simulate_disaggregated(
     interval = _interval(arr, sample_interval_s)
     hits = _hits(prompts, shared_prefix_fraction, int(prefill_cost.kv_block_tokens), bool(prefill_limits.enable_prefix_caching))
     pre = _Requests(arr, prompts, [1] * n, hits, hits, [-1.0] * n, [-1.0] * n, [-1.0] * n)
-    pre_stats, pre_ts = _run_pool(prefill_cost, prefill_limits, pre, list(range(n)), prefill_replicas, interval)
+    pre_stats, pre_ts = _run_pool(prefill_cost, prefill_limits, pre, list(range(n)), prefill_replicas, interval,
+                                  "simulate prefill pool")
     transfer = [kv_transfer_s_per_token * p for p in prompts]
     arr_d = [pre.finish[i] + transfer[i] for i in range(n)]
     dec_hits = _hits(prompts, shared_prefix_fraction, int(decode_cost.kv_block_tokens), bool(decode_limits.enable_prefix_caching))

@@ -8,13 +8,16 @@ import json
 from typing import Any
 
 import yaml
-from tabulate import tabulate
 
 from recommender.plan import Plan
+from recommender.render.table import fit_table, wrap_text
 from recommender.units import fmt_seconds
 
 TABLE_HEADERS = ["rank", "deployment", "GPUs", "TP", "replicas", "weights/KV", "max seqs", "chunk",
                  "TTFT", "TPOT", "out tok/s", "util", "$/hour", "$/M out", "$/M tok", "binding", "note"]
+#: Columns a narrow terminal loses first (first listed goes first); what stays at 80 columns is the compact set:
+#: rank, deployment, GPUs, TP, replicas, weights/KV, TTFT, TPOT, $/M tok, binding.
+DROP_ORDER = ["note", "$/M out", "util", "max seqs", "chunk", "out tok/s", "$/hour", "binding", "replicas", "TP"]
 
 
 def _pct_label(plan: Plan, metric: str) -> str:
@@ -57,7 +60,8 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
     return rows
 
 
-def render_table(plan: Plan) -> str:
+def render_table(plan: Plan, *, width: int | None = None) -> str:
+    """The ranked table; with ``width`` (terminal columns) the least important columns are dropped to fit."""
     w = plan.workload
     rate = f"{w.arrival_rate_per_s:g} req/s" if w.arrival_rate_per_s else f"offline {w.offline_requests:,} requests in {fmt_seconds(w.deadline_s or 0)}"
     slos = ", ".join(str(s) for s in w.slos) or "none (cost only)"
@@ -67,14 +71,16 @@ def render_table(plan: Plan) -> str:
     hdr = list(TABLE_HEADERS)
     hdr[8] = f"TTFT {_pct_label(plan, 'ttft')}"
     hdr[9] = f"TPOT {_pct_label(plan, 'tpot')}"
-    body = tabulate(plan_table_rows(plan), headers=hdr, tablefmt="simple", disable_numparse=True)
+    body, dropped = fit_table(hdr, plan_table_rows(plan), width=width, drop_order=DROP_ORDER)
     m = plan.meta
     foot = (f"{m.get('trials')} trials, {m.get('evaluations')} configurations evaluated in {m.get('seconds')} s "
             f"(seed {m.get('seed')}); replicas sized for +{m.get('headroom', 0):.0%} headroom; latencies at the workload's rate.")
-    lines = [head, "", body, "", plan.why, foot]
+    if dropped:
+        foot += f"\n{len(dropped)} columns hidden to fit {width} columns ({', '.join(dropped)}); --wide shows all."
+    lines = [wrap_text(head, width), "", body, "", wrap_text(plan.why, width), wrap_text(foot, width)]
     verified = verified_line(plan)
     if verified:
-        lines.append(verified)
+        lines.append(wrap_text(verified, width))
     return "\n".join(lines)
 
 

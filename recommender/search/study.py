@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import optuna
 
+from recommender import progress
 from recommender.search.evaluate import Evaluation, SearchContext, evaluate
 from recommender.search.space import Candidate
 
@@ -135,14 +136,16 @@ def run_study(ctx: SearchContext, ch: SpaceChoices, settings: StudySettings,
             target=_worker, args=(ctx, ch, settings, i + 1, per, timeout)) for i in range(settings.workers - 1)]
         for pr in procs:
             pr.start()
-        study.optimize(objective, n_trials=per, timeout=timeout)
+        with progress.bar("search (this worker)", total=per, unit="trial") as bar:
+            study.optimize(objective, n_trials=per, timeout=timeout, callbacks=[progress.optuna_callback(bar)])
         for pr in procs:
             pr.join()
         # re-evaluate what the other workers found (cheap: cached analytic model)
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             evaluations.append(evaluate(ctx, candidate_from_params(t.params)))
     else:
-        study.optimize(objective, n_trials=trials, timeout=timeout)
+        with progress.bar("search", total=trials, unit="trial") as bar:
+            study.optimize(objective, n_trials=trials, timeout=timeout, callbacks=[progress.optuna_callback(bar)])
     return study, evaluations
 
 
