@@ -74,9 +74,12 @@ def main_job(
         output_tokens=units.parse_count(output_tokens, "--output-tokens") if output_tokens else None,
     ).with_slos(slos)
     w = resolve_workload_names(w)
+    if report:  # the report shows simulated against analytic percentiles for every listed plan
+        verify = top if verify is None else max(verify, top) if verify else verify
     settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout, storage=storage,
                               study_name=study_name, workers=workers, top=top, verify=verify)
-    plan = recommend(w, settings=settings, profile=resolve_profile(engine, profile), policy=load_search_policy(policy))
+    prof = resolve_profile(engine, profile)
+    plan = recommend(w, settings=settings, profile=prof, policy=load_search_policy(policy))
     if fmt == "table":
         typer.echo(render_table(plan, width=None if wide else terminal_width()))
     else:
@@ -89,7 +92,7 @@ def main_job(
     if report:
         from recommender.render.report import write_report
 
-        write_report(report, plan)
+        write_report(report, plan, profile=prof)
         typer.echo(f"wrote {report}", err=True)
     if emit:
         _emit(emit, plan, workload or w.source)

@@ -60,6 +60,14 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
     return rows
 
 
+def table_headers(plan: Plan) -> list[str]:
+    """TABLE_HEADERS with the percentile the latencies are shown at ("TTFT p90")."""
+    hdr = list(TABLE_HEADERS)
+    hdr[8] = f"TTFT {_pct_label(plan, 'ttft')}"
+    hdr[9] = f"TPOT {_pct_label(plan, 'tpot')}"
+    return hdr
+
+
 def render_table(plan: Plan, *, width: int | None = None) -> str:
     """The ranked table; with ``width`` (terminal columns) the least important columns are dropped to fit."""
     w = plan.workload
@@ -68,9 +76,7 @@ def render_table(plan: Plan, *, width: int | None = None) -> str:
     head = (f"{plan.model.id} | {w.name}: {rate}, prompt ~{w.prompt_tokens.mean:,.0f} tok "
             f"(p99 {w.prompt_tokens.quantile(0.99):,}), output ~{w.output_tokens.mean:,.0f} tok | SLO {slos} | "
             f"engine {plan.engine}")
-    hdr = list(TABLE_HEADERS)
-    hdr[8] = f"TTFT {_pct_label(plan, 'ttft')}"
-    hdr[9] = f"TPOT {_pct_label(plan, 'tpot')}"
+    hdr = table_headers(plan)
     body, dropped = fit_table(hdr, plan_table_rows(plan), width=width, drop_order=DROP_ORDER)
     m = plan.meta
     foot = (f"{m.get('trials')} trials, {m.get('evaluations')} configurations evaluated in {m.get('seconds')} s "

@@ -1,0 +1,156 @@
+"""``--report FILE.html``: one self-contained page about a plan (no network: plotly's JS is inlined).
+
+Sections: the question (workload, SLOs), the Pareto chart (:mod:`recommender.render.figure`), the ranked
+table, why rank 1 wins, then per plan its ``recommend estimate`` walkthrough (per pool) and its simulated
+against analytic percentiles, and the workload's length distributions.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+from recommender.errors import RecommenderError
+from recommender.plan import Plan, PlanRow
+from recommender.profiles import EngineProfile
+from recommender.render.figure import pareto_figure
+from recommender.render.plan import plan_table_rows, render_table, table_headers
+from recommender.units import fmt_seconds
+
+CHART_ID = "pareto"
+_PCTS = ("mean", "p50", "p90", "p95", "p99")
+_CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1280px;padding:0 16px;color:#1f2328}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
+.lede{color:#57606a;margin:0 0 12px} table{border-collapse:collapse;font-size:13px;margin:6px 0}
+th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:right;white-space:nowrap} th{background:#f6f8fa}
+td:nth-child(2),th:nth-child(2){text-align:left} pre{background:#f6f8fa;padding:10px;overflow-x:auto;font-size:12px}
+details{margin:8px 0;border:1px solid #d0d7de;border-radius:6px;padding:6px 10px} summary{cursor:pointer;font-weight:600}
+.scroll{overflow-x:auto} .note{color:#57606a;font-size:13px}
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _table(headers: list[str], rows: list[list[Any]], cls: str = "") -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f'<div class="scroll"><table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _percentile_table(row: PlanRow) -> str:
+    """Analytic (the search's load model) against simulated (discrete-event) percentiles, per metric."""
+    lat = row.evaluation.latencies
+    sim = row.simulated or {}
+    rows = []
+    for metric in ("ttft", "tpot", "e2e"):
+        a = lat.get(metric, {})
+        s = sim.get(f"{metric}_s", {})
+        rows.append([metric.upper(), "analytic", *(fmt_seconds(a[p]) if p in a else "-" for p in _PCTS)])
+        if s:
+            rows.append([metric.upper(), "simulated", *(fmt_seconds(s[p]) if p in s else "-" for p in _PCTS)])
+    out = _table(["metric", "model", *_PCTS], rows)
+    if not sim:
+        out += '<p class="note">Not simulated (verification off for this row).</p>'
+    else:
+        out += (f'<p class="note">Simulated: {sim.get("completed", "?")} requests through the scheduler simulator, '
+                f'{sim.get("preempted", 0)} preemptions.</p>')
+    return out
+
+
+def _walkthrough(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str:
+    """The ``recommend estimate`` walkthrough of each pool at the workload's mean lengths, KV-capacity load."""
+    from recommender.configure import EstimateRequest, estimate_request
+    from recommender.render.estimate import render_walkthrough
+
+    w = plan.workload
+    prompt, output = max(1, round(w.prompt_tokens.mean)), max(1, round(w.output_tokens.mean))
+    parts = []
+    for pool in row.evaluation.pools:
+        out_tokens = 1 if pool.role == "prefill" else output
+        req = EstimateRequest(model=w.model, gpu=pool.gpu, tp=pool.tp, replicas=pool.replicas,
+                              weight_dtype=pool.weight_dtype, kv_dtype=pool.kv_dtype, concurrency="max",
+                              prompt_tokens=prompt, output_tokens=out_tokens, engine=plan.engine,
+                              usd_per_gpu_hour=pool.usd_per_gpu_hour,
+                              gpu_memory_utilization=plan.gpu_memory_utilization,
+                              max_num_seqs=pool.limits.max_num_seqs,
+                              max_num_batched_tokens=pool.limits.max_num_batched_tokens,
+                              chunked_prefill=pool.limits.chunked_prefill, max_model_len=w.max_model_len)
+        cmd = (f"recommend estimate --model {plan.model.id} --gpu {pool.gpu} --tp {pool.tp} --replicas {pool.replicas} "
+               f"--weight-dtype {pool.weight_dtype} --kv-dtype {pool.kv_dtype} --concurrency max "
+               f"--prompt-tokens {prompt} --output-tokens {out_tokens} --max-num-seqs {pool.limits.max_num_seqs} "
+               f"--max-num-batched-tokens {pool.limits.max_num_batched_tokens} --price {pool.usd_per_gpu_hour:g}")
+        try:
+            dep, load, est = estimate_request(req, profile=profile)
+            text = render_walkthrough(dep, load, est, pool.replicas, pool.usd_per_gpu_hour)
+        except RecommenderError as e:
+            text = f"(no walkthrough: {e})"
+        title = {"both": "", "prefill": "Prefill pool: ", "decode": "Decode pool: "}.get(pool.role, pool.role)
+        parts.append(f"<p><b>{_e(title)}</b><code>{_e(cmd)}</code></p><pre>{_e(text)}</pre>")
+    return "".join(parts)
+
+
+def _plan_details(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str:
+    ev = row.evaluation
+    head = (f"#{row.rank} {row.label()}, {row.candidate.weight_dtype}/{row.candidate.kv_dtype}: "
+            f"${ev.usd_per_million_tokens:.3f}/M tokens, ${ev.usd_per_hour:,.2f}/h, binding {ev.binding}")
+    return (f'<details{" open" if row.rank == 1 else ""} id="plan-{row.rank}"><summary>{_e(head)}</summary>'
+            f"<h3>Percentiles at the workload's rate</h3>{_percentile_table(row)}"
+            f"<h3>Estimate walkthrough</h3><p class='note'>`recommend estimate` of each pool at the workload's mean "
+            f"lengths and as many requests in flight as KV capacity and max_num_seqs allow (its capacity); the "
+            f"percentiles above are at the workload's rate.</p>{_walkthrough(plan, row, profile)}</details>")
+
+
+def _workload_section(plan: Plan) -> str:
+    w = plan.workload
+    rows = []
+    for name, d in (("prompt tokens", w.prompt_tokens), ("output tokens", w.output_tokens)):
+        rows.append([name, d.kind, f"{d.mean:,.0f}", f"{d.quantile(0.5):,}", f"{d.quantile(0.9):,}",
+                     f"{d.quantile(0.99):,}", f"{d.min_tokens:,}", f"{d.max_tokens:,}"])
+    traffic = (f"{w.arrival_rate_per_s:g} requests/s" if w.arrival_rate_per_s
+               else f"offline: {w.offline_requests:,} requests within {fmt_seconds(w.deadline_s or math.nan)}")
+    facts = [["model", f"{plan.model.id} ({plan.model.hf_repo or 'local config'})"], ["traffic", traffic],
+             ["SLOs", ", ".join(str(s) for s in w.slos) or "none (cost only)"],
+             ["shared prefix", f"{w.shared_prefix_fraction:.0%}"], ["max model length", f"{w.max_model_len:,} tokens"],
+             ["GPUs allowed", ", ".join(w.gpus) if w.gpus else "every priced catalog GPU"],
+             ["source", w.source or "-"]]
+    return (_table(["", ""], facts) +
+            _table(["lengths", "distribution", "mean", "p50", "p90", "p99", "min", "max"], rows))
+
+
+def render_report(plan: Plan, *, profile: EngineProfile | None = None) -> str:
+    """The whole page as one string (plotly's JS inlined once in the head)."""
+    from plotly.offline import get_plotlyjs
+
+    fig = pareto_figure(plan)
+    chart = fig.to_html(full_html=False, include_plotlyjs=False, div_id=CHART_ID,
+                        config={"displaylogo": False, "responsive": True})
+    summary = render_table(plan).split("\n\n", 1)[0]
+    ranked = _table(table_headers(plan), plan_table_rows(plan), "ranked")
+    m = plan.meta
+    foot = (f"{m.get('trials')} trials, {m.get('evaluations')} configurations evaluated in {m.get('seconds')} s "
+            f"(seed {m.get('seed')}); replicas sized for +{m.get('headroom', 0):.0%} headroom.")
+    details = "".join(_plan_details(plan, r, profile) for r in plan.rows)
+    title = f"{plan.model.id} / {plan.workload.name}: deployment plan"
+    return (
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+        f"<meta name='viewport' content='width=device-width,initial-scale=1'><style>{_CSS}</style>"
+        f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+        f"<h1>{_e(title)}</h1><p class='lede'>{_e(summary)}</p>"
+        f"<h2>Cost against each SLO metric</h2>"
+        f"<p class='note'>Grey: every feasible configuration the search evaluated; line: the Pareto front; blue: "
+        f"the ranked plans (star = rank 1). Hover a point for its details; drag to zoom, double-click to reset.</p>"
+        f"{chart}<h2>Ranked plans</h2>{ranked}<p>{_e(plan.why)}</p><p class='note'>{_e(foot)}</p>"
+        f"<h2>Each plan</h2>{details}<h2>Workload</h2>{_workload_section(plan)}</body></html>"
+    )
+
+
+def write_report(path: str, plan: Plan, *, profile: EngineProfile | None = None) -> None:
+    """Write :func:`render_report` to ``path`` atomically."""
+    from recommender.deploy.writer import atomic_write_text
+
+    atomic_write_text(Path(path), render_report(plan, profile=profile))
