@@ -64,7 +64,7 @@ def _percentile_table(row: PlanRow) -> str:
 
 def _walkthrough(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str:
     """The ``recommend estimate`` walkthrough of each pool at the workload's mean lengths, KV-capacity load."""
-    from recommender.configure import EstimateRequest, estimate_request
+    from recommender.estimate import EstimateRequest, conditions_of, estimate_request
     from recommender.render.estimate import render_walkthrough
 
     w = plan.workload
@@ -86,7 +86,7 @@ def _walkthrough(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str
                f"--max-num-batched-tokens {pool.limits.max_num_batched_tokens} --price {pool.usd_per_gpu_hour:g}")
         try:
             dep, load, est = estimate_request(req, profile=profile)
-            text = render_walkthrough(dep, load, est, pool.replicas, pool.usd_per_gpu_hour)
+            text = render_walkthrough(dep, load, est, pool.replicas, pool.usd_per_gpu_hour, conditions_of(dep).lines())
         except RecommenderError as e:
             text = f"(no walkthrough: {e})"
         title = {"both": "", "prefill": "Prefill pool: ", "decode": "Decode pool: "}.get(pool.role, pool.role)
