@@ -3,6 +3,7 @@ reports what the data cannot constrain, and generalises across sources of publis
 
 from __future__ import annotations
 
+import re
 import csv
 import json
 import math
@@ -135,8 +136,16 @@ def test_csv_errors_name_file_and_field(tmp_path):
     lines = CSV.read_text().splitlines()
     header, row = lines[0], lines[2]                   # LMD-002, value 0.011
     bad.write_text(header + "\n" + row.replace(",ttft_s_mean,0.011,", ",ttft_s_mean,fast,") + "\n")
-    with pytest.raises(CalibrationError, match=r"mine\.csv row LMD-002: field 'value'"):
-        read_published_csv(bad)
+    # one bad row is skipped with its reason (file and field named), not fatal to the file
+    r = read_published_csv(bad)
+    assert not r.measurements and len(r.skipped) == 1
+    assert r.skipped[0].id == "LMD-002" and re.search(r"mine\.csv row LMD-002: field 'value'", r.skipped[0].reason)
+    with pytest.raises(CalibrationError, match=r"no usable measurements.*field 'value'"):
+        read_results([bad])
+    good = tmp_path / "good.csv"
+    good.write_text(header + "\n" + row + "\n" + lines[3] + "\n")
+    both = read_results([good, bad, good, tmp_path / "." / "good.csv"])  # the same file given thrice counts once
+    assert len(both.measurements) == len(read_published_csv(good).measurements) and len(both.skipped) == 1
     with pytest.raises(CalibrationError, match="does not exist"):
         read_published_csv(tmp_path / "nope.csv")
 

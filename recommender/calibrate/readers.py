@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,10 +205,15 @@ def read_published_csv(path: str | Path, catalog: Catalog | None = None) -> Read
     for i, row in enumerate(reader, start=2):
         if not any((v or "").strip() for v in row.values()):
             continue
-        for c in CSV_COLUMNS:
-            if row.get(c) is None or not str(row[c]).strip():
-                raise CalibrationError(f"{p} line {i} (id {row.get('id') or '?'}): field {c!r} is empty")
-        r = _row_measurement(row, str(p), cat)
+        rid = str(row.get("id") or f"line {i}").strip()
+        empty = [c for c in CSV_COLUMNS if row.get(c) is None or not str(row[c]).strip()]
+        if empty:  # one bad row is skipped with its reason, not fatal to the file
+            skips.append(Skip(rid, f"{p} line {i}: field {empty[0]!r} is empty"))
+            continue
+        try:
+            r = _row_measurement(row, str(p), cat)
+        except CalibrationError as e:
+            r = Skip(rid, str(e))
         (ms if isinstance(r, Measurement) else skips).append(r)  # type: ignore[arg-type]
     return ReadResult(tuple(ms), tuple(skips), (str(p),))
 
@@ -387,8 +393,13 @@ def read_results(paths: Iterable[str | Path], defaults: Mapping[str, Any] | None
                  catalog: Catalog | None = None) -> ReadResult:
     """Read every file: ``.csv`` in the published format, anything else as bench-serve JSON."""
     total = ReadResult()
+    seen: set[str] = set()
     for path in paths:
         p = Path(path)
+        key = os.path.realpath(p)
+        if key in seen:  # the same file named twice counts once
+            continue
+        seen.add(key)
         if p.suffix.lower() == ".csv":
             total = total + read_published_csv(p, catalog)
         elif p.suffix.lower() in (".yaml", ".yml"):
