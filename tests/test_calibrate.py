@@ -3,10 +3,10 @@ reports what the data cannot constrain, and generalises across sources of publis
 
 from __future__ import annotations
 
-import re
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
