@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from recommender.errors import ConfigError
 
@@ -110,7 +110,8 @@ def read_file_text(path: str | Path, what: str = "input file", *, encoding: str 
         raise ConfigError(f"{what} {str(path)!r} is not a {encoding.removesuffix('-sig').upper()} text file") from None
 
 
-def fetch_url_bytes(url: str, deadline_s: float, what: str = "URL", *, limit: int | None = None) -> bytes:
+def fetch_url_bytes(url: str, deadline_s: float, what: str = "URL", *, limit: int | None = None,
+                    headers: Mapping[str, str] | None = None) -> bytes:
     """GET ``url``: the whole exchange ends within ``deadline_s`` and the body within the read limit.
 
     HTTP errors and unreachable hosts raise ``urllib.error.URLError`` / ``OSError`` as urllib does (callers
@@ -129,7 +130,8 @@ def fetch_url_bytes(url: str, deadline_s: float, what: str = "URL", *, limit: in
         return left
 
     try:
-        resp = urllib.request.urlopen(url, timeout=remaining())  # noqa: S310 (user-given http(s) URL)
+        req = urllib.request.Request(url, headers=dict(headers or {}))  # e.g. Authorization (replan sources)
+        resp = urllib.request.urlopen(req, timeout=remaining())  # noqa: S310 (user-given http(s) URL)
     except TimeoutError:
         raise ReadDeadlineError(f"{what} {url} did not answer within {deadline_s:g} s; check the server") from None
     with resp:

@@ -13,7 +13,7 @@ import recommender.cli.replan as cli_replan
 from recommender.cli import app
 from recommender.replan import runner
 from recommender.replan.history import History
-from test_replan_support import FakePlanner, MetricsServer, VllmState, fake_plan
+from test_replan_support import FakePlanner, FakePredictor, MetricsServer, VllmState, fake_plan
 
 runner_ = CliRunner()
 
@@ -24,6 +24,7 @@ def env(tmp_path, monkeypatch):
     planner = FakePlanner()
     monkeypatch.setattr(cli_replan, "search_planner", lambda **kw: planner)
     monkeypatch.setattr(runner, "deploy_writer", lambda: None)
+    monkeypatch.setattr(runner, "model_predictor", lambda **kw: FakePredictor())
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(fake_plan(2, 2.4)))  # 2 replicas, sized for 2.4 req/s
     policy = tmp_path / "policy.yaml"
@@ -53,13 +54,13 @@ def test_scale_up_from_a_request_log_exits_10_and_writes_the_plan_atomically(env
     assert r.exit_code == 10, r.output
     doc = json.loads(r.stdout)
     assert set(doc) >= {"changed", "reason", "observed", "current", "proposed", "usd_per_hour_delta"}
-    assert doc["changed"] is True and "SLO risk" in doc["reason"]
+    assert doc["changed"] is True and doc["reason"].startswith("SLO at risk: predicted capacity 2.00 req/s < 4.8")
     assert doc["observed"]["arrival_rate_per_s"] == pytest.approx(4.0, rel=0.01)
     # peak of 1-min rates = 4 (+ at most one request per minute), x 1.2 headroom = 4.8 req/s -> 5 replicas
     assert doc["proposed"]["plans"][0]["replicas"] == 5
     assert doc["usd_per_hour_delta"] == pytest.approx((5 - 2) * 2.0)
     written = json.loads((out / "plan.json").read_text())
-    assert written == doc["proposed"]
+    assert written == doc["proposed"] and written["replan"]["deployment"] == "chat/llama-3.1-8b"
     assert [p.name for p in out.iterdir()] == ["plan.json"]  # no temp file left behind
     rows = History(str(env["db"])).list()
     assert len(rows) == 1 and rows[0].decision == "changed" and rows[0].proposed == written
@@ -69,7 +70,8 @@ def test_unchanged_exits_0_and_table_explains(env):
     log = write_log(env["tmp"] / "req.jsonl", rate=1.5, seconds=120)  # 1.5 x 1.2 = 1.8 -> 2 replicas
     r = invoke(env, "--traffic", str(log))
     assert r.exit_code == 0, r.output
-    assert "decision   unchanged: the planner proposes the current deployment" in r.stdout
+    assert "decision   unchanged: traffic is within the current plan's band" in r.stdout
+    assert env["planner"].calls == []  # no search inside the band
     assert "observed   request-log" in r.stdout and "slo        ttft p99: observed no data" in r.stdout
 
 
@@ -130,7 +132,7 @@ def test_watch_loops_and_adopts_each_change(env, monkeypatch):
     docs = [json.loads(chunk) for chunk in r.stdout.replace("}\n{", "}\x00{").split("\x00")]
     assert [d["changed"] for d in docs] == [True, False, False]
     # after the change the adopted 5-replica plan is the current one; nothing more to do at 4 req/s
-    assert docs[1]["current"]["plans"][0]["replicas"] == 5 and "proposes the current deployment" in docs[1]["reason"]
+    assert docs[1]["current"]["plans"][0]["replicas"] == 5 and "within the current plan's band" in docs[1]["reason"]
     assert len(slept) == 2 and all(0 < s <= 2.0 for s in slept)
 
 

@@ -72,16 +72,15 @@ def test_histogram_lengths_are_clipped_to_the_plans_max_model_len():
     assert wl.prompt_tokens.max_tokens == 7000 and wl.output_tokens.max_tokens == 100
 
 
-def test_slo_risk_observed_and_predicted():
+def test_observed_slo_risk():
     cur = fake_plan(4, 4.8)
     slos = base_workload_from_plan(cur).slos  # ttft 2 s @p99, tpot 50 ms @p90
     # TTFT: 90 in (0, 1], 10 in (2.5, 5] -> p99 = 2.5 + 2.5 x (99 - 90) / 10 = 4.75 s > 2 s
     ttft = Histogram((1.0, 2.5, 5.0, math.inf), (90.0, 90.0, 100.0, 100.0), 100.0)
     tpot = Histogram((0.025, 0.05, math.inf), (100.0, 100.0, 100.0), 2.0)  # p90 = 0.0225 s: fine
-    risks = slo_risks(obs(ttft=ttft, tpot=tpot), slos, cur, Policy(), forecast_per_s=4.0)
+    risks = slo_risks(obs(ttft=ttft, tpot=tpot), slos, Policy())
     assert risks == ["observed ttft p99 4750 ms > 2000 ms SLO"]
-    assert slo_risks(obs(ttft=ttft), slos, cur, Policy(slo_risk_min_requests=101), 4.0) == []  # too few samples
-    assert slo_risks(obs(), slos, cur, Policy(), forecast_per_s=5.0) == \
-        ["forecast 5.00 req/s exceeds the 4.80 req/s the current plan was sized for"]
+    assert slo_risks(obs(ttft=ttft), slos, Policy(slo_risk_min_requests=101)) == []  # too few samples
+    assert slo_risks(obs(), slos, Policy()) == []  # a rate alone is no risk: predict.py decides that
     att = slo_attainment(obs(ttft=ttft), slos, Policy())
     assert att[0]["observed_s"] == pytest.approx(4.75) and att[0]["ok"] is False and att[1]["observed_s"] is None

@@ -8,7 +8,7 @@ import pytest
 
 from recommender.errors import ConfigError
 from recommender.replan import plans
-from recommender.replan.policy import PastRun, Policy, decide, load_policy, policy_from_dict
+from recommender.replan.policy import PastRun, Policy, decide, load_policy, overlaps, policy_from_dict
 from test_replan_support import fake_plan
 
 POLICY_FILE = Path(__file__).parent.parent / "policies" / "replan.yaml"
@@ -37,8 +37,13 @@ def test_policy_durations_and_errors_name_the_field(tmp_path):
         load_policy(tmp_path / "nope.yaml")
 
 
-def run(kind: str, t: float, wanted: str = "", proposed: dict | None = None) -> PastRun:
-    return PastRun(t, kind, wanted, proposed)
+def run(kind: str, t: float, wanted: str = "", proposed: dict | None = None,
+        window: tuple[float, float] | None = None) -> PastRun:
+    """An earlier run over the 5 minutes before ``t`` (its own, new data) unless ``window`` says otherwise."""
+    return PastRun(t, kind, wanted, proposed, window if window is not None else (t - 300.0, t))
+
+
+HERE = (NOW - 300.0, NOW)  # this run's window
 
 
 def test_same_deployment_is_unchanged():
@@ -46,45 +51,81 @@ def test_same_deployment_is_unchanged():
     assert not d.changed and d.wanted == "none" and "proposes the current deployment" in d.reason
 
 
-def test_scale_up_waits_for_the_cooldown_unless_an_slo_is_at_risk():
+def test_at_risk_acts_now_in_any_direction_and_not_at_risk_never_scales_up():
     cur, up = fake_plan(4, 4.8), fake_plan(6, 6.0)
     recent = [run("changed", NOW - 600, "down")]  # 10 min ago; cooldown 30 min
-    d = decide(Policy(), current=cur, proposed=up, risks=[], past=recent, now_s=NOW)
-    assert not d.changed and d.wanted == "up" and "20 min left" in d.reason
-    d = decide(Policy(), current=cur, proposed=up, risks=["observed ttft p99 2500 ms > 2000 ms SLO"], past=recent,
-               now_s=NOW)
-    assert d.changed and plans.top(d.plan)["replicas"] == 6 and d.reason.startswith("SLO risk: observed ttft")
-    d = decide(Policy(), current=cur, proposed=up, risks=[], past=[run("changed", NOW - 1800, "down")], now_s=NOW)
-    assert d.changed  # exactly one cooldown later
+    d = decide(Policy(), current=cur, proposed=up, risks=[], past=recent, now_s=NOW, window=HERE)
+    assert not d.changed and "meets the forecast under the model; not switching to the dearer" in d.reason
+    risk = ["predicted tpot p90 41.87 ms > 30.00 ms SLO at 10.50 req/s"]
+    d = decide(Policy(), current=cur, proposed=up, risks=risk, past=recent, now_s=NOW, window=HERE,
+               proposal_meets="tpot p90 25.00 ms, utilisation 0.61")
+    assert d.changed and d.wanted == "up" and plans.top(d.plan)["replicas"] == 6
+    assert d.reason.startswith("SLO at risk: predicted tpot p90 41.87 ms > 30.00 ms SLO at 10.50 req/s; acting now")
+    assert "(predicted at the forecast: tpot p90 25.00 ms, utilisation 0.61)" in d.reason
+    # the issue's case: at risk, the proposal costs the same or less -> taken at once (no windows, no cooldown)
+    for other in (fake_plan(2, 2.0, tp=2), fake_plan(1, 2.0, tp=2)):
+        d = decide(Policy(), current=cur, proposed=other, risks=risk, past=recent, now_s=NOW, window=HERE)
+        assert d.changed and plans.top(d.plan)["tp"] == 2
+    # ... unless the model says the proposal misses too
+    d = decide(Policy(), current=cur, proposed=up, risks=risk, past=[], now_s=NOW, window=HERE, proposal_meets=None)
+    assert not d.changed and "misses the forecast too" in d.reason
+    # at risk, a same-shape scale-up is not capped (a capped plan would still miss)
+    d = decide(Policy(max_replica_change=1), current=cur, proposed=fake_plan(9, 9.0), risks=risk, past=[], now_s=NOW)
+    assert d.changed and plans.top(d.plan)["replicas"] == 9
 
 
-def test_scale_down_needs_agreeing_windows_saving_and_no_risk():
+def test_scale_down_needs_agreeing_windows_of_new_data_saving_and_no_risk():
     cur, down = fake_plan(8, 9.6), fake_plan(4, 4.8)  # saves 50%
     pol = Policy()
-    d = decide(pol, current=cur, proposed=down, risks=[], past=[], now_s=NOW)
+    d = decide(pol, current=cur, proposed=down, risks=[], past=[], now_s=NOW, window=HERE)
     assert not d.changed and d.wanted == "down" and "1 of 3" in d.reason
     past = [run("unchanged", NOW - 300, "down", fake_plan(4, 4.8))]
-    assert "2 of 3" in decide(pol, current=cur, proposed=down, risks=[], past=past, now_s=NOW).reason
+    assert "2 of 3" in decide(pol, current=cur, proposed=down, risks=[], past=past, now_s=NOW, window=HERE).reason
     # an 'up' / 'none' run breaks the streak; error / insufficient-data runs ('' wanted) neither count nor break
     broken = [run("unchanged", NOW - 300, "down", down), run("unchanged", NOW - 600, "none", cur),
               run("unchanged", NOW - 900, "down", down)]
-    assert "2 of 3" in decide(pol, current=cur, proposed=down, risks=[], past=broken, now_s=NOW).reason
+    assert "2 of 3" in decide(pol, current=cur, proposed=down, risks=[], past=broken, now_s=NOW, window=HERE).reason
     neutral = [run("unchanged", NOW - 300, "down", down), run("error", NOW - 600, ""),
                run("unchanged", NOW - 900, "down", down)]
-    d = decide(pol, current=cur, proposed=down, risks=[], past=neutral, now_s=NOW)
+    d = decide(pol, current=cur, proposed=down, risks=[], past=neutral, now_s=NOW, window=HERE)
     assert d.changed and plans.top(d.plan)["replicas"] == 4
-    d = decide(pol, current=cur, proposed=down, risks=["forecast 9 req/s exceeds ..."], past=neutral, now_s=NOW)
-    assert not d.changed and "not switching" in d.reason
+    # NOW = 100,000 s = 1970-01-02 03:46:40 UTC; the runs at NOW - 900 and NOW - 300 saw the 5 min before them
+    assert "3 windows of new data agree (1970-01-02 03:26:40-03:31:40, 1970-01-02 03:36:40-03:41:40, " \
+           "1970-01-02 03:41:40-03:46:40 UTC)" in d.reason
+    d = decide(pol, current=cur, proposed=down, risks=["predicted ttft p99 ..."], past=neutral, now_s=NOW, window=HERE)
+    assert d.changed and "SLO at risk" in d.reason  # at risk, a cheaper plan that meets the forecast is taken
+
+
+def test_the_same_data_seen_again_is_not_a_new_window():
+    cur, down = fake_plan(8, 9.6), fake_plan(4, 4.8)
+    pol = Policy()
+    same = [run("unchanged", NOW - 10, "down", down, window=HERE), run("unchanged", NOW - 20, "down", down, window=HERE)]
+    d = decide(pol, current=cur, proposed=down, risks=[], past=same, now_s=NOW, window=HERE)
+    assert not d.changed and "1 of 3" in d.reason and "2 earlier run(s) over the same data not counted" in d.reason
+    # 15-min windows every 5 min overlap by 10 min: only every third one is new data
+    sliding = [run("unchanged", NOW - 300 * k, "down", down, window=(NOW - 300 * k - 900, NOW - 300 * k))
+               for k in range(1, 6)]
+    d = decide(pol, current=cur, proposed=down, risks=[], past=sliding, now_s=NOW, window=(NOW - 900, NOW))
+    assert not d.changed and "2 of 3" in d.reason
+    d = decide(pol, current=cur, proposed=down, risks=[], past=sliding + [run("unchanged", NOW - 1800, "down", down,
+               window=(NOW - 2700, NOW - 1800))], now_s=NOW, window=(NOW - 900, NOW))
+    assert d.changed
+    # a run whose window is unknown (an older history row) is not evidence either
+    unknown = [PastRun(NOW - 300 * k, "unchanged", "down", down, None) for k in (1, 2)]
+    assert "1 of 3" in decide(pol, current=cur, proposed=down, risks=[], past=unknown, now_s=NOW, window=HERE).reason
+    # touching windows are not overlapping; 2% of a window is tolerated, more is not
+    assert not overlaps((0, 900), (900, 1800)) and not overlaps((0, 900), (882, 1800))
+    assert overlaps((0, 900), (880, 1800)) and overlaps((0, 900), (0, 900))
 
 
 def test_scale_down_adopts_the_largest_proposal_of_the_agreeing_windows():
     cur = fake_plan(8, 9.6)
     past = [run("unchanged", NOW - 300, "down", fake_plan(6, 6.0)), run("unchanged", NOW - 600, "down", fake_plan(5, 5.0))]
-    d = decide(Policy(), current=cur, proposed=fake_plan(3, 3.0), risks=[], past=past, now_s=NOW)
+    d = decide(Policy(), current=cur, proposed=fake_plan(3, 3.0), risks=[], past=past, now_s=NOW, window=HERE)
     assert d.changed and plans.top(d.plan)["replicas"] == 6 and "largest plan of the last 3 windows" in d.reason
     # ... and not while the last change is within the cooldown
     past_cd = past + [run("changed", NOW - 900, "up")]
-    d = decide(Policy(), current=cur, proposed=fake_plan(3, 3.0), risks=[], past=past_cd, now_s=NOW)
+    d = decide(Policy(), current=cur, proposed=fake_plan(3, 3.0), risks=[], past=past_cd, now_s=NOW, window=HERE)
     assert not d.changed and "15 min of cooldown left" in d.reason
 
 
@@ -94,16 +135,18 @@ def test_small_saving_is_not_worth_a_switch():
 
 
 def test_replica_step_cap_applies_to_same_shape_changes_only():
-    d = decide(Policy(max_replica_change=4), current=fake_plan(2, 2.4), proposed=fake_plan(12, 12.0), risks=[],
-               past=[], now_s=NOW)
+    agree = [run("unchanged", NOW - 300, "down", fake_plan(2, 2.0)), run("unchanged", NOW - 600, "down", fake_plan(2, 2.0))]
+    d = decide(Policy(max_replica_change=4), current=fake_plan(12, 12.0), proposed=fake_plan(2, 2.4), risks=[],
+               past=agree, now_s=NOW, window=HERE)
     row = plans.top(d.plan)
-    assert d.changed and row["replicas"] == 6 and row["gpus_total"] == 6 and row["pools"][0]["replicas"] == 6
-    assert row["usd_per_hour"] == pytest.approx(6 * 2.0)  # scaled from 12 replicas' $24/h
-    assert d.plan["workload"]["arrival_rate_per_s"] == pytest.approx(12.0 * 6 / 12)  # what 6 replicas serve
-    assert row["id"].endswith("-r6") and "capped at 4" in row["quality_note"]
-    other = fake_plan(3, 12.0, tp=4)  # a different shape (tp 4): a new deployment, not capped
-    d = decide(Policy(max_replica_change=1), current=fake_plan(2, 2.4), proposed=other, risks=[], past=[], now_s=NOW)
-    assert d.changed and plans.top(d.plan)["replicas"] == 3
+    assert d.changed and row["replicas"] == 8 and row["gpus_total"] == 8 and row["pools"][0]["replicas"] == 8
+    assert row["usd_per_hour"] == pytest.approx(8 * 2.0)  # scaled from 2 replicas' $4/h
+    assert d.plan["workload"]["arrival_rate_per_s"] == pytest.approx(2.4 * 8 / 2)  # what 8 replicas serve
+    assert row["id"].endswith("-r8") and "capped at 4" in row["quality_note"]
+    other = fake_plan(1, 2.0, tp=4)  # a different shape (tp 4): a new deployment, not capped
+    d = decide(Policy(max_replica_change=1), current=fake_plan(12, 12.0), proposed=other, risks=[], past=agree,
+               now_s=NOW, window=HERE)
+    assert d.changed and plans.top(d.plan)["replicas"] == 1
 
 
 def test_with_replicas_on_a_disaggregated_plan():

@@ -15,7 +15,7 @@ from recommender.replan.history import History
 from recommender.replan.logs import RequestLog, RequestLogSource
 from recommender.replan.policy import Policy
 from recommender.replan.runner import replan_once
-from test_replan_support import FakePlanner, fake_plan
+from test_replan_support import FakePlanner, FakePredictor, fake_plan
 
 HOUR = 3600.0
 T0 = 1.7e9  # any unix time
@@ -35,7 +35,8 @@ def run_at(t, log, current, history, planner, policy):
     src = RequestLogSource(log=log, window_s=policy.window_s, subwindow_s=policy.subwindow_s,
                            min_requests=policy.min_requests, min_span_s=policy.min_span_s,
                            max_samples=policy.max_length_samples, clock=lambda: t)
-    return replan_once(current=current, source=src, planner=planner, policy=policy, history=history)
+    return replan_once(current=current, source=src, planner=planner, policy=policy, history=history,
+                       predictor=FakePredictor())
 
 
 def replicas(doc) -> int:
@@ -107,37 +108,33 @@ def test_doubling_triggers_a_scale_up_at_the_next_run_even_in_cooldown(tmp_path)
     assert not before.changed and replicas(before.proposed) == 5
     r = run_at(t_double + 300.0, log, current, history, planner, policy)
     assert r.changed and r.exit_code == 10
-    # forecast = peak 1-min rate = 8 req/s > the 4.8 req/s the plan was sized for: SLO risk, act now
-    assert "SLO risk" in r.reason and "8.00 req/s exceeds the 4.80 req/s" in r.reason
+    # forecast = peak 1-min rate = 8 req/s, x 1.2 = 9.6 req/s > the 5 req/s 5 replicas carry: at risk, act now
+    assert r.reason.startswith("SLO at risk: predicted capacity 5.00 req/s < 9.60 req/s; acting now")
     assert replicas(r.proposed) == math.ceil(8.0 * 1.2)  # 10
 
 
-def test_doubling_with_the_default_step_cap_reaches_the_target_in_two_steps(tmp_path):
+def test_at_risk_the_step_cap_does_not_hold_back_a_scale_up(tmp_path):
+    """5 replicas, load doubles to 8 req/s: 9 replicas (5 + the default cap of 4) would still miss
+    8 x 1.2 = 9.6 req/s under the model, so the whole step to ceil(9.6) = 10 is taken at once."""
     policy = Policy()  # max_replica_change 4
     t_double = T0 + HOUR
     log = log_of(np.concatenate([even(4.0, T0, t_double), even(8.0, t_double, T0 + 3 * HOUR)]))
     history = History(str(tmp_path / "h.db"))
-    planner = FakePlanner()
-    current = fake_plan(5, 4.8)
-    r1 = run_at(t_double + 300.0, log, current, history, planner, policy)
-    assert r1.changed and replicas(r1.proposed) == 5 + 4 and "capped" in r1.reason
-    current = r1.proposed
-    # the capped plan serves 9 / 10 of the 9.6 req/s target = 8.64 req/s > 8: no risk, so the last
-    # replica waits for the cooldown (30 min after the change)
-    r2 = run_at(t_double + 600.0, log, current, history, planner, policy)
-    assert not r2.changed and "cooldown" in r2.reason
-    r3 = run_at(t_double + 300.0 + 1800.0, log, current, history, planner, policy)
-    assert r3.changed and replicas(r3.proposed) == 10
+    r1 = run_at(t_double + 300.0, log, fake_plan(5, 4.8), history, FakePlanner(), policy)
+    assert r1.changed and replicas(r1.proposed) == 10 and "capped" not in r1.reason
+    r2 = run_at(t_double + 600.0, log, r1.proposed, history, FakePlanner(), policy)
+    assert not r2.changed and "within the current plan's band" in r2.reason
 
 
 def test_drop_scales_down_only_after_the_windows_and_the_cooldown(tmp_path):
-    """8 -> 2 req/s at t_drop, runs every 5 min. Defaults: peak of the 1-min rates of the last hour
-    (lookback 1h), 3 agreeing windows, cooldown 30 min, at most 4 replicas per step.
+    """8 -> 2 req/s at t_drop, runs every 5 min over 15-min windows. Defaults: peak of the 1-min rates of
+    the last hour (lookback 1h), 3 agreeing windows of NEW data, cooldown 30 min, at most 4 replicas per step.
 
     The last 1-min rate at 8 req/s ends at t_drop, so it is in the lookback up to t_drop + 60 min:
-    the forecast stays 8 (keep ceil(9.6) = 10) through +60. From +65 it is 2 (ceil(2.4) = 3 replicas):
-    windows 1, 2 at +65, +70, the change at +75 (10 -> 6, capped). Then +80, +85, +90 agree again, but the
-    cooldown runs to +105, where 6 -> 3.
+    the forecast stays 8 (keep ceil(9.6) = 10) through +60. From +65 it is 2 (ceil(2.4) = 3 replicas).
+    Consecutive windows overlap by 10 min, so only every third run is new data: +65, +80 and +95 agree,
+    and +95 changes 10 -> 6 (capped). After it +100, +115, +130 are disjoint (the 30-min cooldown has
+    ended by then), so +130 changes 6 -> 3.
     """
     policy = Policy()
     t_drop = T0 + HOUR
@@ -146,7 +143,7 @@ def test_drop_scales_down_only_after_the_windows_and_the_cooldown(tmp_path):
     planner = FakePlanner()
     current = fake_plan(10, 9.6)  # 8 req/s x 1.2 -> 10 replicas
     seen = {}
-    for minutes in range(5, 115, 5):
+    for minutes in range(5, 150, 5):
         r = run_at(t_drop + minutes * 60.0, log, current, history, planner, policy)
         seen[minutes] = r
         if r.changed:
@@ -155,12 +152,16 @@ def test_drop_scales_down_only_after_the_windows_and_the_cooldown(tmp_path):
     assert all(replicas(seen[m].proposed) == 10 and seen[m].decision == "unchanged" for m in range(15, 65, 5))
     assert seen[15].observed["arrival_rate_per_s"] == pytest.approx(2.0)  # observed already dropped
     assert seen[65].observed["forecast_rate_per_s"] == pytest.approx(2.0)
-    assert replicas(seen[65].proposed) == 3 and "1 of 3 consecutive windows" in seen[65].reason
-    assert "2 of 3" in seen[70].reason and not seen[70].changed
-    assert seen[75].changed and replicas(seen[75].proposed) == 6 and "capped" in seen[75].reason
-    assert not seen[90].changed and "cooldown" in seen[90].reason
-    assert seen[105].changed and replicas(seen[105].proposed) == 3
-    assert [m for m, r in seen.items() if r.changed] == [75, 105]
+    assert replicas(seen[65].proposed) == 3 and "1 of 3 windows of new data agree" in seen[65].reason
+    assert "1 of 3" in seen[70].reason and "earlier run(s) over the same data not counted" in seen[70].reason
+    assert "2 of 3" in seen[80].reason and not seen[90].changed
+    assert seen[95].changed and replicas(seen[95].proposed) == 6 and "capped" in seen[95].reason
+    # the reason names the three windows that agreed: T0 (2023-11-14 22:13:20 UTC) + 1 h + 50..65, 65..80, 80..95 min
+    assert ("(2023-11-15 00:03:20-00:18:20, 2023-11-15 00:18:20-00:33:20, 2023-11-15 00:33:20-00:48:20 UTC)"
+            in seen[95].reason)
+    assert not seen[125].changed and "2 of 3" in seen[125].reason
+    assert seen[130].changed and replicas(seen[130].proposed) == 3
+    assert [m for m, r in seen.items() if r.changed] == [95, 130]
 
 
 def test_small_savings_do_not_switch(tmp_path):

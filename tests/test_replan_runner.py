@@ -14,7 +14,7 @@ from recommender.replan.logs import RequestLog, RequestLogSource
 from recommender.replan.policy import Policy
 from recommender.replan.runner import replan_once, write_outputs
 from recommender.replan.sources import default_state_path, kind_of, open_source
-from test_replan_support import FakePlanner, fake_plan
+from test_replan_support import FakePlanner, FakePredictor, fake_plan
 
 T0 = 1.7e9
 
@@ -76,7 +76,7 @@ def test_refused_deploy_keeps_everything_as_it_was(tmp_path, monkeypatch):
     (tmp_path / "out" / "plan.json").write_text("old")
     h = History(str(tmp_path / "h.db"))
     r = replan_once(current=fake_plan(2, 2.4), source=busy_source(), planner=FakePlanner(), policy=Policy(),
-                    history=h, out_dir=tmp_path / "out")
+                    history=h, out_dir=tmp_path / "out", predictor=FakePredictor())
     assert r.decision == "error" and r.exit_code == 2 and "no k8s resource name" in r.reason
     assert (tmp_path / "out" / "plan.json").read_text() == "old"
     assert h.list()[0].decision == "error" and h.last_change("chat/llama-3.1-8b") is None
@@ -87,15 +87,15 @@ def test_planner_failure_is_an_error_run_with_its_exit_code(tmp_path):
         raise InfeasibleError("no GPU meets ttft=2s at 7.2 req/s")
 
     h = History(str(tmp_path / "h.db"))
-    r = replan_once(current=fake_plan(2, 2.4), source=busy_source(), planner=infeasible, policy=Policy(), history=h)
+    r = replan_once(current=fake_plan(2, 2.4), source=busy_source(), planner=infeasible, policy=Policy(), history=h, predictor=FakePredictor())
     assert r.decision == "error" and r.exit_code == 4 and "keeping the current plan" in r.reason
     # 3600 requests from T0 + 1/12 s to T0 + 600 s: 3600 / 599.917 s; what was seen is still reported
     assert r.observed["arrival_rate_per_s"] == pytest.approx(3600 / (600 - 1 / 12), rel=1e-4)
     r = replan_once(current=fake_plan(2, 2.4), source=busy_source(), planner=lambda w, c: {"plans": []},
-                    policy=Policy(), history=h)
+                    policy=Policy(), history=h, predictor=FakePredictor())
     assert r.decision == "error" and "not a plan document" in r.reason
     r = replan_once(current=fake_plan(2, 2.4), source=busy_source(), planner=lambda w, c: 1 / 0, policy=Policy(),
-                    history=h)
+                    history=h, predictor=FakePredictor())
     assert r.decision == "error" and r.exit_code == 2 and "ZeroDivisionError" in r.reason
 
 
@@ -103,7 +103,7 @@ def test_planner_gets_the_forecast_workload_and_the_current_plan(tmp_path):
     planner = FakePlanner()
     cur = fake_plan(2, 2.4)
     replan_once(current=cur, source=busy_source(6.0), planner=planner, policy=Policy(headroom=0.5),
-                history=History(str(tmp_path / "h.db")))
+                history=History(str(tmp_path / "h.db")), predictor=FakePredictor())
     wl, warm = planner.calls[0]
     assert wl.arrival_rate_per_s == pytest.approx(6.0 * 1.5, rel=0.01)  # peak of 1-min rates x (1 + headroom)
     assert wl.prompt_tokens.max_tokens == 500 and wl.output_tokens.max_tokens == 50

@@ -209,3 +209,20 @@ class FakeClock:
         if self.on_sleep is not None:
             self.on_sleep(s)
         self.t += s
+
+
+@dataclass
+class FakePredictor:
+    """The fake planner's model: a plan of R replicas meets ``rate`` iff R x PER_REPLICA_REQ_S >= rate."""
+
+    calls: int = 0
+
+    def __call__(self, plan: dict[str, Any], workload: Any, replicas: tuple[int, ...] | None = None) -> Any:
+        from recommender.replan.predict import Prediction
+
+        self.calls += 1
+        r = sum(replicas) if replicas is not None else plan["plans"][0]["replicas"]
+        rate = float(workload.arrival_rate_per_s)
+        util = rate / (r * PER_REPLICA_REQ_S)
+        misses = () if util <= 1.0 + 1e-9 else (f"predicted capacity {r * PER_REPLICA_REQ_S:.2f} req/s < {rate:.2f} req/s",)
+        return Prediction(rate, util < 1.0, util, 1.0, {}, misses, (r,))

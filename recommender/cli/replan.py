@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, List, Mapping, Optional
@@ -29,14 +30,17 @@ if False:  # pragma: no cover - names for type checkers only
 DEFAULT_POLICY = Path("policies/replan.yaml")
 
 
-def search_planner(*, storage: str, study_name: str, profile_file: str | None, trials: int | None,
-                   seed: int, timeout_s: float | None) -> Planner:
-    """Adapter: ``recommender.search.planner`` warm-started from the current plan, in the history storage.
+def search_planner(*, storage: str | None, study_name: str, profile_file: str | None, trials: int | None,
+                   seed: int, timeout_s: float | None, history_url: str | None = None,
+                   deployment: str | None = None) -> Planner:
+    """Adapter: ``recommender.search.planner`` warm-started from the current plan and the previous
+    proposal of this deployment (from the history), verifying rank 1 only.
 
     The workload it gets already carries the replan policy's headroom, so the search runs with its
-    own headroom set to 0 (headroom is applied once). Each run is a fresh study named
-    ``<study_name>:<unix time>`` in the same storage: Optuna's enqueue skips parameters a study has
-    already seen, so reusing one study would silently drop the current plan's warm-start trial.
+    own headroom set to 0 (headroom is applied once). The study lives in memory unless ``storage`` is
+    given; each run's study is named ``<study_name>:<unix time>:<random>``, unique even for runs started
+    in the same second (Optuna's enqueue skips parameters a study has already seen, and two runs sharing
+    a study would rank each other's trials).
     """
 
     def plan(workload: Workload, current: dict[str, Any] | None) -> dict[str, Any]:
@@ -52,11 +56,30 @@ def search_planner(*, storage: str, study_name: str, profile_file: str | None, t
 
             profile = resolve_profile("vllm", profile_file)
         policy = dataclasses.replace(load_search_policy(), headroom=0.0)
-        settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout_s, storage=storage,
-                                  study_name=f"{study_name}:{int(time.time())}")
-        return recommend(workload, settings=settings, profile=profile, policy=policy, warm_start=current).to_dict()
+        settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout_s, storage=storage, verify=1,
+                                  study_name=f"{study_name}:{int(time.time())}:{uuid.uuid4().hex[:8]}")
+        warm = [current] if current else []
+        prev = previous_proposal(history_url, deployment, current)
+        if prev is not None:
+            warm.append(prev)
+        return recommend(workload, settings=settings, profile=profile, policy=policy, warm_start=warm).to_dict()
 
     return plan
+
+
+def previous_proposal(history_url: str | None, deployment: str | None,
+                      current: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The newest proposal in the history of ``deployment`` that differs from ``current`` (or None)."""
+    if history_url is None or deployment is None:
+        return None
+    from recommender.replan import plans
+    from recommender.replan.history import History
+
+    for r in History(history_url).list(deployment=deployment, limit=10):
+        if r.proposed and r.proposed.get("plans") and (current is None or not plans.same_deployment(
+                plans.top(r.proposed), plans.top(current))):
+            return dict(r.proposed)
+    return None
 
 
 def _fmt_rate(x: Any) -> str:
@@ -118,11 +141,17 @@ def replan_cmd(
     traffic: List[str] = typer.Option(..., "--traffic", help="vLLM /metrics URL(s) (one per replica), prometheus+http://HOST:9090, or request-log file(s) (JSONL/CSV, Azure trace CSV). Repeat or list several."),
     more_traffic: Optional[List[str]] = typer.Argument(None, help="More sources, as in `--traffic A B C`.", show_default=False),
     policy: Optional[Path] = typer.Option(None, "--policy", help="Policy YAML (default: policies/replan.yaml if present, else built-in defaults)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="On a change, write DIR/plan.json atomically and the deployment files."),
+    out: Optional[Path] = typer.Option(None, "--out", help="On a change, write the deployment files and DIR/plan.json (last, stamped with the run) atomically. A stamped DIR/plan.json of this deployment is the current plan of the next run."),
     watch_: bool = typer.Option(False, "--watch", help="Run every --interval until interrupted (default: one shot, for a CronJob)."),
     interval: str = typer.Option("5m", "--interval", help="Time between runs with --watch (e.g. 30s, 5m)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table|json"),
-    storage: Optional[str] = typer.Option(None, "--storage", help="History DB: SQLAlchemy URL or file (default ./recommender-history.db); also the Optuna storage for the warm start."),
+    storage: Optional[str] = typer.Option(None, "--storage", help="History DB: SQLAlchemy URL (postgresql+psycopg://...) or SQLite file (default ./recommender-history.db)."),
+    selector: str = typer.Option("", "--selector", help="Prometheus source: label matchers every query carries, e.g. 'model_name=\"meta-llama/Llama-3.1-8B\",namespace=\"prod\"'."),
+    bearer_token_file: Optional[str] = typer.Option(None, "--bearer-token-file", help="HTTP sources: send 'Authorization: Bearer <token>' with the token read from this file (e.g. a mounted ServiceAccount token)."),
+    bearer_token_env: Optional[str] = typer.Option(None, "--bearer-token-env", help="HTTP sources: the bearer token from this environment variable."),
+    basic_auth_user: Optional[str] = typer.Option(None, "--basic-auth-user", help="HTTP sources: basic auth user (password from --basic-auth-password-file or --basic-auth-password-env)."),
+    basic_auth_password_file: Optional[str] = typer.Option(None, "--basic-auth-password-file", help="Basic auth password file."),
+    basic_auth_password_env: Optional[str] = typer.Option(None, "--basic-auth-password-env", help="Basic auth password environment variable."),
     state: Optional[Path] = typer.Option(None, "--state", help="Scrape state file for /metrics sources (default: beside the SQLite history DB)."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Calibrated engine profile YAML for the planner."),
     workload: Optional[Path] = typer.Option(None, "--workload", help="The original workload YAML (GPUs, prices, SLOs); default: rebuilt from the plan, on its GPU types."),
@@ -139,7 +168,8 @@ def replan_cmd(
     from recommender.replan import plans
     from recommender.replan.history import History, storage_url
     from recommender.replan.policy import load_policy
-    from recommender.replan.runner import deployment_name, replan_once, watch
+    from recommender.replan.promapi import auth_headers
+    from recommender.replan.runner import adopted_plan, deployment_name, model_predictor, replan_once, watch
     from recommender.replan.sources import default_state_path, open_source
 
     if fmt not in ("table", "json"):
@@ -153,15 +183,26 @@ def replan_cmd(
     doc = plans.load_plan(current)
     base = load_workload(workload) if workload is not None else None
     dep = deployment or deployment_name(doc)
+    doc = adopted_plan(out, dep) or doc
     url = storage_url(storage)
     history = History(url)
-    source = open_source(list(traffic) + list(more_traffic or []), pol, state or default_state_path(storage))
-    planner = search_planner(storage=url, study_name=f"replan:{dep}", profile_file=profile, trials=trials, seed=seed,
-                             timeout_s=timeout_s)
+    headers = auth_headers(bearer_token_file=bearer_token_file, bearer_token_env=bearer_token_env,
+                           basic_user=basic_auth_user, basic_password_file=basic_auth_password_file,
+                           basic_password_env=basic_auth_password_env)
+    source = open_source(list(traffic) + list(more_traffic or []), pol, state or default_state_path(storage),
+                         selector=selector, headers=headers, notify=lambda m: typer.echo(f"replan: {m}", err=True))
+    planner = search_planner(storage=None, study_name=f"replan:{dep}", profile_file=profile, trials=trials, seed=seed,
+                             timeout_s=timeout_s, history_url=url, deployment=dep)
+    prof = None
+    if profile is not None:
+        from recommender.profiles import resolve_profile
+
+        prof = resolve_profile("vllm", profile)
+    predictor = model_predictor(profile=prof)
 
     def step(cur: Mapping[str, Any]) -> ReplanResult:
         return replan_once(current=cur, source=source, planner=planner, policy=pol, history=history, base=base,
-                           deployment=dep, out_dir=out)
+                           deployment=dep, out_dir=out, predictor=predictor)
 
     if not watch_:
         result = step(doc)

@@ -45,7 +45,7 @@ HISTOGRAMS = {
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 STATE_VERSION = 1
 
-Fetch = Callable[[str, float], str]
+Fetch = Callable[..., str]  # (url, timeout_s[, headers]) -> body
 
 
 @dataclass(frozen=True)
@@ -119,15 +119,17 @@ def parse_exposition(text: str, url: str, time_s: float) -> Scrape:
                   min(created) if created else None, tuple(sorted(models)))
 
 
-def fetch_url(url: str, timeout_s: float) -> str:
-    """GET ``url`` and return its body; any network/HTTP failure is a TrafficSourceError."""
+def fetch_url(url: str, timeout_s: float, headers: Mapping[str, str] | None = None) -> str:
+    """GET ``url`` (with ``headers``, e.g. Authorization) and return its body; any network/HTTP failure is
+    a TrafficSourceError (the message never repeats the headers)."""
     try:
-        body = fetch_url_bytes(url, timeout_s, "metrics endpoint")
+        body = fetch_url_bytes(url, timeout_s, "metrics endpoint", headers=headers)
     except ConfigError as e:
         raise TrafficSourceError(str(e)) from None
     except urllib.error.HTTPError as e:
-        raise TrafficSourceError(f"metrics endpoint {url} answered HTTP {e.code} {e.reason}; check the URL "
-                                 f"(vLLM serves /metrics on its API port)") from None
+        hint = ("check the credentials (--bearer-token-file / --bearer-token-env / --basic-auth-user)"
+                if e.code in (401, 403) else "check the URL (vLLM serves /metrics on its API port)")
+        raise TrafficSourceError(f"metrics endpoint {url} answered HTTP {e.code} {e.reason}; {hint}") from None
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
         raise TrafficSourceError(f"metrics endpoint {url} is unreachable ({reason}); check the URL and that "
@@ -272,12 +274,15 @@ class VllmMetricsSource:
     fetch: Fetch = fetch_url
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
+    notify: Callable[[str], None] = lambda message: None  # noqa: E731 - e.g. a line on stderr
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def scrape_all(self) -> dict[str, Scrape]:
         out = {}
         for url in self.urls:
             t = self.clock()
-            out[url] = parse_exposition(self.fetch(url, self.timeout_s), url, t)
+            body = self.fetch(url, self.timeout_s, self.headers) if self.headers else self.fetch(url, self.timeout_s)
+            out[url] = parse_exposition(body, url, t)
         return out
 
     def observe(self) -> Observation:
@@ -302,6 +307,9 @@ class VllmMetricsSource:
                     f"current plan")
             for u in missing:
                 base[u] = state[u] if u in too_recent else cur[u]
+            self.notify(f"no earlier scrape of {len(missing)} of {len(self.urls)} /metrics endpoint(s) to diff "
+                        f"against: waiting {max(0.0, need_s):.0f} s for a second scrape (counter rates need two; "
+                        f"metrics.min_scrape_interval in the policy; wait_for_baseline: false exits 11 instead)")
             self.sleep(max(0.0, need_s))
             cur = self.scrape_all()
             now = max(s.time_s for s in cur.values())

@@ -174,6 +174,12 @@ class Observation:
     gauges: Mapping[str, float] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     peak_rate_per_s: float | None = None  # a source that computes the recent peak itself (Prometheus)
+    prefix_share: float | None = None  # fraction of prompt tokens served from the prefix cache, if reported
+
+    @property
+    def window(self) -> tuple[float, float]:
+        """The observed time range (unix seconds)."""
+        return (self.end_s - self.window_s, self.end_s)
 
     def latency_s(self, metric: str, percentile: str) -> float | None:
         """Observed ``metric`` ('ttft'/'tpot'/'e2e'/'queue') at ``percentile``; None without data."""
@@ -197,7 +203,8 @@ class Observation:
             "prompt_tokens": self.prompt_tokens.summary(), "output_tokens": self.output_tokens.summary(),
             "latency_s": lat, "gauges": dict(self.gauges),
             "rate_points": [[p.end_s, round(p.duration_s, 3), round(p.rate_per_s, 5)] for p in self.rate_points],
-            "notes": list(self.notes),
+            "notes": list(self.notes), "window": [round(self.end_s - self.window_s, 3), round(self.end_s, 3)],
+            "prefix_share": None if self.prefix_share is None else round(self.prefix_share, 4),
         }
 
 

@@ -6,9 +6,11 @@
 * Planned rate = ``max(forecast * (1 + headroom), min_rate_per_s)``: the plan is sized with headroom.
 * Lengths: the observed distributions (empirical samples from logs, histogram buckets from metrics)
   when at least ``min_requests`` requests were seen, else the base workload's (and a note says so).
-* SLO risk: an observed percentile above ``limit_s * slo_risk_factor`` (with at least
-  ``slo_risk_min_requests`` observations), or a forecast above the rate the current plan was sized for
-  times ``load_risk_factor``.
+* Prefix share: the observed fraction of prompt tokens served from the prefix cache when the source
+  reports it, else the base workload's ``shared_prefix_fraction``.
+* Observed SLO risk: an observed percentile above ``limit_s * slo_risk_factor`` (with at least
+  ``slo_risk_min_requests`` observations). The predicted risk (the current plan under the model at the
+  forecast) is ``recommender.replan.predict``.
 """
 
 from __future__ import annotations
@@ -163,14 +165,19 @@ def observed_workload(obs: Observation, base: Workload, current: Mapping[str, An
             notes.append(f"{lo.count} requests observed (< {policy.min_requests}): kept the plan's {key} distribution")
             dist = getattr(base, key)
         lengths[key] = _clip(dist, cap)
+    prefix = base.shared_prefix_fraction
+    if obs.prefix_share is not None:
+        prefix = min(0.95, max(0.0, obs.prefix_share))
+        if abs(prefix - base.shared_prefix_fraction) > 1e-3:
+            notes.append(f"observed prefix-cache share {prefix:.2f} (the plan assumed {base.shared_prefix_fraction:.2f})")
     wl = dataclasses.replace(base, arrival_rate_per_s=rate, offline_requests=None, deadline_s=None,
-                             source=f"replan:{obs.source}:{','.join(obs.where)}", **lengths)
+                             shared_prefix_fraction=prefix, source=f"replan:{obs.source}:{','.join(obs.where)}",
+                             **lengths)
     return wl, notes
 
 
-def slo_risks(obs: Observation, slos: Sequence[Slo], current: Mapping[str, Any], policy: Policy,
-              forecast_per_s: float) -> list[str]:
-    """Human reasons why the current plan's SLOs are (observed) or will be (predicted) at risk."""
+def slo_risks(obs: Observation, slos: Sequence[Slo], policy: Policy) -> list[str]:
+    """Human reasons why the current plan's SLOs are at risk by what was observed."""
     out = []
     for slo in slos:
         h = obs.latency.get(slo.metric)
@@ -180,10 +187,6 @@ def slo_risks(obs: Observation, slos: Sequence[Slo], current: Mapping[str, Any],
         if v is not None and v > slo.limit_s * policy.slo_risk_factor:
             out.append(f"observed {slo.metric} {slo.percentile} {v * 1e3:.0f} ms > {slo.limit_s * 1e3:.0f} ms SLO"
                        + (f" x {policy.slo_risk_factor:g}" if policy.slo_risk_factor != 1 else ""))
-    sized = plans.sized_rate_per_s(current)
-    if sized is not None and forecast_per_s > sized * policy.load_risk_factor:
-        out.append(f"forecast {forecast_per_s:.2f} req/s exceeds the {sized:.2f} req/s the current plan was sized for"
-                   + (f" x {policy.load_risk_factor:g}" if policy.load_risk_factor != 1 else ""))
     return out
 
 

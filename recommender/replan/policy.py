@@ -1,22 +1,30 @@
 """Re-planning policy: ``policies/replan.yaml`` (pydantic at the edge) and the change decision.
 
-The decision compares the current plan with the planner's proposal for the observed workload:
+"At risk" is decided before this module is called (``runner``): the current plan, evaluated under the
+model at the forecast load with headroom and the observed lengths, misses an SLO or exceeds the
+utilisation cap, or an observed latency percentile breaks an SLO. The decision then compares the
+current plan with the planner's proposal:
 
 * same deployment (same shape and replicas) -> unchanged;
-* proposal costs more (``usd_per_hour`` up): the current plan no longer meets the SLOs at the forecast
-  with headroom (the planner was warm-started with it, so it would have kept it otherwise) -> scale up,
-  now if an SLO risk fired, else once the cooldown since the last change has passed;
-* proposal costs less or the same -> scale down / switch only if the saving
-  ``(usd_now - usd_new) / usd_now >= min_saving``, no SLO risk, the last ``scale_down_windows``
-  runs (this one included) all wanted to go down, and the cooldown has passed. The plan adopted is the
-  most expensive of those runs' proposals (a stabilisation window, as Kubernetes' HPA does), so one
-  quiet window never shrinks the fleet;
-* a same-shape change moves each pool by at most ``max_replica_change`` replicas per step.
+* at risk -> take the proposal now (no cooldown, no replica-step cap) if the model says it meets the
+  forecast: the planner's rank 1 is the cheapest plan it found that does, so an equal or cheaper one always
+  qualifies and a dearer one is no dearer than needed. Never keep a plan the model says fails when a
+  feasible proposal exists;
+* not at risk, proposal costs more -> unchanged (the current plan meets the forecast);
+* not at risk, proposal costs less -> switch only if the saving ``(usd_now - usd_new) / usd_now >=
+  min_saving``, the last ``scale_down_windows`` windows of NEW data (this one included) all wanted to go
+  down, and the cooldown has passed. A window is new data when its observed time range does not overlap
+  (by more than ``max(1 s, 2%)`` of the shorter one) a window already counted: a log replayed
+  twice, or two runs over the same minutes, count once. The plan adopted is the most expensive of those
+  windows' proposals (a stabilisation window, as Kubernetes' HPA does);
+* a same-shape change that is not forced by a risk moves each pool by at most ``max_replica_change``
+  replicas per step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
@@ -46,7 +54,6 @@ class Policy:
     max_replica_change: int | None = 4
     scale_down_windows: int = 3
     slo_risk_factor: float = 1.0
-    load_risk_factor: float = 1.0
     slo_risk_min_requests: int = 50
     min_scrape_interval_s: float = 30.0
     max_scrape_interval_s: float = 3600.0
@@ -56,6 +63,7 @@ class Policy:
     min_span_s: float = 60.0
     max_length_samples: int = 2000
     min_rate_per_s: float = 0.01
+    band_length_tolerance: float = 0.25
 
 
 def _dur(v: Any, what: str) -> float:
@@ -76,7 +84,6 @@ class _Forecast(BaseModel):
 class _SloRisk(BaseModel):
     model_config = ConfigDict(extra="forbid")
     factor: float = Field(default=1.0, gt=0)
-    load_factor: float = Field(default=1.0, gt=0)
     min_requests: int = Field(default=50, ge=1)
 
 
@@ -96,6 +103,11 @@ class _Data(BaseModel):
     min_rate_per_s: float = Field(default=0.01, gt=0)
 
 
+class _Band(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    length_tolerance: float = Field(default=0.25, ge=0.0, le=10.0)
+
+
 class PolicySpec(BaseModel):
     """Schema of ``policies/replan.yaml`` (human durations like '5m', '30s')."""
 
@@ -111,6 +123,7 @@ class PolicySpec(BaseModel):
     slo_risk: _SloRisk = _SloRisk()
     metrics: _Metrics = _Metrics()
     data: _Data = _Data()
+    band: _Band = _Band()
 
     @field_validator("window", "cooldown")
     @classmethod
@@ -126,12 +139,13 @@ class PolicySpec(BaseModel):
             lookback_s=_dur(f.lookback, "forecast.lookback"), min_saving=self.min_saving,
             cooldown_s=_dur(self.cooldown, "cooldown"), max_replica_change=self.max_replica_change,
             scale_down_windows=self.scale_down_windows, slo_risk_factor=self.slo_risk.factor,
-            load_risk_factor=self.slo_risk.load_factor, slo_risk_min_requests=self.slo_risk.min_requests,
+            slo_risk_min_requests=self.slo_risk.min_requests,
             min_scrape_interval_s=_dur(m.min_scrape_interval, "metrics.min_scrape_interval"),
             max_scrape_interval_s=_dur(m.max_scrape_interval, "metrics.max_scrape_interval"),
             wait_for_baseline=m.wait_for_baseline, scrape_timeout_s=_dur(m.timeout, "metrics.timeout"),
             min_requests=d.min_requests, min_span_s=_dur(d.min_span, "data.min_span"),
-            max_length_samples=d.max_length_samples, min_rate_per_s=d.min_rate_per_s)
+            max_length_samples=d.max_length_samples, min_rate_per_s=d.min_rate_per_s,
+            band_length_tolerance=self.band.length_tolerance)
         for name in ("window_s", "subwindow_s", "ewma_halflife_s", "lookback_s", "min_scrape_interval_s",
                      "max_scrape_interval_s", "scrape_timeout_s"):
             if getattr(p, name) <= 0:
@@ -173,6 +187,7 @@ class PastRun:
     decision: str  # "changed" | "unchanged" | "error"
     wanted: str  # "up" | "down" | "none" | "" (no decision: error / insufficient data)
     proposed: Mapping[str, Any] | None
+    window: tuple[float, float] | None = None  # observed time range (unix s); None: unknown (not new data)
 
 
 @dataclass(frozen=True)
@@ -185,6 +200,19 @@ class Decision:
 
 def _fmt_dur(s: float) -> str:
     return f"{s / 60:.0f} min" if s >= 120 else f"{s:.0f} s"
+
+
+def _fmt_window(w: tuple[float, float]) -> str:
+    a, b = (datetime.fromtimestamp(x, tz=timezone.utc) for x in w)
+    fmt = "%H:%M:%S" if a.date() == b.date() else "%Y-%m-%d %H:%M:%S"
+    return f"{a.strftime('%Y-%m-%d %H:%M:%S')}-{b.strftime(fmt)}"
+
+
+def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """True when two time ranges share more than ``max(1 s, 2%)`` of the shorter one."""
+    shared = min(a[1], b[1]) - max(a[0], b[0])
+    shorter = min(a[1] - a[0], b[1] - b[0])
+    return shared > max(1.0, 0.02 * shorter)
 
 
 def _cap(current: Mapping[str, Any], target: dict[str, Any], max_change: int | None) -> tuple[dict[str, Any], str]:
@@ -201,23 +229,40 @@ def _cap(current: Mapping[str, Any], target: dict[str, Any], max_change: int | N
     return plans.with_replicas(target, capped, note), note
 
 
-def _streak(past: Sequence[PastRun]) -> list[PastRun]:
-    """Runs since the last change, newest first, that wanted to go down without a break."""
-    out = []
+def agreeing_windows(past: Sequence[PastRun], window: tuple[float, float] | None) -> tuple[list[PastRun], int]:
+    """Earlier runs since the last change, newest first, that wanted to go down on NEW data.
+
+    Returns (agreeing runs, runs skipped because their window overlaps one already counted, this run's
+    included). Runs without a decision (error / insufficient data) neither count nor break the streak;
+    a run over new data that did not want to go down ends it.
+    """
+    counted = [window] if window is not None else []
+    out: list[PastRun] = []
+    repeated = 0
     for r in past:
         if r.decision == "changed":
             break
         if r.wanted in ("", "error"):
-            continue  # no decision (error / insufficient data): neither counts nor breaks
+            continue
+        if r.window is None or any(overlaps(r.window, w) for w in counted):
+            repeated += 1
+            continue
         if r.wanted != "down":
             break
         out.append(r)
-    return out
+        counted.append(r.window)
+    return out, repeated
 
 
 def decide(policy: Policy, *, current: Mapping[str, Any], proposed: Mapping[str, Any], risks: Sequence[str],
-           past: Sequence[PastRun], now_s: float) -> Decision:
-    """Apply the policy (see the module docstring). ``past``: earlier runs of this deployment, newest first."""
+           past: Sequence[PastRun], now_s: float, window: tuple[float, float] | None = None,
+           proposal_meets: str | None = "") -> Decision:
+    """Apply the policy (see the module docstring).
+
+    ``past``: earlier runs of this deployment, newest first. ``window``: this run's observed time range.
+    ``proposal_meets``: the model's verdict on the proposal at the forecast ("" = not evaluated; None =
+    it misses; else a summary such as 'tpot p90 25 ms, utilisation 0.61').
+    """
     cur_usd, new_usd = plans.usd_per_hour(current), plans.usd_per_hour(proposed)
     cur_desc, new_desc = plans.describe(current), plans.describe(proposed)
     risk_txt = "; ".join(risks)
@@ -228,32 +273,34 @@ def decide(policy: Policy, *, current: Mapping[str, Any], proposed: Mapping[str,
         why = f"SLO at risk ({risk_txt}) but the planner finds no better plan than the current one; investigate the engine" \
             if risks else "the planner proposes the current deployment"
         return Decision(False, "none", f"{why}: {cur_desc}", prop)
-    if new_usd > cur_usd:
-        if not risks and cooldown_left > 0:
-            return Decision(False, "up", f"load needs {new_desc} instead of {cur_desc}, but the last change was "
-                            f"{_fmt_dur(now_s - last_change.time_s)} ago (cooldown {_fmt_dur(policy.cooldown_s)}, "
-                            f"{_fmt_dur(cooldown_left)} left) and no SLO is at risk yet", prop)
-        plan, note = _cap(current, prop, policy.max_replica_change)
-        why = f"SLO risk: {risk_txt}; acting now" if risks else "the current plan no longer meets the SLOs at the " \
-              "forecast load with headroom"
-        return Decision(True, "up", f"{why}: {cur_desc} -> {plans.describe(plan)}" + (f" ({note})" if note else ""), plan)
-    saving = (cur_usd - new_usd) / cur_usd if cur_usd > 0 else 0.0
+    direction = "up" if new_usd > cur_usd else ("down" if new_usd < cur_usd else "none")
     if risks:
-        return Decision(False, "none", f"SLO at risk ({risk_txt}); not switching to the cheaper {new_desc} while at "
-                        f"risk", prop)
+        if proposal_meets is None:
+            return Decision(False, direction, f"SLO at risk ({risk_txt}), but the proposed {new_desc} misses the "
+                            f"forecast too under the model; keeping {cur_desc}", prop)
+        plan, note = (prop, "") if direction == "up" else _cap(current, prop, policy.max_replica_change)
+        meets = f" (predicted at the forecast: {proposal_meets})" if proposal_meets else ""
+        return Decision(True, direction, f"SLO at risk: {risk_txt}; acting now: {cur_desc} -> {plans.describe(plan)}"
+                        f"{meets}" + (f" ({note})" if note else ""), plan)
+    if new_usd > cur_usd:
+        return Decision(False, "none", f"the current plan meets the forecast under the model; not switching to the "
+                        f"dearer {new_desc}", prop)
+    saving = (cur_usd - new_usd) / cur_usd if cur_usd > 0 else 0.0
     if saving < policy.min_saving:
         return Decision(False, "none", f"{new_desc} would save {saving:.1%} of ${cur_usd:.2f}/h, below the "
                         f"{policy.min_saving:.0%} minimum to switch; keeping {cur_desc}", prop)
-    streak = _streak(past)
+    streak, repeated = agreeing_windows(past, window)
     agreeing = len(streak) + 1
+    seen = f" ({repeated} earlier run(s) over the same data not counted)" if repeated else ""
     if agreeing < policy.scale_down_windows:
         return Decision(False, "down", f"{new_desc} would save {saving:.1%}; {agreeing} of {policy.scale_down_windows} "
-                        f"consecutive windows agree so far, waiting for {policy.scale_down_windows - agreeing} more", prop)
+                        f"windows of new data agree so far{seen}, waiting for {policy.scale_down_windows - agreeing} "
+                        f"more", prop)
     if cooldown_left > 0:
         return Decision(False, "down", f"{new_desc} would save {saving:.1%}, but the last change was "
                         f"{_fmt_dur(now_s - last_change.time_s)} ago ({_fmt_dur(cooldown_left)} of cooldown left)", prop)
-    window = [prop] + [dict(r.proposed) for r in streak[: policy.scale_down_windows - 1] if r.proposed]
-    target = max(window, key=plans.usd_per_hour)
+    used = streak[: policy.scale_down_windows - 1]
+    target = max([prop] + [dict(r.proposed) for r in used if r.proposed], key=plans.usd_per_hour)
     stabilised = target is not prop
     t_usd = plans.usd_per_hour(target)
     t_saving = (cur_usd - t_usd) / cur_usd if cur_usd > 0 else 0.0
@@ -261,7 +308,9 @@ def decide(policy: Policy, *, current: Mapping[str, Any], proposed: Mapping[str,
         return Decision(False, "down", f"this window's {new_desc} would save {saving:.1%}, but the largest plan of the "
                         f"last {policy.scale_down_windows} windows saves only {t_saving:.1%}; keeping {cur_desc}", prop)
     plan, note = _cap(current, target, policy.max_replica_change)
+    wins = [w for w in [window] + [r.window for r in used] if w is not None]
+    which = f" ({', '.join(_fmt_window(w) for w in sorted(wins))} UTC)" if wins else ""
     extra = f"; largest plan of the last {policy.scale_down_windows} windows" if stabilised else ""
-    return Decision(True, "down", f"{policy.scale_down_windows} consecutive windows agree: {cur_desc} -> "
+    return Decision(True, "down", f"{policy.scale_down_windows} windows of new data agree{which}: {cur_desc} -> "
                     f"{plans.describe(plan)} saves {(cur_usd - plans.usd_per_hour(plan)) / cur_usd:.1%}{extra}"
                     + (f" ({note})" if note else ""), plan)

@@ -8,24 +8,88 @@
 * ``sum by (le) (increase(<histogram>_bucket[W]))`` plus ``_sum`` / ``_count``: the window's histograms;
 * ``sum(vllm:num_requests_running)``, ``sum(vllm:num_requests_waiting)``, ``max(vllm:kv_cache_usage_perc)``.
 
+With ``selector`` (``--selector 'model_name="llama",namespace="prod"'``) every series reference carries
+those label matchers (``vllm:request_success_total{model_name="llama",namespace="prod"}``), so only the
+deployment's pods are summed. ``headers`` go with every request (``Authorization: Bearer ...`` or
+``Basic ...``; see :func:`auth_headers`).
+
 Prometheus handles counter resets itself (``rate``/``increase``). Responses follow the documented
 ``{"status": "success", "data": {"resultType": "vector"|"matrix", "result": [...]}}`` shape.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import os
+import re
 import time
 import urllib.parse
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
-from recommender.errors import TrafficSourceError
+from recommender.errors import ConfigError, TrafficSourceError
 from recommender.replan.metrics import HISTOGRAMS, Fetch, fetch_url
 from recommender.replan.observation import (
     Histogram, InsufficientDataError, LengthObservation, Observation, RatePoint,
 )
+
+
+_MATCHER = r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\\n]|\\.)*"\s*'
+_SELECTOR = re.compile(rf"^{_MATCHER}(,{_MATCHER})*,?\s*$")
+
+
+def check_selector(selector: str) -> str:
+    """The label matchers inside ``{...}`` (braces optional), validated; '' for none."""
+    sel = selector.strip()
+    if sel.startswith("{") and sel.endswith("}"):
+        sel = sel[1:-1].strip()
+    if sel and not _SELECTOR.match(sel):
+        raise ConfigError(f"--selector {selector!r} is not a list of PromQL label matchers; use e.g. "
+                          f"'model_name=\"meta-llama/Llama-3.1-8B\",namespace=\"prod\"' (=, !=, =~, !~; values in "
+                          f"double quotes)")
+    return sel.rstrip(", ")
+
+
+def _read_secret(path: str | None, env: str | None, what: str) -> str | None:
+    if path:
+        try:
+            text = Path(path).read_text(encoding="utf-8")[:65536].strip()
+        except OSError as e:
+            raise ConfigError(f"{what} file {path} is unreadable ({e.strerror or e})") from None
+        if not text:
+            raise ConfigError(f"{what} file {path} is empty")
+        return text
+    if env:
+        v = os.environ.get(env, "").strip()
+        if not v:
+            raise ConfigError(f"{what}: environment variable {env} is not set or empty")
+        return v
+    return None
+
+
+def auth_headers(*, bearer_token_file: str | None = None, bearer_token_env: str | None = None,
+                 basic_user: str | None = None, basic_password_file: str | None = None,
+                 basic_password_env: str | None = None) -> dict[str, str]:
+    """HTTP headers for a bearer token (from a file or an environment variable) or basic auth."""
+    token = _read_secret(bearer_token_file, bearer_token_env, "bearer token")
+    if token and basic_user:
+        raise ConfigError("give either a bearer token or basic auth, not both")
+    if token:
+        if any(c in token for c in "\r\n"):
+            raise ConfigError("the bearer token contains a line break; store the token alone in the file")
+        return {"Authorization": f"Bearer {token}"}
+    if basic_user:
+        pw = _read_secret(basic_password_file, basic_password_env, "basic-auth password")
+        if pw is None:
+            raise ConfigError("--basic-auth-user needs --basic-auth-password-file or --basic-auth-password-env")
+        cred = base64.b64encode(f"{basic_user}:{pw}".encode()).decode("ascii")
+        return {"Authorization": f"Basic {cred}"}
+    if basic_password_file or basic_password_env:
+        raise ConfigError("a basic-auth password needs --basic-auth-user")
+    return {}
 
 
 @dataclass
@@ -39,6 +103,12 @@ class PrometheusSource:
     min_requests: int = 20
     fetch: Fetch = fetch_url
     clock: Callable[[], float] = time.time
+    selector: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def m(self, name: str) -> str:
+        """``name`` with the selector's label matchers."""
+        return f"{name}{{{self.selector}}}" if self.selector else name
 
     @property
     def http_base(self) -> str:
@@ -47,7 +117,7 @@ class PrometheusSource:
 
     def _get(self, path: str, params: dict[str, str]) -> Any:
         url = f"{self.http_base}{path}?{urllib.parse.urlencode(params)}"
-        text = self.fetch(url, self.timeout_s)
+        text = self.fetch(url, self.timeout_s, self.headers) if self.headers else self.fetch(url, self.timeout_s)
         try:
             doc = json.loads(text)
         except json.JSONDecodeError:
@@ -68,12 +138,13 @@ class PrometheusSource:
     def _scalar(self, query: str, at: float, family: str) -> float:
         v = self._vector(query, at)
         if not v:
-            raise TrafficSourceError(f"Prometheus at {self.http_base} has no series {family}; is it scraping the "
-                                     f"vLLM pods' /metrics?")
+            sel = f" matching {{{self.selector}}}" if self.selector else ""
+            raise TrafficSourceError(f"Prometheus at {self.http_base} has no series {family}{sel}; is it scraping the "
+                                     f"vLLM pods' /metrics" + (" and does --selector match their labels?" if sel else "?"))
         return sum(x for _, x in v if math.isfinite(x))
 
     def _histogram(self, name: str, w: str, at: float) -> Histogram:
-        res = self._vector(f"sum by (le) (increase({name}_bucket[{w}]))", at)
+        res = self._vector(f"sum by (le) (increase({self.m(name + '_bucket')}[{w}]))", at)
         if not res:
             raise TrafficSourceError(f"Prometheus at {self.http_base} has no series {name}_bucket; is it scraping "
                                      f"the vLLM pods' /metrics?")
@@ -83,18 +154,20 @@ class PrometheusSource:
             edge = math.inf if le in ("+Inf", "Inf") else float(le)
             b[edge] = v if math.isfinite(v) else 0.0
         edges = tuple(sorted(b))
-        total = self._scalar(f"sum(increase({name}_sum[{w}]))", at, f"{name}_sum")
+        total = self._scalar(f"sum(increase({self.m(name + '_sum')}[{w}]))", at, f"{name}_sum")
         return Histogram(edges, tuple(b[e] for e in edges), total)
 
     def observe(self) -> Observation:
         now = self.clock()
         w = f"{int(round(self.window_s))}s"
-        rate = self._scalar(f"sum(rate(vllm:request_success_total[{w}]))", now, "vllm:request_success_total")
-        prompt_rate = self._scalar(f"sum(rate(vllm:prompt_tokens_total[{w}]))", now, "vllm:prompt_tokens_total")
-        output_rate = self._scalar(f"sum(rate(vllm:generation_tokens_total[{w}]))", now, "vllm:generation_tokens_total")
+        m = self.m
+        rate = self._scalar(f"sum(rate({m('vllm:request_success_total')}[{w}]))", now, "vllm:request_success_total")
+        prompt_rate = self._scalar(f"sum(rate({m('vllm:prompt_tokens_total')}[{w}]))", now, "vllm:prompt_tokens_total")
+        output_rate = self._scalar(f"sum(rate({m('vllm:generation_tokens_total')}[{w}]))", now,
+                                   "vllm:generation_tokens_total")
         step = max(1, int(round(self.subwindow_s)))
         series = self._get("/api/v1/query_range", {
-            "query": f"sum(rate(vllm:request_success_total[{step}s]))", "start": f"{now - self.window_s + step:.3f}",
+            "query": f"sum(rate({m('vllm:request_success_total')}[{step}s]))", "start": f"{now - self.window_s + step:.3f}",
             "end": f"{now:.3f}", "step": f"{step}"})
         points = []
         for s in series:
@@ -107,9 +180,12 @@ class PrometheusSource:
             raise InsufficientDataError(
                 f"insufficient data: Prometheus saw {requests:.0f} finished request(s) in the last {w}; need at least "
                 f"{self.min_requests} ({self.min_requests - requests:.0f} more); keeping the current plan")
-        gauges = {"num_requests_running": self._scalar("sum(vllm:num_requests_running)", now, "vllm:num_requests_running"),
-                  "num_requests_waiting": self._scalar("sum(vllm:num_requests_waiting)", now, "vllm:num_requests_waiting"),
-                  "kv_cache_usage_perc_max": self._scalar("max(vllm:kv_cache_usage_perc)", now, "vllm:kv_cache_usage_perc")}
+        gauges = {"num_requests_running": self._scalar(f"sum({m('vllm:num_requests_running')})", now,
+                                                       "vllm:num_requests_running"),
+                  "num_requests_waiting": self._scalar(f"sum({m('vllm:num_requests_waiting')})", now,
+                                                       "vllm:num_requests_waiting"),
+                  "kv_cache_usage_perc_max": self._scalar(f"max({m('vllm:kv_cache_usage_perc')})", now,
+                                                          "vllm:kv_cache_usage_perc")}
 
         def lengths(h: Histogram) -> LengthObservation:
             return LengthObservation(int(round(h.count)), h.mean if h.count > 0 else 0.0, histogram=h)

@@ -1,9 +1,12 @@
 """One re-planning step, and the ``--watch`` loop around it.
 
-A step: observe the traffic source -> forecast -> Workload -> ``planner(workload, current_plan)`` ->
-policy decision -> (if changed and an output folder is given) write ``plan.json`` atomically and the
-deployment files -> one history row. The planner is injected: the CLI passes an adapter around
-``recommender.search.planner``; tests pass a small analytic fake.
+A step: observe the traffic source -> forecast -> Workload -> the current plan under the model at the
+forecast (``predictor``; its misses and observed SLO breaches are the risks) -> when the traffic is inside
+the plan's band, stop there (no search) -> else ``planner(workload, current_plan)`` -> the policy decision,
+the files and the history row under the deployment's lock, in one transaction (``History.decision``).
+The plan a change writes carries a ``replan`` stamp (run id); a stamped plan.json without its history row
+(killed before the commit) is recorded by the next run. Planner and predictor are injected: the CLI
+passes adapters around ``recommender.search`` and ``recommender.replan.predict``; tests pass small fakes.
 
 Exit codes: 0 unchanged, 10 changed, 11 unchanged because there is not enough data yet (the reason
 says how much more is needed), 2..9 error (the current plan is kept).
@@ -14,28 +17,34 @@ from __future__ import annotations
 import importlib
 import json
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from recommender.errors import RecommenderError, TrafficSourceError
 from recommender.replan import plans
-from recommender.replan.history import History
+from recommender.replan.history import History, Transaction
 from recommender.replan.metrics import write_text_atomically
 from recommender.replan.observation import InsufficientDataError
 from recommender.replan.observe import (
     base_workload_from_plan, forecast_rate_per_s, merge_points, observed_workload, rate_points_from_observed,
     slo_attainment, slo_risks,
 )
-from recommender.replan.policy import Policy, decide
+from recommender.replan.policy import PastRun, Policy, decide
 from recommender.replan.sources import TrafficSource
 from recommender.workload import Workload
+
+if TYPE_CHECKING:
+    from recommender.replan.predict import Prediction
 
 EXIT_UNCHANGED = 0
 EXIT_CHANGED = 10
 EXIT_INSUFFICIENT_DATA = InsufficientDataError.exit_code  # 11
 
 Planner = Callable[[Workload, "dict[str, Any] | None"], "dict[str, Any]"]
+# (plan JSON, workload, replicas per pool or None = the plan's) -> the model's verdict
+Predictor = Callable[..., "Prediction"]
 
 
 @dataclass(frozen=True)
@@ -102,18 +111,106 @@ def write_outputs(plan_doc: Mapping[str, Any], out_dir: Path) -> tuple[str, ...]
     return tuple(written + [str(path)])
 
 
+def model_predictor(*, profile: Any = None) -> Predictor:
+    """``predict_plan`` with the shipped catalog, search policy and ``profile`` (default: vLLM's)."""
+    def predict(plan_doc: Mapping[str, Any], workload: Workload, replicas: tuple[int, ...] | None = None) -> Prediction:
+        from recommender.replan.predict import predict_plan
+
+        return predict_plan(plan_doc, workload, profile=profile, replicas=replicas)
+
+    return predict
+
+
+def _smaller_meets(predictor: Predictor, doc: Mapping[str, Any], workload: Workload) -> tuple[tuple[int, ...], Prediction] | None:
+    """One replica fewer in one pool that still meets the load (the plan is above its band), else None."""
+    cur = plans.replicas(plans.top(doc))
+    for i, r in enumerate(cur):
+        if r > 1:
+            fewer = tuple(x - 1 if j == i else x for j, x in enumerate(cur))
+            p = predictor(doc, workload, fewer)
+            if p.meets:
+                return fewer, p
+    return None
+
+
+def _lengths_moved(doc: Mapping[str, Any], workload: Workload, tolerance: float) -> str:
+    """Why the observed mean lengths are outside ``tolerance`` of the plan's ('' when within)."""
+    wl = doc.get("workload") or {}
+    out = []
+    for key in ("prompt_tokens", "output_tokens"):
+        planned = (wl.get(key) or {}).get("mean")
+        seen = getattr(workload, key).mean
+        if planned and abs(seen - float(planned)) > tolerance * float(planned):
+            out.append(f"mean {key.replace('_', ' ')} {seen:.0f} vs {float(planned):.0f} planned")
+    return "; ".join(out)
+
+
+def stamp(plan_doc: Mapping[str, Any], *, run_id: str, deployment: str, time_s: float, wanted: str,
+          reason: str, window: tuple[float, float] | None) -> dict[str, Any]:
+    """The plan a change writes, carrying which run adopted it (``replan`` key; deploy ignores it)."""
+    return {**plan_doc, "replan": {"run_id": run_id, "deployment": deployment, "time_s": time_s, "wanted": wanted,
+                                   "reason": reason, "window": list(window) if window else None}}
+
+
+def adopted_plan(out_dir: Path | None, deployment: str) -> dict[str, Any] | None:
+    """``out_dir/plan.json`` when an earlier run of ``deployment`` wrote it (its ``replan`` stamp), else None:
+    the plan adopted last is the current one of the next run."""
+    if out_dir is None or not (out_dir / "plan.json").is_file():
+        return None
+    try:
+        doc = plans.load_plan(out_dir / "plan.json")
+    except RecommenderError:
+        return None
+    st = doc.get("replan")
+    return doc if isinstance(st, dict) and st.get("deployment") == deployment else None
+
+
+def recover_lost_row(tx: Transaction, out_dir: Path | None) -> None:
+    """A plan.json stamped by a run whose history row is missing (killed between writing the files and
+    the commit) is recorded now, so its cooldown is not lost."""
+    if out_dir is None or not (out_dir / "plan.json").is_file():
+        return
+    try:
+        doc = json.loads((out_dir / "plan.json").read_text())
+    except (OSError, ValueError):
+        return
+    st = doc.get("replan") if isinstance(doc, dict) else None
+    if not isinstance(st, dict) or st.get("deployment") != tx.deployment or not st.get("run_id"):
+        return
+    if tx.has_run(str(st["run_id"])):
+        return
+    w = st.get("window")
+    tx.record(time_s=float(st.get("time_s") or 0.0), decision="changed", wanted=str(st.get("wanted") or ""),
+              reason=f"recovered from {out_dir / 'plan.json'} (its run ended before recording): {st.get('reason', '')}",
+              observed=None, current=None, proposed=doc, usd_per_hour_proposed=plans.usd_per_hour(doc),
+              run_id=str(st["run_id"]), window=(float(w[0]), float(w[1])) if w else None)
+
+
 def replan_once(*, current: Mapping[str, Any], source: TrafficSource, planner: Planner, policy: Policy,
                 history: History, base: Workload | None = None, deployment: str | None = None,
-                out_dir: Path | None = None, clock: Callable[[], float] = time.time) -> ReplanResult:
-    """Run one step; never raises for traffic or planner trouble (it is an 'error' result + history row)."""
+                out_dir: Path | None = None, clock: Callable[[], float] = time.time,
+                predictor: Predictor | None = None) -> ReplanResult:
+    """Run one step; never raises for traffic or planner trouble (it is an 'error' result + history row).
+
+    Order: observe -> forecast -> evaluate the current plan under the model at the forecast (risk) ->
+    inside the band (meets it, one replica fewer would not, lengths as planned): done, no search ->
+    else the planner -> evaluate its proposal -> decide, write and record under the deployment's lock.
+    """
     dep = deployment or deployment_name(current)
     cur_usd = plans.usd_per_hour(current)
+    run_id = uuid.uuid4().hex
+    predict = predictor or model_predictor()
+    window: tuple[float, float] | None = None
 
     def finish(decision: str, wanted: str, reason: str, code: int, t: float, observed: Any = None,
-               proposed: Any = None, written: tuple[str, ...] = ()) -> ReplanResult:
-        history.record(time_s=t, deployment=dep, decision=decision, wanted=wanted, reason=reason, observed=observed,
-                       current=dict(current), proposed=proposed, usd_per_hour_current=cur_usd,
-                       usd_per_hour_proposed=plans.usd_per_hour(proposed) if proposed else None)
+               proposed: Any = None, written: tuple[str, ...] = (), tx: Transaction | None = None) -> ReplanResult:
+        row = dict(time_s=t, decision=decision, wanted=wanted, reason=reason, observed=observed, current=dict(current),
+                   proposed=proposed, usd_per_hour_current=cur_usd, run_id=run_id, window=window,
+                   usd_per_hour_proposed=plans.usd_per_hour(proposed) if proposed else None)
+        if tx is not None:
+            tx.record(**row)
+        else:
+            history.record(deployment=dep, **row)
         return ReplanResult(decision, reason, current, proposed, observed, code, t, written)
 
     try:
@@ -123,15 +220,11 @@ def replan_once(*, current: Mapping[str, Any], source: TrafficSource, planner: P
     except TrafficSourceError as e:
         return finish("error", "", f"{e}; keeping the current plan", e.exit_code, clock())
     now = obs.end_s
+    window = obs.window
     past_records = history.list(deployment=dep, limit=max(50, 4 * policy.scale_down_windows))
     horizon = now - policy.lookback_s - obs.window_s
     if len(past_records) >= max(50, 4 * policy.scale_down_windows) and past_records[-1].time_s > horizon:
         past_records = history.list(deployment=dep, since_s=horizon)  # frequent runs: cover the whole lookback
-    past = [r.past() for r in past_records]
-    if not any(p.decision == "changed" for p in past):
-        last = history.last_change(dep)
-        if last is not None:
-            past.append(last.past())
     # the forecast looks back over earlier runs' rates too (points ending before this window starts)
     window_start = obs.end_s - obs.window_s
     earlier = [p for r in past_records if r.observed and r.observed.get("source") == obs.source
@@ -143,32 +236,80 @@ def replan_once(*, current: Mapping[str, Any], source: TrafficSource, planner: P
         workload, notes = observed_workload(obs, base_wl, current, policy, forecast)
     except RecommenderError as e:
         return finish("error", "", f"{e}; keeping the current plan", e.exit_code, now)
-    risks = slo_risks(obs, base_wl.slos, current, policy, forecast)
-    observed = {**obs.to_dict(), "forecast_method": policy.forecast_method, "forecast_rate_per_s": round(forecast, 4),
-                "headroom": policy.headroom, "planned_rate_per_s": workload.arrival_rate_per_s,
-                "slo": slo_attainment(obs, base_wl.slos, policy), "slo_risks": risks,
-                "notes": list(obs.notes) + notes, "workload": workload.to_dict()}
+    observed_risks = slo_risks(obs, base_wl.slos, policy)
+    observed: dict[str, Any] = {
+        **obs.to_dict(), "forecast_method": policy.forecast_method, "forecast_rate_per_s": round(forecast, 4),
+        "headroom": policy.headroom, "planned_rate_per_s": workload.arrival_rate_per_s,
+        "slo": slo_attainment(obs, base_wl.slos, policy), "notes": list(obs.notes) + notes,
+        "workload": workload.to_dict()}
     try:
-        proposed = planner(workload, dict(current))
-        plans.check_plan(proposed, "the planner's proposal")
+        pred = predict(current, workload)
     except RecommenderError as e:
-        return finish("error", "", f"planner failed for the observed workload ({e}); keeping the current plan",
-                      e.exit_code, now, observed)
-    except Exception as e:  # noqa: BLE001 - a planner bug must not kill a --watch loop or print a traceback
-        return finish("error", "", f"planner crashed ({type(e).__name__}: {e}); keeping the current plan; please "
-                      f"report this with the observed workload from `recommend history --full --format json`",
-                      2, now, observed)
-    d = decide(policy, current=current, proposed=proposed, risks=risks, past=past, now_s=now)
-    if not d.changed:
-        return finish("unchanged", d.wanted, d.reason, EXIT_UNCHANGED, now, observed, d.plan)
-    written: tuple[str, ...] = ()
-    if out_dir is not None:
+        pred = None
+        observed["notes"].append(f"the current plan could not be evaluated under the model ({e}); searching")
+    risks = (list(pred.misses) if pred is not None else []) + observed_risks
+    observed["slo_risks"] = risks
+    if pred is not None:
+        observed["current_predicted"] = pred.to_dict()
+    in_band = ""
+    if pred is not None and not risks:
+        moved = _lengths_moved(current, workload, policy.band_length_tolerance)
+        smaller = _smaller_meets(predict, current, workload) if not moved else None
+        if not moved and smaller is None:
+            in_band = (f"traffic is within the current plan's band: at the forecast {forecast:.2f} req/s "
+                       f"(+{policy.headroom:.0%} = {workload.effective_rate_per_s:.2f} req/s) the model predicts "
+                       f"{pred.summary(workload)} and one replica fewer would miss; no search needed")
+    proposal_meets: str | None = ""
+    if in_band:
+        proposed: dict[str, Any] = dict(current)
+    else:
         try:
-            written = write_outputs(d.plan, out_dir)
-        except (RecommenderError, OSError) as e:
-            return finish("error", d.wanted, f"decided to change ({d.reason}) but writing {out_dir} failed: {e}; "
-                          f"the deployed plan is unchanged", getattr(e, "exit_code", 2), now, observed, d.plan)
-    return finish("changed", d.wanted, d.reason, EXIT_CHANGED, now, observed, d.plan, written)
+            proposed = planner(workload, dict(current))
+            plans.check_plan(proposed, "the planner's proposal")
+        except RecommenderError as e:
+            return finish("error", "", f"planner failed for the observed workload ({e}); keeping the current plan",
+                          e.exit_code, now, observed)
+        except Exception as e:  # noqa: BLE001 - a planner bug must not kill a --watch loop or print a traceback
+            return finish("error", "", f"planner crashed ({type(e).__name__}: {e}); keeping the current plan; please "
+                          f"report this with the observed workload from `recommend history --full --format json`",
+                          2, now, observed)
+        try:
+            pp = predict(proposed, workload)
+            proposal_meets = pp.summary(workload) if pp.meets else None
+            observed["proposed_predicted"] = pp.to_dict()
+        except RecommenderError:
+            proposal_meets = ""  # the planner's own evaluation stands
+    with history.decision(dep) as tx:
+        recover_lost_row(tx, out_dir)
+        if in_band:
+            return finish("unchanged", "none", in_band, EXIT_UNCHANGED, now, observed, proposed, tx=tx)
+        past = _past_runs(tx, policy, now, obs.window_s)
+        d = decide(policy, current=current, proposed=proposed, risks=risks, past=past, now_s=now, window=window,
+                   proposal_meets=proposal_meets)
+        if not d.changed:
+            return finish("unchanged", d.wanted, d.reason, EXIT_UNCHANGED, now, observed, d.plan, tx=tx)
+        plan = stamp(d.plan, run_id=run_id, deployment=dep, time_s=now, wanted=d.wanted, reason=d.reason,
+                     window=window)
+        written: tuple[str, ...] = ()
+        if out_dir is not None:
+            try:
+                written = write_outputs(plan, out_dir)
+            except (RecommenderError, OSError) as e:
+                return finish("error", d.wanted, f"decided to change ({d.reason}) but writing {out_dir} failed: {e}; "
+                              f"the deployed plan is unchanged", getattr(e, "exit_code", 2), now, observed, plan, tx=tx)
+        return finish("changed", d.wanted, d.reason, EXIT_CHANGED, now, observed, plan, written, tx=tx)
+
+
+def _past_runs(tx: Transaction, policy: Policy, now: float, window_s: float) -> list[PastRun]:
+    """Earlier runs newest first (read under the lock), covering the streak and the last change."""
+    n = max(50, 4 * policy.scale_down_windows)
+    records = tx.list(limit=n)
+    past = [r.past() for r in records]
+    if not any(p.decision == "changed" for p in past):
+        last = tx.last_change()
+        if last is not None:
+            past.append(last.past())
+    return past
 
 
 def watch(step: Callable[[Mapping[str, Any]], ReplanResult], current: Mapping[str, Any], interval_s: float, *,

@@ -14,7 +14,7 @@ InsufficientDataError (too little data; says how much more is needed).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from recommender.errors import ConfigError
 from recommender.replan.history import sqlite_path, storage_url
@@ -22,7 +22,7 @@ from recommender.replan.logs import RequestLogSource
 from recommender.replan.metrics import VllmMetricsSource
 from recommender.replan.observation import Observation
 from recommender.replan.policy import Policy
-from recommender.replan.promapi import PrometheusSource
+from recommender.replan.promapi import PrometheusSource, check_selector
 
 DEFAULT_STATE = "recommender-replan-state.json"
 
@@ -46,8 +46,13 @@ def kind_of(spec: str) -> str:
     return "request-log"
 
 
-def open_source(specs: Sequence[str], policy: Policy, state_path: Path) -> TrafficSource:
-    """One source for all ``--traffic`` arguments (they must all be of one kind)."""
+def open_source(specs: Sequence[str], policy: Policy, state_path: Path, *, selector: str = "",
+                headers: Mapping[str, str] | None = None,
+                notify: Callable[[str], None] | None = None) -> TrafficSource:
+    """One source for all ``--traffic`` arguments (they must all be of one kind).
+
+    ``selector`` (PromQL label matchers) scopes a Prometheus source; ``headers`` (authentication) go with
+    every HTTP request; ``notify`` hears about waits (a /metrics source's first scrape)."""
     if not specs:
         raise ConfigError("no --traffic source given: pass vLLM /metrics URL(s) or request-log file(s)")
     specs = list(dict.fromkeys(s.strip() for s in specs))  # the same replica twice would count twice
@@ -57,14 +62,23 @@ def open_source(specs: Sequence[str], policy: Policy, state_path: Path) -> Traff
                           f"a Prometheus server, or request logs")
     kind = kinds.pop()
     if kind == "vllm-metrics":
-        return VllmMetricsSource(tuple(specs), state_path, min_interval_s=policy.min_scrape_interval_s,
-                                 max_interval_s=policy.max_scrape_interval_s, wait_for_baseline=policy.wait_for_baseline,
-                                 timeout_s=policy.scrape_timeout_s)
+        if selector:
+            raise ConfigError("--selector scopes a Prometheus server's queries; for /metrics URLs list the pods of "
+                              "the deployment instead")
+        src = VllmMetricsSource(tuple(specs), state_path, min_interval_s=policy.min_scrape_interval_s,
+                                max_interval_s=policy.max_scrape_interval_s, wait_for_baseline=policy.wait_for_baseline,
+                                timeout_s=policy.scrape_timeout_s, headers=dict(headers or {}))
+        if notify is not None:
+            src.notify = notify
+        return src
     if kind == "prometheus":
         if len(specs) > 1:
             raise ConfigError("give one Prometheus server (it already sums every vLLM pod it scrapes)")
         return PrometheusSource(specs[0], window_s=policy.window_s, subwindow_s=policy.subwindow_s,
-                                timeout_s=policy.scrape_timeout_s, min_requests=policy.min_requests)
+                                timeout_s=policy.scrape_timeout_s, min_requests=policy.min_requests,
+                                selector=check_selector(selector), headers=dict(headers or {}))
+    if selector or headers:
+        raise ConfigError("--selector and HTTP authentication apply to Prometheus / metrics URLs, not request logs")
     return RequestLogSource(tuple(specs), window_s=policy.window_s, subwindow_s=policy.subwindow_s,
                             min_requests=policy.min_requests, min_span_s=policy.min_span_s,
                             max_samples=policy.max_length_samples)

@@ -189,7 +189,7 @@ def _no_fit_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) -> st
 
 def recommend(workload: Workload, *, settings: SearchSettings | None = None, profile: EngineProfile | None = None,
               catalog: Catalog | None = None, policy: SearchPolicy | None = None,
-              warm_start: dict[str, Any] | None = None) -> Plan:
+              warm_start: dict[str, Any] | Sequence[dict[str, Any]] | None = None) -> Plan:
     """Search the deployment space for ``workload`` and return the ranked Pareto plan.
 
     Raises :class:`InfeasibleError` (no plan meets the SLOs; names the binding constraint and the
@@ -203,10 +203,11 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
     ctx = build_context(workload, policy, profile, catalog)
     ch = space_choices(ctx)
     enqueue = seed_candidates(ctx, ch)
-    if warm_start and warm_start.get("plans"):
+    warm = [warm_start] if isinstance(warm_start, dict) else list(warm_start or [])
+    for doc in reversed(warm):  # plan documents (their rank-1 rows) are tried first, in the order given
         try:
-            enqueue.insert(0, candidate_from_plan_row(warm_start["plans"][0]))
-        except (KeyError, TypeError, ValueError):
+            enqueue.insert(0, candidate_from_plan_row(doc["plans"][0]))
+        except (KeyError, TypeError, ValueError, IndexError):
             pass
     if not settings.study_name:
         settings = SearchSettings(**{**settings.__dict__, "study_name": f"recommend-{workload.name}"})

@@ -1,0 +1,157 @@
+"""The current plan under the model: does it still meet its SLOs at the forecast load?
+
+``predict_plan(plan_doc, workload)`` rebuilds the deployed configuration from the plan JSON (GPU, TP,
+dtypes, the engine limits each pool was given, its replica counts, its ``max_model_len``) and runs the
+analytic load model (``recommender.load.analyze`` / ``analyze_disaggregated``) at
+``workload.arrival_rate_per_s`` (the re-planner passes forecast x (1 + headroom)) with the workload's
+length distributions and shared-prefix fraction. The plan *meets* the load when the model says it is
+stable, its utilisation is at most the search policy's ``max_utilisation`` and every SLO percentile is
+within its limit; otherwise ``misses`` lists why, with the predicted numbers.
+
+This is the same test the search applies to a candidate (``recommender.search.evaluate``), but on the
+replica counts that are deployed instead of derived ones, so "at risk" is a prediction, not a rate ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from recommender.catalog import Catalog, default_catalog
+from recommender.errors import RecommenderError
+from recommender.load import analyze, analyze_disaggregated
+from recommender.perf import memory as mem
+from recommender.perf.step import Deployment, EngineLimits, StepCostModel
+from recommender.profiles import EngineProfile, engine_profile
+from recommender.replan import plans
+from recommender.search.policy import SearchPolicy, load_search_policy
+from recommender.units import fmt_seconds
+from recommender.workload import Workload
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The model's verdict on one deployment at ``rate_per_s`` (latencies in seconds)."""
+
+    rate_per_s: float
+    stable: bool
+    utilisation: float
+    max_utilisation: float
+    latencies: Mapping[str, Mapping[str, float]]  # metric -> percentile -> seconds
+    misses: tuple[str, ...]  # why it fails ("" when it meets the load)
+    replicas: tuple[int, ...] = ()
+
+    @property
+    def meets(self) -> bool:
+        return not self.misses
+
+    def summary(self, workload: Workload) -> str:
+        """'tpot p90 25.1 ms, utilisation 0.61' for the workload's SLO metrics."""
+        parts = [f"{s.metric} {s.percentile} {fmt_seconds(self.latencies[s.metric][s.percentile])}"
+                 for s in workload.slos if s.percentile in self.latencies.get(s.metric, {})]
+        util = f"utilisation {self.utilisation:.2f}" if math.isfinite(self.utilisation) else "saturated"
+        return ", ".join(parts + [util])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rate_per_s": round(self.rate_per_s, 4), "stable": self.stable,
+                "utilisation": round(self.utilisation, 4) if math.isfinite(self.utilisation) else None,
+                "max_utilisation": self.max_utilisation, "meets": self.meets, "misses": list(self.misses),
+                "latencies_s": {m: {p: (round(v, 5) if math.isfinite(v) else None) for p, v in d.items()}
+                                for m, d in self.latencies.items()}}
+
+
+def _limits(pool: Mapping[str, Any], row: Mapping[str, Any], max_model_len: int) -> EngineLimits:
+    """The limits vLLM was given for ``pool`` (pool fields override the row's)."""
+    def get(key: str, default: Any) -> Any:
+        v = pool.get(key)
+        return row.get(key, default) if v is None else v
+
+    chunked = bool(get("chunked_prefill", True))
+    budget = int(get("max_num_batched_tokens", 8192) or 0)
+    if not chunked or budget <= 0:
+        budget = max(budget, max_model_len, 2048)
+    return EngineLimits(max_num_seqs=int(get("max_num_seqs", 256)), max_num_batched_tokens=budget,
+                        chunked_prefill=chunked, enable_prefix_caching=bool(get("enable_prefix_caching", False)))
+
+
+def _pools(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    pools = list(row.get("pools") or [])
+    return pools if pools else [dict(row, role="both")]
+
+
+def predict_plan(plan_doc: Mapping[str, Any], workload: Workload, *, profile: EngineProfile | None = None,
+                 policy: SearchPolicy | None = None, catalog: Catalog | None = None,
+                 replicas: tuple[int, ...] | None = None) -> Prediction:
+    """Evaluate the rank-1 row of ``plan_doc`` (or its shape at ``replicas`` per pool) under ``workload``.
+
+    Raises RecommenderError when the plan names a GPU or model the catalog does not know or a
+    configuration that no longer fits in memory (the message says which).
+    """
+    policy = policy or load_search_policy()
+    profile = profile or engine_profile("vllm")
+    catalog = catalog or default_catalog()
+    row = plans.top(plan_doc)
+    pools = _pools(row)
+    reps = replicas if replicas is not None else plans.replicas(row)
+    max_len = int(row.get("max_model_len") or (plan_doc.get("workload") or {}).get("max_model_len")
+                  or workload.max_model_len)
+    model = catalog.model(workload.model)
+    costs = []
+    for p in pools:
+        gpu = catalog.gpu(str(p.get("gpu", row["gpu"])))
+        limits = _limits(p, row, max_len)
+        wd = str(p.get("weight_dtype", row["weight_dtype"]))
+        kd = str(p.get("kv_dtype", row.get("kv_dtype", wd)))
+        dep = Deployment(model, gpu, int(p.get("tp", row["tp"])), wd, kd, profile, limits,
+                         float(p.get("gpu_memory_utilization", row.get("gpu_memory_utilization",
+                                                                       policy.gpu_memory_utilization))),
+                         bool(p.get("cuda_graphs", row.get("cuda_graphs", True))), max_len)
+        if not dep.memory().fits:
+            raise RecommenderError(f"the current plan's {gpu.id} TP{dep.tp} {wd} pool no longer fits in memory "
+                                   f"under this profile; re-plan from the workload file")
+        costs.append((StepCostModel.build(dep), limits, dep))
+    rate = float(workload.effective_rate_per_s)
+    sfx = workload.shared_prefix_fraction
+    if len(costs) == 1:
+        res = analyze(costs[0][0], costs[0][1], rate, workload.prompt_tokens, workload.output_tokens,
+                      replicas=int(reps[0]), shared_prefix_fraction=sfx)
+    else:
+        (pc, pl, pdep), (dc, dl, ddep) = costs[0], costs[-1]
+        per_tok = mem.kv_cache_bytes_per_token(model, pdep.kv_dtype, 1)
+        xfer = per_tok / (min(pdep.tp, ddep.tp) * policy.kv_transfer_bandwidth_bytes_per_s)
+        res = analyze_disaggregated(pc, pl, int(reps[0]), dc, dl, int(reps[-1]), xfer, rate,
+                                    workload.prompt_tokens, workload.output_tokens, shared_prefix_fraction=sfx)
+    lat = {m: {p: float(getattr(res, f"{m}_s").at(p)) for p in ("mean", "p50", "p90", "p95", "p99")}
+           for m in ("ttft", "tpot", "e2e")}
+    misses = []
+    if not res.stable:
+        misses.append(f"saturated at {rate:.2f} req/s (utilisation {res.utilisation:.2f}, bottleneck "
+                      f"{res.bottleneck or 'capacity'})")
+    else:
+        if res.utilisation > policy.max_utilisation:
+            misses.append(f"predicted utilisation {res.utilisation:.2f} > cap {policy.max_utilisation:.2f} at "
+                          f"{rate:.2f} req/s")
+        for s in workload.slos:
+            v = lat[s.metric][s.percentile]
+            if v > s.limit_s:
+                misses.append(f"predicted {s.metric} {s.percentile} {fmt_seconds(v)} > {fmt_seconds(s.limit_s)} SLO "
+                              f"at {rate:.2f} req/s")
+    return Prediction(rate, bool(res.stable), float(res.utilisation), policy.max_utilisation, lat, tuple(misses),
+                      tuple(int(r) for r in reps))
+
+
+def smaller_shape_meets(plan_doc: Mapping[str, Any], workload: Workload, **kw: Any) -> tuple[int, ...] | None:
+    """Replica counts with one replica fewer in one pool that still meet the load, else None.
+
+    Used to tell whether traffic is inside the current plan's band (it meets the load and no smaller
+    plan of the same shape does)."""
+    cur = plans.replicas(plans.top(plan_doc))
+    for i in range(len(cur)):
+        if cur[i] <= 1:
+            continue
+        fewer = tuple(r - 1 if j == i else r for j, r in enumerate(cur))
+        if predict_plan(plan_doc, workload, replicas=fewer, **kw).meets:
+            return fewer
+    return None
+
