@@ -103,6 +103,8 @@ def test_live_metrics_endpoint_first_run_waits_one_interval(env):
         r = invoke(env, "--traffic", srv.url, "--format", "json")
         assert srv.hits == 2
     assert r.exit_code in (0, 10), r.output
+    # the wait for the second scrape is announced on stderr (stdout stays the JSON document)
+    assert "replan: no earlier scrape of 1 of 1 /metrics endpoint(s) to diff against: waiting 0 s" in r.stderr
     doc = json.loads(r.stdout)
     assert doc["observed"]["requests"] == 10 and doc["observed"]["source"] == "vllm-metrics"
     assert 0.19 <= doc["observed"]["window_s"] < 2.0  # the 0.2 s min_scrape_interval, plus scheduling

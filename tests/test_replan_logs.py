@@ -121,3 +121,25 @@ def test_length_samples_are_bounded_order_statistics():
     log = RequestLog.of(list(range(1000)), list(range(1, 1001)), [7] * 1000)
     obs = observe(log, window_s=5000.0, max_samples=11)
     assert obs.prompt_tokens.samples == (1, 101, 201, 301, 401, 501, 600, 700, 800, 900, 1000)
+
+
+def test_openai_usage_jsonl_and_batch_output_lines_are_read_with_the_cached_share():
+    """The OpenAI chat-completion response shape (``created`` unix seconds, ``usage.prompt_tokens``,
+    ``usage.completion_tokens``, ``usage.prompt_tokens_details.cached_tokens``) and the same body wrapped
+    as a Batch API output line."""
+    t0 = 1_714_564_800
+    resp = [{"id": f"chatcmpl-{i}", "object": "chat.completion", "created": t0 + i, "model": "m",
+             "usage": {"prompt_tokens": 1000, "completion_tokens": 100 + i, "total_tokens": 1100 + i,
+                       "prompt_tokens_details": {"cached_tokens": 250}}} for i in range(30)]
+    lines = [json.dumps(r) for r in resp[:15]]
+    lines += [json.dumps({"id": f"batch_req_{i}", "custom_id": f"c{i}", "response": {"status_code": 200, "body": r}})
+              for i, r in enumerate(resp[15:])]
+    log = parse_request_log("\n".join(lines) + "\n", "usage.jsonl")
+    assert list(log.timestamps_s) == [float(t0 + i) for i in range(30)]
+    assert list(log.output_tokens) == [100 + i for i in range(30)] and set(log.prompt_tokens) == {1000}
+    o = observe(log, min_span_s=10.0)
+    assert o.requests == 30 and o.prefix_share == pytest.approx(250 / 1000)  # cached / prompt tokens
+    # a log without cached tokens reports no share (the plan's shared_prefix_fraction stays)
+    plain = parse_request_log("\n".join(json.dumps({"created": t0 + i, "usage": {"prompt_tokens": 5,
+                              "completion_tokens": 7}}) for i in range(30)) + "\n", "plain.jsonl")
+    assert observe(plain, min_span_s=10.0).prefix_share is None and list(plain.output_tokens) == [7] * 30

@@ -23,28 +23,33 @@ def vector(*samples):
         {"metric": labels, "value": [NOW, str(v)]} for labels, v in samples]}}
 
 
-def answers(rate: float) -> dict[str, dict]:
+def answers(rate: float, sel: str = "") -> dict[str, dict]:
+    """The queries PrometheusSource sends (series names carry ``{sel}`` when a selector is given)."""
+    def m(name: str) -> str:
+        return f"{name}{{{sel}}}" if sel else name
+
     a = {
-        "sum(rate(vllm:request_success_total[900s]))": vector(({}, rate)),
-        "sum(rate(vllm:prompt_tokens_total[900s]))": vector(({}, rate * 800)),
-        "sum(rate(vllm:generation_tokens_total[900s]))": vector(({}, rate * 120)),
-        "sum(vllm:num_requests_running)": vector(({}, 12)),
-        "sum(vllm:num_requests_waiting)": vector(({}, 3)),
-        "max(vllm:kv_cache_usage_perc)": vector(({}, 0.7)),
+        f"sum(rate({m('vllm:request_success_total')}[900s]))": vector(({}, rate)),
+        f"sum(rate({m('vllm:prompt_tokens_total')}[900s]))": vector(({}, rate * 800)),
+        f"sum(rate({m('vllm:generation_tokens_total')}[900s]))": vector(({}, rate * 120)),
+        f"sum({m('vllm:num_requests_running')})": vector(({}, 12)),
+        f"sum({m('vllm:num_requests_waiting')})": vector(({}, 3)),
+        f"max({m('vllm:kv_cache_usage_perc')})": vector(({}, 0.7)),
     }
     n = rate * 900
     for name in HISTOGRAMS:
         # half of the window's requests at or below the first edge, the rest in the second bucket
         edges = ("0.1", "0.5", "+Inf") if "seconds" in name else ("500", "1000", "+Inf")
-        a[f"sum by (le) (increase({name}_bucket[900s]))"] = vector(*[({"le": e}, c) for e, c in
-                                                                      zip(edges, (n / 2, n, n))])
-        a[f"sum(increase({name}_sum[900s]))"] = vector(({}, n * (0.2 if "seconds" in name else 700)))
+        a[f"sum by (le) (increase({m(name + '_bucket')}[900s]))"] = vector(*[({"le": e}, c) for e, c in
+                                                                             zip(edges, (n / 2, n, n))])
+        a[f"sum(increase({m(name + '_sum')}[900s]))"] = vector(({}, n * (0.2 if "seconds" in name else 700)))
     return a
 
 
 class Prom:
     def __init__(self, table: dict[str, dict], series: list[float]):
         self.queries: list[str] = []
+        self.auth: list[str | None] = []
         outer = self
 
         class H(http.server.BaseHTTPRequestHandler):
@@ -52,6 +57,7 @@ class Prom:
                 u = urllib.parse.urlparse(self.path)
                 q = urllib.parse.parse_qs(u.query)
                 outer.queries.append(q["query"][0])
+                outer.auth.append(self.headers.get("Authorization"))
                 if u.path == "/api/v1/query_range":
                     body = {"status": "success", "data": {"resultType": "matrix", "result": [
                         {"metric": {}, "values": [[NOW - 60 * (len(series) - 1 - i), str(v)] for i, v in enumerate(series)]}]}}
@@ -115,3 +121,50 @@ def test_prometheus_missing_series_error_and_too_little_traffic(prom):
         PrometheusSource(prom(table, [4.0]).url, clock=lambda: NOW).observe()
     with pytest.raises(InsufficientDataError, match=r"saw 9 finished request\(s\).*11 more"):
         PrometheusSource(prom(answers(0.01), [0.01]).url, clock=lambda: NOW).observe()
+
+
+SEL = 'model_name="meta-llama/Llama-3.1-8B",namespace="prod"'
+
+
+@pytest.mark.parametrize("auth, expected", [
+    ({"bearer_token_file": "token"}, "Bearer s3cr3t-token"),
+    ({"bearer_token_env": "PROM_TOKEN"}, "Bearer from-env"),
+    ({"basic_user": "ops", "basic_password_file": "password"}, "Basic b3BzOmh1bnRlcjI="),  # base64("ops:hunter2")
+])
+def test_selector_and_auth_headers_reach_prometheus(prom, tmp_path, monkeypatch, auth, expected):
+    from recommender.replan.policy import Policy
+    from recommender.replan.promapi import auth_headers
+    from recommender.replan.sources import open_source
+
+    (tmp_path / "token").write_text("s3cr3t-token\n")
+    (tmp_path / "password").write_text("hunter2")
+    monkeypatch.setenv("PROM_TOKEN", "from-env")
+    kw = {k: (str(tmp_path / v) if k.endswith("_file") else v) for k, v in auth.items()}
+    p = prom(answers(4.0, SEL), [4.0])  # answers only the selector-scoped queries
+    src = open_source([p.url], Policy(), tmp_path / "state.json", selector="{" + SEL + "}", headers=auth_headers(**kw))
+    src.clock = lambda: NOW
+    obs = src.observe()
+    assert obs.arrival_rate_per_s == 4.0
+    # 3 rates, 1 range query, 6 histograms x (buckets, sum), 3 gauges = 19 queries, every one scoped
+    assert len(p.queries) == 19 and all(SEL in q for q in p.queries)
+    assert f"sum(rate(vllm:request_success_total{{{SEL}}}[900s]))" in p.queries
+    assert set(p.auth) == {expected}
+
+
+def test_selector_and_auth_mistakes_are_one_line_config_errors(tmp_path, monkeypatch):
+    from recommender.errors import ConfigError
+    from recommender.replan.policy import Policy
+    from recommender.replan.promapi import auth_headers, check_selector
+    from recommender.replan.sources import open_source
+
+    for bad in ('model_name=llama', 'a="b"}) or vector(1', 'a="b",,c="d"'):
+        with pytest.raises(ConfigError, match="not a list of PromQL label matchers"):
+            check_selector(bad)
+    assert check_selector('pod=~"vllm-.*", namespace!="dev",') == 'pod=~"vllm-.*", namespace!="dev"'
+    monkeypatch.delenv("NOPE", raising=False)
+    with pytest.raises(ConfigError, match="NOPE is not set"):
+        auth_headers(bearer_token_env="NOPE")
+    with pytest.raises(ConfigError, match="needs --basic-auth-password"):
+        auth_headers(basic_user="ops")
+    with pytest.raises(ConfigError, match="not request logs"):
+        open_source(["x.jsonl"], Policy(), tmp_path / "s.json", selector='a="b"')

@@ -6,6 +6,11 @@ tokens (``prompt_tokens``, ``ContextTokens``, ``input_tokens``) and output token
 (``TIMESTAMP,ContextTokens,GeneratedTokens``). Timestamps are ISO 8601 (naive = UTC) or unix epoch
 numbers (seconds; values above 1e11 are read as milliseconds).
 
+JSONL in the OpenAI response shape is read too: ``{"created": 1700000000, "usage": {"prompt_tokens": ..,
+"completion_tokens": .., "prompt_tokens_details": {"cached_tokens": ..}}}``, also wrapped as a Batch API
+output line (``{"response": {"body": {...}}}``). ``cached_tokens`` (optional, any format) gives the
+observed prefix-cache share ``sum(cached) / sum(prompt)`` of the window.
+
 A run looks at the last ``window_s`` of the log, ending now for a live log (newest request less than a
 window old) or at the newest request for a replayed one: ``rate = requests in window / span`` with
 ``span = min(window_s, end - oldest)``. For the forecast the
@@ -33,6 +38,26 @@ from recommender.replan.observation import InsufficientDataError, LengthObservat
 _TIME = ("timestamp", "time", "ts", "arrival_time", "created")
 _PROMPT = ("prompt_tokens", "contexttokens", "input_tokens", "prompt_len")
 _OUTPUT = ("output_tokens", "generatedtokens", "completion_tokens", "output_len")
+_CACHED = ("cached_tokens", "cachedtokens", "prefix_cached_tokens")
+
+
+def _flatten_openai(rec: dict) -> dict:
+    """An OpenAI response (or Batch API output line) as flat columns; other records unchanged."""
+    resp = rec.get("response")
+    if isinstance(resp, dict) and isinstance(resp.get("body"), dict):
+        rec = {**{k: v for k, v in rec.items() if k != "response"}, **resp["body"]}
+    usage = rec.get("usage")
+    if not isinstance(usage, dict):
+        return rec
+    out = {k: v for k, v in rec.items() if k != "usage"}
+    for key, names in (("prompt_tokens", ("prompt_tokens", "input_tokens")),
+                       ("completion_tokens", ("completion_tokens", "output_tokens"))):
+        if key not in out:
+            out[key] = next((usage[n] for n in names if n in usage), None)
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
+    if isinstance(details, dict) and details.get("cached_tokens") is not None and "cached_tokens" not in out:
+        out["cached_tokens"] = details["cached_tokens"]
+    return out
 
 
 @dataclass(frozen=True)
@@ -43,13 +68,15 @@ class RequestLog:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     where: str = "<log>"
+    cached_tokens: np.ndarray | None = None  # prompt tokens served from the prefix cache, when logged
 
     @staticmethod
-    def of(timestamps_s, prompt_tokens, output_tokens, where: str = "<log>") -> "RequestLog":
+    def of(timestamps_s, prompt_tokens, output_tokens, where: str = "<log>", cached_tokens=None) -> "RequestLog":
         t = np.asarray(timestamps_s, dtype=float)
         order = np.argsort(t, kind="stable")
+        cached = None if cached_tokens is None else np.asarray(cached_tokens, dtype=np.int64)[order]
         return RequestLog(t[order], np.asarray(prompt_tokens, dtype=np.int64)[order],
-                          np.asarray(output_tokens, dtype=np.int64)[order], where)
+                          np.asarray(output_tokens, dtype=np.int64)[order], where, cached)
 
     def __len__(self) -> int:
         return int(self.timestamps_s.size)
@@ -57,14 +84,18 @@ class RequestLog:
     def until(self, end_s: float) -> "RequestLog":
         """Requests at or before ``end_s`` (replaying a log as if it were being written)."""
         i = int(np.searchsorted(self.timestamps_s, end_s, side="right"))
-        return RequestLog(self.timestamps_s[:i], self.prompt_tokens[:i], self.output_tokens[:i], self.where)
+        return RequestLog(self.timestamps_s[:i], self.prompt_tokens[:i], self.output_tokens[:i], self.where,
+                          None if self.cached_tokens is None else self.cached_tokens[:i])
 
     def merged(self, other: "RequestLog") -> "RequestLog":
         """Both logs' requests (e.g. one log per replica)."""
+        cached = None
+        if self.cached_tokens is not None and other.cached_tokens is not None:
+            cached = np.concatenate([self.cached_tokens, other.cached_tokens])
         return RequestLog.of(np.concatenate([self.timestamps_s, other.timestamps_s]),
                              np.concatenate([self.prompt_tokens, other.prompt_tokens]),
                              np.concatenate([self.output_tokens, other.output_tokens]),
-                             f"{self.where},{other.where}")
+                             f"{self.where},{other.where}", cached)
 
 
 def parse_timestamp_s(value: object, where: str) -> float:
@@ -127,6 +158,8 @@ def _parse(text: str, where: str) -> RequestLog:
     ts: list[float] = []
     pr: list[int] = []
     out: list[int] = []
+    cached: list[int] = []
+    cached_col: str | None = None
     stripped = text.lstrip()
     if stripped.startswith("{"):
         cols: tuple[str, str, str] | None = None
@@ -141,22 +174,26 @@ def _parse(text: str, where: str) -> RequestLog:
                 raise TrafficSourceError(str(e)) from None
             if not isinstance(rec, dict):
                 raise TrafficSourceError(f"{where}:{i}: expected a JSON object per line")
+            rec = _flatten_openai(rec)
             if cols is None:
                 keys = {k.lower(): k for k in rec}
                 cols = (_pick(keys, _TIME, "timestamp", f"{where}:{i}"), _pick(keys, _PROMPT, "prompt tokens", f"{where}:{i}"),
                         _pick(keys, _OUTPUT, "output tokens", f"{where}:{i}"))
+                cached_col = next((keys[n] for n in _CACHED if n in keys), None)
             for c in cols:
                 if c not in rec:
                     raise TrafficSourceError(f"{where}:{i}: missing field {c!r}")
             ts.append(parse_timestamp_s(rec[cols[0]], f"{where}:{i}"))
             pr.append(_tokens(rec[cols[1]], f"{where}:{i}", cols[1]))
             out.append(_tokens(rec[cols[2]], f"{where}:{i}", cols[2]))
+            if cached_col is not None:
+                cached.append(min(pr[-1], _tokens(rec.get(cached_col, 0) or 0, f"{where}:{i}", cached_col)))
     elif stripped:
         try:
             return _parse_csv(text, where)
         except csv.Error as e:
             raise TrafficSourceError(f"{where}: not a readable CSV ({e})") from None
-    return RequestLog.of(ts, pr, out, where)
+    return RequestLog.of(ts, pr, out, where, cached if cached_col is not None else None)
 
 
 def _parse_csv(text: str, where: str) -> RequestLog:
@@ -243,6 +280,9 @@ def observe_log(log: RequestLog, *, window_s: float, subwindow_s: float, min_req
     points = tuple(RatePoint(float(edges[i + 1]), sub, float(counts[i]) / sub) for i in range(k))
     prompt = log.prompt_tokens[lo:hi]
     output = log.output_tokens[lo:hi]
+    share = None
+    if log.cached_tokens is not None and prompt.sum() > 0:
+        share = float(log.cached_tokens[lo:hi].sum()) / float(prompt.sum())
     if span < window_s:
         notes += (f"{log.where} covers {span:.0f} s, less than the {window_s:.0f} s window; the rate is over "
                   f"what there is",)
@@ -252,7 +292,7 @@ def observe_log(log: RequestLog, *, window_s: float, subwindow_s: float, min_req
         prompt_tokens=LengthObservation(n, float(prompt.mean()), samples=_bounded_samples(prompt, max_samples)),
         output_tokens=LengthObservation(n, float(output.mean()), samples=_bounded_samples(output, max_samples)),
         prompt_tokens_per_s=float(prompt.sum()) / span, output_tokens_per_s=float(output.sum()) / span,
-        notes=notes)
+        notes=notes, prefix_share=share)
 
 
 @dataclass
