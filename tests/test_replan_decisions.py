@@ -20,7 +20,7 @@ from recommender.replan.predict import predict_plan
 from recommender.replan.runner import replan_once
 from test_replan_support import FakePlanner, FakePredictor, fake_plan
 
-RAG_PLAN = Path(__file__).parent / "data" / "plans" / "rag-tpot30.json"  # rank 1: mi300x TP1 fp8 x10, $25.90/h
+RAG_PLAN = Path(__file__).parent / "data" / "replan" / "rag-tpot30.plan.json"  # rank 1: mi300x TP1 fp8 x10, $25.90/h
 T0 = 1.7e9
 
 
