@@ -21,6 +21,7 @@ from recommender.dtypes import KV_DTYPES, WEIGHT_DTYPES
 from recommender.errors import CatalogError
 from recommender.hf_config import ModelArch, arch_from_config, load_config_file
 from recommender.kernels import UNKNOWN_ARCH, ArchSupport, load_kernel_support
+from recommender.offers import Offer, offers_from_doc
 
 __all__ = ["KV_DTYPES", "WEIGHT_DTYPES", "Catalog", "Gpu", "Interconnect", "default_catalog", "load_catalog"]
 
@@ -69,9 +70,7 @@ class Gpu:
     hbm_bandwidth_bytes_per_s: float
     dense_flops_per_s: Mapping[str, float]
     interconnect: Interconnect
-    usd_per_gpu_hour: float | None
-    price_source: str = ""
-    price_date: str = ""
+    offers: tuple[Offer, ...] = ()  # ways to rent it (catalog offers:); see recommender.offers
     vllm_supported: bool = True
     k8s_resource: str = "nvidia.com/gpu"
     arch: str = ""
@@ -93,6 +92,17 @@ class Gpu:
     def why_unsupported(self, weight_dtype: str, kv_dtype: str | None = None) -> str | None:
         """None when vLLM 0.33 runs the combination here, else a one-line reason."""
         return self.kernels.why_not(self.id, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+
+    @property
+    def cheapest_offer(self) -> Offer | None:
+        """The offer with the lowest USD per GPU-hour (ties: provider name), or None when unpriced."""
+        return min(self.offers, key=lambda o: (o.usd_per_gpu_hour, o.provider, o.gpus_per_instance), default=None)
+
+    @property
+    def usd_per_gpu_hour(self) -> float | None:
+        """USD per GPU-hour of :attr:`cheapest_offer` (what ``estimate`` charges by default)."""
+        o = self.cheapest_offer
+        return None if o is None else o.usd_per_gpu_hour
 
     @property
     def quantized_checkpoints(self) -> tuple[str, ...]:
@@ -212,7 +222,6 @@ def gpu_from_doc(doc: Mapping[str, Any], where: str = "", kernels: Mapping[str, 
     table = default_kernel_support() if kernels is None else kernels
     try:
         ic = doc["interconnect"]
-        price = doc.get("price") or {}
         vllm = doc.get("vllm") or {}
         peer = ic.get("peer_bandwidth")
         arch = str(vllm.get("arch", "")).lower()
@@ -232,9 +241,7 @@ def gpu_from_doc(doc: Mapping[str, Any], where: str = "", kernels: Mapping[str, 
                 gpus_per_domain=int(ic["gpus_per_domain"]),
                 peer_bandwidth_bytes_per_s=units.parse_bandwidth(peer) if peer else None,
             ),
-            usd_per_gpu_hour=None if price.get("usd_per_gpu_hour") is None else float(price["usd_per_gpu_hour"]),
-            price_source=str(price.get("source", "")),
-            price_date=str(price.get("date", "")),
+            offers=offers_from_doc(str(doc["id"]).lower(), doc.get("offers"), where),
             vllm_supported=bool(vllm.get("supported", True)),
             k8s_resource=str(vllm.get("k8s_resource", "amd.com/gpu" if doc.get("vendor") == "amd" else "nvidia.com/gpu")),
             arch=arch,

@@ -23,6 +23,7 @@ class PlanRow:
     quality_note: str = ""
     simulated: dict[str, Any] | None = None
     checkpoint: str = ""
+    pd_saving: float | None = None  # P/D rows: fraction cheaper per token than the best aggregated plan
 
     @property
     def candidate(self):  # noqa: ANN201 - convenience
@@ -76,7 +77,19 @@ def _pool_dict(p: Pool, gmu: float) -> dict[str, Any]:
             "kv_dtype": p.kv_dtype, "max_num_seqs": p.limits.max_num_seqs,
             "max_num_batched_tokens": p.limits.max_num_batched_tokens, "chunked_prefill": p.limits.chunked_prefill,
             "enable_prefix_caching": p.limits.enable_prefix_caching, "gpu_memory_utilization": gmu,
-            "usd_per_gpu_hour": p.usd_per_gpu_hour, "kv_capacity_tokens": p.kv_capacity_tokens}
+            "usd_per_gpu_hour": p.usd_per_hour / max(p.gpus, 1), "kv_capacity_tokens": p.kv_capacity_tokens,
+            **_rental_dict(p)}
+
+
+def _rental_dict(p: Pool) -> dict[str, Any]:
+    """The offer a pool rents and how many whole instances (docs/ARCHITECTURE.md, plan JSON)."""
+    r = p.rental
+    if r is None:
+        return {}
+    o = r.offer
+    return {"provider": o.provider, "instances": r.instances, "gpus_per_instance": o.gpus_per_instance,
+            "usd_per_instance_hour": o.usd_per_instance_hour, "usd_per_hour": r.usd_per_hour,
+            "offer": {"sku": o.sku, "date": o.date, "source": o.source, "per_gpu_billing": o.per_tp_group}}
 
 
 def row_dict(r: PlanRow, w: Workload, gmu: float) -> dict[str, Any]:
@@ -92,6 +105,8 @@ def row_dict(r: PlanRow, w: Workload, gmu: float) -> dict[str, Any]:
         "enable_prefix_caching": any(p.limits.enable_prefix_caching for p in ev.pools), "cuda_graphs": True,
         "gpu_memory_utilization": gmu, "max_model_len": w.max_model_len, "disaggregated": c.disaggregated,
         "pools": [_pool_dict(p, gmu) for p in ev.pools],
+        "providers": sorted({p.rental.offer.provider for p in ev.pools if p.rental is not None}),
+        "instances": sum(p.rental.instances for p in ev.pools if p.rental is not None),
         "percentile": pct,
         "ttft_s": lat.get("ttft", {}).get(_pct_for(w, "ttft", pct)), "tpot_s": lat.get("tpot", {}).get(_pct_for(w, "tpot", pct)),
         "e2e_s": lat.get("e2e", {}).get(_pct_for(w, "e2e", pct)),
@@ -103,6 +118,8 @@ def row_dict(r: PlanRow, w: Workload, gmu: float) -> dict[str, Any]:
     }
     if r.checkpoint:
         d["checkpoint"] = r.checkpoint
+    if r.pd_saving is not None:
+        d["pd_saving_vs_aggregated"] = r.pd_saving
     if r.simulated is not None:
         d["simulated"] = r.simulated
     return d

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from recommender.catalog import default_catalog
+
 ROOT = Path(__file__).resolve().parents[1]
 GPU_DIR = ROOT / "catalogs" / "gpus"
 MODEL_DIR = ROOT / "catalogs" / "models"
@@ -76,7 +78,7 @@ def test_ids_match_file_names_and_are_lowercase(kind, data):
 # --------------------------------------------------------------------------- GPUs
 
 KERNELS = yaml.safe_load((ROOT / "catalogs" / "kernel-support.yaml").read_text())
-GPU_KEYS = {"id", "name", "vendor", "memory", "hbm_bandwidth", "dense_tflops", "interconnect", "price", "vllm", "sources", "notes"}
+GPU_KEYS = {"id", "name", "vendor", "memory", "hbm_bandwidth", "dense_tflops", "interconnect", "offers", "vllm", "sources", "notes"}
 DTYPES = {"bf16", "fp16", "fp8", "int8", "fp4"}
 WEIGHT_DTYPES = {"fp8", "int8", "int4", "fp4", "mxfp4"}
 FABRICS = {"nvlink3", "nvlink4", "nvlink5", "pcie4", "pcie5", "xgmi"}
@@ -105,14 +107,20 @@ def test_gpu_schema(gid):
     if ic["kind"].startswith("pcie"):
         assert ic["gpus_per_domain"] == 8
         assert _bw(ic["bandwidth"]) == {"pcie4": 32e9, "pcie5": 64e9}[ic["kind"]]
-    price = d["price"]
-    assert {"usd_per_gpu_hour", "provider", "date", "source"} <= set(price)
-    if price["usd_per_gpu_hour"] is None:
+    offers = d["offers"]
+    if not offers:
         assert "price" in d["notes"].lower()  # says why and that a user price is needed
-    else:
-        assert 0.1 < price["usd_per_gpu_hour"] < 50
-        assert re.fullmatch(r"20[0-9]{2}-[0-9]{2}-[0-9]{2}", price["date"])
-        assert TAG_RE.search(price["source"]), price["source"]
+    for o in offers:  # one rentable unit each: provider, GPUs per instance, price, date, source
+        assert {"provider", "sku", "gpus_per_instance", "date", "source"} <= set(o), o
+        sizes = o["gpus_per_instance"] if isinstance(o["gpus_per_instance"], list) else [o["gpus_per_instance"]]
+        assert set(sizes) <= {1, 2, 4, 8}, o
+        assert ("usd_per_gpu_hour" in o) != ("usd_per_instance_hour" in o), o
+        per_gpu = o.get("usd_per_gpu_hour") or o["usd_per_instance_hour"] / sizes[0]
+        assert 0.1 < per_gpu < 50, o
+        assert re.fullmatch(r"20[0-9]{2}-[0-9]{2}-[0-9]{2}", o["date"]), o
+        assert TAG_RE.search(o["source"]), o["source"]
+        for tag in TAG_RE.findall(o["source"]):
+            assert tag in d["sources"], f"{gid}: {tag} used in an offer source but missing from sources"
     v = d["vllm"]
     assert v["supported"] is True
     assert v["k8s_resource"] == {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}[d["vendor"]]
@@ -123,9 +131,6 @@ def test_gpu_schema(gid):
         assert {"fp4", "mxfp4"} & set(arch["weights"])
     if "fp8" not in t:  # Ampere: no FP8 tensor cores -> FP8 checkpoints run weight-only through Marlin
         assert "W8A16" in arch["weights"]["fp8"] and "Marlin" in arch["weights"]["fp8"]
-    # every tag cited in the price source is copied into `sources`
-    for tag in TAG_RE.findall(price["source"] or ""):
-        assert tag in d["sources"], f"{gid}: {tag} used in price.source but missing from sources"
     for tag, line in d["sources"].items():
         assert isinstance(line, str) and len(line) > 20
 
@@ -182,20 +187,25 @@ def test_amd_peer_bandwidth_and_fp4_only_where_native():
         assert has_fp4 == (gid in {"b200", "gb200", "b300", "mi355x"}), gid
 
 
-def test_prices_follow_reference_table_1b():
-    # hardware-and-models.md section 1b; MI325X has no dated price -> null
+def test_offers_follow_reference_table_1b():
+    # hardware-and-models.md section 1b (USD per GPU-hour = instance price / GPUs per instance)
     expected = {
-        "h100-sxm": 3.99,   # Lambda 8x [P2]/[P3]
-        "a100-80gb": 2.79,  # Lambda 8x [P3]
-        "a100-40gb": 1.99,  # Lambda 8x [P3]
-        "b200": 6.69,       # Lambda 8x [P3]
-        "gb200": 10.50,     # CoreWeave $42.00 / 4 GPUs [P4]
-        "mi300x": 2.59,     # DigitalOcean [P8]
-        "a10g": 1.006,      # AWS g5.xlarge [P9]
-        "mi325x": None,
+        ("h100-sxm", "lambda", 8): 3.99,          # Lambda 8x [P2]/[P3]
+        ("h100-sxm", "aws", 8): 55.04 / 8,        # p5.48xlarge $55.04/hr [P1]
+        ("h100-sxm", "coreweave", 8): 49.24 / 8,  # HGX H100 $49.24/hr per 8 [P4]
+        ("a100-80gb", "lambda", 8): 2.79,         # Lambda 8x [P3]
+        ("a100-40gb", "lambda", 8): 1.99,         # Lambda 8x [P3]
+        ("b200", "lambda", 8): 6.69,              # Lambda 8x [P3]
+        ("b200", "coreweave", 8): 8.60,           # $68.80/hr per 8 [P4]
+        ("gb200", "coreweave", 4): 10.50,         # CoreWeave $42.00 / 4 GPUs [P4]
+        ("mi300x", "digitalocean", 1): 2.59,      # DigitalOcean [P8]
+        ("a10g", "aws", 1): 1.006,                # AWS g5.xlarge [P9]
     }
-    for gid, usd in expected.items():
-        assert GPUS[gid]["price"]["usd_per_gpu_hour"] == usd, gid
+    cat = default_catalog()
+    for (gid, provider, n), usd in expected.items():
+        got = [o.usd_per_gpu_hour for o in cat.gpu(gid).offers if o.provider == provider and o.gpus_per_instance == n]
+        assert got and got[0] == pytest.approx(usd, rel=1e-9), (gid, provider, n)
+    assert not cat.gpu("mi325x").offers and not cat.gpu("mi355x").offers  # UNCONFIRMED in the reference
 
 
 def test_estimated_figures_are_flagged():

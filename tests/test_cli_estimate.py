@@ -80,9 +80,10 @@ def test_replicas_multiply_throughput_and_price() -> None:
 
 
 def test_catalog_price_is_the_default() -> None:
-    # catalogs/gpus/h100-sxm.yaml: usd_per_gpu_hour 3.99 (Lambda 8x H100 SXM on-demand, checked 2026-09-25)
+    # catalogs/gpus/h100-sxm.yaml: the cheapest offer per GPU-hour is RunPod community cloud $2.69
+    # (hardware-and-models.md 1b, [P1] read 2026-11-09)
     _, d = run_json("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "1024")
-    assert d["usd_per_hour"] == pytest.approx(3.99)
+    assert d["usd_per_hour"] == pytest.approx(2.69)
 
 
 def test_hf_config_path_is_a_model() -> None:

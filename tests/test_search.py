@@ -67,8 +67,11 @@ def test_price_arithmetic_of_a_single_pool():
     assert ev.feasible
     gpu = default_catalog().gpu("h100-sxm")
     p = ev.pools[0]
-    # USD/hour = price x TP x replicas (hand arithmetic on the catalog price)
-    assert ev.usd_per_hour == pytest.approx(gpu.usd_per_gpu_hour * p.tp * p.replicas)
+    # USD/hour = whole instances x instance price; the instances hold every TP group of the pool
+    r = p.rental
+    assert r is not None and r.offer in gpu.offers and r.instances >= 1
+    assert ev.usd_per_hour == pytest.approx(r.instances * r.offer.usd_per_instance_hour)
+    assert p.tp * p.replicas <= r.instances * r.offer.gpus_per_instance
     tokens_per_s = 10.0 * (CHAT.prompt_tokens.mean + CHAT.output_tokens.mean)
     assert ev.usd_per_million_tokens == pytest.approx(ev.usd_per_hour / (tokens_per_s * 3600) * 1e6)
 

@@ -38,6 +38,7 @@ def main_job(
     profile: Optional[str] = typer.Option(None, "--profile", help="Calibrated profile YAML (from recommend calibrate)."),
     policy: Optional[str] = typer.Option(None, "--policy", help="Search policy YAML (default policies/search.yaml)."),
     verify: Optional[int] = typer.Option(None, "--verify", help="Verify the top K plans in the discrete-event simulator (default 3; 0 = off)."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="Price with this provider's offers only (catalogs/gpus offers:, e.g. lambda, coreweave, runpod); default: the cheapest offer per GPU."),
     emit: Optional[str] = typer.Option(None, "--emit", help="Write the plan JSON and rank 1's deployment files (vllm cmd, k8s, helm) to DIR."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr (any command)."),
     debug: bool = typer.Option(False, "--debug", help="Show the Python traceback of an unexpected error (any command)."),
@@ -77,7 +78,8 @@ def main_job(
     if report:  # the report shows simulated against analytic percentiles for every listed plan
         verify = top if verify is None else max(verify, top) if verify else verify
     settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout, storage=storage,
-                              study_name=study_name, workers=workers, top=top, verify=verify)
+                              study_name=study_name, workers=workers, top=top, verify=verify,
+                              provider=provider)
     prof = resolve_profile(engine, profile)
     plan = recommend(w, settings=settings, profile=prof, policy=load_search_policy(policy))
     if fmt == "table":

@@ -189,6 +189,18 @@ def _check_gpu(gpu: GpuFacts, weight_dtype: str, kv_dtype: str, where: str) -> N
         raise DeployError(f"{where}: {why}; re-run `recommend` for a plan on a supported combination")
 
 
+def _check_pd_pair(p: PoolSpec, d: PoolSpec, where: str) -> None:
+    """What vLLM 0.33's NixlConnector needs of a prefill -> decode pair (see search.space.pd_pair_valid):
+    one vendor, the connector on both architectures, and TP sizes that divide each other."""
+    if p.gpu.vendor != d.gpu.vendor:
+        raise DeployError(f"{where}: prefill on {p.gpu.vendor} and decode on {d.gpu.vendor}; NIXL KV transfer needs one vendor's stack")
+    for g in (p.gpu, d.gpu):
+        if "nixl_connector" not in g.kernels.features:
+            raise DeployError(f"{where}: vLLM 0.33's NixlConnector is not listed for {g.id} ({g.kernels.arch}) in kernel-support.yaml")
+    if max(p.tp, d.tp) % min(p.tp, d.tp):
+        raise DeployError(f"{where}: NixlConnector needs one TP size to divide the other (prefill TP{p.tp}, decode TP{d.tp})")
+
+
 def _check_limits(p: PoolSpec, where: str) -> None:
     """vLLM's own start-up checks (SchedulerConfig / CacheConfig), so a refused plan is never emitted."""
     if p.tp < 1 or p.replicas < 1:
@@ -372,6 +384,8 @@ def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | Non
         )
         _check_limits(pool, pw)
         pools.append(pool)
+    if disaggregated:
+        _check_pd_pair(pools[0], pools[1], where)
     # the catalog id is served as a second name only when it is a plain name (a config.json path is not)
     served = tuple(dict.fromkeys([hf_repo] + ([model_id] if SERVED_NAME.fullmatch(model_id) else [])))
     workload_name = _safe_text(str(workload.get("name") or model_id), "workload name")

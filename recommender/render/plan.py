@@ -13,11 +13,11 @@ from recommender.plan import Plan
 from recommender.render.table import fit_table, wrap_text
 from recommender.units import fmt_seconds
 
-TABLE_HEADERS = ["rank", "deployment", "GPUs", "TP", "replicas", "weights/KV", "max seqs", "chunk",
+TABLE_HEADERS = ["rank", "deployment", "GPUs", "rent", "TP", "replicas", "weights/KV", "max seqs", "chunk",
                  "TTFT", "TPOT", "out tok/s", "util", "$/hour", "$/M out", "$/M tok", "binding", "note"]
 #: Columns a narrow terminal loses first (first listed goes first); what stays at 80 columns is the compact set:
 #: rank, deployment, GPUs, TP, replicas, weights/KV, TTFT, TPOT, $/M tok, binding.
-DROP_ORDER = ["note", "$/M out", "util", "max seqs", "chunk", "out tok/s", "$/hour", "binding", "replicas", "TP"]
+DROP_ORDER = ["note", "$/M out", "util", "max seqs", "chunk", "out tok/s", "$/hour", "rent", "binding", "replicas", "TP"]
 
 
 def _pct_label(plan: Plan, metric: str) -> str:
@@ -49,9 +49,12 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
             sim_tpot = r.simulated.get("tpot_s", {}).get(tp_tpot)
             sim = " (sim {} / {})".format(fmt_seconds(sim_ttft) if sim_ttft is not None else "-",
                                           fmt_seconds(sim_tpot) if sim_tpot is not None else "-")
-        note = "; ".join(x for x in (r.quality_note, "" if r.pareto else "dominated", sim.strip()) if x)
+        pd = ""
+        if r.pd_saving is not None:
+            pd = "only P/D meets the SLOs" if r.pd_saving >= 1.0 else f"P/D {r.pd_saving:.0%} cheaper than best aggregated"
+        note = "; ".join(x for x in (pd, r.quality_note, "" if r.pareto else "dominated", sim.strip()) if x)
         rows.append([
-            r.rank, dep + ("" if r.pareto else ""), ev.gpus_total, tp, reps,
+            r.rank, dep + ("" if r.pareto else ""), ev.gpus_total, rent_label(ev.pools), tp, reps,
             f"{c.weight_dtype}/{c.kv_dtype}", ev.pools[-1].limits.max_num_seqs, chunk,
             fmt_seconds(ttft), fmt_seconds(tpot), f"{ev.output_tokens_per_s:,.0f}", f"{ev.utilisation:.2f}",
             f"{ev.usd_per_hour:,.2f}", f"{ev.usd_per_million_output_tokens:.3f}", f"{ev.usd_per_million_tokens:.3f}",
@@ -63,8 +66,8 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
 def table_headers(plan: Plan) -> list[str]:
     """TABLE_HEADERS with the percentile the latencies are shown at ("TTFT p90")."""
     hdr = list(TABLE_HEADERS)
-    hdr[8] = f"TTFT {_pct_label(plan, 'ttft')}"
-    hdr[9] = f"TPOT {_pct_label(plan, 'tpot')}"
+    hdr[hdr.index("TTFT")] = f"TTFT {_pct_label(plan, 'ttft')}"
+    hdr[hdr.index("TPOT")] = f"TPOT {_pct_label(plan, 'tpot')}"
     return hdr
 
 
@@ -81,6 +84,9 @@ def render_table(plan: Plan, *, width: int | None = None) -> str:
     m = plan.meta
     foot = (f"{m.get('trials')} trials, {m.get('evaluations')} configurations evaluated in {m.get('seconds')} s "
             f"(seed {m.get('seed')}); replicas sized for +{m.get('headroom', 0):.0%} headroom; latencies at the workload's rate.")
+    pricing = m.get("pricing")
+    if pricing:
+        foot += f"\nPrices: {pricing}."
     if dropped:
         foot += f"\n{len(dropped)} columns hidden to fit {width} columns ({', '.join(dropped)}); --wide shows all."
     lines = [wrap_text(head, width), "", body, "", wrap_text(plan.why, width), wrap_text(foot, width)]
@@ -99,6 +105,18 @@ def verified_line(plan: Plan) -> str:
     warm = max(int(sim.get("warmup_requests") or 0) * 100 // max(int(sim["requests"]), 1) for _, sim in runs)
     return (f"Verified in the simulator (requests per plan): {each}; first {warm}% discarded as warm-up; "
             "each served >= 98% of its offered load over the second half.")
+
+
+def rent_label(pools: Any) -> str:
+    """``2 x lambda 8-GPU`` per pool (``+`` between P/D pools); per-GPU billing reads ``workload $/GPU-h``."""
+    parts = []
+    for p in pools:
+        r = getattr(p, "rental", None)
+        if r is None:
+            continue
+        o = r.offer
+        parts.append(f"{o.provider} $/GPU-h" if o.per_tp_group else f"{r.instances} x {o.provider} {o.gpus_per_instance}-GPU")
+    return " + ".join(parts) or "-"
 
 
 def render_json(plan: Plan) -> str:

@@ -8,7 +8,8 @@ most ``max_utilisation`` and every SLO percentile is met. Latency falls as ``R``
 found by doubling from a capacity lower bound and then bisecting. Reported latencies are at the
 workload's own rate (not the headroom rate). Cost is what serving the workload costs::
 
-    usd_per_hour               = sum over pools of usd_per_gpu_hour x tp x replicas
+    usd_per_hour               = sum over pools of instances x usd_per_instance_hour (recommender.offers:
+                                 the cheapest offer of the pool's GPU, whole instances, TP groups inside one)
     usd_per_million_tokens     = usd_per_hour / (rate x (mean prompt + mean output) x 3600) x 1e6
     usd_per_million_output_tokens = usd_per_hour / (rate x mean output x 3600) x 1e6
 """
@@ -22,12 +23,13 @@ from typing import Any, Callable
 from recommender.catalog import Gpu
 from recommender.hf_config import ModelArch
 from recommender.load import analyze, analyze_disaggregated
+from recommender.offers import Offer, Rental, cheapest_rental, workload_offer
 from recommender.perf import memory as mem
 from recommender.estimate import build_deployment
 from recommender.perf.step import EngineLimits, StepCostModel
 from recommender.profiles import EngineProfile
 from recommender.search.policy import SearchPolicy
-from recommender.search.space import Candidate, parallelism_valid, weight_dtype_valid
+from recommender.search.space import Candidate, parallelism_valid, pd_pair_valid, weight_dtype_valid
 from recommender.workload import Workload
 
 INFEASIBLE_OBJECTIVE = 1e9
@@ -46,6 +48,7 @@ class Pool:
     limits: EngineLimits
     usd_per_gpu_hour: float
     kv_capacity_tokens: int = 0
+    rental: Rental | None = None  # the whole instances the pool rents (None: priced per GPU)
 
     @property
     def gpus(self) -> int:
@@ -53,7 +56,7 @@ class Pool:
 
     @property
     def usd_per_hour(self) -> float:
-        return self.gpus * self.usd_per_gpu_hour
+        return self.rental.usd_per_hour if self.rental is not None else self.gpus * self.usd_per_gpu_hour
 
 
 @dataclass(frozen=True)
@@ -88,10 +91,11 @@ class SearchContext:
     workload: Workload
     model: ModelArch
     gpus: dict[str, Gpu]
-    prices: dict[str, float]
+    prices: dict[str, float]  # USD per GPU-hour of each GPU's cheapest offer (for messages)
     profile: EngineProfile
     policy: SearchPolicy
     checkpoints: dict[str, str] = field(default_factory=dict)
+    offers: dict[str, tuple[Offer, ...]] = field(default_factory=dict)  # per GPU; none: per-GPU prices
     _costs: dict[tuple, tuple[StepCostModel | None, str]] = field(default_factory=dict)
     _cache: dict[str, Evaluation] = field(default_factory=dict)
     evaluations: int = 0
@@ -273,9 +277,29 @@ def _evaluate_agg(ctx: SearchContext, c: Candidate) -> Evaluation:
         pools = (Pool("both", c.gpu, c.tp, cap, c.weight_dtype, c.kv_dtype, limits, price, cost.kv_capacity_tokens),)
         ev = _finish(ctx, c, pools, res, ok=False, reason=f"misses its SLOs even with {cap} replicas")
         return ev
-    res = run(r, rate)
-    pools = (Pool("both", c.gpu, c.tp, r, c.weight_dtype, c.kv_dtype, limits, price, cost.kv_capacity_tokens),)
+    rental, why = rent_pool(ctx, c.gpu, c.tp, r)
+    if rental is None:
+        return _infeasible(ctx, c, why, True, "capacity")
+    res = run(rental.replicas, rate)
+    pools = (Pool("both", c.gpu, c.tp, rental.replicas, c.weight_dtype, c.kv_dtype, limits, price, cost.kv_capacity_tokens,
+                  rental),)
     return _finish(ctx, c, pools, res, ok=True)
+
+
+def rent_pool(ctx: SearchContext, gpu: str, tp: int, replicas: int) -> tuple[Rental | None, str]:
+    """Whole instances of the cheapest offer for ``replicas`` TP groups (filled: the instances run every
+    TP group they hold), or (None, why) when no offer holds a TP group or rounding exceeds max_gpus."""
+    offers = ctx.offers.get(gpu)
+    if offers is None:  # no offers given (a hand-built context): per-GPU price, no rounding
+        offers = (workload_offer(gpu, ctx.prices[gpu]),)
+    rental = cheapest_rental(offers, tp, replicas)
+    if rental is None:
+        sizes = sorted({o.gpus_per_instance for o in offers})
+        return None, f"no offer for {gpu} holds a TP{tp} group (instances of {sizes} GPUs)"
+    cap = ctx.workload.max_gpus
+    if cap and rental.replicas * tp > cap:
+        return None, f"{rental.instances} x {rental.offer.gpus_per_instance}-GPU instances exceed max_gpus {cap}"
+    return rental, ""
 
 
 def kv_transfer_s_per_token(ctx: SearchContext, c: Candidate) -> float:
@@ -287,9 +311,9 @@ def kv_transfer_s_per_token(ctx: SearchContext, c: Candidate) -> float:
 
 def _evaluate_disagg(ctx: SearchContext, c: Candidate) -> Evaluation:
     w, pol = ctx.workload, ctx.policy
-    vp, vd = ctx.gpus[c.gpu].vendor, ctx.gpus[c.decode_gpu].vendor
-    if vp != vd:
-        return _infeasible(ctx, c, f"prefill on {vp} and decode on {vd}: NIXL KV transfer needs one vendor's stack", False, "invalid")
+    why_pair = pd_pair_valid(ctx.gpus[c.gpu], ctx.gpus[c.decode_gpu], c.tp, c.decode_tp, pol.pd_heterogeneous_gpus)
+    if why_pair:
+        return _infeasible(ctx, c, why_pair, False, "invalid")
     budget = c.max_num_batched_tokens or max(w.max_model_len, 2048)
     p_limits = EngineLimits(max_num_seqs=max(8, min(64, c.max_num_seqs)), max_num_batched_tokens=budget,
                             chunked_prefill=c.max_num_batched_tokens > 0, enable_prefix_caching=w.shared_prefix_fraction > 0)
@@ -322,11 +346,19 @@ def _evaluate_disagg(ctx: SearchContext, c: Candidate) -> Evaluation:
     rp = _min_replicas(lambda k: _ok(ctx, run(k, rd, target)), 1, cap_p)
     ok = rp is not None
     rp = rp or cap_p
+    rent_p, why_p = rent_pool(ctx, c.gpu, c.tp, rp)
+    rent_d, why_d = rent_pool(ctx, c.decode_gpu, c.decode_tp, rd)
+    if ok and (rent_p is None or rent_d is None):
+        return _infeasible(ctx, c, why_p or why_d, True, "capacity")
+    if rent_p is not None and rent_d is not None:
+        rp, rd = rent_p.replicas, rent_d.replicas
     if w.max_gpus and rp * c.tp + rd * c.decode_tp > w.max_gpus:
         ok = False
     res = run(rp, rd, rate)
-    pools = (Pool("prefill", c.gpu, c.tp, rp, c.weight_dtype, c.kv_dtype, p_limits, ctx.prices[c.gpu], p_cost.kv_capacity_tokens),
-             Pool("decode", c.decode_gpu, c.decode_tp, rd, c.weight_dtype, c.kv_dtype, d_limits, ctx.prices[c.decode_gpu], d_cost.kv_capacity_tokens))
+    pools = (Pool("prefill", c.gpu, c.tp, rp, c.weight_dtype, c.kv_dtype, p_limits, ctx.prices[c.gpu], p_cost.kv_capacity_tokens,
+                  rent_p),
+             Pool("decode", c.decode_gpu, c.decode_tp, rd, c.weight_dtype, c.kv_dtype, d_limits, ctx.prices[c.decode_gpu],
+                  d_cost.kv_capacity_tokens, rent_d))
     return _finish(ctx, c, pools, res, ok=ok, reason="" if ok else "prefill pool misses its SLOs at its cap or max_gpus")
 
 

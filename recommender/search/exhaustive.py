@@ -24,7 +24,7 @@ def enumerate_space(ch: SpaceChoices, disaggregated: bool | None = None) -> Iter
         if disaggregated is not True:
             yield Candidate(g, tp, wd, kd, s, b)
         if ch.disaggregation and disaggregated is not False:
-            for dg, dtp in itertools.product(ch.gpus, ch.tps):
+            for dg, dtp in itertools.product(ch.gpus if ch.pd_heterogeneous else (g,), ch.tps):
                 yield Candidate(g, tp, wd, kd, s, b, True, dg, dtp)
 
 

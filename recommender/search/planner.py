@@ -18,7 +18,7 @@ from recommender.profiles import EngineProfile, engine_profile
 from recommender.search.evaluate import Evaluation, SearchContext
 from recommender.search.recommend_rows import rank_rows
 from recommender.search.policy import SearchPolicy, load_search_policy
-from recommender.search.space import Candidate, allowed_gpus, resolve_dtype
+from recommender.search.space import Candidate, allowed_gpus, offers_for, resolve_dtype
 from recommender.search.study import SpaceChoices, StudySettings, run_study
 from recommender.units import fmt_seconds
 from recommender.workload import Workload
@@ -30,17 +30,23 @@ class SearchSettings(StudySettings):
 
     top: int = 5
     verify: int | None = None
+    provider: str | None = None  # price with this provider's offers only (default: the cheapest offer per GPU)
 
 
-def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfile, catalog: Catalog) -> SearchContext:
+def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfile, catalog: Catalog,
+                  provider: str | None = None) -> SearchContext:
+    """Everything one search shares; each GPU is priced by its offers (of ``provider`` when given),
+    or by the workload's ``prices:`` override."""
     model = catalog.model(workload.model)
-    gpus = allowed_gpus(catalog, workload.gpus, dict(workload.usd_per_gpu_hour_overrides))
-    prices = {g.id: workload.usd_per_gpu_hour_overrides.get(g.id, g.usd_per_gpu_hour) for g in gpus}
+    overrides = dict(workload.usd_per_gpu_hour_overrides)
+    gpus = allowed_gpus(catalog, workload.gpus, overrides, provider)
+    offers = {g.id: offers_for(g, overrides, provider) for g in gpus}
+    prices = {gid: min(o.usd_per_gpu_hour for o in offs) for gid, offs in offers.items()}
     meta = catalog.model_meta.get(model.id, {})
     ckpts = {str(k).lower(): str(v) for k, v in (meta.get("quantized_checkpoints") or {}).items()}
     return SearchContext(workload=workload, model=model, gpus={g.id: g for g in gpus},
                          prices={k: float(v) for k, v in prices.items() if v is not None}, profile=profile, policy=policy,
-                         checkpoints=ckpts)
+                         checkpoints=ckpts, offers=offers)
 
 
 def checkpoint_for(ctx: SearchContext, dtype: str) -> str | None:
@@ -62,7 +68,8 @@ def space_choices(ctx: SearchContext) -> SpaceChoices:
             wds.append(r)
     return SpaceChoices(gpus=tuple(ctx.gpus), tps=tuple(pol.tensor_parallel), weight_dtypes=tuple(wds),
                         kv_dtypes=tuple(pol.kv_dtypes), max_num_seqs=tuple(pol.max_num_seqs),
-                        budgets=tuple(pol.max_num_batched_tokens), disaggregation=pol.disaggregation)
+                        budgets=tuple(pol.max_num_batched_tokens), disaggregation=pol.disaggregation,
+                        pd_heterogeneous=pol.pd_heterogeneous_gpus)
 
 
 def seed_candidates(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
@@ -187,6 +194,19 @@ def _no_fit_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) -> st
             f"allow larger GPUs (h200, b200, mi325x) or a smaller weight dtype")
 
 
+def pricing_note(ctx: SearchContext, provider: str | None) -> str:
+    """One line on where the prices came from (the plan footer and JSON ``search.pricing``)."""
+    if ctx.workload.usd_per_gpu_hour_overrides:
+        over = f"; workload prices: for {', '.join(sorted(ctx.workload.usd_per_gpu_hour_overrides))}"
+    else:
+        over = ""
+    providers = sorted({o.provider for offs in ctx.offers.values() for o in offs} - {"workload"})
+    if provider:
+        return f"{provider} offers only (--provider){over}"
+    return (f"cheapest whole-instance offer per GPU and pool among {len(providers)} providers "
+            f"({', '.join(providers)}; catalogs/gpus, dated); --provider NAME restricts{over}")
+
+
 def recommend(workload: Workload, *, settings: SearchSettings | None = None, profile: EngineProfile | None = None,
               catalog: Catalog | None = None, policy: SearchPolicy | None = None,
               warm_start: dict[str, Any] | Sequence[dict[str, Any]] | None = None) -> Plan:
@@ -200,7 +220,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
     profile = profile or engine_profile("vllm")
     catalog = catalog or default_catalog()
     t0 = time.perf_counter()
-    ctx = build_context(workload, policy, profile, catalog)
+    ctx = build_context(workload, policy, profile, catalog, settings.provider)
     ch = space_choices(ctx)
     enqueue = seed_candidates(ctx, ch)
     warm = [warm_start] if isinstance(warm_start, dict) else list(warm_start or [])
@@ -228,7 +248,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
             "seconds": round(elapsed, 3), "study_name": study.study_name, "storage": settings.storage,
             "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
-            "headroom": policy.headroom, "verified": verify}
+            "headroom": policy.headroom, "verified": verify, "pricing": pricing_note(ctx, settings.provider)}
     return Plan(workload=workload, model=ctx.model, rows=tuple(rows), why=why_rank_one(ctx, rows),
                 engine=profile.engine, profile_source=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization,
                 meta=meta, evaluations=tuple(all_evals))

@@ -25,6 +25,8 @@ class _SearchPolicySpec(BaseModel):
     max_num_batched_tokens: list[int] = [0, 1024, 2048, 4096, 8192, 16384]
     gpu_memory_utilization: float = Field(0.92, gt=0.05, le=1.0)
     disaggregation: bool = True
+    pd_heterogeneous_gpus: bool = False
+    pd_min_saving: float = Field(0.05, ge=0.0, lt=1.0)
     kv_transfer_bandwidth_bytes_per_s: float = Field(5e10, gt=0)
     kv_transfer_latency_s: float = Field(0.002, ge=0)
     max_replicas: int = Field(256, gt=0)
@@ -49,6 +51,8 @@ class SearchPolicy:
     max_num_batched_tokens: tuple[int, ...] = (0, 1024, 2048, 4096, 8192, 16384)
     gpu_memory_utilization: float = 0.92
     disaggregation: bool = True
+    pd_heterogeneous_gpus: bool = False
+    pd_min_saving: float = 0.05
     kv_transfer_bandwidth_bytes_per_s: float = 5e10
     kv_transfer_latency_s: float = 0.002
     max_replicas: int = 256

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from recommender.plan import PlanRow
 from recommender.search.evaluate import Evaluation, SearchContext
 from recommender.search.pareto import non_dominated
 from recommender.search.policy import SearchPolicy
-
 
 #: Tie-break between equally priced, equally fast plans: the dtype that loses less accuracy first.
 QUALITY_RANK = {"bf16": 0, "fp16": 0, "fp8": 1, "mxfp4": 1, "int8": 2, "int4": 3, "fp4": 3}
@@ -21,6 +20,16 @@ def quality_note(ev: Evaluation, policy: SearchPolicy) -> str:
     return ""
 
 
+def pd_saving(ev: Evaluation, best_aggregated_usd_per_million: float | None) -> float | None:
+    """For a P/D evaluation: 1 - its $/M tokens / the best aggregated plan's (1.0 when no aggregated plan
+    is feasible); None for aggregated ones. P/D rows below ``policy.pd_min_saving`` are not listed."""
+    if not ev.candidate.disaggregated:
+        return None
+    if best_aggregated_usd_per_million is None or best_aggregated_usd_per_million <= 0:
+        return 1.0
+    return 1.0 - ev.usd_per_million_tokens / best_aggregated_usd_per_million
+
+
 def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -> list[PlanRow]:
     """Feasible evaluations -> Pareto rows first (by cost), then dominated ones; one row per
     configuration family (GPU, TP, dtypes, pools) so the table shows real alternatives."""
@@ -29,6 +38,10 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
     for e in feas:
         uniq.setdefault(e.candidate.key, e)
     feas = list(uniq.values())
+    if not feas:
+        return []
+    best_agg = min((e.usd_per_million_tokens for e in feas if not e.candidate.disaggregated), default=None)
+    feas = [e for e in feas if pd_saving(e, best_agg) is None or pd_saving(e, best_agg) >= ctx.policy.pd_min_saving]
     if not feas:
         return []
     front = set(non_dominated([e.objectives for e in feas]))
@@ -47,7 +60,7 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
         ckpt = ctx.workload.checkpoints.get(c.weight_dtype) or ctx.checkpoints.get(c.weight_dtype, "")
         native = ctx.model.checkpoint_dtype
         rows.append(PlanRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=quality_note(e, ctx.policy),
-                            checkpoint=ckpt if c.weight_dtype != native else ""))
+                            checkpoint=ckpt if c.weight_dtype != native else "", pd_saving=pd_saving(e, best_agg)))
         if len(rows) >= top:
             break
     return rows

@@ -12,6 +12,7 @@ from recommender.dtypes import (
 )
 from recommender.errors import ConfigError
 from recommender.hf_config import ModelArch
+from recommender.offers import Offer, restrict, workload_offer
 from recommender.perf.step import check_parallelism
 
 
@@ -54,6 +55,27 @@ def weight_dtype_valid(model: ModelArch, gpu: Gpu, dtype: str, kv_dtype: str | N
     return gpu.why_unsupported(dtype, kv_dtype)
 
 
+def pd_pair_valid(prefill: Gpu, decode: Gpu, tp_prefill: int, tp_decode: int, heterogeneous: bool) -> str | None:
+    """None if vLLM 0.33 can hand KV from this prefill pool to this decode pool over NixlConnector.
+
+    - one GPU type in both pools unless the policy allows heterogeneous pools, and one vendor always;
+    - both architectures list the ``nixl_connector`` feature (catalogs/kernel-support.yaml);
+    - TP sizes divide each other: vLLM's ``TransferTopology.tp_ratio`` (vllm/distributed/kv_transfer/
+      kv_connector/utils.py) asserts ``local_tp % remote_tp == 0`` when the decode TP is larger and
+      uses ``remote_tp // local_tp`` reads otherwise (nixl/tp_mapping.py), so 1|2, 2|8, 8|4 pair, 2|3 does not.
+    """
+    if prefill.id != decode.id and not heterogeneous:
+        return f"prefill on {prefill.id} and decode on {decode.id}: the policy keeps both pools on one GPU type (pd_heterogeneous_gpus)"
+    if prefill.vendor != decode.vendor:
+        return f"prefill on {prefill.vendor} and decode on {decode.vendor}: NIXL KV transfer needs one vendor's stack"
+    for g in (prefill, decode):
+        if "nixl_connector" not in g.kernels.features:
+            return f"vLLM 0.33's NixlConnector is not listed for {g.id} ({g.kernels.arch})"
+    if max(tp_prefill, tp_decode) % min(tp_prefill, tp_decode):
+        return f"NixlConnector needs one TP size to divide the other (prefill TP{tp_prefill}, decode TP{tp_decode})"
+    return None
+
+
 def parallelism_valid(model: ModelArch, gpu: Gpu, tp: int) -> str | None:
     try:
         check_parallelism(model, gpu, tp)
@@ -62,16 +84,31 @@ def parallelism_valid(model: ModelArch, gpu: Gpu, tp: int) -> str | None:
     return None
 
 
-def allowed_gpus(catalog: Catalog, requested: tuple[str, ...] | None, overrides: dict[str, float] | None = None) -> list[Gpu]:
-    """GPUs the search may use: the workload's list (validated) or every vLLM-supported, priced GPU."""
+def allowed_gpus(catalog: Catalog, requested: tuple[str, ...] | None, overrides: dict[str, float] | None = None,
+                 provider: str | None = None) -> list[Gpu]:
+    """GPUs the search may use: the workload's list (validated) or every vLLM-supported GPU with an
+    offer (of ``provider`` when given) or a workload price."""
     overrides = overrides or {}
     if requested:
         gpus = [catalog.gpu(g) for g in requested]
     else:
         gpus = [g for g in catalog.gpus.values() if g.vllm_supported]
-    priced = [g for g in gpus if g.usd_per_gpu_hour is not None or g.id in overrides]
+    priced = [g for g in gpus if restrict(g.offers, provider) or g.id in overrides]
     if requested:
         missing = [g.id for g in gpus if g not in priced]
         if missing:
-            raise ConfigError(f"no price for {', '.join(missing)}: add prices: {{{missing[0]}: \"$X/h\"}} to the workload")
+            whose = f"from provider {provider!r} " if provider else ""
+            raise ConfigError(f"no offer {whose}for {', '.join(missing)}: add prices: {{{missing[0]}: \"$X/h\"}} to the "
+                              f"workload{' or pick another --provider' if provider else ''}")
+    if not priced and provider:
+        known = sorted({o.provider for g in gpus for o in g.offers})
+        raise ConfigError(f"provider {provider!r} offers none of the allowed GPUs; providers in the catalog: {', '.join(known)}")
     return sorted(priced, key=lambda g: g.id)
+
+
+def offers_for(gpu: Gpu, overrides: dict[str, float], provider: str | None) -> tuple[Offer, ...]:
+    """The offers a run prices ``gpu`` with: the workload's ``prices:`` override (billed per GPU) if any,
+    else the catalog offers (of ``provider`` when given)."""
+    if gpu.id in overrides:
+        return (workload_offer(gpu.id, overrides[gpu.id]),)
+    return restrict(gpu.offers, provider)

@@ -45,6 +45,7 @@ class SpaceChoices:
     max_num_seqs: tuple[int, ...]
     budgets: tuple[int, ...]
     disaggregation: bool
+    pd_heterogeneous: bool = False  # decode pool may use another GPU type than prefill
 
 
 def candidate_from_params(p: dict[str, Any]) -> Candidate:
@@ -78,7 +79,7 @@ def suggest(trial: optuna.Trial, ch: SpaceChoices) -> Candidate:
     if ch.disaggregation:
         p["disaggregated"] = trial.suggest_categorical("disaggregated", (False, True))
         if p["disaggregated"]:
-            p["decode_gpu"] = trial.suggest_categorical("decode_gpu", ch.gpus)
+            p["decode_gpu"] = trial.suggest_categorical("decode_gpu", ch.gpus) if ch.pd_heterogeneous else p["gpu"]
             p["decode_tp"] = trial.suggest_categorical("decode_tp", ch.tps)
     return candidate_from_params(p)
 

@@ -1,0 +1,153 @@
+"""Rental offers and whole-instance rounding.
+
+A GPU is rented as instances: an offer is (provider, GPU, GPUs per instance, USD per instance-hour,
+date, source), read from ``offers:`` in ``catalogs/gpus/<id>.yaml``. A plan buys a whole number of
+instances, and a TP group never straddles two instances, except on offers sold as slices of one NVLink
+domain (GB200 NVL72 trays: ``nvlink_domain_gpus``), where a TP group may span trays of the domain.
+
+Rounding (:func:`rent`), for ``replicas`` TP groups of ``tp`` GPUs on an offer of ``n`` GPUs per instance::
+
+    groups per instance  g = n // tp                      (needs tp <= n)
+    instances            i = ceil(replicas / g)
+    NVLink-domain slices i = ceil(replicas x tp / n)      (needs tp <= nvlink_domain_gpus)
+    replicas held        = i x g  (or floor(i x n / tp))  -- the instances run that many replicas
+    usd_per_hour         = i x usd_per_instance_hour
+
+:func:`cheapest_rental` picks, among the offers allowed, the one with the lowest ``usd_per_hour``
+(ties: the lower USD per GPU-hour, then provider name), so each pool of a plan names one offer.
+A workload's ``prices:`` override becomes an offer of provider ``workload`` billed per GPU with
+instances of one TP group (no rounding beyond the TP group).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from recommender.errors import CatalogError
+
+#: Provider name of the offers made from a workload's ``prices:`` overrides.
+WORKLOAD_PROVIDER = "workload"
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One way to rent a GPU: ``gpus_per_instance`` GPUs for ``usd_per_instance_hour``."""
+
+    provider: str
+    gpu: str
+    gpus_per_instance: int
+    usd_per_instance_hour: float
+    date: str = ""
+    source: str = ""
+    sku: str = ""
+    nvlink_domain_gpus: int = 0  # > 0: instances are slices of one NVLink domain of that many GPUs
+    per_tp_group: bool = False  # True: billed per GPU, an instance is one TP group (workload prices:)
+
+    @property
+    def usd_per_gpu_hour(self) -> float:
+        return self.usd_per_instance_hour / self.gpus_per_instance
+
+    def label(self) -> str:
+        """``provider 8xGPU`` (or ``provider per-GPU`` for per-GPU billing)."""
+        return f"{self.provider} per-GPU" if self.per_tp_group else f"{self.provider} {self.gpus_per_instance}x"
+
+
+@dataclass(frozen=True)
+class Rental:
+    """Whole instances of one offer holding ``replicas`` TP groups of ``tp`` GPUs."""
+
+    offer: Offer
+    tp: int
+    instances: int
+    replicas: int  # TP groups the instances hold (>= the replicas asked for)
+
+    @property
+    def gpus_billed(self) -> int:
+        return self.tp * self.replicas if self.offer.per_tp_group else self.instances * self.offer.gpus_per_instance
+
+    @property
+    def usd_per_hour(self) -> float:
+        if self.offer.per_tp_group:
+            return self.offer.usd_per_gpu_hour * self.tp * self.replicas
+        return self.instances * self.offer.usd_per_instance_hour
+
+
+def workload_offer(gpu: str, usd_per_gpu_hour: float) -> Offer:
+    """The offer a workload's ``prices: {gpu: "$X/h"}`` stands for (billed per GPU)."""
+    return Offer(provider=WORKLOAD_PROVIDER, gpu=gpu, gpus_per_instance=1, usd_per_instance_hour=usd_per_gpu_hour,
+                 source="workload prices:", per_tp_group=True)
+
+
+def fits(offer: Offer, tp: int) -> bool:
+    """Whether a TP group of ``tp`` GPUs stays inside one instance (or one NVLink domain) of ``offer``."""
+    if offer.per_tp_group:
+        return True
+    if offer.nvlink_domain_gpus:
+        return tp <= offer.nvlink_domain_gpus and (tp % offer.gpus_per_instance == 0 or offer.gpus_per_instance % tp == 0)
+    return tp <= offer.gpus_per_instance
+
+
+def rent(offer: Offer, tp: int, replicas: int) -> Rental | None:
+    """Fewest whole instances of ``offer`` holding ``replicas`` TP groups; None if a group cannot fit."""
+    if replicas < 1 or tp < 1 or not fits(offer, tp):
+        return None
+    if offer.per_tp_group:
+        return Rental(offer, tp, replicas, replicas)
+    n = offer.gpus_per_instance
+    if offer.nvlink_domain_gpus and tp > n:
+        instances = math.ceil(replicas * tp / n)
+        return Rental(offer, tp, instances, instances * n // tp)
+    groups = n // tp
+    instances = math.ceil(replicas / groups)
+    return Rental(offer, tp, instances, instances * groups)
+
+
+def cheapest_rental(offers: Iterable[Offer], tp: int, replicas: int) -> Rental | None:
+    """The cheapest :func:`rent` over ``offers`` (ties: lower USD per GPU-hour, then provider)."""
+    best: Rental | None = None
+    for o in offers:
+        r = rent(o, tp, replicas)
+        if r is None:
+            continue
+        key = (r.usd_per_hour, o.usd_per_gpu_hour, o.provider, o.gpus_per_instance)
+        if best is None or key < (best.usd_per_hour, best.offer.usd_per_gpu_hour, best.offer.provider,
+                                  best.offer.gpus_per_instance):
+            best = r
+    return best
+
+
+def offers_from_doc(gpu: str, entries: Sequence[Mapping[str, Any]] | None, where: str = "") -> tuple[Offer, ...]:
+    """Parse ``offers:`` of one GPU catalog entry. ``gpus_per_instance`` may be a list (one offer per
+    size, at ``usd_per_gpu_hour`` x size); exactly one of ``usd_per_gpu_hour`` / ``usd_per_instance_hour``."""
+    out: list[Offer] = []
+    for i, e in enumerate(entries or ()):
+        at = f"{where} offers[{i}]"
+        try:
+            sizes = e["gpus_per_instance"]
+            sizes = [int(s) for s in (sizes if isinstance(sizes, list) else [sizes])]
+            per_gpu, per_inst = e.get("usd_per_gpu_hour"), e.get("usd_per_instance_hour")
+            if (per_gpu is None) == (per_inst is None):
+                raise CatalogError(f"{at}: give exactly one of usd_per_gpu_hour, usd_per_instance_hour")
+            if per_inst is not None and len(sizes) != 1:
+                raise CatalogError(f"{at}: usd_per_instance_hour needs a single gpus_per_instance")
+            for n in sizes:
+                price = float(per_gpu) * n if per_gpu is not None else float(per_inst)
+                if n < 1 or not math.isfinite(price) or price <= 0:
+                    raise CatalogError(f"{at}: gpus_per_instance and the price must be positive")
+                out.append(Offer(provider=str(e["provider"]).lower(), gpu=gpu, gpus_per_instance=n, usd_per_instance_hour=price,
+                                 date=str(e.get("date", "")), source=str(e.get("source", "")), sku=str(e.get("sku", "")),
+                                 nvlink_domain_gpus=int(e.get("nvlink_domain_gpus") or 0)))
+        except (KeyError, TypeError, ValueError) as err:
+            raise CatalogError(f"{at}: missing or bad field {err}") from None
+    return tuple(out)
+
+
+def restrict(offers: Iterable[Offer], provider: str | None) -> tuple[Offer, ...]:
+    """Offers of ``provider`` only (case-insensitive); all of them when ``provider`` is None."""
+    if provider is None:
+        return tuple(offers)
+    p = provider.strip().lower()
+    return tuple(o for o in offers if o.provider == p)
