@@ -14,7 +14,7 @@ Rounding (:func:`rent`), for ``replicas`` TP groups of ``tp`` GPUs on an offer o
     usd_per_hour         = i x usd_per_instance_hour
 
 :func:`cheapest_rental` picks, among the offers allowed, the one with the lowest ``usd_per_hour``
-(ties: the lower USD per GPU-hour, then provider name), so each pool of a plan names one offer.
+(ties: fewer instances, then the lower USD per GPU-hour, then provider name), so each pool of a plan names one offer.
 A workload's ``prices:`` override becomes an offer of provider ``workload`` billed per GPU with
 instances of one TP group (no rounding beyond the TP group).
 """
@@ -106,17 +106,20 @@ def rent(offer: Offer, tp: int, replicas: int) -> Rental | None:
 
 
 def cheapest_rental(offers: Iterable[Offer], tp: int, replicas: int) -> Rental | None:
-    """The cheapest :func:`rent` over ``offers`` (ties: lower USD per GPU-hour, then provider)."""
+    """The cheapest :func:`rent` over ``offers`` (ties: see :func:`_rank`)."""
     best: Rental | None = None
     for o in offers:
         r = rent(o, tp, replicas)
         if r is None:
             continue
-        key = (r.usd_per_hour, o.usd_per_gpu_hour, o.provider, o.gpus_per_instance)
-        if best is None or key < (best.usd_per_hour, best.offer.usd_per_gpu_hour, best.offer.provider,
-                                  best.offer.gpus_per_instance):
+        if best is None or _rank(r) < _rank(best):
             best = r
     return best
+
+
+def _rank(r: Rental) -> tuple[float, int, float, str]:
+    """Cheapest first; at equal cost fewer instances (fewer machines to run), then provider name."""
+    return (round(r.usd_per_hour, 9), r.instances, r.offer.usd_per_gpu_hour, r.offer.provider)
 
 
 def offers_from_doc(gpu: str, entries: Sequence[Mapping[str, Any]] | None, where: str = "") -> tuple[Offer, ...]:
