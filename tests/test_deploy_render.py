@@ -20,6 +20,7 @@ import pytest
 import yaml
 from importlib import resources
 
+from recommender.catalog import default_catalog
 from recommender.deploy import render_deploy
 from recommender.errors import DeployError
 from recommender.deploy.helm import chart_engine_argv
@@ -182,6 +183,12 @@ def test_k8s_engines_match_the_plan(path: Path, rank: int) -> None:
         assert c["resources"]["limits"] == {resource: str(pool["tp"])}
         assert c["image"] == ("vllm/vllm-openai-rocm:v0.33.0" if resource == "amd.com/gpu" else "vllm/vllm-openai:v0.33.0")
         assert c["command"] == ["vllm", "serve"]
+        # pinned to the GPU model by the node label in the catalog (k8s.node_labels)
+        terms = dep["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        expr = terms["nodeSelectorTerms"][0]["matchExpressions"][0]
+        gpu = default_catalog().gpu(pool["gpu"])
+        assert expr["key"] == ("amd.com/gpu.device-id" if gpu.vendor == "amd" else "nvidia.com/gpu.product")
+        assert expr["operator"] == "In" and expr["values"] == [v for k, v in gpu.node_labels if k == expr["key"]]
         assert_settings(check_serve_args(c["args"]), expected_settings(doc, rank, pool["role"]), dep["metadata"]["name"])
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 
 from recommender.bounded import load_json_text, read_file_text
 from recommender.cli.app import app, one_line_errors
-from recommender.deploy import render_deploy, write_deploy_files
+from recommender.deploy import cluster_options, render_deploy, write_deploy_files
 from recommender.errors import ConfigError
 
 
@@ -39,11 +39,20 @@ def deploy_cmd(
         None, "--checkpoint",
         help="Pre-quantized checkpoint repo for int8/int4/fp4 weights (overrides the plan's 'checkpoint')."),
     as_json: bool = typer.Option(False, "--json", help="Print what was written (or rendered) as JSON."),
+    namespace: Optional[str] = typer.Option(None, "--namespace", "-n", help="Kubernetes namespace of every object (k8s)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Engine image (default vllm/vllm-openai[-rocm]:v0.33.0)."),
+    router_image: Optional[str] = typer.Option(None, "--router-image", help="Router image, pinned to a tag (default lmcache/lmstack-router:v0.1.12)."),
+    storage_class: Optional[str] = typer.Option(None, "--storage-class", help="StorageClass of the HF cache volume."),
+    node_selector: List[str] = typer.Option([], "--node-selector", help="Extra node label key=value for engine pods (repeatable); the GPU model label is always pinned."),
+    toleration: List[str] = typer.Option([], "--toleration", help="Toleration key=value:Effect, key:Effect or key (repeatable)."),
+    values: Optional[Path] = typer.Option(None, "--values", help="YAML with namespace, image, router_image, storage_class, node_selector, tolerations (flags win)."),
 ) -> None:
     """Write the vLLM serve script, Kubernetes manifests and production-stack Helm values for a plan."""
     doc = read_plan(plan)
+    cluster = cluster_options(values_file=values, namespace=namespace, image=image, router_image=router_image,
+                              storage_class=storage_class, node_selector=node_selector, tolerations=toleration)
     if out is None:
-        files = render_deploy(doc, rank, fmt, checkpoint, plan_name=str(plan))
+        files = render_deploy(doc, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster)
         if as_json:
             typer.echo(json.dumps({"plan": str(plan), "rank": rank, "files": files}, indent=2))
             return
@@ -52,7 +61,7 @@ def deploy_cmd(
                 typer.echo(("" if i == 0 else "\n") + f"# ==> {name} <==")
             typer.echo(text, nl=False)
         return
-    paths = write_deploy_files(doc, out, rank, fmt, checkpoint, plan_name=str(plan))
+    paths = write_deploy_files(doc, out, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster)
     if as_json:
         typer.echo(json.dumps({"plan": str(plan), "rank": rank, "written": [str(p) for p in paths]}, indent=2))
     else:

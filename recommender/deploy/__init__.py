@@ -7,9 +7,11 @@ and every emitted ``vllm serve`` argument list has been checked against vLLM 0.3
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from recommender.deploy.cluster import ClusterOptions, cluster_options
 from recommender.deploy.gpus import GpuFacts, GpuLookup
 from recommender.deploy.helm import render_helm
 from recommender.deploy.k8s import render_k8s
@@ -23,7 +25,7 @@ FORMATS = ("cmd", "k8s", "helm")
 _RENDERERS = {"cmd": render_cmd, "k8s": render_k8s, "helm": render_helm}
 
 __all__ = [
-    "FORMATS", "VLLM_VERSION", "DeploySpec", "GpuFacts", "GpuLookup", "VllmFlagError",
+    "FORMATS", "VLLM_VERSION", "ClusterOptions", "DeploySpec", "cluster_options", "GpuFacts", "GpuLookup", "VllmFlagError",
     "build_spec", "check_serve_args", "normalise_formats", "render_deploy", "write_deploy_files",
 ]
 
@@ -48,13 +50,16 @@ def normalise_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
 
 def render_deploy(plan_doc: Mapping[str, Any], rank: int = 1, formats: str | Iterable[str] = FORMATS,
                   checkpoint: str | None = None, *, plan_name: str | None = None,
-                  gpus: GpuLookup | None = None) -> dict[str, str]:
+                  gpus: GpuLookup | None = None, cluster: ClusterOptions | None = None) -> dict[str, str]:
     """Render plan ``rank`` of ``plan_doc`` into deployment files: file name -> text.
 
     ``checkpoint`` overrides the plan's pre-quantized checkpoint repo; ``plan_name`` (e.g. the plan
-    file path) is named in each file's header; ``gpus`` replaces the GPU catalog lookup.
+    file path) is named in each file's header; ``gpus`` replaces the GPU catalog lookup; ``cluster`` sets
+    namespace, images, tolerations, node selector and storage class of the k8s/Helm output.
     """
     spec = build_spec(plan_doc, rank, checkpoint, plan_name=plan_name, gpus=gpus)
+    if cluster is not None:
+        spec = dataclasses.replace(spec, cluster=cluster)
     files: dict[str, str] = {}
     for fmt in normalise_formats(formats):
         files.update(_RENDERERS[fmt](spec))
@@ -64,14 +69,14 @@ def render_deploy(plan_doc: Mapping[str, Any], rank: int = 1, formats: str | Ite
 def write_deploy_files(plan_doc: Mapping[str, Any], out_dir: str | Path, rank: int = 1,
                        formats: str | Iterable[str] = FORMATS, checkpoint: str | None = None, *,
                        plan_name: str | None = None, gpus: GpuLookup | None = None,
-                       extra_files: Mapping[str, str] | None = None) -> list[Path]:
+                       extra_files: Mapping[str, str] | None = None, cluster: ClusterOptions | None = None) -> list[Path]:
     """Render (all files first, so a refused plan writes nothing) and write them as one set into ``out_dir``.
 
     ``extra_files`` (name -> text, e.g. ``plan.json``) join the same set. The folder is swapped in whole
     (:func:`recommender.deploy.writer.write_file_set`): it holds the old set or the new one, never a mix.
     Shell scripts are made executable (0o755). Returns the written deployment paths in render order.
     """
-    files = render_deploy(plan_doc, rank, formats, checkpoint, plan_name=plan_name, gpus=gpus)
+    files = render_deploy(plan_doc, rank, formats, checkpoint, plan_name=plan_name, gpus=gpus, cluster=cluster)
     label = f"plan rank {rank}" + (f" of {plan_name}" if plan_name else "")
     paths = write_file_set(out_dir, {**(extra_files or {}), **files}, label=label)
     return [p for p in paths if p.name in files]

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from recommender.deploy.cluster import gpu_affinity
 from recommender.deploy.k8s import (
     HF_TOKEN_KEY,
     HF_TOKEN_SECRET,
@@ -44,6 +45,7 @@ from recommender.deploy.vllm_cmd import (
     fmt_float,
 )
 from recommender.deploy.vllm_flags import check_serve_args
+from recommender.errors import DeployError
 
 
 def chart_engine_argv(model_spec: Mapping[str, Any], container_port: int = HTTP_PORT) -> list[str]:
@@ -84,6 +86,7 @@ def _model_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     # the chart puts modelURL and extraArgs into the container's args, where Kubernetes expands $(VAR)
     vllm_config["extraArgs"] = [k8s_escape(a) for g in extra_flag_groups(o) for a in g]
     name = deployment_name(spec, pool)
+    repo, tag = split_image(spec.cluster.image) if spec.cluster.image else (VLLM_IMAGE.get(pool.gpu.vendor, VLLM_IMAGE["nvidia"]), IMAGE_TAG)
     annotations = {"recommender/plan": spec.plan_id, "recommender/plan-rank": str(spec.rank),
                    "recommender/plan-source": spec.plan_name, "recommender/modelled": spec.summary}
     entry: dict[str, Any] = {
@@ -91,8 +94,8 @@ def _model_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         "annotations": annotations,
         "podAnnotations": annotations,
         "podLabels": {"recommender/plan-id": dns_label(spec.plan_id, 63), "recommender/plan-rank": str(spec.rank)},
-        "repository": VLLM_IMAGE.get(pool.gpu.vendor, VLLM_IMAGE["nvidia"]),
-        "tag": IMAGE_TAG,
+        "repository": repo,
+        "tag": tag,
         "modelURL": k8s_escape(o.model),
         "replicaCount": pool.replicas,
         "requestCPU": int(cpu),
@@ -106,6 +109,19 @@ def _model_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         "hf_token": {"secretName": HF_TOKEN_SECRET, "secretKey": HF_TOKEN_KEY},
         "vllmConfig": vllm_config,
     }
+    affinity = gpu_affinity(pool.gpu.node_labels)
+    if affinity:  # the chart ignores nodeSelectorTerms when affinity is set; merge the user's selector in
+        terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        for k, v in spec.cluster.node_selector:
+            terms[0]["matchExpressions"].append({"key": k, "operator": "In", "values": [v]})
+        entry["affinity"] = affinity
+    elif spec.cluster.node_selector:
+        entry["nodeSelectorTerms"] = [{"matchExpressions": [{"key": k, "operator": "In", "values": [v]}
+                                                            for k, v in spec.cluster.node_selector]}]
+    if spec.cluster.tolerations:
+        entry["tolerations"] = [dict(t) for t in spec.cluster.tolerations]
+    if spec.cluster.storage_class:
+        entry["storageClass"] = spec.cluster.storage_class
     if pool.role != "both":
         entry["env"] = [
             {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -113,6 +129,15 @@ def _model_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         ]
     check_serve_args(chart_engine_argv(entry))
     return entry
+
+
+def split_image(image: str) -> tuple[str, str]:
+    """``registry/repo:tag`` -> (``registry/repo``, ``tag``); the chart joins them as ``repository:tag``,
+    so a digest-only reference cannot be expressed and is refused."""
+    head, _, tail = image.rpartition(":")
+    if "@" in image or not head or "/" in tail:
+        raise DeployError(f"image {image!r}: the Helm chart needs repository:tag (no digest-only references)")
+    return head, tail
 
 
 def _probe(period_s: int, failures: int) -> dict[str, Any]:
@@ -134,7 +159,10 @@ def values(spec: DeploySpec) -> dict[str, Any]:
         "livenessProbe": _probe(10, 3),
         "modelSpec": [_model_spec(spec, p) for p in spec.pools],
     }
-    router: dict[str, Any] = {"enableRouter": True, "serviceDiscovery": "k8s"}
+    router_repo, router_tag = split_image(spec.cluster.router_image)
+    router: dict[str, Any] = {"enableRouter": True, "serviceDiscovery": "k8s", "repository": router_repo, "tag": router_tag}
+    if spec.cluster.tolerations:
+        engine["tolerations"] = [dict(t) for t in spec.cluster.tolerations]
     if spec.disaggregated:
         prefill, decode = (deployment_name(spec, p) for p in spec.pools)
         router.update({"routingLogic": "disaggregated_prefill_orchestrated",

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from recommender.deploy.cluster import gpu_affinity
 from recommender.deploy.spec import (
     DeploySpec,
     PoolSpec,
@@ -43,7 +44,6 @@ from recommender.deploy.vllm_cmd import (
 HF_CACHE_PATH = "/root/.cache/huggingface"
 HF_TOKEN_SECRET = "hf-token"
 HF_TOKEN_KEY = "token"
-ROUTER_IMAGE = "lmcache/lmstack-router:latest"  # production-stack router; pin a digest in production
 STARTUP_FIXED_S = 300.0
 STARTUP_LOAD_BYTES_PER_S = 150e6
 STARTUP_PERIOD_S = 10
@@ -108,7 +108,24 @@ def plan_annotations(spec: DeploySpec) -> dict[str, str]:
 
 
 def _meta(name: str, spec: DeploySpec, comp: str) -> dict[str, Any]:
-    return {"name": name, "labels": plan_labels(spec, comp), "annotations": plan_annotations(spec)}
+    meta: dict[str, Any] = {"name": name}
+    if spec.cluster.namespace:
+        meta["namespace"] = spec.cluster.namespace
+    return {**meta, "labels": plan_labels(spec, comp), "annotations": plan_annotations(spec)}
+
+
+def scheduling(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
+    """Pod-spec fields that put an engine pod on the plan's GPU model: a required node affinity on the
+    GPU's catalog node label, plus the user's node selector and tolerations."""
+    out: dict[str, Any] = {}
+    affinity = gpu_affinity(pool.gpu.node_labels)
+    if affinity:
+        out["affinity"] = affinity
+    if spec.cluster.node_selector:
+        out["nodeSelector"] = dict(spec.cluster.node_selector)
+    if spec.cluster.tolerations:
+        out["tolerations"] = [dict(t) for t in spec.cluster.tolerations]
+    return out
 
 
 def _http_probe(period_s: int, failures: int, path: str = "/health") -> dict[str, Any]:
@@ -121,6 +138,7 @@ def _pvc(spec: DeploySpec) -> dict[str, Any]:
     size = cache_size_gib(max(p.checkpoint_bytes for p in spec.pools))
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(f"{spec.name}-hf-cache", spec, "cache"),
             "spec": {"accessModes": ["ReadWriteMany" if pods > 1 else "ReadWriteOnce"],
+                     **({"storageClassName": spec.cluster.storage_class} if spec.cluster.storage_class else {}),
                      "resources": {"requests": {"storage": f"{size}Gi"}}}}
 
 
@@ -140,7 +158,7 @@ def engine_container(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         ports.append({"name": "nixl", "containerPort": NIXL_SIDE_CHANNEL_PORT, "protocol": "TCP"})
     return {
         "name": "vllm",
-        "image": image_for(pool),
+        "image": spec.cluster.image or image_for(pool),
         "command": ["vllm", "serve"],
         "args": [k8s_escape(a) for a in argv],  # Kubernetes expands $(VAR) in args; the names are validated too
         "env": env,
@@ -169,6 +187,7 @@ def _engine_deployment(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": pod_labels, "annotations": plan_annotations(spec)},
                 "spec": {
+                    **scheduling(spec, pool),
                     "containers": [engine_container(spec, pool)],
                     "volumes": [
                         {"name": "hf-cache", "persistentVolumeClaim": {"claimName": f"{spec.name}-hf-cache"}},
@@ -205,7 +224,7 @@ def _router_objects(spec: DeploySpec) -> list[dict[str, Any]]:
                "subjects": [{"kind": "ServiceAccount", "name": name}],
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}}
     container = {
-        "name": "router", "image": ROUTER_IMAGE, "args": router_args(spec),
+        "name": "router", "image": spec.cluster.router_image, "args": router_args(spec),
         "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
@@ -215,7 +234,9 @@ def _router_objects(spec: DeploySpec) -> list[dict[str, Any]]:
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(name, spec, "router"),
         "spec": {"replicas": 1, "selector": {"matchLabels": selector_labels(spec, "router")},
                  "template": {"metadata": {"labels": plan_labels(spec, "router")},
-                              "spec": {"serviceAccountName": name, "containers": [container]}}},
+                              "spec": {"serviceAccountName": name, "containers": [container],
+                                       **({"tolerations": [dict(t) for t in spec.cluster.tolerations]}
+                                          if spec.cluster.tolerations else {})}}},
     }
     return [account, role, binding, deployment]
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from recommender.catalog import default_catalog
+from recommender.deploy.cluster import ClusterOptions
 from recommender.deploy.gpus import GpuFacts, GpuLookup, default_gpu_lookup
 from recommender.dtypes import SIXTEEN_BIT, WEIGHT_DTYPES
 from recommender.errors import DeployError, RecommenderError
@@ -93,6 +94,7 @@ class DeploySpec:
     pools: tuple[PoolSpec, ...]
     summary: str  # one line: modelled latency / throughput / cost
     weights_source: str  # how checkpoint_bytes was obtained
+    cluster: ClusterOptions = ClusterOptions()  # namespace, images, scheduling, storage class
 
     @property
     def gpus_total(self) -> int:
