@@ -11,13 +11,13 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from test_deploy_render import CHART, STRICT_CHART, k8s_objects
 from typer.testing import CliRunner
 
 from recommender.cli import app
 from recommender.deploy import cluster_options, render_deploy
 from recommender.deploy.cluster import ROUTER_IMAGE, parse_toleration
 from recommender.errors import DeployError
-from test_deploy_render import CHART, STRICT_CHART, k8s_objects
 
 PLANS = Path(__file__).parent / "data" / "plans"
 AGG = PLANS / "agg-llama70b-h100.json"

@@ -120,7 +120,7 @@ def cluster_options(*, values_file: str | Path | None = None, namespace: str | N
             raise DeployError(f"values file {values_file}: must be a mapping")
         unknown = set(doc) - {"namespace", "image", "router_image", "storage_class", "node_selector", "tolerations"}
         if unknown:
-            raise DeployError(f"values file {values_file}: unknown key {sorted(unknown)[0]!r}")
+            raise DeployError(f"values file {values_file}: unknown key {min(unknown)!r}")
         sel = doc.get("node_selector") or {}
         if not isinstance(sel, dict):
             raise DeployError(f"values file {values_file}: node_selector must be a mapping")
