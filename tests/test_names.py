@@ -88,10 +88,12 @@ def test_recommend_gpus_json_lists_every_gpu_with_figures() -> None:
     recs = {g["id"]: g for g in json.loads(r.stdout)}
     assert set(recs) == set(default_catalog().gpus)
     h100 = recs["h100-sxm"]
-    # catalogs/gpus/h100-sxm.yaml: 80 GB, 3.35 TB/s, 989 / 1979 dense TFLOP/s, NVLink4 450 GB/s, $3.99/h
+    # catalogs/gpus/h100-sxm.yaml: 80 GB, 3.35 TB/s, 989 / 1979 dense TFLOP/s, NVLink4 450 GB/s; cheapest offer
+    # RunPod community $2.69/GPU-h (hardware-and-models.md 1b, [P1] read 2026-11-09)
     assert h100["memory_bytes"] == 80e9 and h100["hbm_bandwidth_bytes_per_s"] == 3.35e12
     assert h100["dense_flops_per_s"]["bf16"] == 989e12 and h100["dense_flops_per_s"]["fp8"] == 1979e12
-    assert h100["interconnect"]["bandwidth_bytes_per_s"] == 450e9 and h100["usd_per_gpu_hour"] == 3.99
+    assert h100["interconnect"]["bandwidth_bytes_per_s"] == 450e9 and h100["usd_per_gpu_hour"] == 2.69
+    assert h100["cheapest_offer"]["provider"] == "runpod"
     assert "h100" in h100["aliases"]
 
 

@@ -34,7 +34,11 @@ def gpu_records(cat: Catalog) -> list[dict[str, Any]]:
                     "dense_flops_per_s": dict(g.dense_flops_per_s),
                     "interconnect": {"kind": ic.kind, "bandwidth_bytes_per_s": ic.bandwidth_bytes_per_s,
                                      "gpus_per_domain": ic.gpus_per_domain},
-                    "usd_per_gpu_hour": g.usd_per_gpu_hour, "price_source": g.price_source,
+                    "usd_per_gpu_hour": g.usd_per_gpu_hour,
+                    "cheapest_offer": None if g.cheapest_offer is None else {
+                        "provider": g.cheapest_offer.provider, "gpus_per_instance": g.cheapest_offer.gpus_per_instance,
+                        "date": g.cheapest_offer.date, "source": g.cheapest_offer.source},
+                    "offers": len(g.offers), "arch": g.arch,
                     "vllm_supported": g.vllm_supported})
     return out
 
@@ -78,5 +82,6 @@ def render_gpus(cat: Catalog, *, fmt: str = "table", width: int | None = None) -
     text, _ = fit_table(hdr, rows, width=width, drop_order=["aliases", "interconnect"])
     return text + "\n\n" + wrap_text(
         "TFLOP/s are dense (no sparsity); '-' = no tensor-core path for that dtype. "
-        "$/GPU-h is the catalog default (override with prices: in a workload).\n"
+        "$/GPU-h is the cheapest dated offer in the catalog (offers: per provider and instance size; "
+        "--provider restricts, prices: in a workload overrides).\n"
         "Any id, alias or datasheet name works as --gpu / --gpus (any case, vendor prefix optional).", width)

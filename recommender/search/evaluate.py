@@ -281,8 +281,8 @@ def _evaluate_agg(ctx: SearchContext, c: Candidate) -> Evaluation:
     if rental is None:
         return _infeasible(ctx, c, why, True, "capacity")
     res = run(rental.replicas, rate)
-    pools = (Pool("both", c.gpu, c.tp, rental.replicas, c.weight_dtype, c.kv_dtype, limits, price, cost.kv_capacity_tokens,
-                  rental),)
+    pools = (Pool("both", c.gpu, c.tp, rental.replicas, c.weight_dtype, c.kv_dtype, limits, rental.offer.usd_per_gpu_hour,
+                  cost.kv_capacity_tokens, rental),)
     return _finish(ctx, c, pools, res, ok=True)
 
 
@@ -355,10 +355,10 @@ def _evaluate_disagg(ctx: SearchContext, c: Candidate) -> Evaluation:
     if w.max_gpus and rp * c.tp + rd * c.decode_tp > w.max_gpus:
         ok = False
     res = run(rp, rd, rate)
-    pools = (Pool("prefill", c.gpu, c.tp, rp, c.weight_dtype, c.kv_dtype, p_limits, ctx.prices[c.gpu], p_cost.kv_capacity_tokens,
-                  rent_p),
-             Pool("decode", c.decode_gpu, c.decode_tp, rd, c.weight_dtype, c.kv_dtype, d_limits, ctx.prices[c.decode_gpu],
-                  d_cost.kv_capacity_tokens, rent_d))
+    pools = (Pool("prefill", c.gpu, c.tp, rp, c.weight_dtype, c.kv_dtype, p_limits,
+                  rent_p.offer.usd_per_gpu_hour if rent_p else ctx.prices[c.gpu], p_cost.kv_capacity_tokens, rent_p),
+             Pool("decode", c.decode_gpu, c.decode_tp, rd, c.weight_dtype, c.kv_dtype, d_limits,
+                  rent_d.offer.usd_per_gpu_hour if rent_d else ctx.prices[c.decode_gpu], d_cost.kv_capacity_tokens, rent_d))
     return _finish(ctx, c, pools, res, ok=ok, reason="" if ok else "prefill pool misses its SLOs at its cap or max_gpus")
 
 
