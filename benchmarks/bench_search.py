@@ -1,12 +1,14 @@
 """Time the main job on every example and measure search quality against exhaustive evaluation.
 
-    python benchmarks/bench_search.py            # all examples, default budget
-    python benchmarks/bench_search.py --quick    # fewer examples
+    python benchmarks/bench_search.py                    # all examples, default budget
+    python benchmarks/bench_search.py --quick            # fewer examples
+    python benchmarks/bench_search.py --out results.md   # where the Markdown table goes
 
 For each example: wall time of ``recommend()`` with the default policy (verification included),
 trials, configurations evaluated, evaluations per second; then, on a reduced space (<= 3 GPUs, the
 policy's other choices), the hypervolume of the Optuna front as a fraction of the exhaustive front.
-Writes benchmarks/results/search.md.
+Writes the table to ``--out`` (default: ``$TMPDIR/recommender-benchmarks/search.md``, outside the tracked
+tree; the published figures in ``benchmarks/results/search.md`` change only when you pass that path).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import dataclasses
 import glob
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -57,6 +60,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "recommender-benchmarks" / "search.md",
+                    help="Markdown file to write (default outside the repository)")
     args = ap.parse_args()
     rows = []
     paths = sorted(glob.glob(str(ROOT / "examples" / "*.yaml")))
@@ -81,12 +86,12 @@ def main() -> None:
                "HV vs exhaustive", "evaluated/space (reduced)", "exhaustive s"]
     table = tabulate(rows, headers=headers, tablefmt="github")
     print(table)
-    out = ROOT / "benchmarks" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "search.md").write_text(
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
         "# Search benchmark\n\nMachine: the project's 2-core CI-class box. Command: `python benchmarks/bench_search.py`.\n"
         f"Reduced space for the hypervolume ratio: GPUs {', '.join(REDUCED_GPUS)}, aggregated only, all other "
         "choices from policies/search.yaml.\n\n" + table + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -133,3 +133,23 @@ def test_help_fits_80_columns_without_truncated_option_names() -> None:
         assert max(len(ln) for ln in res.stdout.splitlines()) <= 80, cmd
         assert "…" not in res.stdout
     assert "--gpu-memory-utilization" in run("estimate", "-h", env={"COLUMNS": "80"}).stdout
+
+
+def test_csv_has_one_row_per_pool() -> None:
+    # long prompts, short outputs on H100 only: the plans here are prefill/decode disaggregated
+    args = ["--model", "llama-3.1-70b", "--gpus", "h100", "--rate", "4", "--prompt-tokens", "6000",
+            "--output-tokens", "200", "--slo", "tpot=30ms", *FAST]
+    res = run(*args, "--format", "csv")
+    ref = json.loads(run(*args, "--format", "json").stdout)
+    assert res.exit_code == 0, res.output
+    assert any(p["disaggregated"] for p in ref["plans"])
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert len(rows) == sum(len(p["pools"]) for p in ref["plans"])
+    for plan in ref["plans"]:
+        mine = [r for r in rows if r["rank"] == str(plan["rank"])]
+        assert [r["role"] for r in mine] == [p["role"] for p in plan["pools"]]
+        assert [r["gpu"] for r in mine] == [p["gpu"] for p in plan["pools"]]
+        assert sum(int(r["pool_gpus"]) for r in mine) == plan["gpus_total"]

@@ -128,15 +128,20 @@ def render_yaml(plan: Plan) -> str:
 
 
 def render_csv(plan: Plan) -> str:
+    """One row per pool (a P/D plan has a prefill and a decode row with the same rank and id): the pool's
+    role, GPU, TP, replicas and engine limits, then the plan's latencies, cost and ranking fields."""
     buf = io.StringIO()
-    keys = ["rank", "id", "gpu", "gpus_total", "tp", "replicas", "weight_dtype", "kv_dtype", "max_num_seqs",
-            "max_num_batched_tokens", "chunked_prefill", "disaggregated", "ttft_s", "tpot_s", "e2e_s",
+    keys = ["rank", "id", "gpu", "role", "tp", "replicas", "pool_gpus", "gpus_total", "weight_dtype", "kv_dtype",
+            "max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "disaggregated", "ttft_s", "tpot_s", "e2e_s",
             "output_tokens_per_s", "utilisation", "usd_per_hour", "usd_per_million_output_tokens",
             "usd_per_million_tokens", "pareto", "binding", "quality_note"]
     wr = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
     wr.writeheader()
     for row in plan.to_dict()["plans"]:
-        wr.writerow(row)
+        for pool in row["pools"]:
+            wr.writerow({**row, **{k: pool[k] for k in ("gpu", "role", "tp", "replicas", "max_num_seqs",
+                                                        "max_num_batched_tokens", "chunked_prefill") if k in pool},
+                         "pool_gpus": pool["tp"] * pool["replicas"]})
     return buf.getvalue()
 
 
