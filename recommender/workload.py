@@ -334,7 +334,7 @@ class _DistSpec(BaseModel):
 
 def _dist_from_any(v: Any) -> Any:
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return {"dist": "constant", "value": int(v)}
+        return {"dist": "constant", "value": int(v) if math.isfinite(v) and v == int(v) else v}
     return v
 
 

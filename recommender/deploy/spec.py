@@ -33,6 +33,7 @@ from recommender.dtypes import SIXTEEN_BIT, WEIGHT_DTYPES
 from recommender.errors import DeployError, RecommenderError
 from recommender.hf_config import is_model_repo
 from recommender.perf.memory import weight_bytes
+from recommender.plan import PLAN_VERSION
 
 #: bytes per parameter stored in a checkpoint of that dtype (scales / zero points ignored)
 BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 0.5}
@@ -203,10 +204,28 @@ def _check_pd_pair(p: PoolSpec, d: PoolSpec, where: str) -> None:
         raise DeployError(f"{where}: NixlConnector needs one TP size to divide the other (prefill TP{p.tp}, decode TP{d.tp})")
 
 
-def _check_limits(p: PoolSpec, where: str) -> None:
-    """vLLM's own start-up checks (SchedulerConfig / CacheConfig), so a refused plan is never emitted."""
-    if p.tp < 1 or p.replicas < 1:
-        raise DeployError(f"{where}: tp and replicas must be >= 1 (got tp={p.tp}, replicas={p.replicas})")
+#: sizes no deployment has (a plan with more is corrupt or hostile): replicas per pool, GPUs per replica,
+#: sequences per engine, tokens per step / sequence
+MAX_REPLICAS = 100_000
+MAX_TP = 1024
+MAX_ENGINE_SEQS = 1_000_000
+MAX_ENGINE_TOKENS = 100_000_000
+
+
+def _check_limits(p: PoolSpec, where: str, num_heads: int | None = None) -> None:
+    """vLLM's own start-up checks (SchedulerConfig / CacheConfig, TP dividing the attention heads), so a refused
+    plan is never emitted; and sizes within MAX_* (a corrupt plan must not become 1e30 replicas)."""
+    if not (1 <= p.tp <= MAX_TP and 1 <= p.replicas <= MAX_REPLICAS):
+        raise DeployError(f"{where}: tp must be in 1..{MAX_TP} and replicas in 1..{MAX_REPLICAS:,} "
+                          f"(got tp={p.tp}, replicas={p.replicas})")
+    if num_heads is not None and num_heads % p.tp:
+        raise DeployError(f"{where}: vLLM needs tp ({p.tp}) to divide the model's {num_heads} attention heads; "
+                          f"regenerate the plan")
+    if num_heads is None and p.tp & (p.tp - 1):
+        raise DeployError(f"{where}: tp {p.tp} is not a power of two and the model's head count is unknown; "
+                          f"regenerate the plan")
+    if p.max_num_seqs > MAX_ENGINE_SEQS or max(p.max_num_batched_tokens, p.max_model_len) > MAX_ENGINE_TOKENS:
+        raise DeployError(f"{where}: max_num_seqs / max_num_batched_tokens / max_model_len out of range")
     if p.max_num_seqs < 1 or p.max_model_len < 1:
         raise DeployError(f"{where}: max_num_seqs and max_model_len must be >= 1")
     if p.max_num_batched_tokens < p.max_num_seqs:
@@ -300,6 +319,14 @@ def _summary(row: Mapping[str, Any]) -> str:
     return ", ".join(parts) or "no modelled figures in the plan"
 
 
+def _num_heads(model_id: str) -> int | None:
+    """Attention heads of the workload's catalog model (None when it is not in the catalog)."""
+    try:
+        return default_catalog().model(model_id).num_heads if model_id else None
+    except (RecommenderError, KeyError, OSError, ValueError):
+        return None
+
+
 def _with_catalog_defaults(workload: Mapping[str, Any]) -> dict[str, Any]:
     """Fill a missing ``hf_repo`` / ``checkpoint_dtype`` from the model catalog entry of ``model``."""
     out = dict(workload)
@@ -321,6 +348,10 @@ def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | Non
         raise DeployError("plan JSON must be an object with 'workload' and 'plans'")
     if checkpoint is not None:
         model_repo(_safe_text(checkpoint, "--checkpoint"), "--checkpoint")
+    version = plan_doc.get("version", PLAN_VERSION)
+    if version != PLAN_VERSION or isinstance(version, bool):
+        raise DeployError(f"plan JSON version {version!r} is not one this recommender reads (version {PLAN_VERSION}); "
+                          f"regenerate the plan with `recommend --format json`")
     workload = _get(plan_doc, "workload", "plan JSON", dict)
     plans = _get(plan_doc, "plans", "plan JSON", list)
     if not plans:
@@ -347,6 +378,11 @@ def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | Non
     expected = ["prefill", "decode"] if disaggregated else ["both"]
     if sorted(map(str, roles)) != sorted(expected):
         raise DeployError(f"{where}: {'disaggregated' if disaggregated else 'aggregated'} plans need pools {expected}, got {roles}")
+    top_pool = next((p for p in raw_pools if p.get("role") in ("both", "decode")), {})
+    for key in ("gpu", "tp", "replicas"):  # the row's gpu/tp/replicas describe the (decode) pool
+        if key in row and key in top_pool and row[key] != top_pool[key]:
+            raise DeployError(f"{where}: the plan says {key} {row[key]!r} but its {top_pool['role']} pool says "
+                              f"{top_pool[key]!r}; the plan file is inconsistent, regenerate it")
     wl_max_len = workload.get("max_model_len")
     pools: list[PoolSpec] = []
     weights_source = ""
@@ -384,7 +420,7 @@ def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | Non
             max_model_len=max_len if max_len is not None else _pool_or_plan(raw, row, "max_model_len", pw, int),
             weights=weights, checkpoint_bytes=nbytes,
         )
-        _check_limits(pool, pw)
+        _check_limits(pool, pw, _num_heads(str(workload.get("model", ""))))
         pools.append(pool)
     if disaggregated:
         _check_pd_pair(pools[0], pools[1], where)

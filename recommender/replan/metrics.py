@@ -85,6 +85,9 @@ def parse_exposition(text: str, url: str, time_s: float) -> Scrape:
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
+                if s.name.startswith("vllm:") and not math.isfinite(float(s.value)):
+                    raise TrafficSourceError(f"metrics endpoint {url}: sample {s.name} has the non-finite value "
+                                             f"{s.value}; is the server healthy?")
                 if s.labels.get("model_name"):
                     models.add(s.labels["model_name"])
                 if s.name.endswith("_bucket") and "le" in s.labels:
