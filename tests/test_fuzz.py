@@ -17,6 +17,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_hostile_deploy import HOSTILE, check_rendered
 from typer.testing import CliRunner
 
 from recommender.cli import app
@@ -26,7 +27,6 @@ from recommender.hf_config import arch_from_config
 from recommender.replan.logs import parse_request_log
 from recommender.replan.metrics import parse_exposition
 from recommender.workload import MAX_TOKENS, Slo, workload_from_dict
-from test_hostile_deploy import HOSTILE, check_rendered
 
 DATA = Path(__file__).parent / "data"
 QWEN = json.loads((DATA / "hf_configs" / "Qwen3-8B" / "config.json").read_text())
