@@ -14,6 +14,27 @@ PLAN_VERSION = 1
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """What a plan's numbers rest on: the efficiency profile and, per pool, (gpu, family, measured rows)."""
+
+    profile: str
+    engine: str
+    pools: tuple[tuple[str, str, int], ...] = ()
+    band: float = 0.0  # relative error band used when ranking unmeasured against measured plans
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.pools) and all(rows > 0 for _, _, rows in self.pools)
+
+    def unmeasured_families(self) -> list[str]:
+        return sorted({fam or gpu for gpu, fam, rows in self.pools if rows == 0})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"profile": self.profile, "engine": self.engine, "measured": self.measured, "error_band": self.band,
+                "pools": [{"gpu": g, "family": f, "measured_rows": n} for g, f, n in self.pools]}
+
+
+@dataclass(frozen=True)
 class PlanRow:
     """One ranked deployment."""
 
@@ -24,9 +45,10 @@ class PlanRow:
     simulated: dict[str, Any] | None = None
     checkpoint: str = ""
     pd_saving: float | None = None  # P/D rows: fraction cheaper per token than the best aggregated plan
+    evidence: Evidence | None = None
 
     @property
-    def candidate(self):  # noqa: ANN201 - convenience
+    def candidate(self):
         return self.evaluation.candidate
 
     @property
@@ -120,6 +142,8 @@ def row_dict(r: PlanRow, w: Workload, gmu: float) -> dict[str, Any]:
         d["checkpoint"] = r.checkpoint
     if r.pd_saving is not None:
         d["pd_saving_vs_aggregated"] = r.pd_saving
+    if r.evidence is not None:
+        d["evidence"] = r.evidence.to_dict()
     if r.simulated is not None:
         d["simulated"] = r.simulated
     return d

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import assume, given, settings
@@ -19,11 +21,17 @@ from recommender.offers import (
     restrict,
     workload_offer,
 )
-from recommender.profiles import engine_profile
+from recommender.profiles import EngineProfile, engine_profile
 from recommender.search.evaluate import SearchContext, evaluate
 from recommender.search.planner import build_context
 from recommender.search.policy import SearchPolicy
-from recommender.search.recommend_rows import pd_saving
+from recommender.search.recommend_rows import (
+    evidence_band,
+    evidence_of,
+    measured_rows,
+    pd_saving,
+    prefer_measured,
+)
 from recommender.search.space import Candidate, allowed_gpus, pd_pair_valid
 from recommender.workload import LengthDist, Slo, Workload
 
@@ -174,3 +182,37 @@ def test_random_workloads_yield_supported_whole_instance_plans(rate, prompt, out
         assert p.tp <= r.offer.gpus_per_instance or r.offer.nvlink_domain_gpus >= p.tp
     if max_gpus:
         assert ev.gpus_total <= max_gpus
+
+
+# --------------------------------------------------------------------------- evidence per plan
+
+def _fake(gpu: str, usd: float) -> Any:
+    return SimpleNamespace(usd_per_million_tokens=usd, pools=(SimpleNamespace(gpu=gpu),))
+
+
+def _evidence_ctx(band: float | None) -> Any:
+    # an engine fit whose held-out report names 7 rows on h100-sxm (hopper) and none elsewhere
+    fit: dict[str, Any] = {"held_out": [{"by": "gpu", "per_group": {"h100-sxm": {"start": {"n": 7}}}}]}
+    if band is not None:
+        fit["residual_scale"] = band
+    return SimpleNamespace(profile=EngineProfile(engine="vllm", source="test", fit=fit), policy=SearchPolicy())
+
+
+def test_measured_rows_count_the_family_of_the_fit_gpus() -> None:
+    prof = _evidence_ctx(0.2).profile
+    assert measured_rows(prof, "h200") == ("hopper", 7)  # same family as h100-sxm
+    assert measured_rows(prof, "l40s") == ("ada", 0)
+
+
+def test_unmeasured_plan_ranks_below_a_measured_one_within_the_error_band() -> None:
+    ctx = _evidence_ctx(0.2)
+    feas = [_fake("l40s", 1.00), _fake("h200", 1.15), _fake("mi300x", 1.30)]
+    # h200 (measured) costs 15% more than l40s (unmeasured): within the 20% band -> l40s moves below it;
+    # mi300x has no measured alternative within 20% above it... except h200 at 1.15 <= 1.56, already above it
+    assert prefer_measured(ctx, feas, [0, 1, 2]) == [1, 0, 2]
+    ctx = _evidence_ctx(0.1)  # a 10% band: 1.15 > 1.10, l40s keeps rank 1
+    assert prefer_measured(ctx, feas, [0, 1, 2]) == [0, 1, 2]
+    ctx = _evidence_ctx(None)  # no residual_scale in the fit: the policy's evidence_band (15%)
+    assert evidence_band(ctx) == SearchPolicy().evidence_band == 0.15
+    ev = evidence_of(_evidence_ctx(0.2), _fake("l40s", 1.0))
+    assert not ev.measured and ev.unmeasured_families() == ["ada"] and ev.to_dict()["pools"][0]["measured_rows"] == 0

@@ -52,7 +52,10 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
         pd = ""
         if r.pd_saving is not None:
             pd = "only P/D meets the SLOs" if r.pd_saving >= 1.0 else f"P/D {r.pd_saving:.0%} cheaper than best aggregated"
-        note = "; ".join(x for x in (pd, r.quality_note, "" if r.pareto else "dominated", sim.strip()) if x)
+        unmeasured = ""
+        if r.evidence is not None and not r.evidence.measured:
+            unmeasured = f"unmeasured: {', '.join(r.evidence.unmeasured_families())}"
+        note = "; ".join(x for x in (pd, unmeasured, r.quality_note, "" if r.pareto else "dominated", sim.strip()) if x)
         rows.append([
             r.rank, dep + ("" if r.pareto else ""), ev.gpus_total, rent_label(ev.pools), tp, reps,
             f"{c.weight_dtype}/{c.kv_dtype}", ev.pools[-1].limits.max_num_seqs, chunk,

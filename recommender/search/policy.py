@@ -27,6 +27,8 @@ class _SearchPolicySpec(BaseModel):
     disaggregation: bool = True
     pd_heterogeneous_gpus: bool = False
     pd_min_saving: float = Field(0.05, ge=0.0, lt=1.0)
+    prefer_measured: bool = True
+    evidence_band: float = Field(0.15, ge=0.0, le=2.0)
     kv_transfer_bandwidth_bytes_per_s: float = Field(5e10, gt=0)
     kv_transfer_latency_s: float = Field(0.002, ge=0)
     max_replicas: int = Field(256, gt=0)
@@ -53,6 +55,8 @@ class SearchPolicy:
     disaggregation: bool = True
     pd_heterogeneous_gpus: bool = False
     pd_min_saving: float = 0.05
+    prefer_measured: bool = True
+    evidence_band: float = 0.15
     kv_transfer_bandwidth_bytes_per_s: float = 5e10
     kv_transfer_latency_s: float = 0.002
     max_replicas: int = 256

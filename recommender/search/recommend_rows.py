@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from recommender.plan import PlanRow
+from recommender.catalog import default_catalog
+from recommender.plan import Evidence, PlanRow
+from recommender.profiles import EngineProfile
 from recommender.search.evaluate import Evaluation, SearchContext
 from recommender.search.pareto import non_dominated
 from recommender.search.policy import SearchPolicy
@@ -30,6 +32,55 @@ def pd_saving(ev: Evaluation, best_aggregated_usd_per_million: float | None) -> 
     return 1.0 - ev.usd_per_million_tokens / best_aggregated_usd_per_million
 
 
+def measured_rows(profile: EngineProfile, gpu_id: str) -> tuple[str, int]:
+    """(family, measured rows behind the profile on that family): the family fit's rows
+    (``families:`` in the profile) plus the engine fit's rows on GPUs of the same family (the fit's
+    held-out report ``by: gpu``, ``per_group.<gpu>.start.n``). Family = the GPU's catalog architecture."""
+    family, rows = profile.evidence(gpu_id)
+    gpus = default_catalog().gpus
+    family = family or (gpus[gpu_id].arch if gpu_id in gpus else "")
+    for report in (profile.fit or {}).get("held_out") or ():
+        if not isinstance(report, dict) or report.get("by") != "gpu":
+            continue
+        for g, stats in (report.get("per_group") or {}).items():
+            n = ((stats or {}).get("start") or {}).get("n") if isinstance(stats, dict) else None
+            if isinstance(n, int) and g in gpus and family and gpus[g].arch == family:
+                rows += n
+        break
+    return family, rows
+
+
+def evidence_of(ctx: SearchContext, ev: Evaluation) -> Evidence:
+    """The efficiency profile behind a plan and, per pool GPU, its family and the measured rows behind it."""
+    pools = tuple((p.gpu, *measured_rows(ctx.profile, p.gpu)) for p in ev.pools)
+    return Evidence(profile=ctx.profile.source or ctx.profile.engine, engine=ctx.profile.engine, pools=pools,
+                    band=evidence_band(ctx))
+
+
+def evidence_band(ctx: SearchContext) -> float:
+    """The profile's relative error band: its fit's residual scale (log-space sd) if stated, else the policy's."""
+    scale = (ctx.profile.fit or {}).get("residual_scale")
+    return float(scale) if isinstance(scale, (int, float)) and scale > 0 else ctx.policy.evidence_band
+
+
+def prefer_measured(ctx: SearchContext, feas: Sequence[Evaluation], order: list[int]) -> list[int]:
+    """Move each plan on a GPU family without measurements just below the best-ranked measured plan whose
+    $/M tokens is within the error band above it (cost_measured <= cost_unmeasured x (1 + band))."""
+    band = evidence_band(ctx)
+    measured = {i: evidence_of(ctx, feas[i]).measured for i in order}
+    out = list(order)
+    for u in [i for i in order if not measured[i]]:
+        limit = feas[u].usd_per_million_tokens * (1 + band)
+        alts = [j for j in out if measured[j] and feas[j].usd_per_million_tokens <= limit]
+        if not alts:
+            continue
+        first = min(out.index(j) for j in alts)
+        if out.index(u) < first:
+            out.remove(u)
+            out.insert(first, u)  # the alternative moved up one place; u now sits right after it
+    return out
+
+
 def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -> list[PlanRow]:
     """Feasible evaluations -> Pareto rows first (by cost), then dominated ones; one row per
     configuration family (GPU, TP, dtypes, pools) so the table shows real alternatives."""
@@ -48,6 +99,8 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
     order = sorted(range(len(feas)), key=lambda i: (i not in front, feas[i].usd_per_million_tokens, feas[i].objectives[1:],
                                                     QUALITY_RANK.get(feas[i].candidate.weight_dtype, 9),
                                                     feas[i].candidate.kv_dtype != "bf16"))
+    if ctx.policy.prefer_measured:
+        order = prefer_measured(ctx, feas, order)
     seen: set[tuple] = set()
     rows: list[PlanRow] = []
     for i in order:
@@ -60,7 +113,8 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
         ckpt = ctx.workload.checkpoints.get(c.weight_dtype) or ctx.checkpoints.get(c.weight_dtype, "")
         native = ctx.model.checkpoint_dtype
         rows.append(PlanRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=quality_note(e, ctx.policy),
-                            checkpoint=ckpt if c.weight_dtype != native else "", pd_saving=pd_saving(e, best_agg)))
+                            checkpoint=ckpt if c.weight_dtype != native else "", pd_saving=pd_saving(e, best_agg),
+                            evidence=evidence_of(ctx, e)))
         if len(rows) >= top:
             break
     return rows
