@@ -12,8 +12,9 @@ off, ``bar`` yields a no-op object with the same ``update`` / ``set_postfix_str`
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 DELAY_S = 2.0
 

@@ -412,15 +412,17 @@ def _prices(prices: Mapping[str, str | float], source: str) -> dict[str, float]:
     from recommender.errors import CatalogError
 
     out: dict[str, float] = {}
-    known = default_catalog().gpus
+    cat = default_catalog()
     for key, raw in prices.items():
         usd = units.parse_usd_per_hour(raw, f"{source}: prices.{key}")
         if not (math.isfinite(usd) and 0 < usd <= MAX_USD_PER_GPU_HOUR):
             raise ConfigError(f"{source}: prices.{key} = {raw!r}: a price must be above $0 and at most "
                               f"${MAX_USD_PER_GPU_HOUR:g} per GPU-hour")
-        if key.strip().lower() not in known:
-            raise CatalogError(f"{source}: prices names unknown GPU {key!r}; valid GPUs: {', '.join(sorted(known))}")
-        out[key.strip().lower()] = usd
+        try:
+            gpu_id = cat.gpu_id(key)  # the one name resolver: ids, aliases ('h100'), datasheet names
+        except CatalogError as e:
+            raise CatalogError(f"{source}: prices: {e}") from None
+        out[gpu_id] = usd
     return out
 
 

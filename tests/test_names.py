@@ -122,3 +122,16 @@ def test_estimate_takes_the_names_users_have() -> None:
     ref = run("estimate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--batch", "8", "--context", "1024",
               "--format", "json")
     assert json.loads(r.stdout) == json.loads(ref.stdout)
+
+
+def test_a_workload_file_takes_gpu_aliases_and_hf_ids(tmp_path: Path) -> None:
+    p = tmp_path / "w.yaml"
+    p.write_text("model: meta-llama/Llama-3.1-8B-Instruct\ntraffic: {arrival_rate: 2}\nprompt_tokens: 500\n"
+                 "output_tokens: 100\ngpus: [h100, NVIDIA L4]\nprices: {H100: 2.0}\nslo: [tpot=50ms]\n")
+    r = run("--workload", str(p), "--trials", "40", "--verify", "0", "--format", "json")
+    assert r.exit_code == 0, r.output
+    plans = json.loads(r.stdout)["plans"]
+    assert {p["gpu"] for p in plans} <= {"h100-sxm", "l4"}
+    # prices: {H100: 2.0} is the h100-sxm price: $2 per GPU-hour
+    assert all(p["usd_per_hour"] == 2.0 * p["gpus_total"] for p in plans if p["gpu"] == "h100-sxm")
+    assert any(p["gpu"] == "h100-sxm" for p in plans)

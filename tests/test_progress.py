@@ -77,9 +77,10 @@ def test_the_search_advances_the_bar_once_per_trial(monkeypatch) -> None:
         yield Recorder()
 
     monkeypatch.setattr(progress, "bar", fake_bar)
+    from pathlib import Path
+
     from recommender.search import SearchSettings, recommend
     from recommender.workload import load_workload
-    from pathlib import Path
 
     w = load_workload(Path(__file__).resolve().parents[1] / "examples" / "chat.yaml")
     recommend(w, settings=SearchSettings(trials=25, verify=0, seed=1))

@@ -79,7 +79,7 @@ def test_report_renders_in_chromium_with_one_point_per_plan(tmp_path: Path, brow
         "return Array.from(document.querySelectorAll('#pareto .annotation-text')).map(e => e.textContent)")
     for rank in range(1, n_plans + 1):
         assert labels.count(f"#{rank}") == 2, labels           # every plan labelled in both panels
-    assert any(t.startswith("SLO 40.00ms") or t.startswith("SLO 40.00 ms") for t in labels), labels
+    assert any(t.startswith(("SLO 40.00ms", "SLO 40.00 ms")) for t in labels), labels
     assert len(browser.find_elements("css selector", "details[id^=plan-]")) == n_plans
     assert len(browser.find_elements("css selector", "table.ranked tbody tr")) == n_plans
     browser.save_screenshot(str(tmp_path / "report.png"))

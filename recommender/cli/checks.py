@@ -9,8 +9,8 @@ import dataclasses
 import importlib.util
 import math
 import os
+from collections.abc import Collection
 from pathlib import Path
-from typing import Collection
 
 from recommender.errors import ConfigError
 from recommender.workload import Workload

@@ -11,7 +11,8 @@ configurations span orders of magnitude in $/M tokens while the ranked plans sit
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from recommender.plan import Plan
 from recommender.search.evaluate import Evaluation
@@ -70,7 +71,7 @@ def _label_offsets(xy: Sequence[tuple[float, float]], x_max: float, y_log_range:
     taken = list(px)
     out = []
     for x, y in px:
-        def clearance(d: tuple[float, float]) -> float:
+        def clearance(d: tuple[float, float], x: float = x, y: float = y) -> float:
             lx, ly = x + d[0] * _LABEL_RADIUS_PX, y + d[1] * _LABEL_RADIUS_PX
             return min((math.hypot(lx - tx, ly - ty) for tx, ty in taken if (tx, ty) != (x, y)), default=math.inf)
 

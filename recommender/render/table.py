@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import tabulate as _tabulate_mod
 from tabulate import tabulate
