@@ -15,6 +15,7 @@ says how much more is needed), 2..9 error (the current plan is kept).
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import time
 import uuid
@@ -102,12 +103,17 @@ def write_outputs(plan_doc: Mapping[str, Any], out_dir: Path) -> tuple[str, ...]
     """
     written: list[str] = []
     writer = deploy_writer()
+    path = out_dir / "plan.json"
+    text = json.dumps(plan_doc, indent=2) + "\n"
+    if writer is not None and "extra_files" in inspect.signature(writer).parameters:
+        # recommender.deploy.write_deploy_files: plan.json joins the deployment files' set, swapped in as one
+        more = writer(dict(plan_doc), out_dir, extra_files={"plan.json": text})
+        return tuple([str(p) for p in more] + [str(path)])
     if writer is not None:
         more = writer(dict(plan_doc), out_dir)
         if isinstance(more, (list, tuple)):
             written += [str(p) for p in more]
-    path = out_dir / "plan.json"
-    write_text_atomically(path, json.dumps(plan_doc, indent=2) + "\n")
+    write_text_atomically(path, text)
     return tuple(written + [str(path)])
 
 
