@@ -27,9 +27,9 @@ import re
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from recommender.bounded import read_file_text
 from recommender.errors import ConfigError, TrafficSourceError
 from recommender.replan.metrics import HISTOGRAMS, Fetch, fetch_url
 from recommender.replan.observation import (
@@ -55,10 +55,7 @@ def check_selector(selector: str) -> str:
 
 def _read_secret(path: str | None, env: str | None, what: str) -> str | None:
     if path:
-        try:
-            text = Path(path).read_text(encoding="utf-8")[:65536].strip()
-        except OSError as e:
-            raise ConfigError(f"{what} file {path} is unreadable ({e.strerror or e})") from None
+        text = read_file_text(path, f"{what} file", limit=65536).strip()  # a regular file of at most 64 KiB
         if not text:
             raise ConfigError(f"{what} file {path} is empty")
         return text

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from recommender.bounded import load_json_text, read_file_text
 from recommender.errors import RecommenderError, TrafficSourceError
 from recommender.replan import plans
 from recommender.replan.history import History, Transaction
@@ -177,8 +178,8 @@ def recover_lost_row(tx: Transaction, out_dir: Path | None) -> None:
     if out_dir is None or not (out_dir / "plan.json").is_file():
         return
     try:
-        doc = json.loads((out_dir / "plan.json").read_text())
-    except (OSError, ValueError):
+        doc = load_json_text(read_file_text(out_dir / "plan.json", "written plan"), "plan.json")
+    except (OSError, ValueError):  # ConfigError (not a file, too large) is a ValueError too
         return
     st = doc.get("replan") if isinstance(doc, dict) else None
     if not isinstance(st, dict) or st.get("deployment") != tx.deployment or not st.get("run_id"):
