@@ -36,12 +36,12 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from recommender.calibrate.fit import (ErrorStats, FitOptions, FitResult, HeldOut, fit_profile, held_out,  # noqa: E402
-                                       split_error, summarize)
+from recommender.calibrate.fit import (ErrorStats, FitOptions, FitResult, HeldOut, fit_family, fit_profile,  # noqa: E402
+                                       held_out, split_error, summarize)
 from recommender.calibrate.measurements import Measurement, predict  # noqa: E402
 from recommender.calibrate.readers import read_published_csv  # noqa: E402
 from recommender.calibrate.report import fit_summary, parameter_table, profile_document, skipped_summary, write_profile  # noqa: E402
-from recommender.profiles import EngineProfile  # noqa: E402
+from recommender.profiles import EngineProfile, FamilyFit, gpu_family  # noqa: E402
 
 ENGINES = ("trtllm", "lmdeploy", "gpt-fast", "vllm")
 VLLM_PRIOR_SIGMA = 2.0
@@ -51,6 +51,34 @@ DESCRIPTION = {
     "gpt-fast": "gpt-fast (torch.compile) on A100-80GB power-capped to 330 W (GPTFAST)",
     "vllm": "vLLM V1 (VLLMFP8KV, anchored to the trtllm fit)",
 }
+
+
+AMD_CSV = ROOT / "tests/data/measurements/amd-mi300x.csv"
+
+
+def family_stage(engine: str, prof: EngineProfile, ms: list[Measurement], extra: list[Measurement],
+                 csv_name: str) -> tuple[EngineProfile, list[list[Any]]]:
+    """Per-family fits of one engine's profile (``extra``: rows only families use, e.g. the MI300X file)."""
+    fams: list[FamilyFit] = []
+    rows: list[list[Any]] = []
+    groups: dict[str, list[Measurement]] = {}
+    for m in list(ms) + list(extra):
+        groups.setdefault(gpu_family(m.gpu) or m.gpu, []).append(m)
+    if len(groups) < 2 and not extra:
+        return prof, rows
+    for fam, fm in sorted(groups.items()):
+        if len(fm) < 8:
+            rows.append([engine, fam, len(fm), "-", "-", "-", "-", "-", "too few rows (< 8): engine profile"])
+            continue
+        t0 = time.time()
+        ff, rep = fit_family(fm, prof, fam, data=AMD_CSV.name if fam == "cdna3" else csv_name)
+        print(f"    {engine}/{fam}: {len(fm)} rows, {'kept' if rep.kept else 'dropped'} ({time.time() - t0:.0f}s)",
+              file=sys.stderr)
+        rows.append([engine, fam, len(fm), f"{rep.anchor_width:.2f}", rep.folds, _f(rep.engine_error), _f(rep.family_error),
+                     ", ".join(f"{n} {v:.4g}" for n, v in rep.fitted.items()) or "-", "kept" if rep.kept else "dropped"])
+        if ff is not None:
+            fams.append(ff)
+    return prof.replace(families=tuple(fams)), rows
 
 
 def provisional(engine: str) -> EngineProfile:
@@ -106,11 +134,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--csv", default=str(ROOT / "tests/data/measurements/published.csv"))
     ap.add_argument("--no-write", action="store_true", help="print only; do not overwrite the profiles")
     ap.add_argument("--quick", action="store_true", help="held-out by model only")
+    ap.add_argument("--no-families", action="store_true", help="engine profiles only (no per-GPU-family fits)")
     args = ap.parse_args(argv)
     t0 = time.time()
     read = read_published_csv(args.csv)
     csv_name = str(Path(args.csv).resolve().relative_to(ROOT)) if Path(args.csv).resolve().is_relative_to(ROOT) else args.csv
+    amd = read_published_csv(AMD_CSV) if AMD_CSV.exists() and not args.no_families else None
     results: dict[str, FitResult] = {}
+    family_rows: list[list[Any]] = []
     per_engine_rows: list[list[Any]] = []
     held_rows: list[list[Any]] = []
     param_blocks: list[str] = []
@@ -118,10 +149,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         ms = [m for m in read.measurements if m.engine == engine]
         prior = results["trtllm"].profile if engine == "vllm" else None
         res, hos = fit_engine(engine, ms, prior, args.quick)
+        if not args.no_families:
+            extra = [m for m in amd.measurements if m.engine == engine] if amd is not None else []
+            fam_prof, fr = family_stage(engine, res.profile, ms, extra, csv_name)
+            res = dataclasses.replace(res, profile=fam_prof)
+            family_rows += fr
         results[engine] = res
-        before = [predict(m, provisional(engine)) for m in ms]
-        after = [predict(m, res.profile) for m in ms]
-        for r in _by_source_metric(ms, before, after):
+        shown = ms + ([m for m in amd.measurements if m.engine == engine] if amd is not None and not args.no_families else [])
+        before = [predict(m, provisional(engine)) for m in shown]
+        after = [predict(m, res.profile) for m in shown]
+        for r in _by_source_metric(shown, before, after):
             per_engine_rows.append([engine] + r)
         tot_b, tot_a = summarize(ms, before)["all"], summarize(ms, after)["all"]
         per_engine_rows.append([f"**{engine}**", "all", "all", tot_b.n, _f(tot_b), _f(tot_a)])
@@ -150,6 +187,13 @@ def main(argv: Sequence[str] | None = None) -> int:
           "Each group (source, model or GPU) is predicted by a profile fitted on the other groups of the same engine; "
           "*start* is the provisional profile on the same rows.", "",
           _table(["engine", "held out", "folds", "n", "start med / p90 %", "held-out med / p90 %"], held_rows), "",
+          "## Per-GPU-family parameters", "",
+          "Each family's rows are fitted anchored to its engine's profile (width shrinks with fewer rows) and "
+          "the family fit is kept only if, held out (k-fold within the family), it beats the engine profile "
+          "on the same rows. A GPU whose family has no kept fit uses the engine profile (`EngineProfile.evidence`). "
+          "The MI300X rows (`tests/data/measurements/amd-mi300x.csv`, vLLM ROCm) feed vLLM's `cdna3` family only.", "",
+          _table(["engine", "family", "n", "anchor width", "held out", "engine profile med / p90 %",
+                  "family fit held-out med / p90 %", "fitted", "decision"], family_rows) if family_rows else "(none)", "",
           "## Fitted parameters", "",
           "The 1-sigma factor is exp(standard error of ln p) from the Jacobian at the solution; parameters the "
           "rows cannot constrain (factor above 1.65, or no effect at all) keep their start value.", ""]

@@ -138,7 +138,8 @@ class EngineProfile:
         f = self.family_fit(gpu_id)
         if f is None:
             return self
-        return dataclasses.replace(self, family=f.family, **dict(f.parameters))
+        kw: dict[str, Any] = dict(f.parameters)
+        return dataclasses.replace(self, family=f.family, **kw)
 
 
 def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
@@ -165,8 +166,9 @@ def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
                 raise ConfigError(f"profile {where}: families.{fam}.{k}={v!r} unknown or outside [{lo:g}, {hi:g}]")
         fams.append(FamilyFit(str(fam), int(fd.get("rows") or 0), tuple(sorted((k, float(v)) for k, v in fp.items())),
                               str(fd.get("source") or "")))
+    values: dict[str, Any] = {k: float(v) for k, v in params.items()}
     return EngineProfile(engine=str(doc.get("engine", "vllm")), source=str(doc.get("source", where)),
-                         fit=doc.get("fit") or {}, families=tuple(fams), **{k: float(v) for k, v in params.items()})
+                         fit=doc.get("fit") or {}, families=tuple(fams), **values)
 
 
 def load_profile(path: str | Path) -> EngineProfile:

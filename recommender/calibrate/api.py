@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from recommender import progress
-from recommender.calibrate.fit import FitOptions, FitResult, fit_profile, held_out
-from recommender.calibrate.measurements import Measurement, Skip
+from recommender.calibrate.fit import (ErrorStats, FamilyReport, FitOptions, FitResult, fit_families, fit_profile,
+                                       held_out, summarize)
+from recommender.calibrate.measurements import Measurement, Skip, predict
 from recommender.calibrate.readers import read_results
 from recommender.calibrate.report import fit_summary, profile_document, write_profile
 from recommender.catalog import Catalog, default_catalog
 from recommender.errors import CalibrationError
-from recommender.profiles import FIT_PARAMETERS, resolve_profile
+from recommender.perf.step import default_limits
+from recommender.profiles import FIT_PARAMETERS, SHAPE_PARAMETERS, EngineProfile, resolve_profile
 
-HELD_OUT_KEYS = ("source", "file", "model", "gpu", "config", "quantity")
+HELD_OUT_KEYS = ("source", "file", "model", "gpu", "config", "quantity", "row")
+#: Folds of the held-out estimate (leave-one-group-out with more groups are dealt into this many).
+KFOLD = 5
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,29 @@ class CalibrationRun:
     files: tuple[str, ...]
     skipped: tuple[Skip, ...]
     out: Path
+    conditions: tuple[str, ...] = ()                       # the engine conditions the rows were predicted under
+    planner_error: Mapping[str, ErrorStats] = field(default_factory=dict)   # fitted profile, vLLM defaults
+    families: tuple[FamilyReport, ...] = ()
+
+
+def row_conditions(ms: list[Measurement], limit: int = 6) -> tuple[str, ...]:
+    """Distinct engine conditions of the rows, one line each (what each row was predicted under)."""
+    seen: dict[str, int] = {}
+    for m in ms:
+        lim = m.limits
+        key = (f"{m.engine} on {m.tp} x {m.gpu}: max_num_seqs {lim.max_num_seqs}, max_num_batched_tokens "
+               f"{lim.max_num_batched_tokens}, chunked prefill {'on' if lim.chunked_prefill else 'off'}, "
+               f"gpu-memory-utilization {m.gpu_memory_utilization:.3g}")
+        seen[key] = seen.get(key, 0) + 1
+    lines = [f"{k} ({n} rows)" for k, n in sorted(seen.items(), key=lambda kv: -kv[1])]
+    return tuple(lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else []))
+
+
+def planner_conditions_error(ms: list[Measurement], profile: EngineProfile, catalog: Catalog) -> dict[str, ErrorStats]:
+    """Error of ``profile`` when every row is predicted under the conditions the planner deploys
+    (vLLM 0.33's defaults for the GPU, gpu-memory-utilization 0.92) instead of the ones it ran under."""
+    moved = [dataclasses.replace(m, limits=default_limits(catalog.gpu(m.gpu)), gpu_memory_utilization=0.92) for m in ms]
+    return summarize(moved, [predict(m, profile, catalog) for m in moved])
 
 
 def select_engine(ms: tuple[Measurement, ...], engine: str) -> tuple[list[Measurement], list[Skip]]:
@@ -52,9 +80,10 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
     if req.held_out_by not in HELD_OUT_KEYS:
         raise CalibrationError(f"--held-out-by {req.held_out_by!r}: one of {', '.join(HELD_OUT_KEYS)}")
     params = req.parameters or FIT_PARAMETERS
-    bad = [p for p in params if p not in FIT_PARAMETERS]
+    fittable = FIT_PARAMETERS + SHAPE_PARAMETERS
+    bad = [p for p in params if p not in fittable]
     if bad:
-        raise CalibrationError(f"--parameters: {', '.join(bad)} cannot be fitted; fittable: {', '.join(FIT_PARAMETERS)}")
+        raise CalibrationError(f"--parameters: {', '.join(bad)} cannot be fitted; fittable: {', '.join(fittable)}")
     start = resolve_profile(req.engine, req.profile_file)
     defaults = dict(req.defaults)
     defaults.setdefault("engine_default", req.engine)
@@ -69,22 +98,34 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
     name = Path(req.out).stem
     by = "file" if req.held_out_by == "file" else req.held_out_by
     groups = {m.group(by) for m in ms}
-    with progress.bar(f"calibrate: fit on {len(ms)} rows", total=2 if len(groups) >= 2 else 1, unit="stage") as bar:
+    if len(groups) < 2 and len(ms) >= 2 * KFOLD:
+        by = "row"   # one source: k-fold over rows instead of leaving a source out
+    spans_families = len({m.group("family") for m in ms}) >= 2
+    with progress.bar(f"calibrate: fit on {len(ms)} rows", total=3 if spans_families else 2, unit="stage") as bar:
         res = fit_profile(ms, start, opts, cat, engine=req.engine,
                           source=f"recommend calibrate: {len(ms)} measurements from {', '.join(Path(f).name for f in read.files)}")
         bar.update(1)
-        if len(groups) >= 2:
-            bar.set_postfix_str(f"held-out, {len(groups)} folds by {by}")
-            try:
-                res = res.with_held_out(held_out(ms, start, by=by, opts=opts, catalog=cat))
-            except CalibrationError:
-                pass
+        bar.set_postfix_str(f"held-out, {min(KFOLD, len({m.group(by) for m in ms}))} folds by {by}")
+        try:
+            res = res.with_held_out(held_out(ms, start, by=by, opts=opts, catalog=cat, max_folds=KFOLD))
+        except CalibrationError:
+            pass
+        bar.update(1)
+        fam_reports: list[FamilyReport] = []
+        if spans_families:
+            bar.set_postfix_str("per-GPU-family fits")
+            fam_prof, fam_reports = fit_families(ms, res.profile, catalog=cat)
+            res = dataclasses.replace(res, profile=fam_prof)
             bar.update(1)
-    doc = profile_document(res.profile, fit_summary(res, read.files, skipped, {"start_profile": start.source or start.engine}))
+    planner = planner_conditions_error(ms, res.profile, cat)
+    extra = {"start_profile": start.source or start.engine,
+             "error_under_planner_conditions": {k: v.to_dict() for k, v in planner.items()}}
+    doc = profile_document(res.profile, fit_summary(res, read.files, skipped, extra))
     header = (f"Engine profile {name!r} written by `recommend calibrate` ({req.engine}).\n"
               "Use it with --profile on estimate, the recommender and replan.")
     path = write_profile(req.out, doc, header)
-    return CalibrationRun(result=res, files=read.files, skipped=skipped, out=path)
+    return CalibrationRun(result=res, files=read.files, skipped=skipped, out=path, conditions=row_conditions(ms),
+                          planner_error=planner, families=tuple(fam_reports))
 
 
 __all__ = ["CalibrateRequest", "CalibrationRun", "calibrate", "select_engine", "HELD_OUT_KEYS"]

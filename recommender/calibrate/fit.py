@@ -10,7 +10,8 @@ For measurements ``y_i`` and predictions ``f_i(p)`` of the serving model at prof
                                                             (the prior term stays quadratic)
 
 The second sum is an optional prior (``FitOptions.prior``: anchor values ``q`` and relative width
-``sigma``) for engines with few rows. ``scipy.optimize.least_squares`` (trust-region reflective)
+``sigma``) for engines or GPU families with few rows; a parameter whose anchor is 0 (a term the
+anchor does not have, e.g. ``gemm_m_half_tokens``) is not pulled. ``scipy.optimize.least_squares`` (trust-region reflective)
 works on ``u_j = p_j / s_j`` (``s_j`` = start value, or a tenth of the upper bound when that is 0)
 inside ``profiles.BOUNDS``. One global parameter set for all rows: never one constant per row.
 
@@ -41,7 +42,7 @@ from recommender.calibrate.measurements import Measurement, deployment, predict,
 from recommender.catalog import Catalog, default_catalog
 from recommender.errors import CalibrationError
 from recommender.perf.step import Deployment
-from recommender.profiles import BOUNDS, FIT_PARAMETERS, EngineProfile
+from recommender.profiles import BOUNDS, FIT_PARAMETERS, EngineProfile, FamilyFit
 
 #: Residual given to a prediction the model cannot make (non-finite or <= 0): a factor e^3 off.
 BAD_RESIDUAL = 3.0
@@ -206,7 +207,10 @@ class _Problem:
             return r
         pen = []
         for n, v, s in zip(self.names, u, self.s):
-            q = float(getattr(prior, n)) or _scale(n, prior)
+            if float(getattr(prior, n)) == 0.0:   # an anchor at 0 is a switched-off term: no pull toward a scale
+                pen.append(0.0)
+                continue
+            q = float(getattr(prior, n))
             pen.append(_gaussian_under_loss((v * s - q) / (self.opts.prior_sigma * q), self.opts))
         return np.concatenate([r, np.asarray(pen)])
 
@@ -268,6 +272,7 @@ def fit_profile(ms: Sequence[Measurement], start: EngineProfile, opts: FitOption
     """Fit ``opts.parameters`` of ``start`` to ``ms``; unconstrained parameters keep their start value."""
     opts = opts or FitOptions()
     cat = catalog or default_catalog()
+    start = start.replace(families=(), family="")   # one parameter set for these rows: no per-family overrides
     if not ms:
         raise CalibrationError("nothing to fit: no measurements")
     unknown = [n for n in opts.parameters if n not in BOUNDS]
@@ -314,8 +319,8 @@ def fit_profile(ms: Sequence[Measurement], start: EngineProfile, opts: FitOption
         unconstrained_reasons=dict(why),
         log_standard_errors={n: float(s) for n, s in zip(free, se)},
         singular_values=tuple(float(x) for x in sv), residual_scale=sigma,
-        before=summarize(ms, before), after=summarize(ms, after),
-        before_by_source=summarize(ms, before, "source"), after_by_source=summarize(ms, after, "source"),
+        before=summarize(ms, before.tolist()), after=summarize(ms, after.tolist()),
+        before_by_source=summarize(ms, before.tolist(), "source"), after_by_source=summarize(ms, after.tolist(), "source"),
         n_rows=len(ms),
         predictions=tuple((m.id, m.value, float(b), float(a)) for m, b, a in zip(ms, before, after)),
     )
@@ -371,5 +376,78 @@ def split_error(train: Sequence[Measurement], test: Sequence[Measurement], start
                         row_ids=tuple(m.id for m in test))
 
 
-__all__ = ["FitOptions", "FitResult", "HeldOut", "ErrorStats", "fit_profile", "held_out", "split_error",
+#: What a GPU family may change: achieved bandwidth, GEMM efficiency and its small-M curve.
+FAMILY_PARAMETERS = ("hbm_bandwidth_efficiency", "compute_efficiency", "gemm_m_half_tokens")
+#: CDNA3 (MI300X, vLLM ROCm) may also change the per-step latencies (per-layer launches, xGMI all-reduce).
+CDNA3_PARAMETERS = FAMILY_PARAMETERS + ("allreduce_latency_s", "step_overhead_s")
+
+
+def family_sigma(rows: int) -> float:
+    """Width of a family's anchor to the engine profile: 0.3 at 20 rows, growing as sqrt(rows), in [0.1, 1]
+    (a family with few rows is shrunk hard toward the engine profile)."""
+    return min(1.0, max(0.1, 0.3 * (rows / 20.0) ** 0.5))
+
+
+@dataclass(frozen=True)
+class FamilyReport:
+    """One GPU family's fit: held-out error of the engine profile and of the family fit on its rows."""
+
+    family: str
+    rows: int
+    anchor_width: float
+    folds: str
+    engine_error: ErrorStats | None
+    family_error: ErrorStats | None
+    fitted: Mapping[str, float]
+    kept: bool
+    reason: str = ""
+
+
+def fit_family(ms: Sequence[Measurement], engine_profile: EngineProfile, family: str,
+               parameters: tuple[str, ...] | None = None, folds: int = 5, data: str = "",
+               catalog: Catalog | None = None) -> tuple[FamilyFit | None, FamilyReport]:
+    """Fit one GPU family's parameters anchored to the engine profile; keep them only if, held out, they beat it.
+
+    Held out = k-fold within the family (by model when it has 3+, else by row): every row is
+    predicted by a family fit that did not see it, against the engine profile on the same rows
+    (which may have seen them: the comparison favours the engine profile)."""
+    params = parameters or (CDNA3_PARAMETERS if family == "cdna3" else FAMILY_PARAMETERS)
+    sigma = family_sigma(len(ms))
+    opts = FitOptions(parameters=params, prior=engine_profile.replace(families=()), prior_sigma=sigma)
+    res = fit_profile(ms, engine_profile, opts, catalog)
+    by = "model" if len({m.model for m in ms}) >= 3 else "row"
+    h = held_out(ms, engine_profile.replace(families=()), by=by, opts=opts, catalog=catalog, max_folds=folds)
+    eng, fam = h.before["all"], h.after["all"]
+    keep = bool(res.fitted) and fam.median_ape < eng.median_ape
+    fitted = {n: float(getattr(res.profile, n)) for n in res.fitted}
+    rep = FamilyReport(family, len(ms), sigma, f"{h.folds} by {by}", eng, fam, fitted, keep,
+                       "" if keep else "held out, the family fit is no better than the engine profile")
+    if not keep:
+        return None, rep
+    src = (f"{len(ms)} {family} rows{' of ' + data if data else ''}, anchored to the engine profile (width "
+           f"{sigma:.2f}); held out {fam.median_ape:.1f}% vs the engine profile's {eng.median_ape:.1f}% median error")
+    return FamilyFit(family, len(ms), tuple(sorted(fitted.items())), src), rep
+
+
+def fit_families(ms: Sequence[Measurement], engine_profile: EngineProfile, min_rows: int = 8, data: str = "",
+                 catalog: Catalog | None = None) -> tuple[EngineProfile, list[FamilyReport]]:
+    """Per-GPU-family fits of ``engine_profile`` on rows spanning families (families with < ``min_rows`` keep it)."""
+    groups: dict[str, list[Measurement]] = {}
+    for m in ms:
+        groups.setdefault(m.group("family"), []).append(m)
+    fams = []
+    reports: list[FamilyReport] = []
+    for fam, fm in sorted(groups.items()):
+        if len(fm) < min_rows:
+            reports.append(FamilyReport(fam, len(fm), 0.0, "-", None, None, {}, False,
+                                        f"too few rows (< {min_rows}): the engine profile"))
+            continue
+        ff, rep = fit_family(fm, engine_profile, fam, data=data, catalog=catalog)
+        reports.append(rep)
+        if ff is not None:
+            fams.append(ff)
+    return engine_profile.replace(families=tuple(fams)), reports
+
+
+__all__ = ["FitOptions", "FamilyReport", "fit_family", "fit_families", "family_sigma", "FAMILY_PARAMETERS", "FitResult", "HeldOut", "ErrorStats", "fit_profile", "held_out", "split_error",
            "summarize", "error_stats", "ape"]

@@ -34,7 +34,7 @@ from recommender.estimate import build_deployment, closed_at, finite_run
 from recommender.estimate import in_flight as _in_flight
 from recommender.perf.steady import Estimate, Load, estimate
 from recommender.perf.step import Deployment, EngineLimits, StepCostModel
-from recommender.profiles import EngineProfile
+from recommender.profiles import EngineProfile, gpu_family
 
 QUANTITIES = ("output_tokens_per_s", "ttft_s", "tpot_s", "e2e_s", "itl_intercept_s", "itl_slope_s_per_token")
 #: Context length at which the model's ITL slope is measured (the published sweeps reach 125k).
@@ -65,9 +65,13 @@ class Measurement:
     requests: int | None = None       # requests in the whole run (finite-run throughput), else steady state
 
     def group(self, by: str) -> str:
-        """Grouping key for held-out splits and reports: source, model, gpu, engine, quantity, config."""
+        """Grouping key for held-out splits and reports: source, model, gpu, family, engine, quantity, config, row."""
         if by == "config":
             return f"{self.model}/{self.gpu}/tp{self.tp}"
+        if by == "row":
+            return self.id
+        if by == "family":
+            return gpu_family(self.gpu) or self.gpu
         return str(getattr(self, by))
 
 

@@ -413,5 +413,5 @@ def read_results(paths: Iterable[str | Path], defaults: Mapping[str, Any] | None
     return total
 
 
-__all__ = ["ReadResult", "read_published_csv", "read_bench_json", "read_results", "ENGINE_CONDITIONS",
+__all__ = ["ReadResult", "read_published_csv", "read_bench_json", "read_results",
            "weight_dtype_of", "kv_dtype_of", "engine_of", "FIELD_KEYS"]

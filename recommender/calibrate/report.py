@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 from tabulate import tabulate
 
-from recommender.calibrate.fit import ErrorStats, FitResult, HeldOut
+from recommender.calibrate.fit import ErrorStats, FamilyReport, FitResult, HeldOut
 from recommender.calibrate.measurements import Skip
 from recommender.errors import CalibrationError
 from recommender.profiles import BOUNDS, EngineProfile
@@ -28,6 +28,8 @@ PROFILE_PARAMETERS = (
     "allreduce_bandwidth_efficiency", "step_overhead_s", "layer_launch_overhead_s",
     "runtime_reserve_bytes_per_gpu", "cuda_graph_bytes_per_gpu",
 )
+#: Written only when not zero (older profiles do not have them).
+OPTIONAL_PARAMETERS = ("request_overhead_s", "prefill_step_overhead_s", "gemm_m_half_tokens")
 
 
 def _round(name: str, v: float) -> float:
@@ -76,8 +78,12 @@ def fit_summary(res: FitResult, files: Sequence[str] = (), skipped: Sequence[Ski
 
 def profile_document(profile: EngineProfile, fit: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``{engine, source, parameters, fit}`` for ``profile`` (parameters rounded to 4 significant digits)."""
-    doc: dict[str, Any] = {"engine": profile.engine, "source": profile.source,
-                           "parameters": {n: _round(n, float(getattr(profile, n))) for n in PROFILE_PARAMETERS}}
+    params = {n: _round(n, float(getattr(profile, n))) for n in PROFILE_PARAMETERS}
+    params.update({n: _round(n, float(getattr(profile, n))) for n in OPTIONAL_PARAMETERS if getattr(profile, n)})
+    doc: dict[str, Any] = {"engine": profile.engine, "source": profile.source, "parameters": params}
+    if profile.families:
+        doc["families"] = {f.family: {"rows": f.rows, "source": f.source,
+                                      "parameters": {n: _round(n, v) for n, v in f.parameters}} for f in profile.families}
     if fit:
         doc["fit"] = dict(fit)
     return doc
@@ -153,19 +159,22 @@ def parameter_table(res: FitResult) -> str:
 
 
 def held_out_text(h: HeldOut) -> str:
-    title = (f"Held-out error (leave one {h.by} out, {h.folds} folds): each group predicted by a fit "
-             "that did not see it")
+    how = f"{h.folds}-fold over rows" if h.by == "row" else f"leave one {h.by} out, {h.folds} folds"
+    title = f"Held-out error ({how}): each group predicted by a fit that did not see it"
     return title + "\n" + error_table(h.before, h.after, headers=("start", "held-out"))
 
 
 def render_text(res: FitResult, out_path: str | None = None, files: Sequence[str] = (),
-                skipped: Sequence[Skip] = ()) -> str:
+                skipped: Sequence[Skip] = (), *, conditions: Sequence[str] = (),
+                planner_error: Mapping[str, ErrorStats] | None = None, families: Sequence[FamilyReport] = ()) -> str:
     """The report ``recommend calibrate`` prints."""
     lines = [f"Calibrated profile {res.profile.engine!r} from {res.n_rows} measurements"
              + (f" in {len(files)} file(s)" if files else "")
              + (f"; {len(skipped)} skipped" if skipped else "")]
     for reason, n in list(skipped_summary(skipped).items())[:6]:
         lines.append(f"  skipped {n}: {reason}")
+    if conditions:
+        lines += ["", "Engine conditions the rows were predicted under"] + [f"  {c}" for c in conditions]
     lines += ["", "Parameters", parameter_table(res)]
     if res.unconstrained:
         lines.append("Unconstrained by these data (kept at the start value):")
@@ -174,7 +183,17 @@ def render_text(res: FitResult, out_path: str | None = None, files: Sequence[str
     for h in res.held_out:
         lines += ["", held_out_text(h)]
     if not res.held_out:
-        lines += ["", "Held-out error: needs results from at least two sources (files) to leave one out."]
+        lines += ["", "Held-out error: needs two sources (files), or 10+ rows for a 5-fold estimate over rows."]
+    if families:
+        rows = [[f.family, f.rows, f.folds, _fmt(f.engine_error), _fmt(f.family_error),
+                 "kept" if f.kept else f"not kept: {f.reason}"] for f in families]
+        lines += ["", "Per-GPU-family fits (held out within the family)",
+                  tabulate(rows, headers=["family", "n", "folds", "engine med/p90 %", "family med/p90 %", ""],
+                           tablefmt="github")]
+    if planner_error:
+        lines += ["", "Error of the fitted profile under the planner's conditions (vLLM defaults for each GPU, "
+                  "gpu-memory-utilization 0.92)", error_table(res.after, dict(planner_error),
+                                                              headers=("as run", "planner"))]
     if out_path:
         lines += ["", f"wrote {out_path}  (use it with --profile {out_path})"]
     return "\n".join(lines)

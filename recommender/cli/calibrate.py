@@ -50,4 +50,5 @@ def calibrate_cmd(
     if fmt == "json":
         typer.echo(json.dumps(result_json(run.result, str(Path(out)), run.files, run.skipped), indent=2))
     else:
-        typer.echo(render_text(run.result, str(Path(out)), run.files, run.skipped))
+        typer.echo(render_text(run.result, str(Path(out)), run.files, run.skipped, conditions=run.conditions,
+                               planner_error=run.planner_error, families=run.families))

@@ -121,7 +121,7 @@ def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optio
     typer.echo(f"  method: {res['method']}" + (" (discrete-event simulation of every request)" if res["method"] == "simulated"
                                                else " (finite-run transient: means only)"))
     typer.echo("")
-    for k, v in res.items():
-        if k in ("method", "num_prompts", "request_rate", "burstiness", "max_concurrency"):
+    for key, val in res.items():
+        if key in ("method", "num_prompts", "request_rate", "burstiness", "max_concurrency"):
             continue
-        typer.echo(f"{k:<26} {v:,.2f}" if isinstance(v, float) else f"{k:<26} {v}")
+        typer.echo(f"{key:<26} {val:,.2f}" if isinstance(val, float) else f"{key:<26} {val}")
