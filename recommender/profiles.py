@@ -72,23 +72,16 @@ class FamilyFit:
         return {"rows": self.rows, "source": self.source, "parameters": dict(self.parameters)}
 
 
-@functools.lru_cache(maxsize=1)
-def gpu_families() -> Mapping[str, str]:
-    """GPU id -> family (``catalogs/profiles/families.yaml``: family -> list of GPU ids)."""
-    path = profile_dir() / "families.yaml"
-    if not path.exists():
-        return {}
-    doc = read_yaml_file(path, "GPU families")
-    out: dict[str, str] = {}
-    for fam, ids in (doc.get("families") or {}).items():
-        for gid in ids or ():
-            out[str(gid)] = str(fam)
-    return out
-
-
 def gpu_family(gpu_id: str) -> str:
-    """The GPU's family (ampere, ada, hopper, blackwell, cdna3, ...), or "" when the map does not name it."""
-    return gpu_families().get(gpu_id, "")
+    """The GPU's family = its catalog architecture (``vllm.arch``: ampere, ada, hopper, blackwell, cdna3, ...),
+    or "" for a GPU the shipped catalog does not have."""
+    from recommender.catalog import default_catalog
+    from recommender.errors import RecommenderError
+
+    try:
+        return default_catalog().gpu(gpu_id).arch
+    except RecommenderError:
+        return ""
 
 
 @dataclass(frozen=True)
@@ -184,7 +177,7 @@ def engine_profile(engine: str = "vllm") -> EngineProfile:
     """The shipped default profile for an engine (``catalogs/profiles/<engine>.yaml``)."""
     path = profile_dir() / f"{engine}.yaml"
     if not path.exists():
-        names = sorted(p.stem for p in profile_dir().glob("*.yaml") if p.stem != "families")
+        names = sorted(p.stem for p in profile_dir().glob("*.yaml"))
         raise CatalogError(f"unknown engine {engine!r}; valid engines: {', '.join(names)}")
     return load_profile(path)
 

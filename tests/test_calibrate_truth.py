@@ -32,8 +32,9 @@ def test_one_file_gets_a_k_fold_held_out_estimate_and_skips_rows_it_cannot_predi
     doc = yaml.safe_load(out.read_text())
     held = doc["fit"]["held_out"][0]
     assert held["by"] == "row" and held["held_out"]["all"]["n"] == 16
-    # the shipped vLLM profile under-predicts every MI300X latency (~30%); the held-out fit must do better
-    assert held["held_out"]["all"]["median_ape_pct"] < held["start"]["all"]["median_ape_pct"] / 2
+    # a fit that did not see the row predicts it within 10% (median; the engine profile without its cdna3
+    # family is ~30% off: test_mi300x_latency_is_no_longer_underpredicted)
+    assert held["held_out"]["all"]["median_ape_pct"] < 10.0
     assert "error_under_planner_conditions" in doc["fit"]
 
 
@@ -61,10 +62,13 @@ def test_mi300x_latency_is_no_longer_underpredicted() -> None:
     m = next(m for m in read_published_csv(AMD).measurements if m.id == "AMDVLLM-025")
     assert m.value == pytest.approx(48.824)
     assert predict(m, engine_profile("vllm")) == pytest.approx(48.824, rel=0.10)
+    # without the cdna3 family (the NVIDIA-fitted engine parameters) it is > 20% too fast
+    assert predict(m, engine_profile("vllm").replace(families=())) < 0.8 * 48.824
 
 
 def test_family_anchor_shrinks_with_fewer_rows() -> None:
-    assert family_sigma(4) < family_sigma(20) == pytest.approx(0.3) < family_sigma(200) <= 1.0
+    assert family_sigma(20) == pytest.approx(0.3)
+    assert family_sigma(4) < family_sigma(20) < family_sigma(200) <= 1.0
 
 
 def test_a_profile_with_families_round_trips(tmp_path: Path) -> None:
