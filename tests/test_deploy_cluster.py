@@ -121,3 +121,19 @@ def test_deploy_cli_flags(tmp_path: Path) -> None:
     assert all(o["metadata"]["namespace"] == "llm" for o in objs)
     res = CliRunner().invoke(app, ["deploy", str(AGG), "--format", "k8s", "--namespace", "NO"])
     assert res.exit_code != 0 and "DNS-1123" in res.output
+
+
+def test_deploy_cli_refuses_int8_on_b200_in_one_line(tmp_path: Path) -> None:
+    # an old plan JSON: int8 W8A8 weights on B200 (vLLM's sm100 scaled_mm has no INT8 kernel)
+    doc = json.loads(AGG.read_text())
+    for row in doc["plans"]:
+        row.update(gpu="b200", weight_dtype="int8", checkpoint="org/m-w8a8")
+        for pool in row["pools"]:
+            pool.update(gpu="b200", weight_dtype="int8")
+    old = tmp_path / "old.plan.json"
+    old.write_text(json.dumps(doc))
+    res = CliRunner().invoke(app, ["deploy", str(old), "--format", "k8s", "--out", str(tmp_path / "out")])
+    assert res.exit_code != 0
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "does not run int8 weights on b200 (blackwell)" in lines[0]
+    assert not (tmp_path / "out").exists()

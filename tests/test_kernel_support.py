@@ -75,6 +75,14 @@ def test_every_example_plan_is_on_the_support_table(path: Path) -> None:
         for pool in row["pools"]:
             gpu = CAT.gpu(pool["gpu"])
             assert gpu.why_unsupported(pool["weight_dtype"], pool["kv_dtype"]) is None, (row["id"], pool)
+            # a whole number of instances of a named, dated offer holds every TP group of the pool
+            assert isinstance(pool["instances"], int) and pool["instances"] >= 1 and pool["provider"]
+            assert pool["instances"] * pool["gpus_per_instance"] >= pool["tp"] * pool["replicas"]
+            assert pool["tp"] <= pool["gpus_per_instance"] or pool["gpu"] == "gb200"  # NVL72 trays may span
+            offer = pool["offer"]
+            assert offer["date"] and offer["source"]
+            assert pool["usd_per_hour"] == pytest.approx(pool["instances"] * pool["usd_per_instance_hour"])
+        assert row["usd_per_hour"] == pytest.approx(sum(p["usd_per_hour"] for p in row["pools"]))
 
 
 # --------------------------------------------------------------------------- one dtype rules module
