@@ -137,7 +137,7 @@ def offers_from_doc(gpu: str, entries: Sequence[Mapping[str, Any]] | None, where
             if per_inst is not None and len(sizes) != 1:
                 raise CatalogError(f"{at}: usd_per_instance_hour needs a single gpus_per_instance")
             for n in sizes:
-                price = float(per_gpu) * n if per_gpu is not None else float(per_inst)
+                price = float(per_gpu) * n if per_gpu is not None else float(per_inst or 0.0)
                 if n < 1 or not math.isfinite(price) or price <= 0:
                     raise CatalogError(f"{at}: gpus_per_instance and the price must be positive")
                 out.append(Offer(provider=str(e["provider"]).lower(), gpu=gpu, gpus_per_instance=n, usd_per_instance_hour=price,

@@ -92,7 +92,7 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
     if not feas:
         return []
     best_agg = min((e.usd_per_million_tokens for e in feas if not e.candidate.disaggregated), default=None)
-    feas = [e for e in feas if pd_saving(e, best_agg) is None or pd_saving(e, best_agg) >= ctx.policy.pd_min_saving]
+    feas = [e for e in feas if (saving := pd_saving(e, best_agg)) is None or saving >= ctx.policy.pd_min_saving]
     if not feas:
         return []
     front = set(non_dominated([e.objectives for e in feas]))
