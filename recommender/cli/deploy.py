@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -28,12 +29,26 @@ def read_plan(path: Path) -> dict[str, Any]:
     return doc
 
 
+def _cron(schedule: str) -> str:
+    """A five-field cron schedule (``*/5 * * * *``), or a one-line error."""
+    fields = schedule.split()
+    if len(fields) != 5 or not all(re.fullmatch(r"[0-9A-Za-z*/,?-]+", f) for f in fields):
+        raise ConfigError(f"--schedule {schedule!r} is not a five-field cron schedule; use e.g. '*/5 * * * *'")
+    return " ".join(fields)
+
+
+def _dns_name(name: str, what: str) -> str:
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", name):
+        raise ConfigError(f"{what} {name!r} is not a Kubernetes object name (lowercase letters, digits, '-', '.')")
+    return name
+
+
 @app.command("deploy")
 @one_line_errors
 def deploy_cmd(
     plan: Path = typer.Argument(..., help="Plan JSON written by `recommend --workload ... --format json`."),
     rank: int = typer.Option(1, "--rank", "-r", help="Which plan of the ranking to deploy."),
-    fmt: str = typer.Option("all", "--format", "-f", help="cmd|k8s|helm|all (comma-separated list allowed)."),
+    fmt: str = typer.Option("all", "--format", "-f", help="cmd|k8s|helm|all (comma-separated list allowed); replan-cronjob: the re-planner as a Kubernetes CronJob (not part of all)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory to write the files to; without it they are printed."),
     checkpoint: Optional[str] = typer.Option(
         None, "--checkpoint",
@@ -46,13 +61,27 @@ def deploy_cmd(
     node_selector: List[str] = typer.Option([], "--node-selector", help="Extra node label key=value for engine pods (repeatable); the GPU model label is always pinned."),
     toleration: List[str] = typer.Option([], "--toleration", help="Toleration key=value:Effect, key:Effect or key (repeatable)."),
     values: Optional[Path] = typer.Option(None, "--values", help="YAML with namespace, image, router_image, storage_class, node_selector, tolerations (flags win)."),
+    schedule: str = typer.Option("*/5 * * * *", "--schedule", help="replan-cronjob: cron schedule of the re-planner."),
+    traffic: str = typer.Option("prometheus+http://prometheus-operated.monitoring.svc:9090", "--traffic", help="replan-cronjob: traffic source of `recommend replan` (a Prometheus server scraping the engine pods)."),
+    selector: Optional[str] = typer.Option(None, "--selector", help="replan-cronjob: PromQL label matchers (default: model_name=\"<served model name>\")."),
+    history_secret: Optional[str] = typer.Option(None, "--history-secret", help="replan-cronjob: keep the history in PostgreSQL, URL from this Secret's key 'url' (default: SQLite on the job's volume)."),
+    apply: bool = typer.Option(False, "--apply", help="replan-cronjob: patch the engine Deployments' replicas (same-shape changes within the policy); default: write the proposal only."),
+    replan_image: str = typer.Option("recommender:latest", "--replan-image", help="replan-cronjob: container image with `recommend` installed."),
 ) -> None:
-    """Write the vLLM serve script, Kubernetes manifests and production-stack Helm values for a plan."""
+    """Write the vLLM serve script, Kubernetes manifests and production-stack Helm values for a plan
+    (and, with --format replan-cronjob, a CronJob that re-plans it in the cluster)."""
+    from recommender.deploy.replan_job import ReplanJobOptions
+    from recommender.replan.promapi import check_selector
+
+    replan = ReplanJobOptions(schedule=_cron(schedule), traffic=traffic.strip(),
+                              selector=None if selector is None else check_selector(selector),
+                              history_secret=_dns_name(history_secret, "--history-secret") if history_secret else None,
+                              apply=apply, image=replan_image.strip())
     doc = read_plan(plan)
     cluster = cluster_options(values_file=values, namespace=namespace, image=image, router_image=router_image,
                               storage_class=storage_class, node_selector=node_selector, tolerations=toleration)
     if out is None:
-        files = render_deploy(doc, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster)
+        files = render_deploy(doc, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster, replan=replan)
         if as_json:
             typer.echo(json.dumps({"plan": str(plan), "rank": rank, "files": files}, indent=2))
             return
@@ -61,7 +90,7 @@ def deploy_cmd(
                 typer.echo(("" if i == 0 else "\n") + f"# ==> {name} <==")
             typer.echo(text, nl=False)
         return
-    paths = write_deploy_files(doc, out, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster)
+    paths = write_deploy_files(doc, out, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster, replan=replan)
     if as_json:
         typer.echo(json.dumps({"plan": str(plan), "rank": rank, "written": [str(p) for p in paths]}, indent=2))
     else:

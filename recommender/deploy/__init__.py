@@ -22,6 +22,8 @@ from recommender.deploy.writer import write_file_set
 from recommender.errors import DeployError
 
 FORMATS = ("cmd", "k8s", "helm")
+#: formats only rendered when named (not part of 'all'): the re-planner CronJob (recommender.deploy.replan_job)
+EXTRA_FORMATS = ("replan-cronjob",)
 _RENDERERS = {"cmd": render_cmd, "k8s": render_k8s, "helm": render_helm}
 
 __all__ = [
@@ -39,44 +41,55 @@ def normalise_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
             part = part.strip().lower()
             if part == "all":
                 names.extend(FORMATS)
-            elif part in FORMATS:
+            elif part in FORMATS or part in EXTRA_FORMATS:
                 names.append(part)
             else:
-                raise DeployError(f"unknown deploy format {part!r}; use cmd, k8s, helm or all")
+                raise DeployError(f"unknown deploy format {part!r}; use cmd, k8s, helm, all or replan-cronjob")
     if not names:
-        raise DeployError("no deploy format given; use cmd, k8s, helm or all")
-    return tuple(f for f in FORMATS if f in names)
+        raise DeployError("no deploy format given; use cmd, k8s, helm, all or replan-cronjob")
+    return tuple(f for f in FORMATS + EXTRA_FORMATS if f in names)
 
 
 def render_deploy(plan_doc: Mapping[str, Any], rank: int = 1, formats: str | Iterable[str] = FORMATS,
                   checkpoint: str | None = None, *, plan_name: str | None = None,
-                  gpus: GpuLookup | None = None, cluster: ClusterOptions | None = None) -> dict[str, str]:
+                  gpus: GpuLookup | None = None, cluster: ClusterOptions | None = None,
+                  replan: Any = None) -> dict[str, str]:
     """Render plan ``rank`` of ``plan_doc`` into deployment files: file name -> text.
 
     ``checkpoint`` overrides the plan's pre-quantized checkpoint repo; ``plan_name`` (e.g. the plan
     file path) is named in each file's header; ``gpus`` replaces the GPU catalog lookup; ``cluster`` sets
-    namespace, images, tolerations, node selector and storage class of the k8s/Helm output.
+    namespace, images, tolerations, node selector and storage class of the k8s/Helm output; ``replan``
+    (a ``replan_job.ReplanJobOptions``) configures the ``replan-cronjob`` format.
     """
     spec = build_spec(plan_doc, rank, checkpoint, plan_name=plan_name, gpus=gpus)
     if cluster is not None:
         spec = dataclasses.replace(spec, cluster=cluster)
     files: dict[str, str] = {}
     for fmt in normalise_formats(formats):
-        files.update(_RENDERERS[fmt](spec))
+        if fmt == "replan-cronjob":
+            import json
+
+            from recommender.deploy.replan_job import render_replan_cronjob
+
+            files.update(render_replan_cronjob(spec, json.dumps(plan_doc, indent=1) + "\n", replan))
+        else:
+            files.update(_RENDERERS[fmt](spec))
     return files
 
 
 def write_deploy_files(plan_doc: Mapping[str, Any], out_dir: str | Path, rank: int = 1,
                        formats: str | Iterable[str] = FORMATS, checkpoint: str | None = None, *,
                        plan_name: str | None = None, gpus: GpuLookup | None = None,
-                       extra_files: Mapping[str, str] | None = None, cluster: ClusterOptions | None = None) -> list[Path]:
+                       extra_files: Mapping[str, str] | None = None, cluster: ClusterOptions | None = None,
+                       replan: Any = None) -> list[Path]:
     """Render (all files first, so a refused plan writes nothing) and write them as one set into ``out_dir``.
 
     ``extra_files`` (name -> text, e.g. ``plan.json``) join the same set. The folder is swapped in whole
     (:func:`recommender.deploy.writer.write_file_set`): it holds the old set or the new one, never a mix.
     Shell scripts are made executable (0o755). Returns the written deployment paths in render order.
     """
-    files = render_deploy(plan_doc, rank, formats, checkpoint, plan_name=plan_name, gpus=gpus, cluster=cluster)
+    files = render_deploy(plan_doc, rank, formats, checkpoint, plan_name=plan_name, gpus=gpus, cluster=cluster,
+                          replan=replan)
     label = f"plan rank {rank}" + (f" of {plan_name}" if plan_name else "")
     paths = write_file_set(out_dir, {**(extra_files or {}), **files}, label=label)
     return [p for p in paths if p.name in files]

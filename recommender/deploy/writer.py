@@ -57,7 +57,7 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> Path:
 SET_MANIFEST = ".recommender-files.json"
 #: names an older recommender wrote without a manifest; a folder holding only these may be replaced
 KNOWN_OUTPUT_NAMES = frozenset({"plan.json", "k8s.yaml", "helm-values.yaml", "vllm-serve.sh",
-                                "vllm-serve-prefill.sh", "vllm-serve-decode.sh"})
+                                "vllm-serve-prefill.sh", "vllm-serve-decode.sh", "replan-cronjob.yaml"})
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 

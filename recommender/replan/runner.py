@@ -97,12 +97,15 @@ def deploy_writer() -> Callable[[dict[str, Any], Path], Any] | None:
 
 
 def write_outputs(plan_doc: Mapping[str, Any], out_dir: Path) -> tuple[str, ...]:
-    """The deployment files (when ``recommender.deploy`` exists), then ``out_dir/plan.json``.
+    """The deployment files (when ``recommender.deploy`` exists) and ``out_dir/plan.json`` as one set.
 
-    Every file is written to a temp file and renamed; the deployment files are rendered (and a refused
-    plan rejected) before anything is written, and plan.json goes last, so it names a complete set.
+    The deployment files are rendered (and a refused plan rejected) before anything is written. A writer
+    that takes ``extra_files`` (``recommender.deploy.write_deploy_files``) swaps the whole set, plan.json
+    included, into ``out_dir`` at once; otherwise plan.json is written last (temp file + rename).
     """
     written: list[str] = []
+    text = json.dumps(plan_doc, indent=2) + "\n"
+    path = out_dir / "plan.json"
     writer = deploy_writer()
     path = out_dir / "plan.json"
     text = json.dumps(plan_doc, indent=2) + "\n"
@@ -111,6 +114,9 @@ def write_outputs(plan_doc: Mapping[str, Any], out_dir: Path) -> tuple[str, ...]
         more = writer(dict(plan_doc), out_dir, extra_files={"plan.json": text})
         return tuple([str(p) for p in more] + [str(path)])
     if writer is not None:
+        if "extra_files" in inspect.signature(writer).parameters:
+            more = writer(dict(plan_doc), out_dir, extra_files={"plan.json": text})
+            return tuple([str(p) for p in more or ()] + [str(path)])
         more = writer(dict(plan_doc), out_dir)
         if isinstance(more, (list, tuple)):
             written += [str(p) for p in more]

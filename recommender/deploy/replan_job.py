@@ -1,0 +1,139 @@
+"""``recommend deploy PLAN --format replan-cronjob``: the re-planner as a Kubernetes CronJob next to the
+model server (``replan-cronjob.yaml``, one multi-document stream for ``kubectl apply -f``).
+
+Objects, in apply order:
+
+* ServiceAccount ``<name>-replan`` and a Role + RoleBinding that may ``get`` the plan's engine
+  Deployments and, with ``apply``, ``patch`` their ``deployments/scale`` (``resourceNames`` limit it to
+  exactly those Deployments);
+* ConfigMap ``<name>-replan-plan`` holding the deployed plan JSON (the first run's ``--current``);
+* PersistentVolumeClaim ``<name>-replan-data`` (1 GiB, ReadWriteOnce): the SQLite history, the scrape
+  state and ``/data/plan`` (the adopted plan and its deployment files, which later runs read as
+  ``--current``). With a PostgreSQL history the URL comes from Secret ``history_secret`` (key ``url``)
+  as env ``REPLAN_HISTORY_URL``; the volume still keeps the adopted plan;
+* CronJob ``<name>-replan``: every ``schedule``, ``concurrencyPolicy: Forbid`` (runs never overlap; the
+  history's per-deployment lock covers a manual run too), one try per run (``backoffLimit: 0``),
+  ``recommend replan --current /plan/plan.json --out /data/plan --traffic TRAFFIC --selector ...
+  --storage ... --format json`` and, with ``apply``, ``--apply-to`` each engine Deployment.
+
+The default traffic source is a Prometheus server scraping the engine pods, scoped with
+``model_name="<served model name>"`` (vLLM's own label); every string from the plan or the user that
+reaches ``args`` is escaped for Kubernetes (``$`` -> ``$$``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from recommender.deploy.k8s import NoAliasDumper, deployment_name, plan_annotations, plan_labels
+from recommender.deploy.spec import DeploySpec, comment_lines, k8s_escape
+
+DEFAULT_SCHEDULE = "*/5 * * * *"
+DEFAULT_TRAFFIC = "prometheus+http://prometheus-operated.monitoring.svc:9090"
+DEFAULT_IMAGE = "recommender:latest"  # build from this repository (pip install .); pin a digest in production
+DATA_PATH = "/data"
+PLAN_PATH = "/plan"
+
+
+@dataclass(frozen=True)
+class ReplanJobOptions:
+    """What the CronJob runs: schedule (cron syntax), traffic source, selector (PromQL label matchers;
+    None = the plan's served model name), history (None = SQLite on the volume, else the name of a
+    Secret whose key ``url`` holds a PostgreSQL URL), apply (patch replicas) and the image."""
+
+    schedule: str = DEFAULT_SCHEDULE
+    traffic: str = DEFAULT_TRAFFIC
+    selector: str | None = None
+    history_secret: str | None = None
+    apply: bool = False
+    image: str = DEFAULT_IMAGE
+
+
+def _labels(spec: DeploySpec) -> dict[str, str]:
+    """The plan's labels, but never ``app.kubernetes.io/name: vllm``: the P/D router discovers engine pods
+    by name + instance, and must not find the re-planner's pods."""
+    return {**plan_labels(spec, "replan"), "app.kubernetes.io/name": "recommender-replan"}
+
+
+def _meta(name: str, spec: DeploySpec) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": _labels(spec), "annotations": plan_annotations(spec)}
+    if spec.cluster.namespace:  # beside the model server (deploy --namespace)
+        meta["namespace"] = spec.cluster.namespace
+    return meta
+
+
+def replan_args(spec: DeploySpec, opts: ReplanJobOptions) -> list[str]:
+    """The ``recommend replan`` argv of the job's container (already escaped for Kubernetes)."""
+    selector = opts.selector if opts.selector is not None else f'model_name="{spec.served_model_names[0]}"'
+    storage = "$(REPLAN_HISTORY_URL)" if opts.history_secret else f"{DATA_PATH}/history.db"
+    args = ["replan", "--current", f"{PLAN_PATH}/plan.json", "--out", f"{DATA_PATH}/plan",
+            "--traffic", k8s_escape(opts.traffic), "--storage", storage,
+            "--state", f"{DATA_PATH}/metrics-state.json", "--format", "json"]
+    if opts.traffic.startswith("prometheus+") and selector:
+        args += ["--selector", k8s_escape(selector)]
+    if opts.apply:
+        for pool in spec.pools:
+            args += ["--apply-to", deployment_name(spec, pool)]
+    return args
+
+
+def manifests(spec: DeploySpec, plan_json: str, opts: ReplanJobOptions) -> list[dict[str, Any]]:
+    """All objects of the re-planner for ``spec`` (see the module docstring)."""
+    name = f"{spec.name}-replan"
+    engines = [deployment_name(spec, p) for p in spec.pools]
+    rules: list[dict[str, Any]] = [{"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": engines,
+                                    "verbs": ["get"]}]
+    if opts.apply:
+        rules.append({"apiGroups": ["apps"], "resources": ["deployments/scale"], "resourceNames": engines,
+                      "verbs": ["get", "patch"]})
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, spec)}
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(name, spec), "rules": rules}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(name, spec),
+               "subjects": [{"kind": "ServiceAccount", "name": name}],
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}}
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(f"{name}-plan", spec),
+              "data": {"plan.json": plan_json}}
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(f"{name}-data", spec),
+           "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                    **({"storageClassName": spec.cluster.storage_class} if spec.cluster.storage_class else {})}}
+    env: list[dict[str, Any]] = []
+    if opts.history_secret:
+        env.append({"name": "REPLAN_HISTORY_URL",
+                    "valueFrom": {"secretKeyRef": {"name": opts.history_secret, "key": "url"}}})
+    container = {
+        "name": "replan", "image": opts.image, "command": ["recommend"], "args": replan_args(spec, opts),
+        "env": env,
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
+        "volumeMounts": [{"name": "plan", "mountPath": PLAN_PATH, "readOnly": True},
+                         {"name": "data", "mountPath": DATA_PATH}],
+    }
+    pod = {"serviceAccountName": name, "restartPolicy": "Never", "containers": [container],
+           "securityContext": {"fsGroup": 1000},
+           "volumes": [{"name": "plan", "configMap": {"name": f"{name}-plan"}},
+                       {"name": "data", "persistentVolumeClaim": {"claimName": f"{name}-data"}}]}
+    cron = {
+        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": _meta(name, spec),
+        "spec": {"schedule": opts.schedule, "concurrencyPolicy": "Forbid", "startingDeadlineSeconds": 120,
+                 "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 3,
+                 "jobTemplate": {"metadata": {"labels": _labels(spec)},
+                                 "spec": {"backoffLimit": 0, "activeDeadlineSeconds": 600,
+                                          "template": {"metadata": {"labels": _labels(spec)},
+                                                       "spec": pod}}}},
+    }
+    return [account, role, binding, config, pvc, cron]
+
+
+def render_replan_cronjob(spec: DeploySpec, plan_json: str, opts: ReplanJobOptions | None = None) -> dict[str, str]:
+    """``replan-cronjob.yaml``: header comment + the objects."""
+    opts = opts or ReplanJobOptions()
+    what = "patches the engine Deployments' replicas within the policy" if opts.apply else \
+        "writes the proposal to the volume (apply it yourself, or deploy with --apply)"
+    header = "\n".join(comment_lines(spec)) + (
+        f"\n# Re-planner: runs `recommend replan` on schedule {opts.schedule!r} against {opts.traffic}; {what}."
+        "\n# Apply with: kubectl apply -f replan-cronjob.yaml (in the namespace of the model server)\n")
+    body = yaml.dump_all(manifests(spec, plan_json, opts), Dumper=NoAliasDumper, sort_keys=False,
+                         default_flow_style=False, width=1_000_000)
+    return {"replan-cronjob.yaml": header + "---\n" + body}
