@@ -64,6 +64,7 @@ class Policy:
     max_length_samples: int = 2000
     min_rate_per_s: float = 0.01
     band_length_tolerance: float = 0.25
+    band_min_utilisation: float = 0.3
 
 
 def _dur(v: Any, what: str) -> float:
@@ -106,6 +107,7 @@ class _Data(BaseModel):
 class _Band(BaseModel):
     model_config = ConfigDict(extra="forbid")
     length_tolerance: float = Field(default=0.25, ge=0.0, le=10.0)
+    min_utilisation: float = Field(default=0.3, ge=0.0, le=1.0)
 
 
 class PolicySpec(BaseModel):
@@ -145,7 +147,7 @@ class PolicySpec(BaseModel):
             wait_for_baseline=m.wait_for_baseline, scrape_timeout_s=_dur(m.timeout, "metrics.timeout"),
             min_requests=d.min_requests, min_span_s=_dur(d.min_span, "data.min_span"),
             max_length_samples=d.max_length_samples, min_rate_per_s=d.min_rate_per_s,
-            band_length_tolerance=self.band.length_tolerance)
+            band_length_tolerance=self.band.length_tolerance, band_min_utilisation=self.band.min_utilisation)
         for name in ("window_s", "subwindow_s", "ewma_halflife_s", "lookback_s", "min_scrape_interval_s",
                      "max_scrape_interval_s", "scrape_timeout_s"):
             if getattr(p, name) <= 0:

@@ -206,7 +206,8 @@ def replan_once(*, current: Mapping[str, Any], source: TrafficSource, planner: P
     """Run one step; never raises for traffic or planner trouble (it is an 'error' result + history row).
 
     Order: observe -> forecast -> evaluate the current plan under the model at the forecast (risk) ->
-    inside the band (meets it, one replica fewer would not, lengths as planned): done, no search ->
+    inside the band (meets it at utilisation >= band_min_utilisation, one replica fewer would not, lengths
+    as planned): done, no search ->
     else the planner -> evaluate its proposal -> decide, write and record under the deployment's lock.
     """
     dep = deployment or deployment_name(current)
@@ -267,11 +268,14 @@ def replan_once(*, current: Mapping[str, Any], source: TrafficSource, planner: P
     in_band = ""
     if pred is not None and not risks:
         moved = _lengths_moved(current, workload, policy.band_length_tolerance)
-        smaller = _smaller_meets(predict, current, workload) if not moved else None
-        if not moved and smaller is None:
+        busy = pred.utilisation >= policy.band_min_utilisation
+        smaller = _smaller_meets(predict, current, workload) if not moved and busy else None
+        if not moved and busy and smaller is None:
+            single = all(r <= 1 for r in plans.replicas(plans.top(current)))
+            fewer = "it runs one replica per pool" if single else "one replica fewer would miss"
             in_band = (f"traffic is within the current plan's band: at the forecast {forecast:.2f} req/s "
                        f"(+{policy.headroom:.0%} = {workload.effective_rate_per_s:.2f} req/s) the model predicts "
-                       f"{pred.summary(workload)} and one replica fewer would miss; no search needed")
+                       f"{pred.summary(workload)} and {fewer}; no search needed")
     proposal_meets: str | None = ""
     if in_band:
         proposed: dict[str, Any] = dict(current)
