@@ -154,7 +154,7 @@ class Transaction:
     def record(self, **kw: Any) -> int:
         """Insert one run of this deployment (keywords of :meth:`History.record`); returns its id."""
         res = self.conn.execute(runs.insert().values(**_row(deployment=self.deployment, **kw)))
-        return int(res.inserted_primary_key[0])
+        return int(res.inserted_primary_key[0])  # type: ignore[index]  # always set for an INSERT
 
 
 class History:
@@ -201,7 +201,7 @@ class History:
                    usd_per_hour_proposed, run_id, window)
         with self.engine.begin() as conn:
             res = conn.execute(runs.insert().values(**row))
-            return int(res.inserted_primary_key[0])
+            return int(res.inserted_primary_key[0])  # type: ignore[index]  # always set for an INSERT
 
     @contextmanager
     def decision(self, deployment: str) -> Iterator[Transaction]:

@@ -66,7 +66,7 @@ def _dist_from_summary(d: Mapping[str, Any] | None, what: str) -> LengthDist:
     if not d:
         raise ConfigError(f"the current plan's workload has no {what} summary; pass --workload FILE")
     if d.get("dist") == "constant" or d.get("min") == d.get("max"):
-        return LengthDist.constant(int(d.get("max") or d.get("p50") or d.get("mean")))
+        return LengthDist.constant(int(d.get("max") or d.get("p50") or d.get("mean") or 1))
     if all(d.get(k) is None for k in ("p50", "p90", "p99")):
         if d.get("mean") is None:
             raise ConfigError(f"the current plan's {what} summary has neither quantiles nor a mean; pass --workload FILE")
@@ -138,7 +138,8 @@ def _clip(dist: LengthDist, cap: int | None) -> LengthDist:
     """A histogram distribution clipped to ``cap`` tokens (vLLM rejects longer requests anyway)."""
     if cap is None or dist.kind != "histogram" or dist.max_tokens <= cap:
         return dist
-    edges, counts = [], []
+    edges: list[float] = []
+    counts: list[float] = []
     for e, w in zip(dist.samples, dist.weights):
         e = min(e, cap)
         if edges and e <= edges[-1]:
@@ -158,7 +159,7 @@ def observed_workload(obs: Observation, base: Workload, current: Mapping[str, An
         notes.append(f"planned rate {rate:.4f} req/s raised to the policy floor {policy.min_rate_per_s} req/s")
         rate = policy.min_rate_per_s
     cap = _max_model_len(current)
-    lengths = {}
+    lengths: dict[str, LengthDist] = {}
     for key, lo in (("prompt_tokens", obs.prompt_tokens), ("output_tokens", obs.output_tokens)):
         dist = lo.to_length_dist() if lo.count >= policy.min_requests else None
         if dist is None:
@@ -172,7 +173,7 @@ def observed_workload(obs: Observation, base: Workload, current: Mapping[str, An
             notes.append(f"observed prefix-cache share {prefix:.2f} (the plan assumed {base.shared_prefix_fraction:.2f})")
     wl = dataclasses.replace(base, arrival_rate_per_s=rate, offline_requests=None, deadline_s=None,
                              shared_prefix_fraction=prefix, source=f"replan:{obs.source}:{','.join(obs.where)}",
-                             **lengths)
+                             prompt_tokens=lengths["prompt_tokens"], output_tokens=lengths["output_tokens"])
     return wl, notes
 
 

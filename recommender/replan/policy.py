@@ -298,7 +298,7 @@ def decide(policy: Policy, *, current: Mapping[str, Any], proposed: Mapping[str,
         return Decision(False, "down", f"{new_desc} would save {saving:.1%}; {agreeing} of {policy.scale_down_windows} "
                         f"windows of new data agree so far{seen}, waiting for {policy.scale_down_windows - agreeing} "
                         f"more", prop)
-    if cooldown_left > 0:
+    if cooldown_left > 0 and last_change is not None:
         return Decision(False, "down", f"{new_desc} would save {saving:.1%}, but the last change was "
                         f"{_fmt_dur(now_s - last_change.time_s)} ago ({_fmt_dur(cooldown_left)} of cooldown left)", prop)
     used = streak[: policy.scale_down_windows - 1]

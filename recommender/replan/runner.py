@@ -85,7 +85,7 @@ def deployment_name(doc: Mapping[str, Any]) -> str:
     return f"{wl.get('name') or 'workload'}/{wl.get('model') or 'model'}"
 
 
-def deploy_writer() -> Callable[[dict[str, Any], Path], Any] | None:
+def deploy_writer() -> Callable[..., Any] | None:
     """``recommender.deploy.write_deploy_files`` when that package is installed, else None."""
     try:
         deploy = importlib.import_module("recommender.deploy")
