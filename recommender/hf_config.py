@@ -108,6 +108,7 @@ class ModelArch:
     norms_per_layer: int = 2
     final_norm_bias: bool = False      # LayerNorm (weight + bias) before the head, as in GPT-J and Falcon
     lm_head_bias: bool = False         # GPT-J's lm_head is a Linear with bias
+    parallel_attention: bool = False   # attention and MLP read the same input and sum: one TP all-reduce per layer
     moe: MoeSpec | None = None
     mla: MlaSpec | None = None
     sliding_window: int | None = None
@@ -341,14 +342,18 @@ def _arch_from_config(cfg: Mapping[str, Any], model_id: str, hf_repo: str,
         # GPT-J: parallel attention+MLP, one LayerNorm (weight+bias), plain GELU MLP with biases,
         # untied lm_head with bias; no QKV bias.
         kw.update(gated_mlp=False, mlp_bias=True, norms_per_layer=2, tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                  final_norm_bias=True, lm_head_bias=True)
+                  final_norm_bias=True, lm_head_bias=True, parallel_attention=True)
     if mt == "falcon":
         kv = 1 if cfg.get("multi_query", True) and not cfg.get("new_decoder_architecture") else int(cfg.get("num_kv_heads") or heads)
         kw.update(num_kv_heads=kv, gated_mlp=False, intermediate_size=int(cfg.get("ffn_hidden_size") or 4 * hidden),
                   tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), qkv_bias=bool(cfg.get("bias", False)),
-                  final_norm_bias=True)
+                  final_norm_bias=True,
+                  # FalconConfig.parallel_attn defaults to True; the new decoder architecture is parallel too
+                  parallel_attention=bool(cfg.get("parallel_attn", True) or cfg.get("new_decoder_architecture")))
     if mt == "gpt_oss":
         kw["attention_sinks"] = True
+    if mt == "gpt_neox" and cfg.get("use_parallel_residual", True):
+        kw["parallel_attention"] = True
     # sliding-window layers
     layer_types = cfg.get("layer_types")
     window = cfg.get("sliding_window")

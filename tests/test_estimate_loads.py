@@ -167,3 +167,30 @@ def test_a_gpu_without_a_family_fit_uses_the_engine_profile() -> None:
     prof = engine_profile("vllm")
     assert prof.for_gpu("no-such-gpu") is prof and prof.evidence("no-such-gpu") == ("", 0)
     assert not math.isnan(prof.compute_efficiency)
+
+
+def test_parallel_attention_blocks_do_one_all_reduce_per_layer() -> None:
+    """GPT-J and Falcon-7B (config.json: model_type gptj; parallel_attn true) sum attention and MLP outputs of the
+    same input: one TP all-reduce per layer, not two. At T = 0 tokens only the latency term is left:
+    GPT-J's 28 layers x 12 us = 336 us on TP 2, where a sequential block would pay 672 us."""
+    import dataclasses
+    from pathlib import Path
+
+    from recommender.hf_config import load_config_file
+    from recommender.perf.step import StepCostModel
+
+    cfgs = Path(__file__).resolve().parent / "data" / "hf_configs"
+    gptj, falcon = load_config_file(cfgs / "gpt-j-6b"), load_config_file(cfgs / "falcon-7b")
+    assert gptj.parallel_attention and falcon.parallel_attention
+    assert not default_catalog().model("llama-3.1-8b").parallel_attention
+    gpu = default_catalog().gpu("h100-sxm")
+    prof = PROFILE.replace(allreduce_latency_s=12e-6)
+
+    def cost(arch):
+        return StepCostModel.build(build_deployment(model=arch, gpu=gpu, tp=2, weight_dtype="bf16", kv_dtype="bf16",
+                                                    profile=prof, max_model_len=2048))
+
+    par, seq = cost(gptj), cost(dataclasses.replace(gptj, parallel_attention=False))
+    assert par.allreduce_s(0) == pytest.approx(28 * 12e-6)
+    assert seq.allreduce_s(0) == pytest.approx(2 * 28 * 12e-6)
+    assert par.allreduce_s(512) == pytest.approx(seq.allreduce_s(512) / 2)

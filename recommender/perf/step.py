@@ -9,7 +9,9 @@ For one replica (a TP group of ``tp`` GPUs) processing ``T`` new tokens::
     compute         = tp x dense_flops(compute dtype) x compute_efficiency (whole group)
     gemm_s          = max(weight_bytes_per_gpu / bw, T x 2 x linear_active_params / compute)
     attention_s     = max(kv_read_bytes / tp / bw, attention_flops / compute)
-    allreduce_s     = 2 x layers x (latency + 2 (tp-1)/tp x T x hidden x 2 B / (link_bw x link_efficiency))   [tp > 1]
+    allreduce_s     = a x layers x (latency + 2 (tp-1)/tp x T x hidden x 2 B / (link_bw x link_efficiency))   [tp > 1]
+                      a = 2 all-reduces per layer (after attention, after the MLP), 1 for parallel attention+MLP
+                      blocks (GPT-J, Falcon, GPT-NeoX: ``parallel_attention`` from config.json)
     overhead_s      = step_overhead_s (+ layers x layer_launch_overhead_s without CUDA graphs)
                       + prefill_step_overhead_s on a step that carries prefill tokens (not graph-captured:
                         eager attention launches per layer, TP collectives' latency)
@@ -142,6 +144,7 @@ class StepCostModel:
     kv_capacity_tokens: int
     kv_block_tokens: int = 16
     request_overhead_s: float = 0.0      # added once to every request's TTFT (and E2E)
+    allreduces_per_layer: int = 2        # 1 for parallel attention+MLP blocks
     prefill_step_overhead_s: float = 0.0  # added to every step that carries prefill tokens
     gemm_m_half_tokens: float = 0.0       # tokens at which the GEMMs reach half their peak efficiency
 
@@ -185,7 +188,8 @@ class StepCostModel:
             allreduce_latency_s=lat,
             allreduce_bytes_per_s=ic.ring_bandwidth_bytes_per_s(tp) * p.allreduce_bandwidth_efficiency,
             overhead_s=overhead, kv_capacity_tokens=memb.kv_capacity_tokens,
-            request_overhead_s=p.request_overhead_s, prefill_step_overhead_s=p.prefill_step_overhead_s,
+            request_overhead_s=p.request_overhead_s, allreduces_per_layer=1 if m.parallel_attention else 2,
+            prefill_step_overhead_s=p.prefill_step_overhead_s,
             gemm_m_half_tokens=p.gemm_m_half_tokens,
         )
 
@@ -240,10 +244,10 @@ class StepCostModel:
         return out
 
     def allreduce_s(self, new_tokens: int) -> float:
-        """Two ring all-reduces per layer of ``new_tokens x hidden`` bf16 activations (0 without TP)."""
+        """Ring all-reduces (two per layer, one for parallel blocks) of ``new_tokens x hidden`` bf16 activations (0 without TP)."""
         if self.tp <= 1:
             return 0.0
-        return 2 * self.num_layers * (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp
+        return self.allreduces_per_layer * self.num_layers * (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp
                                       * new_tokens * self.hidden_size * 2.0 / self.allreduce_bytes_per_s)
 
     def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float, prefill: bool = False) -> float:
