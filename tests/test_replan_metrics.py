@@ -22,7 +22,8 @@ def source(urls, tmp_path, clock, **kw):
 def test_fixture_exposition_parses_with_every_family_we_read():
     s = parse_exposition(FIXTURE, "fixture", 0.0)
     assert s.counters == {"vllm:prompt_tokens_total": 0.0, "vllm:generation_tokens_total": 0.0,
-                          "vllm:request_success_total": 0.0}
+                          "vllm:request_success_total": 0.0, "vllm:prefix_cache_queries_total": 0.0,
+                          "vllm:prefix_cache_hits_total": 0.0}
     # vLLM 0.33 default TTFT buckets: 22 finite edges 0.001 ... 2560 s, then +Inf (reference README §3)
     ttft = s.histograms["vllm:time_to_first_token_seconds"]
     assert len(ttft.upper_edges) == 23 and ttft.upper_edges[0] == 0.001 and ttft.upper_edges[-2] == 2560.0
@@ -187,3 +188,31 @@ def test_stale_baseline_is_discarded_and_corrupt_state_is_an_error(tmp_path):
         (tmp_path / "state.json").write_text("{not json")
         with pytest.raises(TrafficSourceError, match="delete it"):
             src.observe()
+
+
+def test_prefix_cache_counters_give_the_observed_prefix_share_and_reach_the_workload():
+    """Two replicas: (queries, hits) deltas (8000, 2000) and (2000, 500) tokens -> share 2500 / 10000 = 0.25;
+    the planned workload takes it instead of the plan's shared_prefix_fraction."""
+    from recommender.replan.metrics import diff, observe_deltas, parse_exposition
+    from recommender.replan.observe import base_workload_from_plan, observed_workload
+    from recommender.replan.policy import Policy
+    from test_replan_support import fake_plan
+
+    def text(queries: float, hits: float) -> str:
+        st = VllmState()
+        st.serve(30, prompt=800, output=100, ttft_s=0.2, itl_s=0.02)
+        return (st.exposition()
+                .replace('vllm:prefix_cache_queries_total{engine="0",model_name="my-model"} 0.0',
+                         f'vllm:prefix_cache_queries_total{{engine="0",model_name="my-model"}} {queries}')
+                .replace('vllm:prefix_cache_hits_total{engine="0",model_name="my-model"} 0.0',
+                         f'vllm:prefix_cache_hits_total{{engine="0",model_name="my-model"}} {hits}'))
+
+    deltas = [diff(parse_exposition(text(1000.0, 100.0), "a", 0.0), parse_exposition(text(9000.0, 2100.0), "a", 60.0)),
+              diff(parse_exposition(text(0.0, 0.0), "b", 0.0), parse_exposition(text(2000.0, 500.0), "b", 60.0))]
+    scrapes = [parse_exposition(text(9000.0, 2100.0), "a", 60.0), parse_exposition(text(2000.0, 500.0), "b", 60.0)]
+    obs = observe_deltas(deltas, scrapes, 60.0)
+    assert obs.prefix_share == pytest.approx(2500 / 10000)
+    cur = fake_plan(2, 2.4)  # shared_prefix_fraction 0.0
+    wl, notes = observed_workload(obs, base_workload_from_plan(cur), cur, Policy(min_requests=1), 2.0)
+    assert wl.shared_prefix_fraction == pytest.approx(0.25)
+    assert "observed prefix-cache share 0.25 (the plan assumed 0.00)" in notes

@@ -6,6 +6,9 @@ format): counters ``<name>_total`` (+ ``<name>_created``), histograms ``<name>_b
 ``_sum``, ``_count`` (+ ``_created``), gauges by name. Every label set (``engine``, ``model_name``,
 ``finished_reason``) of a sample name is summed, so one URL = one replica with any number of engines.
 
+The prefix-cache counters (``vllm:prefix_cache_queries_total`` / ``_hits_total``, in tokens) give the
+observed prefix share ``hits / queries`` of the window when every endpoint exposes them.
+
 Rates come from counter deltas: ``rate = (c(t1) - c(t0)) / (t1 - t0)`` per URL, summed over URLs.
 A restarted pod (its ``_created`` timestamp moved, or a counter went down) is a reset: the new value
 is the delta since the restart and the window is ``t1 - created`` (``t1 - t0`` if no ``_created``).
@@ -34,6 +37,8 @@ from recommender.replan.observation import (
 )
 
 COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total")
+# optional: prompt tokens looked up in / served from the prefix cache (observed prefix share = hits / queries)
+PREFIX_COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
 HISTOGRAMS = {
     "vllm:request_prompt_tokens": "prompt_tokens",
     "vllm:request_generation_tokens": "output_tokens",
@@ -118,7 +123,10 @@ def parse_exposition(text: str, url: str, time_s: float) -> Scrape:
     gauges = {"vllm:num_requests_running": sums["vllm:num_requests_running"],
               "vllm:num_requests_waiting": sums["vllm:num_requests_waiting"],
               "vllm:kv_cache_usage_perc": max(kv_usage) if kv_usage else sums["vllm:kv_cache_usage_perc"]}
-    return Scrape(url, time_s, {n: sums[n] for n in COUNTERS}, histograms, gauges,
+    counters = {n: sums[n] for n in COUNTERS}
+    if all(n in sums for n in PREFIX_COUNTERS):
+        counters.update({n: sums[n] for n in PREFIX_COUNTERS})
+    return Scrape(url, time_s, counters, histograms, gauges,
                   min(created) if created else None, tuple(sorted(models)))
 
 
@@ -216,6 +224,8 @@ def diff(prev: Scrape, cur: Scrape) -> Delta:
                 f"the restart, over {cur.time_s - start:.0f} s")
         return Delta(cur.url, cur.time_s - start, dict(cur.counters), dict(cur.histograms), (note,))
     counters = {n: cur.counters[n] - prev.counters[n] for n in COUNTERS}
+    if all(n in cur.counters and n in prev.counters and cur.counters[n] >= prev.counters[n] for n in PREFIX_COUNTERS):
+        counters.update({n: cur.counters[n] - prev.counters[n] for n in PREFIX_COUNTERS})
     hist = {n: cur.histograms[n].minus(prev.histograms[n]) for n in HISTOGRAMS}
     return Delta(cur.url, cur.time_s - prev.time_s, counters, hist)
 
@@ -252,7 +262,18 @@ def observe_deltas(deltas: Sequence[Delta], scrapes: Sequence[Scrape], end_s: fl
         prompt_tokens=lengths(hist["prompt_tokens"], sum(d.counters["vllm:prompt_tokens_total"] for d in deltas)),
         output_tokens=lengths(hist["output_tokens"], sum(d.counters["vllm:generation_tokens_total"] for d in deltas)),
         prompt_tokens_per_s=prompt_rate, output_tokens_per_s=output_rate,
-        latency={k: hist[k] for k in ("ttft", "tpot", "e2e", "queue")}, gauges=gauges, notes=notes)
+        latency={k: hist[k] for k in ("ttft", "tpot", "e2e", "queue")}, gauges=gauges, notes=notes,
+        prefix_share=_prefix_share(deltas))
+
+
+def _prefix_share(deltas: Sequence[Delta]) -> float | None:
+    """Cached / queried prompt tokens over the window (all URLs), None when an endpoint lacks the counters
+    or nothing was queried."""
+    if not all(all(n in d.counters for n in PREFIX_COUNTERS) for d in deltas):
+        return None
+    queries = sum(d.counters["vllm:prefix_cache_queries_total"] for d in deltas)
+    hits = sum(d.counters["vllm:prefix_cache_hits_total"] for d in deltas)
+    return hits / queries if queries > 0 else None
 
 
 # ---------------------------------------------------------------------------------------------
