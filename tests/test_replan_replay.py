@@ -58,6 +58,7 @@ def diurnal_log(seed: int = 7) -> RequestLog:
                          rng.lognormal(5.0, 0.6, t.size).astype(int) + 1, "diurnal")
 
 
+@pytest.mark.slow  # 288 runs, each with a history transaction
 def test_24h_diurnal_replay_follows_the_load_with_few_changes_and_no_flapping(tmp_path):
     policy = Policy()  # policies/replan.yaml defaults: 20% headroom, peak 1-min rate of the last hour, ...
     log = diurnal_log()
