@@ -56,7 +56,8 @@ def test_short_prompt_ttft_pays_the_prefill_step_fixed_cost() -> None:
     assert e.ttft_s == pytest.approx(expected, rel=0.01)
     # the fixed cost is charged on prefill steps only: the decode step does not pay it
     assert e.tpot_s == pytest.approx(weights_s + 1e-3, rel=0.01)
-    without = estimate(dep8b(PROFILE.replace(prefill_step_overhead_s=0.0)), Load.static(batch=1, prompt_tokens=16, output_tokens=2))
+    without = estimate(dep8b(PROFILE.replace(prefill_step_overhead_s=0.0)),
+                       Load.static(batch=1, prompt_tokens=16, output_tokens=2))
     assert e.ttft_s - without.ttft_s == pytest.approx(4e-3, rel=1e-6)
 
 

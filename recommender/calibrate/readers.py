@@ -156,19 +156,19 @@ def _row_measurement(row: Mapping[str, str], where: str, cat: Catalog) -> Measur
     if osl is None and engine == "gpt-fast":
         osl = GPT_FAST_DEFAULT_OUTPUT_TOKENS
     if quantity in ("itl_intercept_s", "itl_slope_s_per_token"):
-        load = Load("context", 1, 1)
+        load = Load.context(batch=1, context_tokens=1)
     else:
         if isl is None or osl is None:
             return Skip(rid, f"input/output length not stated (isl {row['isl']!r}, osl {row['osl']!r})")
         n = _first_int(bc)
         if bc.startswith("max"):
-            load = Load("max", 1, 0, isl, osl)
+            load = Load.offline_max(prompt_tokens=isl, output_tokens=osl)
         elif n is None:
             return Skip(rid, f"batch/concurrency {row['batch_or_concurrency']!r} not stated")
         elif "concurrency" in bc or "closed" in rate:
-            load = Load("closed", n, 0, isl, osl)
+            load = Load.closed(concurrency=n, prompt_tokens=isl, output_tokens=osl)
         else:
-            load = Load("static", n, 0, isl, osl)
+            load = Load.static(batch=n, prompt_tokens=isl, output_tokens=osl)
     if scale == "gpu":
         value *= tp
     elif scale == "user":
@@ -331,7 +331,7 @@ def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Ma
         raise CalibrationError(f"{where}: field 'max_concurrency' must be a positive integer or null, got {conc_v!r}")
     n_prompts = int(doc.get("num_prompts") or completed)
     cap = int(conc_v) if conc_v is not None else n_prompts
-    load = Load("closed", cap, 0, isl, osl)
+    load = Load.closed(concurrency=cap, prompt_tokens=isl, output_tokens=osl)
     rate_per_s = rate if math.isfinite(rate) and rate > 0 else None
     eng = _lookup("engine", layers)
     engine = str(eng[0]) if eng else str(defaults.get("engine_default", "vllm"))
@@ -343,7 +343,7 @@ def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Ma
     limits = EngineLimits(max_num_seqs=int(seqs[0]) if seqs else lim.max_num_seqs,
                           max_num_batched_tokens=int(toks[0]) if toks else lim.max_num_batched_tokens,
                           chunked_prefill=str(chunked[0]).lower() not in ("false", "0", "no") if chunked else True)
-    base = dict(source=fname, file=where, engine=engine, model=model, gpu=gpu, tp=tp, weight_dtype=wd, kv_dtype=kd,
+    base: dict[str, Any] = dict(source=fname, file=where, engine=engine, model=model, gpu=gpu, tp=tp, weight_dtype=wd, kv_dtype=kd,
                 load=load, limits=limits, gpu_memory_utilization=float(gmu[0]) if gmu else 0.92, rate_per_s=rate_per_s,
                 requests=int(completed))
     out = [Measurement(id=f"{fname}#output_throughput", quantity="output_tokens_per_s",
