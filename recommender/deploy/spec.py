@@ -343,7 +343,22 @@ def _with_catalog_defaults(workload: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | None = None, *,
                plan_name: str | None = None, gpus: GpuLookup | None = None) -> DeploySpec:
-    """Pick plan ``rank`` from ``plan_doc`` and turn it into a checked :class:`DeploySpec`."""
+    """Pick plan ``rank`` from ``plan_doc`` and turn it into a checked :class:`DeploySpec`.
+
+    A field of the wrong shape anywhere (a list where a number belongs, ...) is a one-line DeployError, never a
+    bare TypeError / ValueError.
+    """
+    try:
+        return _build_spec(plan_doc, rank, checkpoint, plan_name=plan_name, gpus=gpus)
+    except RecommenderError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as e:
+        raise DeployError(f"the plan JSON has a field of the wrong type or shape ({type(e).__name__}: {e}); "
+                          f"regenerate it with `recommend --format json`") from None
+
+
+def _build_spec(plan_doc: Mapping[str, Any], rank: int, checkpoint: str | None, *,
+                plan_name: str | None, gpus: GpuLookup | None) -> DeploySpec:
     if not isinstance(plan_doc, Mapping):
         raise DeployError("plan JSON must be an object with 'workload' and 'plans'")
     if checkpoint is not None:
