@@ -165,7 +165,12 @@ def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
 
 
 def load_profile(path: str | Path) -> EngineProfile:
-    return profile_from_doc(read_yaml_file(path, "profile"), str(path))
+    """A profile file (``recommend calibrate --out``): a mapping with a ``parameters`` mapping; any other YAML
+    (a workload given by mistake) is refused instead of silently meaning the defaults."""
+    doc = read_yaml_file(path, "profile")
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("parameters"), Mapping):
+        raise ConfigError(f"profile {path} has no 'parameters' mapping; give a file written by `recommend calibrate --out`")
+    return profile_from_doc(doc, str(path))
 
 
 def profile_dir() -> Path:

@@ -255,10 +255,14 @@ def test_unexpected_errors_are_one_line_with_the_debug_hint(monkeypatch: pytest.
 
 
 def test_bad_storage_urls_are_one_line() -> None:
-    for url in ("nosuchdb://x/y", "sqlite:////nonexistent-dir/x/y.db", "postgresql+nodriver://u@h/db"):
-        line = assert_one_line_error(run("--workload", "examples/chat.yaml", "--storage", url, "--trials", "2",
-                                         "--verify", "0"))
-        assert line
+    for url in ("nosuchdb://x/y", "sqlite:////nonexistent-dir/x/y.db", "postgresql+nodriver://u@h/db", "mysql://x"):
+        res = run("--workload", "examples/chat.yaml", "--storage", url, "--trials", "2", "--verify", "0")
+        assert "storage" in assert_one_line_error(res, 2)
+
+
+def test_a_profile_must_be_a_profile() -> None:
+    line = assert_one_line_error(run("--workload", "examples/chat.yaml", "--profile", "examples/chat.yaml"), 2)
+    assert "no 'parameters' mapping" in line
 
 
 def test_yaml_with_non_finite_numbers_anywhere_is_one_line(tmp_path: Path) -> None:

@@ -84,6 +84,8 @@ def user_error_message(e: BaseException) -> tuple[str, int] | None:
         return "out of memory: the input is too large (give smaller files or fewer requests)", 2
     if isinstance(e, (OverflowError, ZeroDivisionError, FloatingPointError)):
         return one_line(f"a number is out of range ({e}); check the input values"), 2
+    if isinstance(e, ImportError) and "storage" in str(e).lower():  # optuna: no driver for that URL scheme
+        return one_line(f"storage error: {e} (check the --storage URL's scheme)"), 2
     module = type(e).__module__.split(".")[0]
     if module in ("sqlalchemy", "optuna", "psycopg", "sqlite3"):
         return one_line(f"storage error ({type(e).__name__}): {e}; check the --storage URL"), 2
