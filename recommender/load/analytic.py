@@ -23,6 +23,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from recommender.errors import ConfigError
+from recommender.load.link import KvLink, solve_link
 from recommender.load.percentiles import QUANTILES, LazyPercentiles, Percentiles
 from recommender.load.pool import PoolInputs, PoolSolution, pool_inputs, solve_pool
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
@@ -37,7 +38,7 @@ class LoadResult:
     ``mean_running_batch`` the mean number of running requests per (decode) replica;
     ``queue_wait_mean_s`` the mean time from arrival to the first scheduled chunk;
     ``kv_peak_utilisation`` the running batch's KV at its mean + 3 sd over the KV cache (> 1: expect
-    preemptions).
+    preemptions); ``link_utilisation`` the KV-transfer link's (P/D with a ``KvLink``).
     Unstable: ``stable=False``, every latency ``inf``, throughputs = the estimated capacity.
     """
 
@@ -55,6 +56,7 @@ class LoadResult:
     slot_utilisation: float = 0.0
     bottleneck: str = ""
     kv_peak_utilisation: float = 0.0
+    link_utilisation: float = 0.0
 
 
 def _summary(values: np.ndarray, mean: float) -> Percentiles:
@@ -200,6 +202,8 @@ def analyze_disaggregated(
     prompt: LengthDistribution,
     output: LengthDistribution,
     shared_prefix_fraction: float = 0.0,
+    *,
+    kv_link: KvLink | None = None,
 ) -> LoadResult:
     """Disaggregated prefill/decode (vLLM P/D behind a proxy).
 
@@ -208,6 +212,10 @@ def analyze_disaggregated(
     request waits for a slot, then its first step computes one token (the prompt's KV is remote)
     and produces the first token the client sees, then ``O - 1`` decode steps without prefill
     interference. ``TTFT = W_p + own_p(P) + transfer(P) + W_d + R_d + first step``.
+
+    With ``kv_link`` the transfer is a queue with a capacity (``recommender.load.link``): its wait and
+    ``S(P)`` replace ``kv_transfer_s_per_token * P``, its utilisation counts like any pool's, and an
+    over-subscribed link makes the deployment unstable (bottleneck ``kv_link``).
     """
     _check(arrival_rate_per_s, prefill_replicas, decode_replicas)
     if kv_transfer_s_per_token < 0.0:
@@ -216,12 +224,26 @@ def analyze_disaggregated(
     din = pool_inputs(prompt, output, 0.0, int(decode_cost.kv_block_tokens), False, "decode")
     pre = solve_pool(prefill_cost, prefill_limits, arrival_rate_per_s / prefill_replicas, pin, 1.0 / prefill_replicas, "prefill")
     dec = solve_pool(decode_cost, decode_limits, arrival_rate_per_s / decode_replicas, din, 1.0 / decode_replicas, "decode")
-    if not (pre.stable and dec.stable):
+    link = None
+    if kv_link is not None:
+        link = solve_link(kv_link, arrival_rate_per_s=arrival_rate_per_s, prefill_replicas=prefill_replicas,
+                          decode_replicas=decode_replicas, prompt_tokens=din.P)
+    link_util = link.utilisation if link is not None else 0.0
+    if not (pre.stable and dec.stable) or link_util >= 1.0:
         cap = min(pre.capacity_per_s * prefill_replicas, dec.capacity_per_s * decode_replicas)
+        if link is not None and link_util > 0.0:
+            cap = min(cap, arrival_rate_per_s / link_util)
         worst, label = (pre, "prefill pool: ") if pre.utilisation >= dec.utilisation else (dec, "decode pool: ")
-        return _unstable(max(pre.utilisation, dec.utilisation), cap, arrival_rate_per_s, din.E_O, label + worst.bottleneck, pre.rho_lane, dec.rho_slots)
+        util, neck = max(pre.utilisation, dec.utilisation), label + worst.bottleneck
+        if link_util >= util:
+            util, neck = link_util, "kv_link"
+        return _unstable(util, cap, arrival_rate_per_s, din.E_O, neck, pre.rho_lane, dec.rho_slots)
     assert pre.own is not None and dec.own is not None
     pre_own, dec_own = pre.own, dec.own
+    if link is not None:
+        transfer_pts, transfer_mean = link.transfer_s, float(link.transfer_s.mean()) + link.wait_mean_s
+    else:
+        transfer_pts, transfer_mean = kv_transfer_s_per_token * din.P, kv_transfer_s_per_token * din.E_P
 
     def ttft_parts() -> tuple[np.ndarray, float, np.ndarray]:
         u, e = qmc_points(), qmc_exponentials()
@@ -229,18 +251,22 @@ def analyze_disaggregated(
         pre_extra, _ = pre.co_scheduled(pre_queue * pre.lane_share, np.zeros_like(pre_queue))
         dec_queue, dec_resid = dec.ttft_wait(e[:, 5], u[:, 3])
         fixed = float(getattr(decode_cost, "request_overhead_s", 0.0))
-        ttft = pre_queue + pre_own + pre_extra + kv_transfer_s_per_token * din.P + dec_queue + dec_resid + dec_own + fixed
+        # the link queue shares the prefill wait's quasi-random column: both are high together (conservative)
+        link_wait = link.wait(e[:, 2]) if link is not None else 0.0
+        ttft = pre_queue + pre_own + pre_extra + transfer_pts + link_wait + dec_queue + dec_resid + dec_own + fixed
         mean = (
-            pre.wait_total_mean_s + _mean(pre_own) + _mean(pre_extra) + kv_transfer_s_per_token * din.E_P
+            pre.wait_total_mean_s + _mean(pre_own) + _mean(pre_extra) + transfer_mean
             + dec.wait_total_mean_s + _mean(dec_own) + fixed
         )
         return ttft, mean, dec_resid + dec_own
 
     ttft_p, tpot_p, e2e_p = _Deferred(ttft_parts, dec, din).percentiles()
     label = "prefill pool: " + pre.bottleneck if pre.utilisation >= dec.utilisation else "decode pool: " + dec.bottleneck
+    if link_util > max(pre.utilisation, dec.utilisation):
+        label = "kv_link"
     return LoadResult(
         stable=True,
-        utilisation=max(pre.utilisation, dec.utilisation),
+        utilisation=max(pre.utilisation, dec.utilisation, link_util),
         mean_running_batch=dec.running,
         queue_wait_mean_s=pre.wait_total_mean_s + dec.wait_total_mean_s,
         ttft_s=ttft_p,
@@ -253,4 +279,5 @@ def analyze_disaggregated(
         slot_utilisation=dec.rho_slots,
         bottleneck=label,
         kv_peak_utilisation=max(pre.kv_peak, dec.kv_peak),
+        link_utilisation=link_util,
     )

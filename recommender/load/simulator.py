@@ -45,6 +45,7 @@ import numpy as np
 
 from recommender import progress
 from recommender.errors import ConfigError
+from recommender.load.link import KvLink
 from recommender.load.percentiles import Percentiles
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
 from recommender.load.summaries import cost_summary
@@ -559,6 +560,18 @@ def simulate(
                    float(getattr(cost, "request_overhead_s", 0.0)))
 
 
+def _link_fifo(link: KvLink, ready: list[float], prompts: list[int], replicas: int) -> list[float]:
+    """Arrival at the decode pool of each request: its KV waits for its prefill replica's link
+    (request ``i`` was prefilled on replica ``i % replicas``), FIFO in order of prefill completion."""
+    done = [0.0] * len(ready)
+    for k in range(replicas):
+        free = -math.inf
+        for i in sorted(range(k, len(ready), replicas), key=lambda j: ready[j]):
+            free = max(free, ready[i]) + float(link.transfer_s(prompts[i]))
+            done[i] = free
+    return done
+
+
 def simulate_disaggregated(
     prefill_cost: StepCost,
     prefill_limits: Limits,
@@ -577,10 +590,14 @@ def simulate_disaggregated(
     shared_prefix_fraction: float = 0.0,
     warmup_requests: int = 0,
     sample_interval_s: float | None = None,
+    *,
+    kv_link: KvLink | None = None,
 ) -> SimResult:
     """Prefill pool (each request prefilled with one output token), KV transfer of
     ``kv_transfer_s_per_token * prompt`` seconds, then a decode pool where the request's first step
     computes one token (the rest of its KV is remote) and emits the first token the client sees.
+    With ``kv_link`` the transfers queue FIFO on their prefill replica's link, each holding it for
+    ``kv_link.transfer_s(prompt)`` (instead of the fixed delay).
     ``timeseries`` is the decode pool, ``prefill_timeseries`` the prefill pool."""
     if prefill_replicas < 1 or decode_replicas < 1:
         raise ConfigError(f"replicas must be at least 1, got {prefill_replicas!r} prefill / {decode_replicas!r} decode")
@@ -595,8 +612,12 @@ def simulate_disaggregated(
     pre = _Requests(arr, prompts, [1] * n, hits, hits, [-1.0] * n, [-1.0] * n, [-1.0] * n)
     pre_stats, pre_ts = _run_pool(prefill_cost, prefill_limits, pre, list(range(n)), prefill_replicas, interval,
                                   "simulate prefill pool")
-    transfer = [kv_transfer_s_per_token * p for p in prompts]
-    arr_d = [pre.finish[i] + transfer[i] for i in range(n)]
+    if kv_link is None:
+        transfer = [kv_transfer_s_per_token * p for p in prompts]
+        arr_d = [pre.finish[i] + transfer[i] for i in range(n)]
+    else:
+        arr_d = _link_fifo(kv_link, pre.finish, prompts, prefill_replicas)
+        transfer = [arr_d[i] - pre.finish[i] for i in range(n)]
     dec_hits = _hits(prompts, shared_prefix_fraction, int(decode_cost.kv_block_tokens), bool(decode_limits.enable_prefix_caching))
     dec = _Requests(arr_d, prompts, outputs, [p - 1 for p in prompts], dec_hits, [-1.0] * n, [-1.0] * n, [-1.0] * n)
     order = sorted(range(n), key=lambda i: arr_d[i])

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from recommender.catalog import Gpu
 from recommender.hf_config import ModelArch
 from recommender.load import analyze, analyze_disaggregated
+from recommender.load.link import KvLink
 from recommender.offers import Offer, Rental, cheapest_rental, workload_offer
 from recommender.perf import memory as mem
 from recommender.estimate import build_deployment
@@ -232,19 +233,31 @@ def _finish(ctx: SearchContext, c: Candidate, pools: tuple[Pool, ...], res: Any,
     lat_obj = [min(lat[s.metric][s.percentile], INFEASIBLE_OBJECTIVE) for s in w.slos] or [
         min(lat["tpot"]["p90"], INFEASIBLE_OBJECTIVE)]
     objectives = (usd_m if math.isfinite(usd_m) else INFEASIBLE_OBJECTIVE, *lat_obj)
-    # binding constraint: the SLO with the least slack, or capacity when latency has slack
-    names = ctx.slo_names
-    if ratios:
-        i = max(range(len(ratios)), key=lambda j: ratios[j])
-        binding = names[i] if ratios[i] > 0.8 else "capacity"
-    else:
-        binding = "capacity"
+    binding = binding_of(ctx.slo_names, ratios, res)
     return Evaluation(
         candidate=c, feasible=ok, fits=True, constraints=tuple(cons), objectives=tuple(objectives), pools=pools,
         gpus_total=sum(p.gpus for p in pools), usd_per_hour=usd_h, usd_per_million_tokens=usd_m,
         usd_per_million_output_tokens=usd_m_out, output_tokens_per_s=out_tps, utilisation=res.utilisation,
         latencies=lat, binding=binding, reason=reason, load=res,
     )
+
+
+BOTTLENECK_NAMES = {"prefill": "prefill lane", "max_num_seqs": "batch limit", "kv_cache": "KV capacity",
+                    "decode": "decode steps", "kv_link": "KV link"}
+
+
+def binding_of(slo_names: list[str], ratios: list[float], res: Any) -> str:
+    """What limits the plan: the SLO with the least slack when it has under 20% left (``tpot@p90 (6%
+    slack)``), else the resource its utilisation is highest on: prefill lane, batch limit
+    (max_num_seqs), KV capacity, decode steps or KV link (P/D: with the pool it is in)."""
+    if ratios:
+        i = max(range(len(ratios)), key=lambda j: ratios[j])
+        if ratios[i] > 0.8:
+            return f"{slo_names[i]} ({max(0.0, 1.0 - ratios[i]):.0%} slack)"
+    neck = str(getattr(res, "bottleneck", "") or "")
+    pool, _, what = neck.rpartition(": ")
+    name = BOTTLENECK_NAMES.get(what, what or "capacity")
+    return f"{name} ({pool.split()[0]})" if pool else name
 
 
 def _evaluate_agg(ctx: SearchContext, c: Candidate) -> Evaluation:
@@ -302,6 +315,16 @@ def rent_pool(ctx: SearchContext, gpu: str, tp: int, replicas: int) -> tuple[Ren
     return rental, ""
 
 
+def kv_link(ctx: SearchContext, c: Candidate) -> KvLink:
+    """The P/D KV-transfer link: KV bytes per token, NIC bandwidth per GPU (the GPU catalog's
+    ``nic_bandwidth_bytes_per_s`` where given, else the policy's ``kv_transfer_bandwidth_bytes_per_s``;
+    the slower end), both TP sizes and the policy's fixed ``kv_transfer_latency_s`` per transfer."""
+    default = ctx.policy.kv_transfer_bandwidth_bytes_per_s
+    nics = [getattr(ctx.gpus[g], "nic_bandwidth_bytes_per_s", None) or default for g in (c.gpu, c.decode_gpu)]
+    return KvLink(bytes_per_token=mem.kv_cache_bytes_per_token(ctx.model, c.kv_dtype, 1), nic_bytes_per_s=min(nics),
+                  prefill_tp=c.tp, decode_tp=c.decode_tp, latency_s=ctx.policy.kv_transfer_latency_s)
+
+
 def kv_transfer_s_per_token(ctx: SearchContext, c: Candidate) -> float:
     """Seconds to move one token's KV from a prefill replica to a decode replica over the network
     (``tp`` NICs in parallel on the slower side): ``kv_bytes_per_token / (min(tp_p, tp_d) x bandwidth)``."""
@@ -327,11 +350,12 @@ def _evaluate_disagg(ctx: SearchContext, c: Candidate) -> Evaluation:
                            "memory" if why.startswith("does not fit") else "invalid")
     rate = w.effective_rate_per_s
     target = rate * (1 + pol.headroom)
-    xfer = kv_transfer_s_per_token(ctx, c)
+    link = kv_link(ctx, c)
 
     def run(rp: int, rd: int, at: float) -> Any:
-        return analyze_disaggregated(p_cost, p_limits, rp, d_cost, d_limits, rd, xfer, at,
-                                     w.prompt_tokens, w.output_tokens, shared_prefix_fraction=w.shared_prefix_fraction)
+        return analyze_disaggregated(p_cost, p_limits, rp, d_cost, d_limits, rd, 0.0, at,
+                                     w.prompt_tokens, w.output_tokens, shared_prefix_fraction=w.shared_prefix_fraction,
+                                     kv_link=link)
 
     cap_p, cap_d = _gpu_cap(ctx, c.tp), _gpu_cap(ctx, c.decode_tp)
     if cap_p < 1 or cap_d < 1:

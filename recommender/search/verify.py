@@ -22,11 +22,11 @@ import math
 from typing import Any, Sequence
 
 from recommender.plan import PlanRow
-from recommender.search.evaluate import Evaluation, SearchContext, kv_transfer_s_per_token
+from recommender.search.evaluate import Evaluation, SearchContext, kv_link
 from recommender.search.recommend_rows import more_rows
 
-TAIL_SAMPLES = 200  # requests beyond the percentile: its estimate then has ~7% relative noise in the count
-MIN_REQUESTS = 2000
+TAIL_SAMPLES = 100  # requests beyond the percentile: its estimate then has ~10% relative noise in the count
+MIN_REQUESTS = 1000
 WARMUP_FRACTION = 0.2
 _TAIL = {"p50": 0.5, "p90": 0.1, "p95": 0.05, "p99": 0.01, "mean": 0.5}
 
@@ -56,7 +56,7 @@ def simulate_evaluation(ctx: SearchContext, ev: Evaluation, n_requests: int, see
     if c.disaggregated:
         pp, dp = ev.pools
         return simulate_disaggregated(costs[0], pp.limits, pp.replicas, costs[1], dp.limits, dp.replicas,
-                                      kv_transfer_s_per_token(ctx, c), rate, w.prompt_tokens, w.output_tokens,
+                                      0.0, rate, w.prompt_tokens, w.output_tokens, kv_link=kv_link(ctx, c),
                                       n_requests=n_requests, seed=seed, shared_prefix_fraction=w.shared_prefix_fraction,
                                       warmup_requests=warmup_requests)
     p = ev.pools[0]

@@ -1,0 +1,59 @@
+"""The P/D KV-transfer link is a server with a capacity (recommender.load.link), in both the analytic
+model and the simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from recommender.load import analyze_disaggregated, simulate_disaggregated
+from recommender.load.link import KvLink
+from recommender.load.toy import FixedLength, LinearStepCost, ToyLimits, UniformLength
+
+PLAIN = LinearStepCost(attention_flops_per_token_pair=0.0, kv_bytes_per_token=1e6)
+
+
+def test_over_subscribed_link_is_unstable_and_named() -> None:
+    # issue #13: 5.2 GB/s of KV pushed through a 4 GB/s NIC: 1,000-token prompts x 520 kB/token x 10 req/s.
+    link = KvLink(bytes_per_token=520_000, nic_bytes_per_s=4e9)
+    r = analyze_disaggregated(PLAIN, ToyLimits(), 1, PLAIN, ToyLimits(), 1, 0.0, 10.0, FixedLength(1000), FixedLength(11),
+                              kv_link=link)
+    assert not r.stable and r.bottleneck == "kv_link"
+    assert r.utilisation == pytest.approx(5.2e9 / 4e9, rel=1e-6)
+
+
+def test_link_queue_wait_is_md1_and_enters_ttft() -> None:
+    # S = 1,000 tokens x 1e5 B / 1e9 B/s = 0.1 s per transfer; 7 req/s on one link: rho = 0.7,
+    # M/D/1 mean wait = rho S / (2 (1 - rho)) = 0.1167 s. Without the link queue TTFT would miss it.
+    link = KvLink(bytes_per_token=1e5, nic_bytes_per_s=1e9)
+    args = (PLAIN, ToyLimits(), 1, PLAIN, ToyLimits(), 1, 0.0, 7.0, FixedLength(1000), FixedLength(11))
+    with_link = analyze_disaggregated(*args, kv_link=link)
+    no_link = analyze_disaggregated(*args)
+    assert with_link.stable and with_link.link_utilisation == pytest.approx(0.7)
+    wait = 0.7 * 0.1 / (2 * 0.3)
+    assert with_link.ttft_s.mean - no_link.ttft_s.mean == pytest.approx(0.1 + wait, rel=0.02)
+
+
+# Prefill 3-4x faster than the link (the case where the link binds): transfers arrive about as the
+# requests do. (With prefill and transfer times alike, the prefill queue already spaces the transfers
+# and the M/G/1 link wait is conservative: TTFT mean +12% at link utilisation 0.6.)
+FAST = LinearStepCost(s_per_token=2e-6, attention_flops_per_token_pair=0.0, kv_bytes_per_token=1e6)
+
+
+@pytest.mark.parametrize("link_util", [0.3, 0.6, 0.85])
+def test_analytic_link_matches_the_simulated_link_queue(link_util: float) -> None:
+    prompt, output = UniformLength(500, 1500), UniformLength(5, 50)
+    link = KvLink(bytes_per_token=1e5, nic_bytes_per_s=2e9, prefill_tp=2, decode_tp=4)  # min(2, 4) NICs: 4 GB/s
+    rate = link_util / (prompt.mean * 1e5 / 4e9)
+    args = (FAST, ToyLimits(), 1, FAST, ToyLimits(), 1, 0.0, rate, prompt, output)
+    a = analyze_disaggregated(*args, kv_link=link)
+    s = simulate_disaggregated(*args, n_requests=6000, seed=3, warmup_requests=600, kv_link=link)
+    assert a.stable and s.stable and a.link_utilisation == pytest.approx(link_util, rel=0.02)
+    assert a.ttft_s.mean == pytest.approx(s.ttft_s.mean, rel=0.10)
+    assert a.ttft_s.p90 == pytest.approx(s.ttft_s.p90, rel=0.20)
+
+
+def test_simulated_link_over_capacity_grows_a_queue() -> None:
+    link = KvLink(bytes_per_token=1e5, nic_bytes_per_s=1e9)  # 0.1 s per 1,000-token transfer: 10 req/s at most
+    s = simulate_disaggregated(PLAIN, ToyLimits(), 1, PLAIN, ToyLimits(), 1, 0.0, 12.0, FixedLength(1000), FixedLength(11),
+                               n_requests=3000, seed=1, kv_link=link)
+    assert not s.stable and s.requests_per_s == pytest.approx(10.0, rel=0.05)
