@@ -28,7 +28,8 @@ def _rank1_holds(w: Workload) -> None:
     ctx = build_context(w, load_search_policy(), engine_profile("vllm"), default_catalog())
     simulated: set[str] = set()
     for seed in (0, 1, 2):
-        plan = recommend(w, settings=SearchSettings(seed=seed, top=3))
+        # rank 1 is the first row the simulator passes, whatever K (rows are verified in rank order)
+        plan = recommend(w, settings=SearchSettings(seed=seed, top=1, verify=1))
         row = plan.rows[0]
         if row.candidate.key in simulated:  # the same plan from another seed: same simulation
             continue
@@ -48,3 +49,20 @@ def test_rank1_of_every_example_holds_for_20k_simulated_requests(example: str) -
 def test_chat_at_80_req_s_on_h100_holds() -> None:
     w = load_workload(EXAMPLES / "chat.yaml")
     _rank1_holds(dataclasses.replace(w, arrival_rate_per_s=80.0, gpus=("h100-sxm",)))
+
+
+@pytest.mark.slow
+def test_offline_rank1_finishes_before_its_deadline_and_one_replica_fewer_does_not() -> None:
+    from recommender.search.verify import simulate_offline_job
+
+    w = load_workload(EXAMPLES / "batch-summarization.yaml")
+    ctx = build_context(w, load_search_policy(), engine_profile("vllm"), default_catalog())
+    plan = recommend(w, settings=SearchSettings(seed=0, top=1, verify=1))
+    row = plan.rows[0]
+    ev = row.evaluation
+    _, finish = simulate_offline_job(ctx, ev, 5000, 0)
+    assert finish <= w.deadline_s
+    assert len(ev.pools) == 1 and ev.pools[0].replicas >= 2
+    fewer = dataclasses.replace(ev, pools=(dataclasses.replace(ev.pools[0], replicas=ev.pools[0].replicas - 1),))
+    _, finish_fewer = simulate_offline_job(ctx, fewer, 5000, 0)
+    assert finish_fewer > w.deadline_s, (row.label(), finish, finish_fewer)

@@ -93,15 +93,32 @@ def render_table(plan: Plan, *, width: int | None = None) -> str:
     if dropped:
         foot += f"\n{len(dropped)} columns hidden to fit {width} columns ({', '.join(dropped)}); --wide shows all."
     lines = [wrap_text(head, width), "", body, "", wrap_text(plan.why, width), wrap_text(foot, width)]
-    verified = verified_line(plan)
-    if verified:
-        lines.append(wrap_text(verified, width))
+    for extra in (job_line(plan), verified_line(plan)):
+        if extra:
+            lines.append(wrap_text(extra, width))
     return "\n".join(lines)
+
+
+def job_line(plan: Plan) -> str:
+    """Offline job: rank 1's finish time (utilisation x deadline: it runs at capacity), margin and cost."""
+    w = plan.workload
+    if not (w.offline_requests and w.deadline_s and plan.rows):
+        return ""
+    r = plan.rows[0]
+    ev = r.evaluation
+    finish = min(ev.utilisation, 1.0) * w.deadline_s
+    sim = (r.simulated or {}).get("job_finish_s")
+    usd = ev.usd_per_hour * finish / 3600.0
+    return (f"Job (rank 1): {w.offline_requests:,} requests finish in {fmt_seconds(finish)}"
+            + (f" (simulated {fmt_seconds(sim)})" if sim else "")
+            + f", deadline {fmt_seconds(w.deadline_s)}, margin {fmt_seconds(w.deadline_s - finish)}; "
+            f"job cost ${usd:,.0f} ({ev.gpus_total} GPUs at ${ev.usd_per_hour:,.2f}/h while running).")
 
 
 def verified_line(plan: Plan) -> str:
     """How long each verified row ran in the simulator (empty when none was verified)."""
-    runs = [(r.rank, r.simulated) for r in plan.rows if r.simulated and r.simulated.get("requests")]
+    runs = [(r.rank, r.simulated) for r in plan.rows if r.simulated and r.simulated.get("requests")
+            and "job_finish_s" not in r.simulated]
     if not runs:
         return ""
     each = ", ".join(f"rank {rank} {sim['requests']:,}" for rank, sim in runs)

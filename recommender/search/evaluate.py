@@ -153,8 +153,22 @@ def _slo_ratios(ctx: SearchContext, res: Any) -> list[float]:
     return out
 
 
+OFFLINE_MAX_UTILISATION = 0.95  # offline jobs: no live headroom; the simulator confirms the finish time
+
+
+def headroom(ctx: SearchContext) -> float:
+    """Capacity headroom: the policy's for live traffic, none for an offline job (sized for its deadline)."""
+    return 0.0 if ctx.workload.is_offline else ctx.policy.headroom
+
+
+def max_utilisation(ctx: SearchContext) -> float:
+    """Utilisation cap: the policy's for live traffic; ``OFFLINE_MAX_UTILISATION`` for an offline job,
+    whose burst keeps the replicas full anyway (analytic and simulated capacity agree within ~5%)."""
+    return OFFLINE_MAX_UTILISATION if ctx.workload.is_offline else ctx.policy.max_utilisation
+
+
 def _ok(ctx: SearchContext, res: Any) -> bool:
-    return (bool(res.stable) and res.utilisation <= ctx.policy.max_utilisation and res.kv_peak_utilisation <= ctx.policy.max_utilisation
+    return (bool(res.stable) and res.utilisation <= max_utilisation(ctx) and res.kv_peak_utilisation <= max_utilisation(ctx)
             and all(r <= 1.0 for r in _slo_ratios(ctx, res)))
 
 
@@ -220,12 +234,14 @@ def _finish(ctx: SearchContext, c: Candidate, pools: tuple[Pool, ...], res: Any,
     usd_h = sum(p.usd_per_hour for p in pools)
     out_tps = rate * w.output_tokens.mean if res.stable else 0.0
     tot_tps = rate * (w.output_tokens.mean + w.prompt_tokens.mean) if res.stable else 0.0
-    usd_m = usd_h / (tot_tps * 3600) * 1e6 if tot_tps else math.inf
-    usd_m_out = usd_h / (out_tps * 3600) * 1e6 if out_tps else math.inf
+    # an offline job runs flat out and stops when done: it pays for utilisation x deadline, not the deadline
+    running = min(_finite_or_inf(res.utilisation), 1.0) if w.is_offline else 1.0
+    usd_m = usd_h * running / (tot_tps * 3600) * 1e6 if tot_tps else math.inf
+    usd_m_out = usd_h * running / (out_tps * 3600) * 1e6 if out_tps else math.inf
     lat = _latencies(res)
     ratios = _slo_ratios(ctx, res)
     util = _finite_or_inf(res.utilisation)
-    util_excess = util - ctx.policy.max_utilisation if res.stable else 1.0
+    util_excess = util - max_utilisation(ctx) if res.stable else 1.0
     cap_violation = min(1e6, max(0.0, util_excess)) if not ok else 0.0
     if not ok and cap_violation <= 0 and all(r <= 1.0 for r in ratios):
         cap_violation = 1.0  # e.g. the pools exceed max_gpus although the latencies would be met
@@ -267,7 +283,7 @@ def _evaluate_agg(ctx: SearchContext, c: Candidate) -> Evaluation:
     if cost is None:
         return _infeasible(ctx, c, why, fits=False, binding="memory" if why.startswith("does not fit") else "invalid")
     rate = w.effective_rate_per_s
-    target = rate * (1 + pol.headroom)
+    target = rate * (1 + headroom(ctx))
     cap = _gpu_cap(ctx, c.tp)
     if cap < 1:
         return _infeasible(ctx, c, f"TP {c.tp} exceeds max_gpus {w.max_gpus}", True, "capacity")
@@ -349,7 +365,7 @@ def _evaluate_disagg(ctx: SearchContext, c: Candidate) -> Evaluation:
         return _infeasible(ctx, c, ("prefill pool: " if why_p else "decode pool: ") + why, False,
                            "memory" if why.startswith("does not fit") else "invalid")
     rate = w.effective_rate_per_s
-    target = rate * (1 + pol.headroom)
+    target = rate * (1 + headroom(ctx))
     link = kv_link(ctx, c)
 
     def run(rp: int, rd: int, at: float) -> Any:
@@ -387,7 +403,7 @@ def _evaluate_disagg(ctx: SearchContext, c: Candidate) -> Evaluation:
 
 
 def _ok_metrics(ctx: SearchContext, res: Any, metrics: tuple[str, ...]) -> bool:
-    if not res.stable or res.utilisation > ctx.policy.max_utilisation or res.kv_peak_utilisation > ctx.policy.max_utilisation:
+    if not res.stable or res.utilisation > max_utilisation(ctx) or res.kv_peak_utilisation > max_utilisation(ctx):
         return False
     for s in ctx.workload.slos:
         if s.metric in metrics and getattr(res, f"{s.metric}_s").at(s.percentile) > s.limit_s:

@@ -15,7 +15,7 @@ from recommender.errors import DoesNotFitError, InfeasibleError
 from recommender.perf.step import EngineLimits
 from recommender.plan import Plan, PlanRow
 from recommender.profiles import EngineProfile, engine_profile
-from recommender.search.evaluate import Evaluation, SearchContext
+from recommender.search.evaluate import Evaluation, SearchContext, headroom
 from recommender.search.recommend_rows import rank_rows
 from recommender.search.policy import SearchPolicy, load_search_policy
 from recommender.search.space import Candidate, allowed_gpus, offers_for, resolve_dtype
@@ -248,7 +248,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
             "seconds": round(elapsed, 3), "study_name": study.study_name, "storage": settings.storage,
             "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
-            "headroom": policy.headroom, "verified": verify, "pricing": pricing_note(ctx, settings.provider)}
+            "headroom": headroom(ctx), "verified": verify, "pricing": pricing_note(ctx, settings.provider)}
     return Plan(workload=workload, model=ctx.model, rows=tuple(rows), why=why_rank_one(ctx, rows),
                 engine=profile.engine, profile_source=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization,
                 meta=meta, evaluations=tuple(all_evals))

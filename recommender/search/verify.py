@@ -9,7 +9,10 @@ a vLLM-like scheduler for the few that matter, long enough to be in steady state
   at least ``MIN_REQUESTS``, at most the policy's ``verify_requests``;
 * warm-up: the first ``WARMUP_FRACTION`` of the requests are left out of the percentiles;
 * stability: over the second half of the arrivals the simulator served at least 98% of what arrived,
-  and so over its last quarter (``SimResult.stable``): a queue that keeps growing fails.
+  and 95% over its last quarter (``SimResult.stable``): a queue that keeps growing fails.
+
+An offline job is verified as a burst: a slice of ``OFFLINE_SLICE_REQUESTS`` arriving at once,
+projected to the whole job (``job_finish_s``), which must end before the deadline.
 
 A row that breaks an SLO at its percentile or is unstable is dropped and the next analytic row is
 verified in its place, until ``k`` rows pass (or ``3 k`` were tried); then the list is re-ranked.
@@ -64,6 +67,43 @@ def simulate_evaluation(ctx: SearchContext, ev: Evaluation, n_requests: int, see
                     replicas=p.replicas, shared_prefix_fraction=w.shared_prefix_fraction, warmup_requests=warmup_requests)
 
 
+OFFLINE_SLICE_REQUESTS = 5000
+
+
+def simulate_offline_job(ctx: SearchContext, ev: Evaluation, n_requests: int, seed: int) -> tuple[Any, float]:
+    """(result of a slice of ``n_requests`` arriving at once, projected finish of the whole job in s).
+
+    The job is a burst: aggregated, each replica serves its share at its simulated completion rate under
+    that burst (``recommender.load.capacity.simulated_capacity_per_s``); P/D, the slice's duration
+    scaled to the job (conservative: it includes the slice's fill and drain)."""
+    import random
+
+    from recommender.load import simulate, simulate_disaggregated
+    from recommender.load.capacity import simulated_capacity_per_s
+
+    w = ctx.workload
+    assert w.offline_requests
+    n = min(n_requests, w.offline_requests)
+    rng = random.Random(seed)
+    rows = list(zip([0.0] * n, w.prompt_tokens.sample(rng, n), w.output_tokens.sample(rng, n)))
+    costs = [ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
+    if ev.candidate.disaggregated:
+        pp, dp = ev.pools
+        res = simulate_disaggregated(costs[0], pp.limits, pp.replicas, costs[1], dp.limits, dp.replicas, 0.0, None, None,
+                                     None, 0, seed, trace=rows, shared_prefix_fraction=w.shared_prefix_fraction,
+                                     kv_link=kv_link(ctx, ev.candidate))
+        return res, res.duration_s * w.offline_requests / n
+    # aggregated: identical replicas behind round-robin; each runs its share of the burst at the completion
+    # rate of its middle (30th-70th percentile of completions: past the fill, before the drain)
+    p = ev.pools[0]
+    res = simulate(costs[0], p.limits, None, None, None, 0, seed, trace=rows, replicas=p.replicas,
+                   shared_prefix_fraction=w.shared_prefix_fraction)
+    per_replica = simulated_capacity_per_s(cost=costs[0], limits=p.limits, prompt=w.prompt_tokens, output=w.output_tokens,
+                                           shared_prefix_fraction=w.shared_prefix_fraction, n_requests=max(n // p.replicas, 1000),
+                                           seed=seed)
+    return res, w.offline_requests / (p.replicas * per_replica)
+
+
 def sim_summary(res: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for m in ("ttft", "tpot", "e2e"):
@@ -78,8 +118,11 @@ def sim_summary(res: Any) -> dict[str, Any]:
 
 
 def meets(ctx: SearchContext, sim: dict[str, Any]) -> bool:
-    """Stable, and every SLO met at its percentile."""
-    if not sim.get("stable", True):
+    """Stable (an offline job: finished before its deadline), and every SLO met at its percentile."""
+    if "job_finish_s" in sim:
+        if not sim["job_finish_s"] <= (ctx.workload.deadline_s or math.inf):
+            return False
+    elif not sim.get("stable", True):
         return False
     for s in ctx.workload.slos:
         v = sim[f"{s.metric}_s"].get(s.percentile)
@@ -97,9 +140,13 @@ def verify_rows(ctx: SearchContext, rows: Sequence[PlanRow], evaluations: Sequen
     pcts = [s.percentile for s in ctx.workload.slos] or ["p90"]
     for r in pool:
         if passed < k and tried < 3 * k:
-            n, warm = verify_run_length(utilisation=r.evaluation.utilisation, percentiles=pcts,
-                                        max_requests=ctx.policy.verify_requests)
-            sim = sim_summary(simulate_evaluation(ctx, r.evaluation, n, seed, warm))
+            if ctx.workload.is_offline:
+                res, finish = simulate_offline_job(ctx, r.evaluation, OFFLINE_SLICE_REQUESTS, seed)
+                sim = {**sim_summary(res), "job_finish_s": finish, "warmup_requests": 0}
+            else:
+                n, warm = verify_run_length(utilisation=r.evaluation.utilisation, percentiles=pcts,
+                                            max_requests=ctx.policy.verify_requests)
+                sim = sim_summary(simulate_evaluation(ctx, r.evaluation, n, seed, warm))
             tried += 1
             if not meets(ctx, sim):
                 continue
