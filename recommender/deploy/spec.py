@@ -393,7 +393,7 @@ def _build_spec(plan_doc: Mapping[str, Any], rank: int, checkpoint: str | None, 
     expected = ["prefill", "decode"] if disaggregated else ["both"]
     if sorted(map(str, roles)) != sorted(expected):
         raise DeployError(f"{where}: {'disaggregated' if disaggregated else 'aggregated'} plans need pools {expected}, got {roles}")
-    top_pool = next((p for p in raw_pools if p.get("role") in ("both", "decode")), {})
+    top_pool: Mapping[str, Any] = next((p for p in raw_pools if p.get("role") in ("both", "decode")), {})
     for key in ("gpu", "tp", "replicas"):  # the row's gpu/tp/replicas describe the (decode) pool
         if key in row and key in top_pool and row[key] != top_pool[key]:
             raise DeployError(f"{where}: the plan says {key} {row[key]!r} but its {top_pool['role']} pool says "
