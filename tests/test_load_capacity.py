@@ -16,7 +16,13 @@ import pytest
 
 from recommender.catalog import default_catalog
 from recommender.load.capacity import analytic_capacity_per_s, simulated_capacity_per_s
-from recommender.load.toy import LinearStepCost, LogNormalLength, RooflineStepCost, ToyLimits, UniformLength
+from recommender.load.toy import (
+    LinearStepCost,
+    LogNormalLength,
+    RooflineStepCost,
+    ToyLimits,
+    UniformLength,
+)
 from recommender.perf.step import Deployment, EngineLimits, StepCostModel
 from recommender.profiles import engine_profile
 from recommender.workload import load_workload
@@ -54,8 +60,8 @@ def real_config(name: str, gpu: str, tp: int, wd: str, kd: str, seqs: int, budge
 @pytest.mark.parametrize("config", REAL, ids=lambda c: "-".join(str(x) for x in c))
 def test_analytic_and_simulated_capacity_agree_on_catalog_models(config) -> None:
     cost, limits, w = real_config(*config)
-    kw = dict(cost=cost, limits=limits, prompt=w.prompt_tokens, output=w.output_tokens,
-              shared_prefix_fraction=w.shared_prefix_fraction)
+    kw = {"cost": cost, "limits": limits, "prompt": w.prompt_tokens, "output": w.output_tokens,
+          "shared_prefix_fraction": w.shared_prefix_fraction}
     a = analytic_capacity_per_s(**kw)
     s = simulated_capacity_per_s(**kw, n_requests=3000, seed=1)
     assert a == pytest.approx(s, rel=0.10)
@@ -91,7 +97,7 @@ def test_analytic_and_simulated_capacity_agree_on_toy_models(cost_name, work_nam
     prompt, output = TOY_WORKLOADS[work_name]
     if prompt.max_tokens + output.max_tokens > cost.kv_capacity_tokens:
         pytest.skip("a request does not fit this toy KV cache")
-    kw = dict(cost=cost, limits=limits, prompt=prompt, output=output)
+    kw = {"cost": cost, "limits": limits, "prompt": prompt, "output": output}
     a = analytic_capacity_per_s(**kw)
     s = simulated_capacity_per_s(**kw, n_requests=2000, seed=2)
     if (work_name, limits_name) in KV_THRASH:

@@ -21,16 +21,21 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from recommender.catalog import Gpu
+from recommender.estimate import build_deployment
 from recommender.hf_config import ModelArch
 from recommender.load import analyze, analyze_disaggregated
 from recommender.load.link import KvLink
 from recommender.offers import Offer, Rental, cheapest_rental, workload_offer
 from recommender.perf import memory as mem
-from recommender.estimate import build_deployment
 from recommender.perf.step import EngineLimits, StepCostModel
 from recommender.profiles import EngineProfile
 from recommender.search.policy import SearchPolicy
-from recommender.search.space import Candidate, parallelism_valid, pd_pair_valid, weight_dtype_valid
+from recommender.search.space import (
+    Candidate,
+    parallelism_valid,
+    pd_pair_valid,
+    weight_dtype_valid,
+)
 from recommender.workload import Workload
 
 INFEASIBLE_OBJECTIVE = 1e9
@@ -277,7 +282,7 @@ def binding_of(slo_names: list[str], ratios: list[float], res: Any) -> str:
 
 
 def _evaluate_agg(ctx: SearchContext, c: Candidate) -> Evaluation:
-    w, pol = ctx.workload, ctx.policy
+    w = ctx.workload
     limits = _limits(c, w.max_model_len, w.shared_prefix_fraction > 0)
     cost, why = ctx.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
     if cost is None:

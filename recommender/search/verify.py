@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from recommender.plan import PlanRow
 from recommender.search.evaluate import Evaluation, SearchContext, kv_link
@@ -52,7 +53,7 @@ def simulate_evaluation(ctx: SearchContext, ev: Evaluation, n_requests: int, see
     w = ctx.workload
     c = ev.candidate
     rate = w.effective_rate_per_s
-    costs = []
+    costs: list[Any] = []
     for p in ev.pools:
         cost, _ = ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)
         costs.append(cost)
@@ -86,7 +87,8 @@ def simulate_offline_job(ctx: SearchContext, ev: Evaluation, n_requests: int, se
     n = min(n_requests, w.offline_requests)
     rng = random.Random(seed)
     rows = list(zip([0.0] * n, w.prompt_tokens.sample(rng, n), w.output_tokens.sample(rng, n)))
-    costs = [ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
+    costs: list[Any] = [ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
+    assert all(c is not None for c in costs), "an evaluated plan has cost models"
     if ev.candidate.disaggregated:
         pp, dp = ev.pools
         res = simulate_disaggregated(costs[0], pp.limits, pp.replicas, costs[1], dp.limits, dp.replicas, 0.0, None, None,
