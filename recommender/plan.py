@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recommender.hf_config import ModelArch
-from recommender.search.evaluate import Evaluation, Pool
+from recommender.sizing import Evaluation, Pool
 from recommender.workload import Workload
 
 PLAN_VERSION = 1

@@ -158,7 +158,7 @@ def test_optuna_front_reaches_99_percent_of_exhaustive_hypervolume():
     truth = exhaustive(ctx, ch)
     ctx2 = _ctx()
     run_study(ctx2, ch, StudySettings(seed=0, trials=SMALL_POLICY.trials), seed_candidates(ctx2, ch))
-    q = search_quality(list(ctx2._cache.values()), truth)
+    q = search_quality(list(ctx2.evaluator), truth)
     assert front(truth), "the reduced space must contain feasible plans"
     assert q.hypervolume_ratio >= 0.99
 

@@ -66,6 +66,23 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
     return rows
 
 
+def search_footer(m: dict) -> str:
+    """Trials run / asked, why the search stopped, and whether rank 1 is proven the cheapest in the space."""
+    run, asked = m.get("trials_run", m.get("trials")), m.get("trials_asked")
+    if m.get("stopped_by") == "timeout":
+        head = f"{run} of {asked} trials asked: cut by the {m.get('timeout_s')} s timeout"
+    elif m.get("stopped_by") == "trials":
+        head = f"{run} of {asked} trials asked (all used)"
+    elif m.get("search_complete"):
+        head = f"{run} trials (search complete: every other configuration pruned by its bounds)"
+    else:
+        head = f"{run} trials (of up to {asked}; stopped once rank 1 was proven, Pareto front from these)"
+    if m.get("trials", run) != run:
+        head += f"; {m.get('trials')} trials in the study ranked"
+    proof = "rank 1 proven cheapest in the space" if m.get("rank1_proven") else "rank 1 NOT proven cheapest: raise --trials"
+    return f"{head}; {proof}; {m.get('seconds')} s (seed {m.get('seed')})"
+
+
 def table_headers(plan: Plan) -> list[str]:
     """TABLE_HEADERS with the percentile the latencies are shown at ("TTFT p90")."""
     hdr = list(TABLE_HEADERS)
@@ -85,8 +102,7 @@ def render_table(plan: Plan, *, width: int | None = None) -> str:
     hdr = table_headers(plan)
     body, dropped = fit_table(hdr, plan_table_rows(plan), width=width, drop_order=DROP_ORDER)
     m = plan.meta
-    foot = (f"{m.get('trials')} trials, {m.get('evaluations')} configurations evaluated in {m.get('seconds')} s "
-            f"(seed {m.get('seed')}); replicas sized for +{m.get('headroom', 0):.0%} headroom; latencies at the workload's rate.")
+    foot = (f"{search_footer(m)}; replicas sized for +{m.get('headroom', 0):.0%} headroom; latencies at the workload's rate.")
     pricing = m.get("pricing")
     if pricing:
         foot += f"\nPrices: {pricing}."

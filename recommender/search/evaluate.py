@@ -1,416 +1,126 @@
-"""Evaluate one candidate for a workload: derive replicas, check SLOs and memory, price it.
+"""The search's evaluator: validity of a candidate in the space, then sizing (``recommender.sizing``), cached.
 
-Pure (no Optuna): the Optuna study, the exhaustive evaluator and the tests all call :func:`evaluate`.
-
-Replicas are derived, not searched: the fewest replicas ``R`` such that, at
-``arrival_rate x (1 + headroom)``, the load model says the deployment is stable, its utilisation is at
-most ``max_utilisation`` and every SLO percentile is met. Latency falls as ``R`` grows, so ``R`` is
-found by doubling from a capacity lower bound and then bisecting. Reported latencies are at the
-workload's own rate (not the headroom rate). Cost is what serving the workload costs::
-
-    usd_per_hour               = sum over pools of instances x usd_per_instance_hour (recommender.offers:
-                                 the cheapest offer of the pool's GPU, whole instances, TP groups inside one)
-    usd_per_million_tokens     = usd_per_hour / (rate x (mean prompt + mean output) x 3600) x 1e6
-    usd_per_million_output_tokens = usd_per_hour / (rate x mean output x 3600) x 1e6
+:class:`SearchContext` is the :class:`~recommender.sizing.Sizer` of one search plus the policy and an
+:class:`Evaluator` (the cache of every candidate evaluated). The Optuna study, the shape search, the
+exhaustive reference and the tests all call :func:`evaluate`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Iterator
 
-from recommender.catalog import Gpu
-from recommender.estimate import build_deployment
-from recommender.hf_config import ModelArch
-from recommender.load import analyze, analyze_disaggregated
-from recommender.load.link import KvLink
-from recommender.offers import Offer, Rental, cheapest_rental, workload_offer
-from recommender.perf import memory as mem
-from recommender.perf.step import EngineLimits, StepCostModel
-from recommender.profiles import EngineProfile
 from recommender.search.policy import SearchPolicy
-from recommender.search.space import (
+from recommender.search.space import parallelism_valid, pd_pair_valid, weight_dtype_valid
+from recommender.load.link import KvLink
+from recommender.offers import Rental
+from recommender.sizing import (
+    BOTTLENECK_NAMES,
+    INFEASIBLE_OBJECTIVE,
+    OFFLINE_MAX_UTILISATION,
     Candidate,
-    parallelism_valid,
-    pd_pair_valid,
-    weight_dtype_valid,
+    Evaluation,
+    Pool,
+    Sizer,
+    SizingRules,
+    binding_of,
 )
-from recommender.workload import Workload
 
-INFEASIBLE_OBJECTIVE = 1e9
-
-
-@dataclass(frozen=True)
-class Pool:
-    """One homogeneous pool of replicas (``role`` is both, prefill or decode)."""
-
-    role: str
-    gpu: str
-    tp: int
-    replicas: int
-    weight_dtype: str
-    kv_dtype: str
-    limits: EngineLimits
-    usd_per_gpu_hour: float
-    kv_capacity_tokens: int = 0
-    rental: Rental | None = None  # the whole instances the pool rents (None: priced per GPU)
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.replicas
-
-    @property
-    def usd_per_hour(self) -> float:
-        return self.rental.usd_per_hour if self.rental is not None else self.gpus * self.usd_per_gpu_hour
+__all__ = ["INFEASIBLE_OBJECTIVE", "Evaluation", "Evaluator", "Pool", "SearchContext", "evaluate",
+           "headroom", "kv_link", "kv_transfer_s_per_token", "max_utilisation", "rent_pool", "rules_of",
+           "binding_of", "BOTTLENECK_NAMES", "OFFLINE_MAX_UTILISATION"]
 
 
-@dataclass(frozen=True)
-class Evaluation:
-    """Everything the search and the plan need to know about one candidate."""
+def rules_of(policy: SearchPolicy) -> SizingRules:
+    return SizingRules(headroom=policy.headroom, max_utilisation=policy.max_utilisation,
+                       gpu_memory_utilization=policy.gpu_memory_utilization, max_replicas=policy.max_replicas,
+                       kv_transfer_bandwidth_bytes_per_s=policy.kv_transfer_bandwidth_bytes_per_s,
+                       kv_transfer_latency_s=policy.kv_transfer_latency_s)
 
-    candidate: Candidate
-    feasible: bool
-    fits: bool
-    constraints: tuple[float, ...]
-    objectives: tuple[float, ...]
-    pools: tuple[Pool, ...] = ()
-    gpus_total: int = 0
-    usd_per_hour: float = math.inf
-    usd_per_million_tokens: float = math.inf
-    usd_per_million_output_tokens: float = math.inf
-    output_tokens_per_s: float = 0.0
-    utilisation: float = math.inf
-    latencies: dict[str, dict[str, float]] = field(default_factory=dict)
-    binding: str = ""
-    reason: str = ""
-    load: Any = field(default=None, compare=False, repr=False)
 
-    def latency(self, metric: str, percentile: str) -> float:
-        return self.latencies.get(metric, {}).get(percentile, math.inf)
+class Evaluator:
+    """Evaluates candidates once each (keyed by :attr:`Candidate.key`) and counts the fresh ones."""
+
+    def __init__(self, ctx: "SearchContext") -> None:
+        self._ctx = ctx
+        self._cache: dict[str, Evaluation] = {}
+        self.fresh = 0
+
+    def __call__(self, c: Candidate, lower: tuple[int, ...] = ()) -> Evaluation:
+        """The evaluation of ``c``; ``lower``: lower bounds on its replicas (see ``Sizer.size``)."""
+        hit = self._cache.get(c.key)
+        if hit is None:
+            self.fresh += 1
+            hit = self._cache[c.key] = self._evaluate(c, lower)
+        return hit
+
+    def cached(self, c: Candidate) -> bool:
+        return c.key in self._cache
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def __iter__(self) -> Iterator[Evaluation]:
+        return iter(list(self._cache.values()))
+
+    def _evaluate(self, c: Candidate, lower: tuple[int, ...]) -> Evaluation:
+        ctx = self._ctx
+        if c.disaggregated:
+            why_pair = pd_pair_valid(ctx.gpus[c.gpu], ctx.gpus[c.decode_gpu], c.tp, c.decode_tp,
+                                     ctx.policy.pd_heterogeneous_gpus)
+            if why_pair:
+                return ctx.infeasible(c, why_pair, fits=False, binding="invalid")
+        for gpu_id, tp in ((c.gpu, c.tp), (c.decode_gpu, c.decode_tp)) if c.disaggregated else ((c.gpu, c.tp),):
+            gpu = ctx.gpus[gpu_id]
+            why = parallelism_valid(ctx.model, gpu, tp) or weight_dtype_valid(ctx.model, gpu, c.weight_dtype, c.kv_dtype)
+            if why:
+                role = ("prefill pool: " if gpu_id == c.gpu and tp == c.tp else "decode pool: ") if c.disaggregated else ""
+                return ctx.infeasible(c, role + why, fits=False, binding="invalid")
+        return ctx.size(c, lower)
 
 
 @dataclass
-class SearchContext:
-    """What every evaluation shares (built once per search)."""
+class SearchContext(Sizer):
+    """What every evaluation of one search shares: the sizer, the policy, the checkpoints and the cache."""
 
-    workload: Workload
-    model: ModelArch
-    gpus: dict[str, Gpu]
-    prices: dict[str, float]  # USD per GPU-hour of each GPU's cheapest offer (for messages)
-    profile: EngineProfile
-    policy: SearchPolicy
+    policy: SearchPolicy = field(default_factory=SearchPolicy)
     checkpoints: dict[str, str] = field(default_factory=dict)
-    offers: dict[str, tuple[Offer, ...]] = field(default_factory=dict)  # per GPU; none: per-GPU prices
-    _costs: dict[tuple, tuple[StepCostModel | None, str]] = field(default_factory=dict)
-    _cache: dict[str, Evaluation] = field(default_factory=dict)
-    evaluations: int = 0
+    evaluator: Evaluator = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.evaluator = Evaluator(self)
 
     @property
-    def slo_names(self) -> list[str]:
-        return [f"{s.metric}@{s.percentile}" for s in self.workload.slos]
-
-    @property
-    def constraint_names(self) -> list[str]:
-        return ["memory", "capacity", *self.slo_names]
-
-    @property
-    def objective_names(self) -> list[str]:
-        lat = self.slo_names or ["tpot@p90"]
-        return ["usd_per_million_tokens", *lat]
-
-    def cost_model(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits) -> tuple[StepCostModel | None, str]:
-        """Cached (StepCostModel or None, reason-if-not) for one replica configuration."""
-        key = (gpu_id, tp, wd, kd, limits)
-        if key not in self._costs:
-            gpu = self.gpus[gpu_id]
-            why = parallelism_valid(self.model, gpu, tp) or weight_dtype_valid(self.model, gpu, wd, kd)
-            if why:
-                self._costs[key] = (None, why)
-            else:
-                dep = build_deployment(model=self.model, gpu=gpu, tp=tp, weight_dtype=wd, kv_dtype=kd, profile=self.profile,
-                                       limits=limits, gpu_memory_utilization=self.policy.gpu_memory_utilization,
-                                       max_model_len=self.workload.max_model_len)
-                m = dep.memory()
-                if not m.fits:
-                    self._costs[key] = (None, f"does not fit: short by {m.shortfall_bytes_per_gpu / 1e9:.1f} GB per GPU")
-                else:
-                    self._costs[key] = (StepCostModel.build(dep), "")
-        return self._costs[key]
+    def evaluations(self) -> int:
+        """Candidates evaluated so far (each once)."""
+        return self.evaluator.fresh
 
 
-def _limits(c: Candidate, max_model_len: int, prefix: bool) -> EngineLimits:
-    chunked = c.max_num_batched_tokens > 0
-    budget = c.max_num_batched_tokens if chunked else max(max_model_len, 2048)
-    return EngineLimits(max_num_seqs=c.max_num_seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
-                        enable_prefix_caching=prefix)
-
-
-def _finite_or_inf(v: float) -> float:
-    return v if v == v else math.inf  # NaN (a degenerate load-model result) counts as unbounded
-
-
-def _slo_ratios(ctx: SearchContext, res: Any) -> list[float]:
-    out = []
-    for s in ctx.workload.slos:
-        v = _finite_or_inf(getattr(res, f"{s.metric}_s").at(s.percentile)) if res.stable else math.inf
-        out.append(v / s.limit_s)
-    return out
-
-
-OFFLINE_MAX_UTILISATION = 0.95  # offline jobs: no live headroom; the simulator confirms the finish time
+def evaluate(ctx: SearchContext, c: Candidate, lower: tuple[int, ...] = ()) -> Evaluation:
+    """Validity, replicas, latencies and price of ``c`` (cached per context)."""
+    return ctx.evaluator(c, lower)
 
 
 def headroom(ctx: SearchContext) -> float:
-    """Capacity headroom: the policy's for live traffic, none for an offline job (sized for its deadline)."""
-    return 0.0 if ctx.workload.is_offline else ctx.policy.headroom
+    """See :attr:`recommender.sizing.Sizer.headroom`."""
+    return ctx.headroom
 
 
 def max_utilisation(ctx: SearchContext) -> float:
-    """Utilisation cap: the policy's for live traffic; ``OFFLINE_MAX_UTILISATION`` for an offline job,
-    whose burst keeps the replicas full anyway (analytic and simulated capacity agree within ~5%)."""
-    return OFFLINE_MAX_UTILISATION if ctx.workload.is_offline else ctx.policy.max_utilisation
-
-
-def _ok(ctx: SearchContext, res: Any) -> bool:
-    return (bool(res.stable) and res.utilisation <= max_utilisation(ctx) and res.kv_peak_utilisation <= max_utilisation(ctx)
-            and all(r <= 1.0 for r in _slo_ratios(ctx, res)))
-
-
-def _min_replicas(ok: Callable[[int], bool], lower: int, cap: int) -> int | None:
-    """Fewest R in [lower, cap] with ok(R), assuming ok is monotone in R; None if even cap fails."""
-    lower = max(1, min(lower, cap))
-    if ok(lower):
-        return lower
-    lo, hi = lower, lower
-    while True:
-        hi = min(cap, hi * 2)
-        if ok(hi):
-            break
-        if hi >= cap:
-            return None
-        lo = hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def _latencies(res: Any) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
-    for metric in ("ttft", "tpot", "e2e"):
-        p = getattr(res, f"{metric}_s")
-        out[metric] = {k: (_finite_or_inf(p.at(k)) if res.stable else math.inf) for k in ("mean", "p50", "p90", "p95", "p99")}
-    return out
-
-
-def _infeasible(ctx: SearchContext, c: Candidate, reason: str, fits: bool, binding: str) -> Evaluation:
-    n = len(ctx.constraint_names)
-    cons = [0.0] * n
-    cons[0 if not fits else 1] = 1.0
-    return Evaluation(candidate=c, feasible=False, fits=fits, constraints=tuple(cons),
-                      objectives=tuple([INFEASIBLE_OBJECTIVE] * len(ctx.objective_names)), reason=reason, binding=binding)
-
-
-def evaluate(ctx: SearchContext, c: Candidate) -> Evaluation:
-    """Derive replicas for ``c`` and return its (cached) evaluation."""
-    hit = ctx._cache.get(c.key)
-    if hit is not None:
-        return hit
-    ctx.evaluations += 1
-    ev = _evaluate_disagg(ctx, c) if c.disaggregated else _evaluate_agg(ctx, c)
-    ctx._cache[c.key] = ev
-    return ev
-
-
-def _gpu_cap(ctx: SearchContext, tp: int) -> int:
-    cap = ctx.policy.max_replicas
-    if ctx.workload.max_gpus:
-        cap = min(cap, ctx.workload.max_gpus // tp)
-    return cap
-
-
-def _finish(ctx: SearchContext, c: Candidate, pools: tuple[Pool, ...], res: Any, ok: bool, reason: str = "") -> Evaluation:
-    w = ctx.workload
-    rate = w.effective_rate_per_s
-    usd_h = sum(p.usd_per_hour for p in pools)
-    out_tps = rate * w.output_tokens.mean if res.stable else 0.0
-    tot_tps = rate * (w.output_tokens.mean + w.prompt_tokens.mean) if res.stable else 0.0
-    # an offline job runs flat out and stops when done: it pays for utilisation x deadline, not the deadline
-    running = min(_finite_or_inf(res.utilisation), 1.0) if w.is_offline else 1.0
-    usd_m = usd_h * running / (tot_tps * 3600) * 1e6 if tot_tps else math.inf
-    usd_m_out = usd_h * running / (out_tps * 3600) * 1e6 if out_tps else math.inf
-    lat = _latencies(res)
-    ratios = _slo_ratios(ctx, res)
-    util = _finite_or_inf(res.utilisation)
-    util_excess = util - max_utilisation(ctx) if res.stable else 1.0
-    cap_violation = min(1e6, max(0.0, util_excess)) if not ok else 0.0
-    if not ok and cap_violation <= 0 and all(r <= 1.0 for r in ratios):
-        cap_violation = 1.0  # e.g. the pools exceed max_gpus although the latencies would be met
-    cons = (0.0, cap_violation, *[min(1e6, r - 1.0) for r in ratios])
-    lat_obj = [min(lat[s.metric][s.percentile], INFEASIBLE_OBJECTIVE) for s in w.slos] or [
-        min(lat["tpot"]["p90"], INFEASIBLE_OBJECTIVE)]
-    objectives = (usd_m if math.isfinite(usd_m) else INFEASIBLE_OBJECTIVE, *lat_obj)
-    binding = binding_of(ctx.slo_names, ratios, res)
-    return Evaluation(
-        candidate=c, feasible=ok, fits=True, constraints=tuple(cons), objectives=tuple(objectives), pools=pools,
-        gpus_total=sum(p.gpus for p in pools), usd_per_hour=usd_h, usd_per_million_tokens=usd_m,
-        usd_per_million_output_tokens=usd_m_out, output_tokens_per_s=out_tps, utilisation=res.utilisation,
-        latencies=lat, binding=binding, reason=reason, load=res,
-    )
-
-
-BOTTLENECK_NAMES = {"prefill": "prefill lane", "max_num_seqs": "batch limit", "kv_cache": "KV capacity",
-                    "decode": "decode steps", "kv_link": "KV link"}
-
-
-def binding_of(slo_names: list[str], ratios: list[float], res: Any) -> str:
-    """What limits the plan: the SLO with the least slack when it has under 20% left (``tpot@p90 (6%
-    slack)``), else the resource its utilisation is highest on: prefill lane, batch limit
-    (max_num_seqs), KV capacity, decode steps or KV link (P/D: with the pool it is in)."""
-    if ratios:
-        i = max(range(len(ratios)), key=lambda j: ratios[j])
-        if ratios[i] > 0.8:
-            return f"{slo_names[i]} ({max(0.0, 1.0 - ratios[i]):.0%} slack)"
-    neck = str(getattr(res, "bottleneck", "") or "")
-    pool, _, what = neck.rpartition(": ")
-    name = BOTTLENECK_NAMES.get(what, what or "capacity")
-    return f"{name} ({pool.split()[0]})" if pool else name
-
-
-def _evaluate_agg(ctx: SearchContext, c: Candidate) -> Evaluation:
-    w = ctx.workload
-    limits = _limits(c, w.max_model_len, w.shared_prefix_fraction > 0)
-    cost, why = ctx.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
-    if cost is None:
-        return _infeasible(ctx, c, why, fits=False, binding="memory" if why.startswith("does not fit") else "invalid")
-    rate = w.effective_rate_per_s
-    target = rate * (1 + headroom(ctx))
-    cap = _gpu_cap(ctx, c.tp)
-    if cap < 1:
-        return _infeasible(ctx, c, f"TP {c.tp} exceeds max_gpus {w.max_gpus}", True, "capacity")
-
-    def run(r: int, at: float) -> Any:
-        return analyze(cost, limits, at, w.prompt_tokens, w.output_tokens, replicas=r,
-                       shared_prefix_fraction=w.shared_prefix_fraction)
-
-    # capacity lower bound: decode throughput of one replica at its largest batch
-    seq = int(w.prompt_tokens.mean + w.output_tokens.mean)
-    kv_seqs = max(1, cost.kv_capacity_tokens // max(seq, 1))
-    b = max(1, min(limits.max_num_seqs, kv_seqs))
-    step = cost.decode_step_s(b, int(w.prompt_tokens.mean + w.output_tokens.mean / 2))
-    per_replica_req_s = b / step / max(w.output_tokens.mean, 1.0)
-    lower = max(1, math.ceil(target / per_replica_req_s))
-    r = _min_replicas(lambda k: _ok(ctx, run(k, target)), lower, cap)
-    price = ctx.prices[c.gpu]
-    if r is None:
-        res = run(cap, rate)
-        pools = (Pool("both", c.gpu, c.tp, cap, c.weight_dtype, c.kv_dtype, limits, price, cost.kv_capacity_tokens),)
-        ev = _finish(ctx, c, pools, res, ok=False, reason=f"misses its SLOs even with {cap} replicas")
-        return ev
-    rental, why = rent_pool(ctx, c.gpu, c.tp, r)
-    if rental is None:
-        return _infeasible(ctx, c, why, True, "capacity")
-    res = run(rental.replicas, rate)
-    pools = (Pool("both", c.gpu, c.tp, rental.replicas, c.weight_dtype, c.kv_dtype, limits, rental.offer.usd_per_gpu_hour,
-                  cost.kv_capacity_tokens, rental),)
-    return _finish(ctx, c, pools, res, ok=True)
-
-
-def rent_pool(ctx: SearchContext, gpu: str, tp: int, replicas: int) -> tuple[Rental | None, str]:
-    """Whole instances of the cheapest offer for ``replicas`` TP groups (filled: the instances run every
-    TP group they hold), or (None, why) when no offer holds a TP group or rounding exceeds max_gpus."""
-    offers = ctx.offers.get(gpu)
-    if offers is None:  # no offers given (a hand-built context): per-GPU price, no rounding
-        offers = (workload_offer(gpu, ctx.prices[gpu]),)
-    rental = cheapest_rental(offers, tp, replicas)
-    if rental is None:
-        sizes = sorted({o.gpus_per_instance for o in offers})
-        return None, f"no offer for {gpu} holds a TP{tp} group (instances of {sizes} GPUs)"
-    cap = ctx.workload.max_gpus
-    if cap and rental.replicas * tp > cap:
-        return None, f"{rental.instances} x {rental.offer.gpus_per_instance}-GPU instances exceed max_gpus {cap}"
-    return rental, ""
+    """See :attr:`recommender.sizing.Sizer.max_utilisation`."""
+    return ctx.max_utilisation
 
 
 def kv_link(ctx: SearchContext, c: Candidate) -> KvLink:
-    """The P/D KV-transfer link: KV bytes per token, NIC bandwidth per GPU (the GPU catalog's
-    ``nic_bandwidth_bytes_per_s`` where given, else the policy's ``kv_transfer_bandwidth_bytes_per_s``;
-    the slower end), both TP sizes and the policy's fixed ``kv_transfer_latency_s`` per transfer."""
-    default = ctx.policy.kv_transfer_bandwidth_bytes_per_s
-    nics = [getattr(ctx.gpus[g], "nic_bandwidth_bytes_per_s", None) or default for g in (c.gpu, c.decode_gpu)]
-    return KvLink(bytes_per_token=mem.kv_cache_bytes_per_token(ctx.model, c.kv_dtype, 1), nic_bytes_per_s=min(nics),
-                  prefill_tp=c.tp, decode_tp=c.decode_tp, latency_s=ctx.policy.kv_transfer_latency_s)
+    """See :meth:`recommender.sizing.Sizer.kv_link`."""
+    return ctx.kv_link(c)
 
 
 def kv_transfer_s_per_token(ctx: SearchContext, c: Candidate) -> float:
-    """Seconds to move one token's KV from a prefill replica to a decode replica over the network
-    (``tp`` NICs in parallel on the slower side): ``kv_bytes_per_token / (min(tp_p, tp_d) x bandwidth)``."""
-    per_tok = mem.kv_cache_bytes_per_token(ctx.model, c.kv_dtype, 1)
-    return per_tok / (min(c.tp, c.decode_tp) * ctx.policy.kv_transfer_bandwidth_bytes_per_s)
+    """See :meth:`recommender.sizing.Sizer.kv_transfer_s_per_token`."""
+    return ctx.kv_transfer_s_per_token(c)
 
 
-def _evaluate_disagg(ctx: SearchContext, c: Candidate) -> Evaluation:
-    w, pol = ctx.workload, ctx.policy
-    why_pair = pd_pair_valid(ctx.gpus[c.gpu], ctx.gpus[c.decode_gpu], c.tp, c.decode_tp, pol.pd_heterogeneous_gpus)
-    if why_pair:
-        return _infeasible(ctx, c, why_pair, False, "invalid")
-    budget = c.max_num_batched_tokens or max(w.max_model_len, 2048)
-    p_limits = EngineLimits(max_num_seqs=max(8, min(64, c.max_num_seqs)), max_num_batched_tokens=budget,
-                            chunked_prefill=c.max_num_batched_tokens > 0, enable_prefix_caching=w.shared_prefix_fraction > 0)
-    d_limits = EngineLimits(max_num_seqs=c.max_num_seqs, max_num_batched_tokens=max(2048, c.max_num_seqs),
-                            chunked_prefill=True, enable_prefix_caching=False)
-    p_cost, why_p = ctx.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, p_limits)
-    d_cost, why_d = ctx.cost_model(c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype, d_limits)
-    if p_cost is None or d_cost is None:
-        why = why_p or why_d
-        return _infeasible(ctx, c, ("prefill pool: " if why_p else "decode pool: ") + why, False,
-                           "memory" if why.startswith("does not fit") else "invalid")
-    rate = w.effective_rate_per_s
-    target = rate * (1 + headroom(ctx))
-    link = kv_link(ctx, c)
-
-    def run(rp: int, rd: int, at: float) -> Any:
-        return analyze_disaggregated(p_cost, p_limits, rp, d_cost, d_limits, rd, 0.0, at,
-                                     w.prompt_tokens, w.output_tokens, shared_prefix_fraction=w.shared_prefix_fraction,
-                                     kv_link=link)
-
-    cap_p, cap_d = _gpu_cap(ctx, c.tp), _gpu_cap(ctx, c.decode_tp)
-    if cap_p < 1 or cap_d < 1:
-        return _infeasible(ctx, c, "pools exceed max_gpus", True, "capacity")
-    # size decode with ample prefill, then prefill with the chosen decode pool
-    rd = _min_replicas(lambda k: _ok_metrics(ctx, run(cap_p, k, target), ("tpot",)), 1, cap_d)
-    if rd is None:
-        res = run(cap_p, cap_d, rate)
-        pools = (Pool("prefill", c.gpu, c.tp, cap_p, c.weight_dtype, c.kv_dtype, p_limits, ctx.prices[c.gpu], p_cost.kv_capacity_tokens),
-                 Pool("decode", c.decode_gpu, c.decode_tp, cap_d, c.weight_dtype, c.kv_dtype, d_limits, ctx.prices[c.decode_gpu], d_cost.kv_capacity_tokens))
-        return _finish(ctx, c, pools, res, ok=False, reason="decode pool misses its SLOs at its cap")
-    rp = _min_replicas(lambda k: _ok(ctx, run(k, rd, target)), 1, cap_p)
-    ok = rp is not None
-    rp = rp or cap_p
-    rent_p, why_p = rent_pool(ctx, c.gpu, c.tp, rp)
-    rent_d, why_d = rent_pool(ctx, c.decode_gpu, c.decode_tp, rd)
-    if ok and (rent_p is None or rent_d is None):
-        return _infeasible(ctx, c, why_p or why_d, True, "capacity")
-    if rent_p is not None and rent_d is not None:
-        rp, rd = rent_p.replicas, rent_d.replicas
-    if w.max_gpus and rp * c.tp + rd * c.decode_tp > w.max_gpus:
-        ok = False
-    res = run(rp, rd, rate)
-    pools = (Pool("prefill", c.gpu, c.tp, rp, c.weight_dtype, c.kv_dtype, p_limits,
-                  rent_p.offer.usd_per_gpu_hour if rent_p else ctx.prices[c.gpu], p_cost.kv_capacity_tokens, rent_p),
-             Pool("decode", c.decode_gpu, c.decode_tp, rd, c.weight_dtype, c.kv_dtype, d_limits,
-                  rent_d.offer.usd_per_gpu_hour if rent_d else ctx.prices[c.decode_gpu], d_cost.kv_capacity_tokens, rent_d))
-    return _finish(ctx, c, pools, res, ok=ok, reason="" if ok else "prefill pool misses its SLOs at its cap or max_gpus")
-
-
-def _ok_metrics(ctx: SearchContext, res: Any, metrics: tuple[str, ...]) -> bool:
-    if not res.stable or res.utilisation > max_utilisation(ctx) or res.kv_peak_utilisation > max_utilisation(ctx):
-        return False
-    for s in ctx.workload.slos:
-        if s.metric in metrics and getattr(res, f"{s.metric}_s").at(s.percentile) > s.limit_s:
-            return False
-    return True
+def rent_pool(ctx: SearchContext, gpu: str, tp: int, replicas: int) -> tuple[Rental | None, str]:
+    """See :meth:`recommender.sizing.Sizer.rent_pool`."""
+    return ctx.rent_pool(gpu, tp, replicas)

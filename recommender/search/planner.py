@@ -7,19 +7,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from optuna.trial import TrialState
-
 from recommender.catalog import Catalog, default_catalog
 from recommender.dtypes import loads_without_checkpoint
-from recommender.errors import DoesNotFitError, InfeasibleError
+from recommender.errors import ConfigError, DoesNotFitError, InfeasibleError
 from recommender.perf.step import EngineLimits
 from recommender.plan import Plan, PlanRow
 from recommender.profiles import EngineProfile, engine_profile
-from recommender.search.evaluate import Evaluation, SearchContext, headroom
+from recommender.search.evaluate import Evaluation, SearchContext, evaluate, headroom, rules_of
 from recommender.search.recommend_rows import rank_rows
-from recommender.search.policy import SearchPolicy, load_search_policy
-from recommender.search.space import Candidate, allowed_gpus, offers_for, resolve_dtype
-from recommender.search.study import SpaceChoices, StudySettings, run_study
+from recommender.search.policy import SearchPolicy, StudySettings, load_search_policy
+from recommender.search.space import Candidate, SpaceChoices, allowed_gpus, offers_for, resolve_dtype
 from recommender.units import fmt_seconds
 from recommender.workload import Workload
 
@@ -45,8 +42,8 @@ def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfi
     meta = catalog.model_meta.get(model.id, {})
     ckpts = {str(k).lower(): str(v) for k, v in (meta.get("quantized_checkpoints") or {}).items()}
     return SearchContext(workload=workload, model=model, gpus={g.id: g for g in gpus},
-                         prices={k: float(v) for k, v in prices.items() if v is not None}, profile=profile, policy=policy,
-                         checkpoints=ckpts, offers=offers)
+                         prices={k: float(v) for k, v in prices.items() if v is not None}, profile=profile,
+                         rules=rules_of(policy), policy=policy, checkpoints=ckpts, offers=offers)
 
 
 def checkpoint_for(ctx: SearchContext, dtype: str) -> str | None:
@@ -207,32 +204,98 @@ def pricing_note(ctx: SearchContext, provider: str | None) -> str:
             f"({', '.join(providers)}; catalogs/gpus, dated); --provider NAME restricts{over}")
 
 
+def _budget(settings: StudySettings, policy: SearchPolicy) -> tuple[int, float | None]:
+    """(trials asked, timeout): ``--trials`` wins over the policy's timeout unless ``--timeout`` is given too."""
+    trials = settings.trials or policy.trials
+    if settings.timeout_s is not None:
+        return trials, settings.timeout_s
+    return trials, (None if settings.trials else policy.timeout_s)
+
+
+def _check_storage(settings: StudySettings) -> None:
+    if settings.workers <= 1:
+        return
+    url = settings.storage or ""
+    if not url:
+        raise ConfigError("--workers > 1 needs --storage to share trials: a journal file (study.log) on this machine, "
+                          "or postgresql://... across machines")
+    if url.startswith("sqlite") or ("://" not in url and not url.endswith(".log")):
+        raise ConfigError(f"--storage {url}: SQLite takes one writer at a time, so --workers {settings.workers} would "
+                          "fail on a locked database; use a journal file (--storage study.log) or postgresql://...")
+
+
+def _shape_worker(workload: Workload, policy: SearchPolicy, profile: EngineProfile, catalog: Catalog,
+                  settings: StudySettings, shard: tuple[int, int], trials: int, timeout: float | None) -> None:
+    """One ``--workers`` process: the shape search on every n-th shape, recorded in the shared study."""
+    from recommender.search.shapes import shape_search
+    from recommender.search.study import make_study, record
+
+    ctx = build_context(workload, policy, profile, catalog, getattr(settings, "provider", None))
+    ch = space_choices(ctx)
+    res = shape_search(ctx, ch, max_evaluations=trials, timeout_s=timeout, shard=shard,
+                       min_evaluations=None if settings.trials else policy.front_trials)
+    record(make_study(ctx, settings, len(ctx.objective_names)), ctx, ch, res.evaluations)
+
+
 def recommend(workload: Workload, *, settings: SearchSettings | None = None, profile: EngineProfile | None = None,
               catalog: Catalog | None = None, policy: SearchPolicy | None = None,
               warm_start: dict[str, Any] | Sequence[dict[str, Any]] | None = None) -> Plan:
     """Search the deployment space for ``workload`` and return the ranked Pareto plan.
 
+    The shape search (``recommender.search.shapes``) evaluates candidates; each is recorded as a
+    completed trial of the Optuna study (``settings.storage`` keeps it). With a storage that already
+    holds trials of the study, every completed trial is ranked, not only this run's.
+
     Raises :class:`InfeasibleError` (no plan meets the SLOs; names the binding constraint and the
     closest plan) or :class:`DoesNotFitError` (the model fits no allowed GPU set).
     """
+    from recommender.search.shapes import shape_search
+    from recommender.search.study import completed_candidates, make_study, record
+
     settings = settings or SearchSettings()
     policy = policy or load_search_policy()
     profile = profile or engine_profile("vllm")
     catalog = catalog or default_catalog()
+    _check_storage(settings)
     t0 = time.perf_counter()
     ctx = build_context(workload, policy, profile, catalog, settings.provider)
     ch = space_choices(ctx)
-    enqueue = seed_candidates(ctx, ch)
+    first: list[Candidate] = []
     warm = [warm_start] if isinstance(warm_start, dict) else list(warm_start or [])
-    for doc in reversed(warm):  # plan documents (their rank-1 rows) are tried first, in the order given
+    for doc in warm:  # plan documents (their rank-1 rows) are evaluated first, in the order given
         try:
-            enqueue.insert(0, candidate_from_plan_row(doc["plans"][0]))
+            first.append(candidate_from_plan_row(doc["plans"][0]))
         except (KeyError, TypeError, ValueError, IndexError):
             pass
     if not settings.study_name:
         settings = SearchSettings(**{**settings.__dict__, "study_name": f"recommend-{workload.name}"})
-    study, evals = run_study(ctx, ch, settings, enqueue)
-    all_evals = list(ctx._cache.values())
+    trials, timeout = _budget(settings, policy)
+    study = make_study(ctx, settings, len(ctx.objective_names))
+    n = max(1, settings.workers)
+    procs = []
+    if n > 1:
+        import multiprocessing
+
+        spawn = multiprocessing.get_context("spawn")
+        procs = [spawn.Process(target=_shape_worker, args=(workload, policy, profile, catalog, settings, (i, n),
+                                                           max(1, trials // n), timeout)) for i in range(1, n)]
+        for pr in procs:
+            pr.start()
+    # --trials asks for that many trials; by default stop once rank 1 is proven and the front has front_trials
+    from recommender import progress
+
+    with progress.bar("search", total=max(1, trials // n), unit="trial") as bar:
+        res = shape_search(ctx, ch, max_evaluations=max(1, trials // n), timeout_s=timeout, first=first, shard=(0, n),
+                           min_evaluations=None if settings.trials else max(1, policy.front_trials // n),
+                           on_evaluation=lambda _ev: bar.update(1))
+    record(study, ctx, ch, res.evaluations)
+    for pr in procs:
+        pr.join()
+    if settings.storage is not None:
+        for c in completed_candidates(study):  # other workers' and earlier runs' trials
+            if c.gpu in ctx.gpus and (not c.disaggregated or c.decode_gpu in ctx.gpus):
+                evaluate(ctx, c)
+    all_evals = list(ctx.evaluator)
     rows = rank_rows(ctx, all_evals, settings.top)
     if not rows:
         raise InfeasibleError(infeasible_message(ctx, all_evals))
@@ -244,7 +307,10 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
         if not rows:
             raise InfeasibleError(infeasible_message(ctx, all_evals) + " (the simulator rejected every analytic plan)")
     elapsed = time.perf_counter() - t0
-    meta = {"seed": settings.seed, "trials": len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))), "evaluations": ctx.evaluations,
+    meta = {"seed": settings.seed, "trials": len(all_evals), "trials_run": len(res.evaluations), "trials_asked": trials,
+            "timeout_s": timeout, "stopped_by": res.stopped_by, "search_complete": res.complete, "rank1_proven": res.rank1_proven,
+            "rank1_proven_after": res.rank1_proven_after,
+            "shapes": res.shapes, "pruned": res.pruned, "workers": n, "evaluations": ctx.evaluations,
             "seconds": round(elapsed, 3), "study_name": study.study_name, "storage": settings.storage,
             "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
@@ -252,5 +318,3 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
     return Plan(workload=workload, model=ctx.model, rows=tuple(rows), why=why_rank_one(ctx, rows),
                 engine=profile.engine, profile_source=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization,
                 meta=meta, evaluations=tuple(all_evals))
-
-

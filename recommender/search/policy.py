@@ -13,7 +13,8 @@ from recommender.yamlfile import read_yaml_file, validation_message
 
 class _SearchPolicySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    trials: int = Field(400, gt=0)
+    trials: int = Field(2000, gt=0)
+    front_trials: int = Field(150, gt=0)
     timeout_s: float = Field(20.0, gt=0)
     population_size: int = Field(40, ge=2)
     headroom: float = Field(0.2, ge=0.0, le=5.0)
@@ -41,7 +42,8 @@ class _SearchPolicySpec(BaseModel):
 class SearchPolicy:
     """See ``policies/search.yaml`` for the meaning of each field."""
 
-    trials: int = 400
+    trials: int = 2000
+    front_trials: int = 150
     timeout_s: float = 20.0
     population_size: int = 40
     headroom: float = 0.2
@@ -63,6 +65,18 @@ class SearchPolicy:
     verify: int = 3
     verify_requests: int = 20000
     quality_risk_dtypes: tuple[str, ...] = ("int4", "fp4")
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """How to run the study (CLI: --seed --trials --timeout --storage --study-name --workers)."""
+
+    seed: int = 0
+    trials: int | None = None
+    timeout_s: float | None = None
+    storage: str | None = None
+    study_name: str | None = None
+    workers: int = 1
 
 
 def default_policy_path() -> Path:

@@ -14,29 +14,23 @@ from recommender.errors import ConfigError
 from recommender.hf_config import ModelArch
 from recommender.offers import Offer, restrict, workload_offer
 from recommender.perf.step import check_parallelism
+from recommender.sizing import Candidate
+
+__all__ = ["Candidate", "SpaceChoices", "allowed_gpus", "parallelism_valid", "resolve_dtype", "weight_dtype_valid"]
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """One point of the space. Aggregated: one pool on (gpu, tp). Disaggregated: prefill on (gpu, tp),
-    decode on (decode_gpu, decode_tp); ``max_num_seqs`` bounds the decode pool, ``max_num_batched_tokens``
-    is the (prefill) chunk budget; 0 means chunked prefill off."""
+class SpaceChoices:
+    """The discrete choices of the space (fixed across trials, as Optuna requires; dtypes resolved for the model)."""
 
-    gpu: str
-    tp: int
-    weight_dtype: str
-    kv_dtype: str
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    disaggregated: bool = False
-    decode_gpu: str = ""
-    decode_tp: int = 0
-
-    @property
-    def key(self) -> str:
-        chunk = f"b{self.max_num_batched_tokens}" if self.max_num_batched_tokens else "nochunk"
-        base = f"{self.gpu}-tp{self.tp}-{self.weight_dtype}-kv{self.kv_dtype}-s{self.max_num_seqs}-{chunk}"
-        return f"pd-{base}-d-{self.decode_gpu}-tp{self.decode_tp}" if self.disaggregated else base
+    gpus: tuple[str, ...]
+    tps: tuple[int, ...]
+    weight_dtypes: tuple[str, ...]
+    kv_dtypes: tuple[str, ...]
+    max_num_seqs: tuple[int, ...]
+    budgets: tuple[int, ...]
+    disaggregation: bool
+    pd_heterogeneous: bool = False  # decode pool may use another GPU type than prefill
 
 
 def resolve_dtype(dtype: str, model: ModelArch) -> str:

@@ -1,8 +1,10 @@
-"""The Optuna study: a multi-objective NSGA-II search over :class:`Candidate` with SLO, memory and
-capacity constraints passed through ``constraints_func`` (values <= 0 are satisfied).
+"""Optuna encoding of the search: the study the user sees (storage, ``--workers``, dashboard).
 
-Optuna stays in this module: the objective turns a trial into a Candidate and calls the pure
-:func:`recommender.search.evaluate.evaluate`.
+Every candidate the shape search (``recommender.search.shapes``) evaluates is recorded as a completed
+trial: params = the candidate (categorical distributions over the space's choices), values = the
+objectives, constraints under Optuna's ``constraints:<name>`` system attributes (values <= 0 are
+satisfied). ``run_study`` is the sampler-driven alternative (NSGA-II over the same encoding), kept for
+comparison in the tests and the benchmark.
 """
 
 from __future__ import annotations
@@ -10,42 +12,16 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import time
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import optuna
 
 from recommender import progress
 from recommender.search.evaluate import Evaluation, SearchContext, evaluate
-from recommender.search.space import Candidate
+from recommender.search.policy import StudySettings
+from recommender.search.space import Candidate, SpaceChoices
 
 optuna.logging.set_verbosity(logging.WARNING)
-
-
-@dataclass(frozen=True)
-class StudySettings:
-    """How to run the study (CLI: --seed --trials --timeout --storage --study-name --workers)."""
-
-    seed: int = 0
-    trials: int | None = None
-    timeout_s: float | None = None
-    storage: str | None = None
-    study_name: str | None = None
-    workers: int = 1
-
-
-@dataclass(frozen=True)
-class SpaceChoices:
-    """The categorical choices the sampler sees (fixed across trials, as Optuna requires)."""
-
-    gpus: tuple[str, ...]
-    tps: tuple[int, ...]
-    weight_dtypes: tuple[str, ...]
-    kv_dtypes: tuple[str, ...]
-    max_num_seqs: tuple[int, ...]
-    budgets: tuple[int, ...]
-    disaggregation: bool
-    pd_heterogeneous: bool = False  # decode pool may use another GPU type than prefill
 
 
 def candidate_from_params(p: dict[str, Any]) -> Candidate:
@@ -82,6 +58,43 @@ def suggest(trial: optuna.Trial, ch: SpaceChoices) -> Candidate:
             p["decode_gpu"] = trial.suggest_categorical("decode_gpu", ch.gpus) if ch.pd_heterogeneous else p["gpu"]
             p["decode_tp"] = trial.suggest_categorical("decode_tp", ch.tps)
     return candidate_from_params(p)
+
+
+def distributions(ch: SpaceChoices) -> dict[str, Any]:
+    """The categorical distribution of each parameter (P/D parameters only on disaggregated trials)."""
+    from optuna.distributions import CategoricalDistribution as Cat
+
+    d: dict[str, Any] = {"gpu": Cat(ch.gpus), "tp": Cat(ch.tps), "weight_dtype": Cat(ch.weight_dtypes),
+                         "kv_dtype": Cat(ch.kv_dtypes), "max_num_seqs": Cat(ch.max_num_seqs),
+                         "max_num_batched_tokens": Cat(ch.budgets), "disaggregated": Cat((False, True)),
+                         "decode_gpu": Cat(ch.gpus), "decode_tp": Cat(ch.tps)}
+    return d
+
+
+def frozen_trial(ctx: SearchContext, dists: dict[str, Any], ev: Evaluation) -> optuna.trial.FrozenTrial:
+    """One evaluation as a completed trial (see the module docstring)."""
+    params = params_of(ev.candidate)
+    attrs = {f"constraints:{n}": float(v) for n, v in zip(ctx.constraint_names, ev.constraints)}
+    return optuna.trial.create_trial(
+        params=params, distributions={k: dists[k] for k in params}, values=[float(v) for v in ev.objectives],
+        system_attrs=attrs, user_attrs={"key": ev.candidate.key, "feasible": ev.feasible, "gpus": ev.gpus_total})
+
+
+def record(study: optuna.Study, ctx: SearchContext, ch: SpaceChoices, evaluations: Sequence[Evaluation]) -> None:
+    """Add the evaluations to the study as completed trials (one batch)."""
+    dists = distributions(ch)
+    study.add_trials([frozen_trial(ctx, dists, ev) for ev in evaluations])
+
+
+def completed_candidates(study: optuna.Study) -> list[Candidate]:
+    """The candidate of every completed trial of the study (this run's and earlier runs')."""
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        try:
+            out.append(candidate_from_params(t.params))
+        except (KeyError, TypeError, ValueError):
+            continue  # a trial from another encoding; not ours to rank
+    return out
 
 
 def open_storage(url: str | None) -> Any:

@@ -1,0 +1,208 @@
+"""Cheap lower bounds on what a candidate can cost and how fast it can be (microseconds per candidate).
+
+The shape search (``recommender.search.shapes``) evaluates candidates in order of their cost bound and
+skips any whose bounds are already dominated by a plan it has found. Bounds use only the step-cost
+model's roofline floors and the workload's length arrays (``recommender.load.pool.pool_inputs``):
+
+Throughput of one replica (requests/s), ``u = max_utilisation``:
+
+* decode: a step with ``b`` decoders takes at least ``decode_step_s(b, mean_ctx)`` and ``b`` is at most
+  the slots ``c = min(max_num_seqs, budget, u x kv_capacity_tokens / held)``, so
+  ``lam x (E[O] - 1) <= c / decode_step_s(c, mean_ctx)``;
+* compute: every prompt token left after the prefix cache and every output token passes through the
+  weight GEMMs and attends to the tokens before it (full-attention layers), and a step takes at least
+  its FLOPs at ``group_flops_per_s``, so ``lam x E[FLOPs per request] <= group_flops_per_s``.
+
+Replicas ``R >= ceil(rate x (1 + headroom) / lam_max)``; cost ``>= usd_per_gpu_hour x tp x R``.
+
+Latency at percentile ``p`` (TTFT = queue + residual + own prefill + co-scheduled + fixed, all >= 0):
+``TTFT_p >= q_p(max(Pc x linear_flops_per_token / group_flops_per_s, ceil(Pc / C) x W / hbm)) + fixed``
+(each chunk step reads the weights ``W`` once); TPOT ``>= W / hbm`` (every decode step reads the
+weights; halved at p50, where the batch-noise factor may be below 1); E2E ``>=`` TTFT's bound (plus
+``E[O - 1] x W / hbm`` for the mean). P/D: prefill's TTFT bound plus the KV transfer, decode's TPOT.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from recommender.load.pool import pool_inputs
+from recommender.perf.step import EngineLimits, StepCostModel
+from recommender.sizing import Candidate, Sizer
+
+_QUANTILE = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Lower bounds: ``usd_per_hour`` and one latency per objective after the cost (seconds)."""
+
+    usd_per_hour: float
+    latencies_s: tuple[float, ...]
+    replicas: tuple[int, ...] = ()  # per pool (prefill, decode for P/D)
+
+
+class Bounds:
+    """Lower bounds for candidates of one search (caches per replica configuration)."""
+
+    def __init__(self, sizer: Sizer, seqs: Sequence[int], budgets: Sequence[int]) -> None:
+        self.sizer = sizer
+        w = sizer.workload
+        self.target_req_s = w.effective_rate_per_s * (1 + sizer.headroom)
+        caching = w.shared_prefix_fraction > 0
+        self._both = pool_inputs(w.prompt_tokens, w.output_tokens, w.shared_prefix_fraction, 16, caching, "both")
+        self._pre = pool_inputs(w.prompt_tokens, w.output_tokens, w.shared_prefix_fraction, 16, caching, "prefill")
+        self._slos = w.slos
+        self._min_seqs = min(seqs)
+        self._min_budget = min([b for b in budgets if b > 0] or [max(w.max_model_len, 2048)])
+        self._max_seqs = max(seqs)
+        self._max_budget = max(self._eff_budget(b) for b in budgets)
+        self._cache: dict[tuple, Any] = {}
+        self._generous: dict[tuple, StepCostModel | None] = {}
+        self._ttft_cache: dict[tuple, dict[str, float]] = {}
+
+    # -- pieces -------------------------------------------------------------------------------------
+
+    def _replicas(self, cost: StepCostModel, seqs: int, budget: int, decodes: bool, prefills: bool) -> int:
+        inp = self._both
+        u = self.sizer.max_utilisation
+        lam = math.inf
+        if decodes and inp.E_O > 1.0:
+            held = inp.mean_ctx + cost.kv_block_tokens / 2.0
+            c = max(1.0, min(float(seqs), float(budget), u * cost.kv_capacity_tokens / held))
+            b = max(1, int(c))
+            lam = min(lam, b / cost.decode_step_s(b, int(inp.mean_ctx)) / (inp.E_O - 1.0))
+        flops = self._flops_per_request(cost, prefills, decodes)
+        if flops > 0:
+            lam = min(lam, cost.group_flops_per_s / flops)
+        if not math.isfinite(lam) or lam <= 0:
+            return 1
+        return max(1, math.ceil(self.target_req_s / lam - 1e-9))
+
+    def _flops_per_request(self, cost: StepCostModel, prefills: bool, decodes: bool) -> float:
+        """Mean FLOPs one request costs (linear layers on every computed token, full-attention pairs):
+        prefill ``Pc x lf + fpp x (Pc h + Pc (Pc + 1) / 2)`` (the same in any chunking), decode
+        ``(O - 1) x (lf + fpp x P)`` (each decode step attends to at least the prompt)."""
+        inp = self._both
+        P, Pc, O = inp.P, inp.Pc, inp.O
+        lf, fpp = cost.linear_flops_per_token, cost.attn_flops_per_pair_full
+        total = np.zeros_like(P)
+        if prefills:
+            total = total + Pc * lf + fpp * (Pc * (P - Pc) + Pc * (Pc + 1) / 2.0)
+        if decodes:
+            total = total + (O - 1.0) * (lf + fpp * P)
+        return float(total.mean())
+
+    def _weights_s(self, cost: StepCostModel) -> float:
+        return cost.weight_bytes_read_per_gpu(1) / cost.hbm_bytes_per_s
+
+    def _ttft(self, cost: StepCostModel, chunk: int, extra_s_per_prompt_token: float) -> dict[str, float]:
+        pc = self._pre.Pc
+        per_tok = cost.linear_flops_per_token / cost.group_flops_per_s
+        own = np.maximum(pc * per_tok, np.ceil(pc / max(chunk, 1)) * self._weights_s(cost))
+        own = own + self._pre.P * extra_s_per_prompt_token + float(getattr(cost, "request_overhead_s", 0.0))
+        s = np.sort(own)
+        k = s.size - 1
+        out = {"mean": float(own.mean())}
+        for name, q in _QUANTILE.items():
+            out[name] = float(s[min(k, int(round(q * k)))])
+        return out
+
+    def _latencies(self, ttft: dict[str, float], tpot_s: float) -> tuple[float, ...]:
+        out = []
+        for s in self._slos or ():
+            if s.metric == "ttft":
+                out.append(ttft[s.percentile])
+            elif s.metric == "tpot":
+                out.append(tpot_s * (0.5 if s.percentile == "p50" else 1.0))
+            else:
+                extra = (self._both.E_O - 1.0) * tpot_s if s.percentile == "mean" else 0.0
+                out.append(ttft[s.percentile] + extra)
+        if not self._slos:
+            out.append(0.5 * tpot_s)
+        return tuple(out)
+
+    # -- candidates -----------------------------------------------------------------------------------
+
+    def generous_cost(self, gpu: str, tp: int, wd: str, kd: str) -> StepCostModel | None:
+        """The step-cost model of (gpu, tp, dtypes) at the smallest limits of the space: the largest KV
+        capacity any limits give (the limits change nothing else in the model); None if even that does not fit."""
+        key = (gpu, tp, wd, kd)
+        if key not in self._generous:
+            w = self.sizer.workload
+            lim = EngineLimits(max_num_seqs=self._min_seqs, max_num_batched_tokens=self._min_budget, chunked_prefill=True,
+                               enable_prefix_caching=w.shared_prefix_fraction > 0)
+            self._generous[key] = self.sizer.cost_model(gpu, tp, wd, kd, lim)[0]
+        return self._generous[key]
+
+    def _ttft_cached(self, cost: StepCostModel, key: tuple, chunk: int, xfer: float) -> dict[str, float]:
+        k = (key, chunk, xfer)
+        if k not in self._ttft_cache:
+            self._ttft_cache[k] = self._ttft(cost, chunk, xfer)
+        return self._ttft_cache[k]
+
+    def _usd(self, gpu: str, tp: int, r: int) -> float:
+        """Cost bound of ``r`` replicas; an offline job pays only while running (utilisation x hours), so
+        its bound is half the GPU-hours of the ``r - 1`` replicas its work surely fills (0 for one)."""
+        if self.sizer.workload.is_offline:
+            return 0.5 * self.sizer.prices[gpu] * tp * (r - 1)
+        return self.sizer.prices[gpu] * tp * r
+
+    def _eff_budget(self, b: int) -> int:
+        return b if b > 0 else max(self.sizer.workload.max_model_len, 2048)
+
+    def _agg(self, key: tuple, seqs: int, budget: int) -> Bound | None:
+        k = ("agg", key, seqs, budget)
+        if k not in self._cache:
+            cost = self.generous_cost(*key)
+            if cost is None:
+                self._cache[k] = None
+            else:
+                r = self._replicas(cost, seqs, budget, True, True)
+                ttft = self._ttft_cached(cost, key, budget, 0.0)
+                self._cache[k] = Bound(self._usd(key[0], key[1], r), self._latencies(ttft, self._weights_s(cost)), (r,))
+        return self._cache[k]
+
+    def _prefill(self, key: tuple, budget: int) -> tuple[float, dict[str, float], int] | None:
+        """(usd_per_hour bound, TTFT bounds incl. KV transfer) of a prefill pool."""
+        k = ("pre", key, budget)
+        if k not in self._cache:
+            cost = self.generous_cost(*key)
+            if cost is None:
+                self._cache[k] = None
+            else:
+                r = self._replicas(cost, 1, budget, False, True)
+                # KV transfer runs on min(tp_p, tp_d) NICs: at least the time over the prefill pool's tp NICs
+                xfer = self.sizer.kv_transfer_s_per_token(Candidate(key[0], key[1], key[2], key[3], 1, 0, True, key[0], key[1]))
+                self._cache[k] = (self._usd(key[0], key[1], r), self._ttft_cached(cost, key, budget, xfer), r)
+        return self._cache[k]
+
+    def _decode(self, key: tuple, seqs: int) -> tuple[float, float, int] | None:
+        """(usd_per_hour bound, per-step seconds bound) of a decode pool."""
+        k = ("dec", key, seqs)
+        if k not in self._cache:
+            cost = self.generous_cost(*key)
+            if cost is None:
+                self._cache[k] = None
+            else:
+                r = self._replicas(cost, seqs, max(2048, seqs), True, False)
+                self._cache[k] = (self._usd(key[0], key[1], r), self._weights_s(cost), r)
+        return self._cache[k]
+
+    def of(self, c: Candidate) -> Bound | None:
+        """Lower bounds for ``c``, or None when it cannot fit. ``max_num_seqs`` / ``max_num_batched_tokens``
+        of 0 stand for "any": the bound then holds for every choice of ``seqs`` / ``budgets``."""
+        pkey = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype)
+        seqs = c.max_num_seqs or self._max_seqs
+        budget = self._eff_budget(c.max_num_batched_tokens) if c.max_num_seqs else self._max_budget
+        if not c.disaggregated:
+            return self._agg(pkey, seqs, budget)
+        pre = self._prefill(pkey, budget)
+        dec = self._decode((c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype), seqs)
+        if pre is None or dec is None:
+            return None
+        return Bound(pre[0] + dec[0], self._latencies(pre[1], dec[1]), (pre[2], dec[2]))

@@ -1,0 +1,220 @@
+"""Shape search: branch and bound over engine shapes, the default search of ``recommend``.
+
+An engine *shape* is the discrete part of a candidate that decides its step costs: (GPU, TP, weight
+dtype, KV dtype), or for P/D a (prefill GPU, TP; decode GPU, TP; dtypes) pair. Inside a shape the
+*combos* are the engine limits (``max_num_seqs`` x chunk budget); replicas are sized by
+``recommender.sizing`` for each combo evaluated.
+
+Every shape and every combo has lower bounds on cost and on each latency objective
+(``recommender.search.bounds``). Entries are taken from two priority queues in turn, one ordered by
+the cost bound and one by the latency bounds, so both ends of the Pareto front are found early; a
+shape is expanded into its combos, a combo is evaluated, unless a plan already found is at least as
+cheap as its cost bound and at least as fast as each of its latency bounds (then no plan in it can
+enter the front). When both queues are empty the front and rank 1 are exact (for the space, given
+the bounds); a budget of evaluations or seconds may stop it earlier, and :class:`ShapeSearchResult`
+says so.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from recommender.search.bounds import Bound, Bounds
+from recommender.search.evaluate import SearchContext, evaluate
+from recommender.search.space import SpaceChoices, parallelism_valid, pd_pair_valid, weight_dtype_valid
+from recommender.sizing import Candidate, Evaluation
+
+
+@dataclass(frozen=True)
+class ShapeSearchResult:
+    evaluations: tuple[Evaluation, ...]  # fresh evaluations, in the order made
+    complete: bool                       # both queues emptied: front and rank 1 exact for the space
+    rank1_proven: bool                   # no unexplored entry can be cheaper than rank 1
+    rank1_proven_after: int              # evaluations made when that became true (0: never)
+    stopped_by: str                      # "" | "trials" | "timeout"
+    shapes: int                          # shapes that can fit (aggregated + P/D pairs)
+    pruned: int                          # shapes and combos skipped by their bounds
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Entry:
+    candidate: Candidate
+    bound: Bound
+    is_shape: bool
+
+
+class _Queues:
+    """Two heaps over the same entries, cost-first and latency-first; an entry is taken once. ``pop``
+    takes ``cost_share`` of its entries from the cost heap (rank 1 first), the rest from the latency heap."""
+
+    def __init__(self, usd_to_objective: float, cost_share: int = 3) -> None:
+        self._cost: list[tuple] = []
+        self._lat: list[tuple] = []
+        self._taken: set[int] = set()
+        self._n = itertools.count()
+        self._turn = 0
+        self._share = cost_share
+        self.k = usd_to_objective
+
+    def push(self, e: _Entry) -> None:
+        i = next(self._n)
+        obj = self.objectives(e.bound)
+        heapq.heappush(self._cost, (obj, i, e))
+        heapq.heappush(self._lat, (obj[1:], obj[0], i, e))
+
+    def objectives(self, b: Bound) -> tuple[float, ...]:
+        return (b.usd_per_hour * self.k, *b.latencies_s)
+
+    def cheapest_bound(self) -> float:
+        """Smallest cost bound (first objective) of the entries not yet taken; inf when none."""
+        while self._cost and self._cost[0][1] in self._taken:
+            heapq.heappop(self._cost)
+        return self._cost[0][0][0] if self._cost else math.inf
+
+    def pop(self) -> _Entry | None:
+        for _ in range(2):
+            from_cost = self._turn % (self._share + 1) != self._share
+            heap = self._cost if from_cost else self._lat
+            self._turn += 1
+            while heap:
+                item = heapq.heappop(heap)
+                i, e = item[-2], item[-1]
+                if i not in self._taken:
+                    self._taken.add(i)
+                    return e
+        return None
+
+
+def _dominated(front: list[tuple[float, ...]], lb: tuple[float, ...]) -> bool:
+    return any(all(f[i] <= lb[i] for i in range(len(lb))) for f in front)
+
+
+def _update_front(front: list[tuple[float, ...]], p: tuple[float, ...]) -> list[tuple[float, ...]]:
+    if _dominated(front, p):
+        return front
+    return [f for f in front if not all(p[i] <= f[i] for i in range(len(p)))] + [p]
+
+
+def usd_per_hour_to_objective(ctx: SearchContext) -> float:
+    """Factor from usd_per_hour to the first objective, usd_per_million_tokens (see ``recommender.sizing``)."""
+    w = ctx.workload
+    tokens_per_h = w.effective_rate_per_s * (w.prompt_tokens.mean + w.output_tokens.mean) * 3600
+    return 1e6 / tokens_per_h if tokens_per_h > 0 else math.inf
+
+
+def _combos(ch: SpaceChoices, shape: Candidate) -> list[Candidate]:
+    return [Candidate(shape.gpu, shape.tp, shape.weight_dtype, shape.kv_dtype, s, b, shape.disaggregated,
+                      shape.decode_gpu, shape.decode_tp) for s in ch.max_num_seqs for b in ch.budgets]
+
+
+def shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
+    """Valid shapes (validity only; fit is decided by the bounds): aggregated, then the P/D pairs
+    NixlConnector can join (``recommender.search.space.pd_pair_valid``)."""
+    agg: list[Candidate] = []
+    pools: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    par = {(g, tp): not parallelism_valid(ctx.model, ctx.gpus[g], tp) for g in ch.gpus for tp in ch.tps}
+    dty = {(g, wd, kd): not weight_dtype_valid(ctx.model, ctx.gpus[g], wd, kd)
+           for g in ch.gpus for wd in ch.weight_dtypes for kd in ch.kv_dtypes}
+    for g, tp, wd, kd in itertools.product(ch.gpus, ch.tps, ch.weight_dtypes, ch.kv_dtypes):
+        if not (par[g, tp] and dty[g, wd, kd]):
+            continue
+        agg.append(Candidate(g, tp, wd, kd, 0, 0))
+        pools.setdefault((wd, kd), []).append((g, tp))
+    pd: list[Candidate] = []
+    pair_ok: dict[tuple[str, int, str, int], bool] = {}
+    if ch.disaggregation:
+        for (wd, kd), members in pools.items():
+            for (g, tp), (dg, dtp) in itertools.product(members, members):
+                key = (g, tp, dg, dtp)
+                if key not in pair_ok:
+                    pair_ok[key] = not pd_pair_valid(ctx.gpus[g], ctx.gpus[dg], tp, dtp, ch.pd_heterogeneous)
+                if pair_ok[key]:
+                    pd.append(Candidate(g, tp, wd, kd, 0, 0, True, dg, dtp))
+    return agg + pd
+
+
+def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int | None = None,
+                 timeout_s: float | None = None, on_evaluation: Callable[[Evaluation], None] | None = None,
+                 first: Sequence[Candidate] = (), shard: tuple[int, int] = (0, 1),
+                 min_evaluations: int | None = None) -> ShapeSearchResult:
+    """Branch and bound over the space (see the module docstring). ``first`` are evaluated before the
+    queues (e.g. the previous plan's rank 1); ``on_evaluation`` sees each fresh evaluation; ``shard``
+    ``(i, n)`` keeps every n-th shape from the i-th (``--workers``). With ``min_evaluations``, the search
+    stops as soon as rank 1 is proven and at least that many evaluations were made (the rest of the
+    budget would only refine the expensive or slow end of the front)."""
+    t0 = time.perf_counter()
+    bounds = Bounds(ctx, ch.max_num_seqs, ch.budgets)
+    q = _Queues(usd_per_hour_to_objective(ctx))
+    limits = [s.limit_s for s in ctx.workload.slos]
+    n_shapes = 0
+    for j, s in enumerate(shapes(ctx, ch)):
+        if j % shard[1] != shard[0]:
+            continue
+        b = bounds.of(s)  # seqs = budget = 0: a bound for every combo of the shape
+        if b is not None:
+            q.push(_Entry(s, b, True))
+            n_shapes += 1
+    front: list[tuple[float, ...]] = []
+    best = math.inf
+    done: list[Evaluation] = []
+    slo_pruned: list[_Entry] = []
+    pruned, stopped, proven_after, exhausted = 0, "", 0, False
+
+    def run(c: Candidate, lower: tuple[int, ...] = ()) -> None:
+        nonlocal front, best
+        if ctx.evaluator.cached(c):
+            return
+        ev = evaluate(ctx, c, lower)
+        done.append(ev)
+        if on_evaluation is not None:
+            on_evaluation(ev)
+        if ev.feasible:
+            front = _update_front(front, tuple(ev.objectives))
+            best = min(best, ev.objectives[0])
+
+    for c in first:
+        run(c)
+    while True:
+        if max_evaluations is not None and len(done) >= max_evaluations:
+            stopped = "trials"
+            break
+        if timeout_s is not None and time.perf_counter() - t0 > timeout_s:
+            stopped = "timeout"
+            break
+        if not proven_after and q.cheapest_bound() >= best:
+            proven_after = len(done)
+        if proven_after and min_evaluations is not None and len(done) >= min_evaluations:
+            break
+        e = q.pop()
+        if e is None:
+            exhausted = True
+            break
+        if _dominated(front, q.objectives(e.bound)):
+            pruned += 1
+            continue
+        if any(lb > lim for lb, lim in zip(e.bound.latencies_s, limits)):
+            pruned += 1  # no plan in it can meet that SLO
+            slo_pruned.append(e)
+            continue
+        if e.is_shape:
+            for c in _combos(ch, e.candidate):
+                b = bounds.of(c)
+                if b is not None:
+                    q.push(_Entry(c, b, False))
+        else:
+            run(e.candidate, e.bound.replicas)
+    if not front:
+        # nothing meets the SLOs: evaluate the entries closest to them, so the error can name the closest plan
+        slo_pruned.sort(key=lambda e: max((lb / lim for lb, lim in zip(e.bound.latencies_s, limits)), default=0.0))
+        for e in slo_pruned[:8]:
+            run(_combos(ch, e.candidate)[len(_combos(ch, e.candidate)) // 2] if e.is_shape else e.candidate)
+    proven = math.isfinite(best) and (not stopped or q.cheapest_bound() >= best)
+    return ShapeSearchResult(evaluations=tuple(done), complete=exhausted,
+                             rank1_proven=proven, rank1_proven_after=proven_after or (len(done) if proven else 0),
+                             stopped_by=stopped, shapes=n_shapes, pruned=pruned, seconds=time.perf_counter() - t0)

@@ -1,0 +1,438 @@
+"""Sizing: turn one engine configuration into pools of replicas and a price (between load and search).
+
+Pure (no Optuna, never imports ``recommender.search``): the search's evaluator, the exhaustive reference
+and the tests call :meth:`Sizer.size`.
+
+Replicas are derived, not searched: the fewest replicas ``R`` such that, at
+``arrival_rate x (1 + headroom)``, the load model says the deployment is stable, its utilisation is at
+most ``max_utilisation`` and every SLO percentile is met. Latency falls as ``R`` grows, so ``R`` is
+found by doubling from a capacity lower bound and then bisecting. Reported latencies are at the
+workload's own rate (not the headroom rate). Cost is what serving the workload costs::
+
+    usd_per_hour               = sum over pools of instances x usd_per_instance_hour (recommender.offers:
+                                 the cheapest offer of the pool's GPU, whole instances, TP groups inside one)
+    usd_per_million_tokens     = usd_per_hour / (rate x (mean prompt + mean output) x 3600) x 1e6
+    usd_per_million_output_tokens = usd_per_hour / (rate x mean output x 3600) x 1e6
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from recommender.catalog import Gpu
+from recommender.hf_config import ModelArch
+from recommender.load import analyze, analyze_disaggregated
+from recommender.load.link import KvLink
+from recommender.offers import Offer, Rental, cheapest_rental, workload_offer
+from recommender.perf import memory as mem
+from recommender.estimate import build_deployment
+from recommender.perf.step import EngineLimits, StepCostModel
+from recommender.profiles import EngineProfile
+from recommender.workload import Workload
+
+INFEASIBLE_OBJECTIVE = 1e9
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One engine configuration. Aggregated: one pool on (gpu, tp). Disaggregated: prefill on (gpu, tp),
+    decode on (decode_gpu, decode_tp); ``max_num_seqs`` bounds the decode pool, ``max_num_batched_tokens``
+    is the (prefill) chunk budget; 0 means chunked prefill off."""
+
+    gpu: str
+    tp: int
+    weight_dtype: str
+    kv_dtype: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    disaggregated: bool = False
+    decode_gpu: str = ""
+    decode_tp: int = 0
+
+    @property
+    def key(self) -> str:
+        chunk = f"b{self.max_num_batched_tokens}" if self.max_num_batched_tokens else "nochunk"
+        base = f"{self.gpu}-tp{self.tp}-{self.weight_dtype}-kv{self.kv_dtype}-s{self.max_num_seqs}-{chunk}"
+        return f"pd-{base}-d-{self.decode_gpu}-tp{self.decode_tp}" if self.disaggregated else base
+
+
+@dataclass(frozen=True)
+class SizingRules:
+    """How pools are sized (from ``policies/search.yaml``)."""
+
+    headroom: float = 0.2
+    max_utilisation: float = 0.85
+    gpu_memory_utilization: float = 0.92
+    max_replicas: int = 256
+    kv_transfer_bandwidth_bytes_per_s: float = 5e10
+    kv_transfer_latency_s: float = 0.002
+
+
+OFFLINE_MAX_UTILISATION = 0.95  # offline jobs: no live headroom; the simulator confirms the finish time
+BOTTLENECK_NAMES = {"prefill": "prefill lane", "max_num_seqs": "batch limit", "kv_cache": "KV capacity",
+                    "decode": "decode steps", "kv_link": "KV link"}
+
+
+def binding_of(slo_names: list[str], ratios: list[float], res: Any) -> str:
+    """What limits the plan: the SLO with the least slack when it has under 20% left (``tpot@p90 (6%
+    slack)``), else the resource its utilisation is highest on: prefill lane, batch limit
+    (max_num_seqs), KV capacity, decode steps or KV link (P/D: with the pool it is in)."""
+    if ratios:
+        i = max(range(len(ratios)), key=lambda j: ratios[j])
+        if ratios[i] > 0.8:
+            return f"{slo_names[i]} ({max(0.0, 1.0 - ratios[i]):.0%} slack)"
+    neck = str(getattr(res, "bottleneck", "") or "")
+    pool, _, what = neck.rpartition(": ")
+    name = BOTTLENECK_NAMES.get(what, what or "capacity")
+    return f"{name} ({pool.split()[0]})" if pool else name
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One homogeneous pool of replicas (``role`` is both, prefill or decode)."""
+
+    role: str
+    gpu: str
+    tp: int
+    replicas: int
+    weight_dtype: str
+    kv_dtype: str
+    limits: EngineLimits
+    usd_per_gpu_hour: float
+    kv_capacity_tokens: int = 0
+    rental: Rental | None = None  # the whole instances the pool rents (None: priced per GPU)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.replicas
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.rental.usd_per_hour if self.rental is not None else self.gpus * self.usd_per_gpu_hour
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Everything the search and the plan need to know about one sized candidate.
+
+    ``objectives`` = (usd_per_million_tokens, one latency per SLO); ``constraints`` = (memory,
+    capacity, one per SLO: latency / limit - 1); values <= 0 are satisfied (Optuna's convention).
+    """
+
+    candidate: Candidate
+    feasible: bool
+    fits: bool
+    constraints: tuple[float, ...]
+    objectives: tuple[float, ...]
+    pools: tuple[Pool, ...] = ()
+    gpus_total: int = 0
+    usd_per_hour: float = math.inf
+    usd_per_million_tokens: float = math.inf
+    usd_per_million_output_tokens: float = math.inf
+    output_tokens_per_s: float = 0.0
+    utilisation: float = math.inf
+    latencies: dict[str, dict[str, float]] = field(default_factory=dict)
+    binding: str = ""
+    reason: str = ""
+    load: Any = field(default=None, compare=False, repr=False)
+
+    def latency(self, metric: str, percentile: str) -> float:
+        return self.latencies.get(metric, {}).get(percentile, math.inf)
+
+
+def slo_names(w: Workload) -> list[str]:
+    return [f"{s.metric}@{s.percentile}" for s in w.slos]
+
+
+def limits_of(c: Candidate, max_model_len: int, prefix: bool) -> EngineLimits:
+    """Aggregated engine limits; budget 0 = chunked prefill off (budget = max(max_model_len, 2048))."""
+    chunked = c.max_num_batched_tokens > 0
+    budget = c.max_num_batched_tokens if chunked else max(max_model_len, 2048)
+    return EngineLimits(max_num_seqs=c.max_num_seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
+                        enable_prefix_caching=prefix)
+
+
+def pd_limits(c: Candidate, max_model_len: int, prefix: bool) -> tuple[EngineLimits, EngineLimits]:
+    """(prefill, decode) limits of a P/D candidate: prefill batches 8-64 prompts of the chunk budget;
+    decode runs ``max_num_seqs`` sequences with a budget of max(2048, max_num_seqs)."""
+    budget = c.max_num_batched_tokens or max(max_model_len, 2048)
+    p = EngineLimits(max_num_seqs=max(8, min(64, c.max_num_seqs)), max_num_batched_tokens=budget,
+                     chunked_prefill=c.max_num_batched_tokens > 0, enable_prefix_caching=prefix)
+    d = EngineLimits(max_num_seqs=c.max_num_seqs, max_num_batched_tokens=max(2048, c.max_num_seqs),
+                     chunked_prefill=True, enable_prefix_caching=False)
+    return p, d
+
+
+def _finite_or_inf(v: float) -> float:
+    return v if v == v else math.inf  # NaN (a degenerate load-model result) counts as unbounded
+
+
+def min_replicas(ok: Callable[[int], bool], lower: int, cap: int) -> int | None:
+    """Fewest R in [lower, cap] with ok(R), assuming ok is monotone in R; None if even cap fails."""
+    lower = max(1, min(lower, cap))
+    if ok(lower):
+        return lower
+    lo, hi = lower, lower
+    while True:
+        hi = min(cap, hi * 2)
+        if ok(hi):
+            break
+        if hi >= cap:
+            return None
+        lo = hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _latencies(res: Any) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for metric in ("ttft", "tpot", "e2e"):
+        p = getattr(res, f"{metric}_s")
+        out[metric] = {k: (_finite_or_inf(p.at(k)) if res.stable else math.inf) for k in ("mean", "p50", "p90", "p95", "p99")}
+    return out
+
+
+@dataclass
+class Sizer:
+    """Sizes candidates for one workload (builds and caches one step-cost model per replica configuration)."""
+
+    workload: Workload
+    model: ModelArch
+    gpus: dict[str, Gpu]
+    prices: dict[str, float]  # USD per GPU-hour of each GPU's cheapest offer (bounds and messages)
+    profile: EngineProfile
+    rules: SizingRules = field(default_factory=SizingRules)
+    offers: dict[str, tuple[Offer, ...]] = field(default_factory=dict)  # per GPU; none: per-GPU prices
+    _costs: dict[tuple, tuple[StepCostModel | None, str]] = field(default_factory=dict, repr=False)
+
+    @property
+    def slo_names(self) -> list[str]:
+        return slo_names(self.workload)
+
+    @property
+    def constraint_names(self) -> list[str]:
+        return ["memory", "capacity", *self.slo_names]
+
+    @property
+    def objective_names(self) -> list[str]:
+        return ["usd_per_million_tokens", *(self.slo_names or ["tpot@p90"])]
+
+    # -- step-cost models -------------------------------------------------------------------------
+
+    def cost_model(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits) -> tuple[StepCostModel | None, str]:
+        """Cached (StepCostModel, "") or (None, why not: it does not fit) for one replica configuration."""
+        key = (gpu_id, tp, wd, kd, limits)
+        hit = self._costs.get(key)
+        if hit is None:
+            dep = build_deployment(model=self.model, gpu=self.gpus[gpu_id], tp=tp, weight_dtype=wd, kv_dtype=kd,
+                                   profile=self.profile, limits=limits,
+                                   gpu_memory_utilization=self.rules.gpu_memory_utilization,
+                                   max_model_len=self.workload.max_model_len)
+            m = dep.memory()
+            if not m.fits:
+                hit = (None, f"does not fit: short by {m.shortfall_bytes_per_gpu / 1e9:.1f} GB per GPU")
+            else:
+                hit = (StepCostModel.build(dep), "")
+            self._costs[key] = hit
+        return hit
+
+    @property
+    def headroom(self) -> float:
+        """Capacity headroom: the rules' for live traffic, none for an offline job (sized for its deadline)."""
+        return 0.0 if self.workload.is_offline else self.rules.headroom
+
+    @property
+    def max_utilisation(self) -> float:
+        """Utilisation cap: the rules' for live traffic; ``OFFLINE_MAX_UTILISATION`` for an offline job."""
+        return OFFLINE_MAX_UTILISATION if self.workload.is_offline else self.rules.max_utilisation
+
+    def kv_link(self, c: Candidate) -> KvLink:
+        """The P/D KV-transfer link: KV bytes per token, NIC bandwidth per GPU (the GPU catalog's
+        ``nic_bandwidth_bytes_per_s`` where given, else the rules'; the slower end), both TP sizes and the
+        fixed ``kv_transfer_latency_s`` per transfer."""
+        default = self.rules.kv_transfer_bandwidth_bytes_per_s
+        nics = [getattr(self.gpus[g], "nic_bandwidth_bytes_per_s", None) or default for g in (c.gpu, c.decode_gpu)]
+        return KvLink(bytes_per_token=mem.kv_cache_bytes_per_token(self.model, c.kv_dtype, 1), nic_bytes_per_s=min(nics),
+                      prefill_tp=c.tp, decode_tp=c.decode_tp, latency_s=self.rules.kv_transfer_latency_s)
+
+    def kv_transfer_s_per_token(self, c: Candidate) -> float:
+        """Seconds to move one token's KV from a prefill replica to a decode replica over the network
+        (``tp`` NICs in parallel on the slower side): ``kv_bytes_per_token / (min(tp_p, tp_d) x bandwidth)``."""
+        per_tok = mem.kv_cache_bytes_per_token(self.model, c.kv_dtype, 1)
+        return per_tok / (min(c.tp, c.decode_tp) * self.rules.kv_transfer_bandwidth_bytes_per_s)
+
+    def rent_pool(self, gpu: str, tp: int, replicas: int) -> tuple[Rental | None, str]:
+        """Whole instances of the cheapest offer for ``replicas`` TP groups (filled: the instances run every
+        TP group they hold), or (None, why) when no offer holds a TP group or rounding exceeds max_gpus."""
+        offers = self.offers.get(gpu)
+        if offers is None:  # no offers given (a hand-built context): per-GPU price, no rounding
+            offers = (workload_offer(gpu, self.prices[gpu]),)
+        rental = cheapest_rental(offers, tp, replicas)
+        if rental is None:
+            sizes = sorted({o.gpus_per_instance for o in offers})
+            return None, f"no offer for {gpu} holds a TP{tp} group (instances of {sizes} GPUs)"
+        cap = self.workload.max_gpus
+        if cap and rental.replicas * tp > cap:
+            return None, f"{rental.instances} x {rental.offer.gpus_per_instance}-GPU instances exceed max_gpus {cap}"
+        return rental, ""
+
+    def replica_cap(self, tp: int) -> int:
+        cap = self.rules.max_replicas
+        if self.workload.max_gpus:
+            cap = min(cap, self.workload.max_gpus // tp)
+        return cap
+
+    # -- SLO checks -------------------------------------------------------------------------------
+
+    def slo_ratios(self, res: Any) -> list[float]:
+        out = []
+        for s in self.workload.slos:
+            v = _finite_or_inf(getattr(res, f"{s.metric}_s").at(s.percentile)) if res.stable else math.inf
+            out.append(v / s.limit_s)
+        return out
+
+    def ok(self, res: Any, metrics: tuple[str, ...] | None = None) -> bool:
+        """Stable, utilisation and KV peak utilisation <= max_utilisation and every SLO (of ``metrics``,
+        default all) met."""
+        u = self.max_utilisation
+        if not res.stable or res.utilisation > u or res.kv_peak_utilisation > u:
+            return False
+        for s in self.workload.slos:
+            if (metrics is None or s.metric in metrics) and not (
+                    _finite_or_inf(getattr(res, f"{s.metric}_s").at(s.percentile)) <= s.limit_s):
+                return False
+        return True
+
+    # -- sizing -----------------------------------------------------------------------------------
+
+    def infeasible(self, c: Candidate, reason: str, fits: bool, binding: str) -> Evaluation:
+        n = len(self.constraint_names)
+        cons = [0.0] * n
+        cons[0 if not fits else 1] = 1.0
+        return Evaluation(candidate=c, feasible=False, fits=fits, constraints=tuple(cons),
+                          objectives=tuple([INFEASIBLE_OBJECTIVE] * len(self.objective_names)), reason=reason, binding=binding)
+
+    def size(self, c: Candidate, lower: tuple[int, ...] = ()) -> Evaluation:
+        """Derive replicas for ``c`` (uncached; see the module docstring). ``lower``: known lower bounds on
+        the replicas of each pool (prefill, decode for P/D), where the search starts; they change only the
+        number of load-model calls, never the result."""
+        return self._size_disagg(c, lower) if c.disaggregated else self._size_agg(c, lower)
+
+    def price(self, c: Candidate, pools: tuple[Pool, ...], res: Any, ok: bool, reason: str = "") -> Evaluation:
+        """Cost, latencies, constraints and binding SLO of sized pools (formulas: module docstring)."""
+        w = self.workload
+        rate = w.effective_rate_per_s
+        usd_h = sum(p.usd_per_hour for p in pools)
+        out_tps = rate * w.output_tokens.mean if res.stable else 0.0
+        tot_tps = rate * (w.output_tokens.mean + w.prompt_tokens.mean) if res.stable else 0.0
+        # an offline job runs flat out and stops when done: it pays for utilisation x deadline, not the deadline
+        running = min(_finite_or_inf(res.utilisation), 1.0) if w.is_offline else 1.0
+        usd_m = usd_h * running / (tot_tps * 3600) * 1e6 if tot_tps else math.inf
+        usd_m_out = usd_h * running / (out_tps * 3600) * 1e6 if out_tps else math.inf
+        lat = _latencies(res)
+        ratios = self.slo_ratios(res)
+        util = _finite_or_inf(res.utilisation)
+        util_excess = util - self.max_utilisation if res.stable else 1.0
+        cap_violation = min(1e6, max(0.0, util_excess)) if not ok else 0.0
+        if not ok and cap_violation <= 0 and all(r <= 1.0 for r in ratios):
+            cap_violation = 1.0  # e.g. the pools exceed max_gpus although the latencies would be met
+        cons = (0.0, cap_violation, *[min(1e6, r - 1.0) for r in ratios])
+        lat_obj = [min(lat[s.metric][s.percentile], INFEASIBLE_OBJECTIVE) for s in w.slos] or [
+            min(lat["tpot"]["p90"], INFEASIBLE_OBJECTIVE)]
+        objectives = (usd_m if math.isfinite(usd_m) else INFEASIBLE_OBJECTIVE, *lat_obj)
+        binding = binding_of(self.slo_names, ratios, res)
+        return Evaluation(
+            candidate=c, feasible=ok, fits=True, constraints=tuple(cons), objectives=tuple(objectives), pools=pools,
+            gpus_total=sum(p.gpus for p in pools), usd_per_hour=usd_h, usd_per_million_tokens=usd_m,
+            usd_per_million_output_tokens=usd_m_out, output_tokens_per_s=out_tps, utilisation=res.utilisation,
+            latencies=lat, binding=binding, reason=reason, load=res,
+        )
+
+    def _size_agg(self, c: Candidate, hint: tuple[int, ...] = ()) -> Evaluation:
+        w, rules = self.workload, self.rules
+        limits = limits_of(c, w.max_model_len, w.shared_prefix_fraction > 0)
+        cost, why = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
+        if cost is None:
+            return self.infeasible(c, why, fits=False, binding="memory")
+        rate = w.effective_rate_per_s
+        target = rate * (1 + self.headroom)
+        cap = self.replica_cap(c.tp)
+        if cap < 1:
+            return self.infeasible(c, f"TP {c.tp} exceeds max_gpus {w.max_gpus}", True, "capacity")
+
+        def run(r: int, at: float) -> Any:
+            return analyze(cost, limits, at, w.prompt_tokens, w.output_tokens, replicas=r,
+                           shared_prefix_fraction=w.shared_prefix_fraction)
+
+        # capacity lower bound: decode throughput of one replica at its largest batch
+        seq = int(w.prompt_tokens.mean + w.output_tokens.mean)
+        kv_seqs = max(1, cost.kv_capacity_tokens // max(seq, 1))
+        b = max(1, min(limits.max_num_seqs, kv_seqs))
+        step = cost.decode_step_s(b, int(w.prompt_tokens.mean + w.output_tokens.mean / 2))
+        per_replica_req_s = b / step / max(w.output_tokens.mean, 1.0)
+        lower = max([1, math.ceil(target / per_replica_req_s), *hint[:1]])
+        r = min_replicas(lambda k: self.ok(run(k, target)), lower, cap)
+        if r is None:
+            pools = (Pool("both", c.gpu, c.tp, cap, c.weight_dtype, c.kv_dtype, limits, self.prices[c.gpu],
+                          cost.kv_capacity_tokens),)
+            return self.price(c, pools, run(cap, rate), ok=False, reason=f"misses its SLOs even with {cap} replicas")
+        rental, why = self.rent_pool(c.gpu, c.tp, r)
+        if rental is None:
+            return self.infeasible(c, why, True, "capacity")
+        pools = (Pool("both", c.gpu, c.tp, rental.replicas, c.weight_dtype, c.kv_dtype, limits, rental.offer.usd_per_gpu_hour,
+                      cost.kv_capacity_tokens, rental),)
+        return self.price(c, pools, run(rental.replicas, rate), ok=True)
+
+    def _size_disagg(self, c: Candidate, hint: tuple[int, ...] = ()) -> Evaluation:
+        w, rules = self.workload, self.rules
+        p_limits, d_limits = pd_limits(c, w.max_model_len, w.shared_prefix_fraction > 0)
+        p_cost, why_p = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, p_limits)
+        d_cost, why_d = self.cost_model(c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype, d_limits)
+        if p_cost is None or d_cost is None:
+            why = why_p or why_d
+            return self.infeasible(c, ("prefill pool: " if why_p else "decode pool: ") + why, False, "memory")
+        rate = w.effective_rate_per_s
+        target = rate * (1 + self.headroom)
+        link = self.kv_link(c)
+
+        def run(rp: int, rd: int, at: float) -> Any:
+            return analyze_disaggregated(p_cost, p_limits, rp, d_cost, d_limits, rd, 0.0, at,
+                                         w.prompt_tokens, w.output_tokens, shared_prefix_fraction=w.shared_prefix_fraction,
+                                         kv_link=link)
+
+        cap_p, cap_d = self.replica_cap(c.tp), self.replica_cap(c.decode_tp)
+        if cap_p < 1 or cap_d < 1:
+            return self.infeasible(c, "pools exceed max_gpus", True, "capacity")
+
+        def pools_of(rp: int, rd: int, rent_p: Rental | None = None, rent_d: Rental | None = None) -> tuple[Pool, ...]:
+            return (Pool("prefill", c.gpu, c.tp, rp, c.weight_dtype, c.kv_dtype, p_limits,
+                         rent_p.offer.usd_per_gpu_hour if rent_p else self.prices[c.gpu], p_cost.kv_capacity_tokens, rent_p),
+                    Pool("decode", c.decode_gpu, c.decode_tp, rd, c.weight_dtype, c.kv_dtype, d_limits,
+                         rent_d.offer.usd_per_gpu_hour if rent_d else self.prices[c.decode_gpu], d_cost.kv_capacity_tokens,
+                         rent_d))
+
+        # size decode with ample prefill, then prefill with the chosen decode pool
+        rd = min_replicas(lambda k: self.ok(run(cap_p, k, target), ("tpot",)), max([1, *hint[1:2]]), cap_d)
+        if rd is None:
+            return self.price(c, pools_of(cap_p, cap_d), run(cap_p, cap_d, rate), ok=False,
+                              reason="decode pool misses its SLOs at its cap")
+        rp = min_replicas(lambda k: self.ok(run(k, rd, target)), max([1, *hint[:1]]), cap_p)
+        ok = rp is not None
+        rp = rp or cap_p
+        rent_p, why_p = self.rent_pool(c.gpu, c.tp, rp)
+        rent_d, why_d = self.rent_pool(c.decode_gpu, c.decode_tp, rd)
+        if ok and (rent_p is None or rent_d is None):
+            return self.infeasible(c, why_p or why_d, True, "capacity")
+        if rent_p is not None and rent_d is not None:
+            rp, rd = rent_p.replicas, rent_d.replicas
+        if w.max_gpus and rp * c.tp + rd * c.decode_tp > w.max_gpus:
+            ok = False
+        return self.price(c, pools_of(rp, rd, rent_p, rent_d), run(rp, rd, rate), ok=ok,
+                          reason="" if ok else "prefill pool misses its SLOs at its cap or max_gpus")

@@ -1,0 +1,223 @@
+"""The shape search (branch and bound) against exhaustive evaluation, its bounds, the properties a
+correct optimiser must have, budgets and the Optuna storage paths.
+
+References are computed here, independently of the code under test: exhaustive evaluation of every
+point of a small full space (aggregated and P/D) with the same evaluator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import optuna
+import pytest
+
+from recommender.catalog import default_catalog
+from recommender.errors import ConfigError
+from recommender.profiles import engine_profile
+from recommender.search import SearchSettings, recommend
+from recommender.search.bounds import Bounds
+from recommender.search.exhaustive import enumerate_space, exhaustive, front, search_quality
+from recommender.search.planner import build_context, space_choices
+from recommender.search.policy import load_search_policy
+from recommender.search.shapes import shape_search
+from recommender.workload import LengthDist, Slo, Workload
+
+CHAT = Workload(
+    model="llama-3.1-8b", prompt_tokens=LengthDist.lognormal(1000, 600, 32, 4096),
+    output_tokens=LengthDist.lognormal(250, 150, 8, 1024), arrival_rate_per_s=10.0,
+    gpus=("h100-sxm", "l40s"), slos=(Slo("ttft", 1.0, "p90"), Slo("tpot", 0.05, "p90")), name="chat-shapes",
+)
+# a small FULL space: aggregated and P/D, two GPU types, two TPs, two dtypes of each kind
+SMALL = dataclasses.replace(
+    load_search_policy(), tensor_parallel=(1, 2), weight_dtypes=("native", "fp8"), kv_dtypes=("bf16", "fp8"),
+    max_num_seqs=(64, 256), max_num_batched_tokens=(0, 2048, 8192), disaggregation=True, trials=5000, verify=0,
+)
+# a smaller full space for the fast tests: 2 GPUs x 2 TP x 1 x 1 x 2 x 3 = 24 aggregated points + 96 P/D pairs
+TINY = dataclasses.replace(SMALL, weight_dtypes=("native",), kv_dtypes=("fp8",))
+QUIET = SearchSettings(seed=0, verify=0)
+
+
+def _ctx(w: Workload = CHAT, policy=SMALL):
+    return build_context(w, policy, engine_profile("vllm"), default_catalog())
+
+
+def _truth(w: Workload, policy=SMALL):
+    ctx = _ctx(w, policy)
+    return exhaustive(ctx, space_choices(ctx))
+
+
+def _cheapest(evals) -> float:
+    return min((e.usd_per_million_tokens for e in evals if e.feasible), default=math.inf)
+
+
+@pytest.fixture(scope="module")
+def chat_truth():
+    return _truth(CHAT)
+
+
+@pytest.fixture(scope="module")
+def tiny_truth():
+    return _truth(CHAT, TINY)
+
+
+def test_bounds_never_exceed_the_evaluation(tiny_truth):
+    # the pruning is exact only if every bound is below what sizing finds: cost and each latency objective
+    ctx = _ctx(CHAT, TINY)
+    ch = space_choices(ctx)
+    bounds = Bounds(ctx, ch.max_num_seqs, ch.budgets)
+    k = 1e6 / (CHAT.arrival_rate_per_s * (CHAT.prompt_tokens.mean + CHAT.output_tokens.mean) * 3600)
+    checked = 0
+    for ev in tiny_truth:
+        if not ev.feasible:
+            continue
+        b = bounds.of(ev.candidate)
+        shape = bounds.of(dataclasses.replace(ev.candidate, max_num_seqs=0, max_num_batched_tokens=0))
+        assert b is not None and shape is not None
+        for lb in (b, shape):
+            assert lb.usd_per_hour * k <= ev.objectives[0] * (1 + 1e-9)
+            for lat_lb, lat in zip(lb.latencies_s, ev.objectives[1:]):
+                assert lat_lb <= lat * (1 + 1e-9)
+        checked += 1
+    assert checked > 20
+
+
+def test_rank_one_and_front_equal_exhaustive_on_a_tiny_full_space(tiny_truth):
+    ctx = _ctx(CHAT, TINY)
+    res = shape_search(ctx, space_choices(ctx), max_evaluations=10_000)
+    assert res.complete and res.rank1_proven
+    assert _cheapest(res.evaluations) == pytest.approx(_cheapest(tiny_truth), rel=1e-9)
+    q = search_quality(res.evaluations, tiny_truth)
+    assert front(tiny_truth) and q.hypervolume_ratio >= 0.99999
+    assert len(res.evaluations) < len(tiny_truth), "the bounds must prune something"
+
+
+@pytest.mark.slow
+def test_rank_one_and_front_equal_exhaustive_on_a_small_full_space(chat_truth):
+    ctx = _ctx()
+    res = shape_search(ctx, space_choices(ctx), max_evaluations=10_000)
+    assert res.complete and res.rank1_proven
+    assert _cheapest(res.evaluations) == pytest.approx(_cheapest(chat_truth), rel=1e-9)
+    assert search_quality(res.evaluations, chat_truth).hypervolume_ratio >= 0.99999
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rate", [1.0, 4.0, 25.0])
+def test_default_plan_rank_one_within_1pct_of_exhaustive_over_seeds(rate):
+    # the shape search does not sample, so every seed must give the exhaustive optimum
+    w = dataclasses.replace(CHAT, arrival_rate_per_s=rate)
+    best = _cheapest(_truth(w))
+    for seed in (0, 1, 2):
+        plan = recommend(w, settings=SearchSettings(seed=seed), policy=dataclasses.replace(SMALL, verify=0))
+        assert plan.rows[0].evaluation.usd_per_million_tokens <= best * 1.01
+
+
+def _plan_usd_per_hour(w: Workload, policy=SMALL) -> float:
+    return recommend(w, settings=QUIET, policy=policy).rows[0].evaluation.usd_per_hour
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("limit,looser", [(0.03, 0.045), (0.05, 0.1)])
+def test_a_looser_slo_never_costs_more(limit, looser):
+    tight = dataclasses.replace(CHAT, slos=(Slo("ttft", 1.0, "p90"), Slo("tpot", limit, "p90")))
+    loose = dataclasses.replace(CHAT, slos=(Slo("ttft", 1.0, "p90"), Slo("tpot", looser, "p90")))
+    assert _plan_usd_per_hour(loose) <= _plan_usd_per_hour(tight) * (1 + 1e-9)
+
+
+@pytest.mark.slow
+def test_dropping_an_slo_never_costs_more():
+    # the issue's case: an e2e-only SLO must not cost more than the stricter TTFT + TPOT one
+    strict = dataclasses.replace(CHAT, slos=(Slo("ttft", 1.0, "p90"), Slo("tpot", 0.04, "p90")))
+    e2e_only = dataclasses.replace(CHAT, slos=(Slo("e2e", 1.0 + 1024 * 0.04, "p90"),))
+    assert _plan_usd_per_hour(e2e_only) <= _plan_usd_per_hour(strict) * (1 + 1e-9)
+
+
+@pytest.mark.slow
+def test_more_gpu_types_or_more_gpus_never_cost_more():
+    one = dataclasses.replace(CHAT, gpus=("l40s",), max_gpus=4)
+    assert _plan_usd_per_hour(dataclasses.replace(one, gpus=("l40s", "h100-sxm"))) <= _plan_usd_per_hour(one) * (1 + 1e-9)
+    assert _plan_usd_per_hour(dataclasses.replace(one, max_gpus=16)) <= _plan_usd_per_hour(one) * (1 + 1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rate", [2.0, 8.0])
+def test_more_traffic_never_costs_less(rate):
+    low = dataclasses.replace(CHAT, arrival_rate_per_s=rate)
+    high = dataclasses.replace(CHAT, arrival_rate_per_s=rate * 2.5)
+    assert _plan_usd_per_hour(high) >= _plan_usd_per_hour(low) * (1 - 1e-9)
+
+
+def test_a_trial_budget_is_reported_and_cli_trials_win_over_the_policy_timeout():
+    plan = recommend(CHAT, settings=SearchSettings(seed=0, trials=5, verify=0), policy=SMALL)
+    m = plan.meta
+    assert m["trials_run"] == 5 and m["trials_asked"] == 5 and m["stopped_by"] == "trials"
+    assert m["timeout_s"] is None  # --trials alone: the policy's timeout does not cut it
+    from recommender.render.plan import search_footer
+
+    assert "5 of 5 trials asked" in search_footer(m)
+    cut = dict(m, stopped_by="timeout", timeout_s=0.5, trials_run=3)
+    assert "3 of 5 trials asked: cut by the 0.5 s timeout" in search_footer(cut)
+    both = recommend(CHAT, settings=SearchSettings(seed=0, trials=5, timeout_s=30.0, verify=0), policy=SMALL)
+    assert both.meta["timeout_s"] == 30.0
+
+
+def test_every_evaluation_is_a_completed_trial_and_a_rerun_ranks_all_of_them(tmp_path):
+    storage = str(tmp_path / "study.log")
+    small = dataclasses.replace(SMALL, trials=6)
+    first = recommend(CHAT, settings=SearchSettings(seed=0, storage=storage, verify=0), policy=small)
+    study = optuna.load_study(study_name=first.meta["study_name"], storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(storage)))
+    trials = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert len(trials) == first.meta["trials_run"] == 6
+    assert {t.user_attrs["key"] for t in trials} == {e.candidate.key for e in first.evaluations}
+    assert all(set(t.constraints) == set(first.meta["constraints"]) or len(t.constraints) == 4 for t in trials)
+    # the rerun evaluates the same first 6 again (cached: no new trials from them) plus nothing new,
+    # and ranks every completed trial of the study
+    second = recommend(CHAT, settings=SearchSettings(seed=1, storage=storage, verify=0, trials=12), policy=small)
+    keys = {e.candidate.key for e in second.evaluations}
+    assert {t.user_attrs["key"] for t in trials} <= keys
+
+
+def test_sqlite_with_workers_is_refused_with_the_alternative(tmp_path):
+    with pytest.raises(ConfigError, match="journal file"):
+        recommend(CHAT, settings=SearchSettings(storage=str(tmp_path / "s.db"), workers=2, verify=0), policy=SMALL)
+
+
+@pytest.mark.slow
+def test_two_workers_on_a_journal_file_find_the_exhaustive_rank_one(tmp_path, tiny_truth):
+    plan = recommend(CHAT, settings=SearchSettings(seed=0, storage=str(tmp_path / "s.log"), workers=2, verify=0),
+                     policy=TINY)
+    assert plan.meta["workers"] == 2 and plan.meta["trials"] > plan.meta["trials_run"]
+    assert plan.rows[0].evaluation.usd_per_million_tokens == pytest.approx(_cheapest(tiny_truth), rel=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_two_workers_on_postgresql_share_one_study(postgres_url, tiny_truth):
+    plan = recommend(CHAT, settings=SearchSettings(seed=0, storage=postgres_url, workers=2, verify=0), policy=TINY)
+    study = optuna.load_study(study_name=plan.meta["study_name"], storage=postgres_url)
+    done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    # both workers' trials are in the database, and rank 1 is the exhaustive optimum
+    assert len(done) == plan.meta["trials"] and len(done) > plan.meta["trials_run"]
+    assert plan.rows[0].evaluation.usd_per_million_tokens == pytest.approx(_cheapest(tiny_truth), rel=1e-9)
+
+
+def test_the_space_enumeration_counts_every_pair():
+    ch = space_choices(_ctx())
+    agg = len(ch.gpus) * len(ch.tps) * len(ch.weight_dtypes) * len(ch.kv_dtypes) * len(ch.max_num_seqs) * len(ch.budgets)
+    # P/D pairs keep one GPU type (policy pd_heterogeneous_gpus: false), any decode TP
+    assert not ch.pd_heterogeneous
+    assert sum(1 for _ in enumerate_space(ch)) == agg * (1 + len(ch.tps))
+
+
+def test_sizing_never_imports_search():
+    import ast
+    from pathlib import Path
+
+    import recommender.sizing as sizing
+
+    tree = ast.parse(Path(sizing.__file__).read_text())
+    mods = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)] + \
+        [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert not [m for m in mods if m and m.startswith("recommender.search")]
