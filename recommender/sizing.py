@@ -174,6 +174,8 @@ def min_replicas(ok: Callable[[int], bool], lower: int, cap: int) -> int | None:
     lower = max(1, min(lower, cap))
     if ok(lower):
         return lower
+    if lower >= cap or not ok(cap):  # monotone: failing at the cap fails everywhere (one call, not a doubling)
+        return None
     lo, hi = lower, lower
     while True:
         hi = min(cap, hi * 2)

@@ -6,8 +6,9 @@ dtype, KV dtype), or for P/D a (prefill GPU, TP; decode GPU, TP; dtypes) pair. I
 ``recommender.sizing`` for each combo evaluated.
 
 Every shape and every combo has lower bounds on cost and on each latency objective
-(``recommender.search.bounds``). Entries are taken from two priority queues in turn, one ordered by
-the cost bound and one by the latency bounds, so both ends of the Pareto front are found early; a
+(``recommender.search.bounds``). Entries are taken from three priority queues in turn (aggregated by
+cost bound, P/D by cost bound, all by latency bounds), so the cheapest plans of both kinds and the
+fast end of the Pareto front are found early; a
 shape is expanded into its combos, a combo is evaluated, unless a plan already found is at least as
 cheap as its cost bound and at least as fast as each of its latency bounds (then no plan in it can
 enter the front). When both queues are empty the front and rank 1 are exact (for the space, given
@@ -50,37 +51,42 @@ class _Entry:
 
 
 class _Queues:
-    """Two heaps over the same entries, cost-first and latency-first; an entry is taken once. ``pop``
-    takes ``cost_share`` of its entries from the cost heap (rank 1 first), the rest from the latency heap."""
+    """Three heaps over the entries: aggregated by cost bound, P/D by cost bound, all by latency bounds;
+    an entry is taken once. ``pop`` cycles aggregated-cost, P/D-cost, aggregated-cost, latency, so the
+    cheapest plans of both kinds and the fast end of the front are all found early."""
 
-    def __init__(self, usd_to_objective: float, cost_share: int = 3) -> None:
-        self._cost: list[tuple] = []
-        self._lat: list[tuple] = []
+    _CYCLE = ("agg", "pd", "agg", "lat")
+
+    def __init__(self, usd_to_objective: float) -> None:
+        self._heaps: dict[str, list[tuple]] = {"agg": [], "pd": [], "lat": []}
         self._taken: set[int] = set()
         self._n = itertools.count()
         self._turn = 0
-        self._share = cost_share
         self.k = usd_to_objective
 
     def push(self, e: _Entry) -> None:
         i = next(self._n)
         obj = self.objectives(e.bound)
-        heapq.heappush(self._cost, (obj, i, e))
-        heapq.heappush(self._lat, (obj[1:], obj[0], i, e))
+        heapq.heappush(self._heaps["pd" if e.candidate.disaggregated else "agg"], (obj, i, e))
+        heapq.heappush(self._heaps["lat"], (obj[1:], obj[0], i, e))
 
     def objectives(self, b: Bound) -> tuple[float, ...]:
         return (b.usd_per_hour * self.k, *b.latencies_s)
 
     def cheapest_bound(self) -> float:
         """Smallest cost bound (first objective) of the entries not yet taken; inf when none."""
-        while self._cost and self._cost[0][1] in self._taken:
-            heapq.heappop(self._cost)
-        return self._cost[0][0][0] if self._cost else math.inf
+        out = math.inf
+        for name in ("agg", "pd"):
+            heap = self._heaps[name]
+            while heap and heap[0][1] in self._taken:
+                heapq.heappop(heap)
+            if heap:
+                out = min(out, heap[0][0][0])
+        return out
 
     def pop(self) -> _Entry | None:
-        for _ in range(2):
-            from_cost = self._turn % (self._share + 1) != self._share
-            heap = self._cost if from_cost else self._lat
+        for _ in range(len(self._CYCLE)):
+            heap = self._heaps[self._CYCLE[self._turn % len(self._CYCLE)]]
             self._turn += 1
             while heap:
                 item = heapq.heappop(heap)
