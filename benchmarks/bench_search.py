@@ -50,6 +50,36 @@ def cli_seconds(example: str) -> float:
     return time.perf_counter() - t
 
 
+EXTRA = [  # (workload, policy or None): the issue's aiconfigurator problem and a larger space
+    ("benchmarks/workloads/aic-70b-h200.yaml", "benchmarks/policies/bf16-only.yaml"),
+    ("benchmarks/workloads/large-405b.yaml", None),
+    ("benchmarks/workloads/large-dsv3.yaml", None),
+]
+
+
+def extra_rows() -> list[list[str]]:
+    """End-to-end CLI runs (verification off: the search alone) of the EXTRA problems."""
+    import json
+
+    out = []
+    for wl, pol in EXTRA:
+        cmd = [sys.executable, "-m", "recommender.cli", "--workload", wl, "--verify", "0", "--format", "json", "--quiet"]
+        if pol:
+            cmd += ["--policy", pol]
+        t = time.perf_counter()
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        wall = time.perf_counter() - t
+        try:
+            doc = json.loads(res.stdout)
+            m, top = doc["search"], doc["plans"][0]
+            out.append([Path(wl).stem, f"{wall:.2f}", f"{m['trials_run']}/{m['trials_asked']} {m['stopped_by'] or 'stopped'}",
+                        "yes" if m["rank1_proven"] else "no", f"{top['id']} ${top['usd_per_million_tokens']:.4f}/M"])
+        except (ValueError, KeyError, IndexError):
+            out.append([Path(wl).stem, f"{wall:.2f}", "-", "-", (res.stderr.strip().splitlines() or ["?"])[-1][:80]])
+        print(out[-1], flush=True)
+    return out
+
+
 def main() -> None:
     from tabulate import tabulate
 
@@ -65,12 +95,17 @@ def main() -> None:
     ap.add_argument("--reference-factor", type=int, default=50, help="reference trials = factor x the default run's")
     ap.add_argument("--reference-cap", type=int, default=20000, help="at most this many reference trials")
     ap.add_argument("--cli", action="store_true", help="also time the CLI end to end (subprocess) per example")
-    ap.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "bench_search.md"))
+    ap.add_argument("--extra", action="store_true", help="also the aiconfigurator problem and the 405B / DeepSeek-V3 space")
+    ap.add_argument("--skip-examples", action="store_true")
+    ap.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "recommender-benchmarks" / "search.md"),
+                    help="Markdown report (default outside the tracked tree)")
     args = ap.parse_args()
     policy = load_search_policy()
     paths = sorted(glob.glob(str(ROOT / "examples" / "*.yaml")))
     if args.examples:
         paths = [p for p in paths if Path(p).stem in args.examples]
+    if args.skip_examples:
+        paths = []
     rows = []
     for path in paths:
         name = Path(path).stem
@@ -114,7 +149,11 @@ def main() -> None:
             f"{os.cpu_count()} CPUs (`nproc`), shared. Default run = policies/search.yaml (trials {policy.trials}, "
             f"front_trials {policy.front_trials}, timeout {policy.timeout_s} s, verification on). Reference = the same "
             f"search with {args.reference_factor}x the default run's trials (at most {args.reference_cap}) and no timeout. Import of the main job's modules: {imp:.2f} s.\n\n" + table + "\n")
+    if args.extra:
+        text += "\nEnd to end (CLI subprocess, `--verify 0`):\n\n" + tabulate(
+            extra_rows(), headers=["problem", "wall s", "trials", "rank 1 proven", "rank 1"], tablefmt="github") + "\n"
     print(text)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     print(f"wrote {args.out}", file=sys.stderr)
 
