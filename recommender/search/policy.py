@@ -15,7 +15,7 @@ class _SearchPolicySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     trials: int = Field(2000, gt=0)
     front_trials: int = Field(150, gt=0)
-    timeout_s: float = Field(20.0, gt=0)
+    timeout_s: float = Field(60.0, gt=0)
     population_size: int = Field(40, ge=2)
     headroom: float = Field(0.2, ge=0.0, le=5.0)
     max_utilisation: float = Field(0.85, gt=0.0, le=1.0)
@@ -44,7 +44,7 @@ class SearchPolicy:
 
     trials: int = 2000
     front_trials: int = 150
-    timeout_s: float = 20.0
+    timeout_s: float = 60.0
     population_size: int = 40
     headroom: float = 0.2
     max_utilisation: float = 0.85
