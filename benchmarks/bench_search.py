@@ -45,7 +45,8 @@ def import_seconds() -> float:
 
 def cli_seconds(example: str) -> float:
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "recommender.cli", "--workload", example], capture_output=True, cwd=ROOT,
+    subprocess.run([sys.executable, "-c", "import sys; from recommender.cli import main; sys.argv[0] = 'recommend'; main()",
+                    "--workload", example], capture_output=True, cwd=ROOT,
                    check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
     return time.perf_counter() - t
 
@@ -63,7 +64,8 @@ def extra_rows() -> list[list[str]]:
 
     out = []
     for wl, pol in EXTRA:
-        cmd = [sys.executable, "-m", "recommender.cli", "--workload", wl, "--verify", "0", "--format", "json", "--quiet"]
+        cmd = [sys.executable, "-c", "import sys; from recommender.cli import main; sys.argv[0] = 'recommend'; main()",
+               "--workload", wl, "--verify", "0", "--format", "json", "--quiet"]
         if pol:
             cmd += ["--policy", pol]
         t = time.perf_counter()
