@@ -77,7 +77,7 @@ def test_other_formats_parse(fmt):
         assert yaml.safe_load(res.stdout)["plans"][0]["rank"] == 1
     else:
         header, first = res.stdout.splitlines()[:2]
-        assert header.startswith("rank,id,gpu") and first.startswith("1,")
+        assert header.startswith("rank,id,gpu,role") and first.startswith("1,")
 
 
 def test_emit_writes_plan_and_deployment_files(tmp_path):

@@ -14,9 +14,24 @@ from typer.testing import CliRunner
 
 import recommender.cli  # noqa: F401  (registers every command on the app)
 from recommender.cli.app import app
-from recommender.deploy import normalise_formats, write_deploy_files
+from recommender.deploy import normalise_formats
 from recommender.deploy import writer
 from recommender.errors import DeployError
+
+from recommender import deploy as _deploy
+from recommender.plan import load_plan
+
+
+def render_deploy(doc, *args, **kw):  # the tests edit plan documents, then read them through the one loader
+    return _deploy.render_deploy(load_plan(doc), *args, **kw)
+
+
+def build_spec(doc, *args, **kw):
+    return _deploy.build_spec(load_plan(doc), *args, **kw)
+
+
+def write_deploy_files(doc, *args, **kw):
+    return _deploy.write_deploy_files(load_plan(doc), *args, **kw)
 
 PLANS = Path(__file__).parent / "data" / "plans"
 AGG = PLANS / "agg-llama70b-h100.json"
@@ -60,7 +75,7 @@ def test_json_output_lists_the_rendered_files() -> None:
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("{not json", "not valid JSON"), ("[1, 2]", "JSON object"), ('{"workload": {}, "plans": []}', "no plans")],
+    [("{not json", "not valid JSON"), ("[1, 2]", "JSON object"), ('{"workload": {"model": "m"}, "plans": []}', "no plans"), ('{"version": 3, "workload": {}, "plans": []}', "plan version 3")],
 )
 def test_bad_plan_files_fail_with_one_line(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "plan.json"

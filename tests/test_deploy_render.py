@@ -20,11 +20,17 @@ import pytest
 import yaml
 from importlib import resources
 
+from recommender import deploy as _deploy
 from recommender.catalog import default_catalog
-from recommender.deploy import render_deploy
-from recommender.errors import DeployError
 from recommender.deploy.helm import chart_engine_argv
 from recommender.deploy.vllm_flags import check_serve_args
+from recommender.errors import DeployError
+from recommender.plan import load_plan
+
+
+def render_deploy(doc, *args, **kw):  # the tests edit plan documents, then read them through the one loader
+    return _deploy.render_deploy(load_plan(doc), *args, **kw)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANS = Path(__file__).parent / "data" / "plans"

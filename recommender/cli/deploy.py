@@ -5,28 +5,13 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import List, Optional
 
 import typer
 
-from recommender.bounded import load_json_text, read_file_text
 from recommender.cli.app import app, one_line_errors
 from recommender.deploy import cluster_options, render_deploy, write_deploy_files
-from recommender.errors import ConfigError
-
-
-def read_plan(path: Path) -> dict[str, Any]:
-    """Load a plan JSON file; unreadable or non-JSON input becomes a one-line ConfigError."""
-    text = read_file_text(path, "plan file", encoding="utf-8")
-    try:
-        doc = load_json_text(text, str(path))
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); give the plan from `recommend --format json`") from None
-    except ValueError as e:
-        raise ConfigError(f"{e}; give the plan from `recommend --format json`") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: expected a JSON object with 'workload' and 'plans'")
-    return doc
+from recommender.plan import load_plan
 
 
 def _cron(schedule: str) -> str:
@@ -77,7 +62,7 @@ def deploy_cmd(
                               selector=None if selector is None else check_selector(selector),
                               history_secret=_dns_name(history_secret, "--history-secret") if history_secret else None,
                               apply=apply, image=replan_image.strip())
-    doc = read_plan(plan)
+    doc = load_plan(plan)
     cluster = cluster_options(values_file=values, namespace=namespace, image=image, router_image=router_image,
                               storage_class=storage_class, node_selector=node_selector, tolerations=toleration)
     if out is None:

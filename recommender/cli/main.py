@@ -5,11 +5,14 @@ Every option is checked before the search starts (formats, their dependencies, n
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from recommender.cli.app import app, fail, one_line_errors
+
+if TYPE_CHECKING:
+    from recommender.plan import Plan
 
 
 @app.callback(invoke_without_command=True)
@@ -100,16 +103,16 @@ def main_job(
         _emit(emit, plan, workload or w.source)
 
 
-def _emit(emit: str, plan: object, source: str) -> None:
-    import json
+def _emit(emit: str, plan: Plan, source: str) -> None:
+    import dataclasses
     from pathlib import Path
 
     from recommender.deploy import write_deploy_files
+    from recommender.plan import dump_plan
 
     out = Path(emit)
-    doc = plan.to_dict()  # type: ignore[attr-defined]
-    doc["workload"]["source"] = source
+    plan = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, source=source))
     # one set: plan.json and rank 1's files are swapped in together (never a new plan beside old files)
-    paths = write_deploy_files(doc, out, rank=1, plan_name=str(out / "plan.json"),
-                               extra_files={"plan.json": json.dumps(doc, indent=2) + "\n"})
+    paths = write_deploy_files(plan, out, rank=1, plan_name=str(out / "plan.json"),
+                               extra_files={"plan.json": dump_plan(plan)})
     typer.echo(f"wrote {out / 'plan.json'} and {len(paths)} deployment files to {out}", err=True)

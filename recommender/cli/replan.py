@@ -58,11 +58,17 @@ def search_planner(*, storage: str | None, study_name: str, profile_file: str | 
         policy = dataclasses.replace(load_search_policy(), headroom=0.0)
         settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout_s, storage=storage, verify=1,
                                   study_name=f"{study_name}:{int(time.time())}:{uuid.uuid4().hex[:8]}")
-        warm = [current] if current else []
-        prev = previous_proposal(history_url, deployment, current)
-        if prev is not None:
-            warm.append(prev)
-        return recommend(workload, settings=settings, profile=profile, policy=policy, warm_start=warm).to_dict()
+        from recommender.errors import RecommenderError
+        from recommender.plan import load_plan, plan_document
+
+        warm = []
+        for doc in (current, previous_proposal(history_url, deployment, current)):
+            if doc:
+                try:  # a warm start is a hint: a stored document that no longer reads as a plan is skipped
+                    warm.append(load_plan(doc))
+                except RecommenderError:
+                    pass
+        return plan_document(recommend(workload, settings=settings, profile=profile, policy=policy, warm_start=warm))
 
     return plan
 

@@ -21,51 +21,47 @@ from recommender.cli.app import app, one_line_errors
 from recommender.errors import ConfigError, RecommenderError
 
 
-def _length_source(workload: Optional[Path], plan_doc: dict[str, Any] | None) -> Any:
+def _length_source(workload: Optional[Path], source: str = "") -> Any:
     from recommender.workload import load_workload
 
     if workload is not None:
         return load_workload(workload)
-    src = ((plan_doc or {}).get("workload") or {}).get("source") or ""
-    if src and Path(src).is_file():
-        return load_workload(src)
+    if source and Path(source).is_file():
+        return load_workload(source)
     return None
 
 
 def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, Any]:
     """Deployments and load of plan ``rank`` (pools rebuilt through the perf model)."""
     from recommender.catalog import default_catalog
-    from recommender.cli.deploy import read_plan
     from recommender.perf import memory as mem
     from recommender.estimate import build_deployment
     from recommender.perf.step import EngineLimits, StepCostModel
+    from recommender.plan import load_plan
     from recommender.profiles import resolve_profile
     from recommender.search.policy import SearchPolicy
 
-    doc = read_plan(plan)
-    rows = doc.get("plans") or []
-    if not 1 <= rank <= len(rows):
-        raise ConfigError(f"--rank {rank}: {plan} has {len(rows)} plan(s)")
-    row, wd = rows[rank - 1], doc.get("workload") or {}
-    wl = _length_source(workload, doc)
+    doc = load_plan(plan)
+    row = doc.row(rank)
+    if row is None:
+        raise ConfigError(f"--rank {rank}: {plan} has {len(doc.rows)} plan(s)")
+    wl = _length_source(workload, doc.workload.source)
     if wl is None:
         raise ConfigError(f"{plan} only summarises the length distributions and its workload source "
-                          f"{wd.get('source')!r} is not readable here; pass --workload FILE.yaml")
+                          f"{doc.workload.source!r} is not readable here; pass --workload FILE.yaml")
     cat = default_catalog()
-    model = cat.model(str(wd.get("model") or wl.model))
-    prof_name = str(doc.get("profile") or doc.get("engine") or "vllm")
-    profile = resolve_profile(str(doc.get("engine") or "vllm"), prof_name if Path(prof_name).is_file() else None)
+    model = cat.model(doc.workload.model or wl.model)
+    profile = resolve_profile(doc.engine, doc.profile if Path(doc.profile).is_file() else None)
+    max_len = row.max_model_len or doc.workload.max_model_len or wl.max_model_len
     pools = []
-    for p in row.get("pools") or [dict(row, role="both")]:
-        limits = EngineLimits(max_num_seqs=int(p["max_num_seqs"]), max_num_batched_tokens=int(p["max_num_batched_tokens"]),
-                              chunked_prefill=bool(p.get("chunked_prefill", True)),
-                              enable_prefix_caching=bool(p.get("enable_prefix_caching", False)))
-        dep = build_deployment(model=model, gpu=cat.gpu(str(p["gpu"])), tp=int(p["tp"]), weight_dtype=str(p["weight_dtype"]),
-                               kv_dtype=str(p["kv_dtype"]), profile=profile, limits=limits,
-                               gpu_memory_utilization=float(p.get("gpu_memory_utilization", row.get("gpu_memory_utilization", 0.92))),
-                               cuda_graphs=bool(row.get("cuda_graphs", True)),
-                               max_model_len=int(row.get("max_model_len") or wd.get("max_model_len") or wl.max_model_len))
-        pools.append((str(p.get("role", "both")), dep, StepCostModel.build(dep), int(p["replicas"])))
+    for p in row.pools:
+        limits = EngineLimits(max_num_seqs=p.max_num_seqs, max_num_batched_tokens=p.max_num_batched_tokens,
+                              chunked_prefill=p.chunked_prefill, enable_prefix_caching=p.enable_prefix_caching)
+        dep = build_deployment(model=model, gpu=cat.gpu(p.gpu), tp=p.tp, weight_dtype=p.weight_dtype,
+                               kv_dtype=p.kv_dtype, profile=profile, limits=limits,
+                               gpu_memory_utilization=p.gpu_memory_utilization, cuda_graphs=p.cuda_graphs,
+                               max_model_len=max_len)
+        pools.append((p.role.value, dep, StepCostModel.build(dep), p.replicas))
     xfer = 0.0
     if len(pools) == 2:
         (_, dp, _, _), (_, dd, _, _) = pools
@@ -73,7 +69,7 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
         xfer = per_tok / (min(dp.tp, dd.tp) * SearchPolicy().kv_transfer_bandwidth_bytes_per_s)
     return {"pools": pools, "rate": wl.effective_rate_per_s, "prompt": wl.prompt_tokens, "output": wl.output_tokens,
             "shared_prefix_fraction": wl.shared_prefix_fraction, "kv_transfer_s_per_token": xfer,
-            "label": f"{plan} rank {rank} ({row.get('id', '')})"}
+            "label": f"{plan} rank {rank} ({row.id})"}
 
 
 def _flag_setup(kw: dict[str, Any], workload: Optional[Path]) -> dict[str, Any]:
@@ -82,7 +78,7 @@ def _flag_setup(kw: dict[str, Any], workload: Optional[Path]) -> dict[str, Any]:
     from recommender.perf.step import StepCostModel
     from recommender.workload import LengthDist
 
-    wl = _length_source(workload, None)
+    wl = _length_source(workload)
     if wl is None and (kw["prompt_tokens"] is None or kw["output_tokens"] is None):
         raise ConfigError("give --prompt-tokens and --output-tokens, or --workload FILE.yaml, or --plan PLAN.json")
     if kw["model"] is None or kw["gpu"] is None:

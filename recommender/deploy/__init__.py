@@ -1,6 +1,6 @@
 """Deployment files for a plan: ``vllm serve`` scripts, Kubernetes manifests, production-stack Helm values.
 
-``render_deploy`` returns file name -> text for one plan of a plan JSON document; ``write_deploy_files``
+``render_deploy`` returns file name -> text for one row of a typed :class:`~recommender.plan.Plan`; ``write_deploy_files``
 writes them atomically. Both refuse undeployable plans with ``DeployError`` before anything is written,
 and every emitted ``vllm serve`` argument list has been checked against vLLM 0.33's flag table.
 """
@@ -20,6 +20,7 @@ from recommender.deploy.vllm_cmd import VLLM_VERSION, render_cmd
 from recommender.deploy.vllm_flags import VllmFlagError, check_serve_args
 from recommender.deploy.writer import write_file_set
 from recommender.errors import DeployError
+from recommender.plan import Plan
 
 FORMATS = ("cmd", "k8s", "helm")
 #: formats only rendered when named (not part of 'all'): the re-planner CronJob (recommender.deploy.replan_job)
@@ -50,34 +51,33 @@ def normalise_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(f for f in FORMATS + EXTRA_FORMATS if f in names)
 
 
-def render_deploy(plan_doc: Mapping[str, Any], rank: int = 1, formats: str | Iterable[str] = FORMATS,
+def render_deploy(plan: Plan, rank: int = 1, formats: str | Iterable[str] = FORMATS,
                   checkpoint: str | None = None, *, plan_name: str | None = None,
                   gpus: GpuLookup | None = None, cluster: ClusterOptions | None = None,
                   replan: Any = None) -> dict[str, str]:
-    """Render plan ``rank`` of ``plan_doc`` into deployment files: file name -> text.
+    """Render row ``rank`` of ``plan`` into deployment files: file name -> text.
 
     ``checkpoint`` overrides the plan's pre-quantized checkpoint repo; ``plan_name`` (e.g. the plan
     file path) is named in each file's header; ``gpus`` replaces the GPU catalog lookup; ``cluster`` sets
     namespace, images, tolerations, node selector and storage class of the k8s/Helm output; ``replan``
     (a ``replan_job.ReplanJobOptions``) configures the ``replan-cronjob`` format.
     """
-    spec = build_spec(plan_doc, rank, checkpoint, plan_name=plan_name, gpus=gpus)
+    spec = build_spec(plan, rank, checkpoint, plan_name=plan_name, gpus=gpus)
     if cluster is not None:
         spec = dataclasses.replace(spec, cluster=cluster)
     files: dict[str, str] = {}
     for fmt in normalise_formats(formats):
         if fmt == "replan-cronjob":
-            import json
-
             from recommender.deploy.replan_job import render_replan_cronjob
+            from recommender.plan import dump_plan
 
-            files.update(render_replan_cronjob(spec, json.dumps(plan_doc, indent=1) + "\n", replan))
+            files.update(render_replan_cronjob(spec, dump_plan(plan), replan))
         else:
             files.update(_RENDERERS[fmt](spec))
     return files
 
 
-def write_deploy_files(plan_doc: Mapping[str, Any], out_dir: str | Path, rank: int = 1,
+def write_deploy_files(plan: Plan, out_dir: str | Path, rank: int = 1,
                        formats: str | Iterable[str] = FORMATS, checkpoint: str | None = None, *,
                        plan_name: str | None = None, gpus: GpuLookup | None = None,
                        extra_files: Mapping[str, str] | None = None, cluster: ClusterOptions | None = None,
@@ -88,7 +88,7 @@ def write_deploy_files(plan_doc: Mapping[str, Any], out_dir: str | Path, rank: i
     (:func:`recommender.deploy.writer.write_file_set`): it holds the old set or the new one, never a mix.
     Shell scripts are made executable (0o755). Returns the written deployment paths in render order.
     """
-    files = render_deploy(plan_doc, rank, formats, checkpoint, plan_name=plan_name, gpus=gpus, cluster=cluster,
+    files = render_deploy(plan, rank, formats, checkpoint, plan_name=plan_name, gpus=gpus, cluster=cluster,
                           replan=replan)
     label = f"plan rank {rank}" + (f" of {plan_name}" if plan_name else "")
     paths = write_file_set(out_dir, {**(extra_files or {}), **files}, label=label)

@@ -1,13 +1,13 @@
-"""Plan JSON -> frozen :class:`DeploySpec`: what to deploy, checked for deployability.
+"""Typed plan -> frozen :class:`DeploySpec`: what to deploy, checked for deployability.
 
-This is the one place plan JSON (docs/ARCHITECTURE.md, "Plan JSON") is read for deployment. It picks
+The plan arrives typed (:func:`recommender.plan.load_plan` reads files). This module picks
 the plan of the requested rank, resolves which checkpoint vLLM loads and with which quantization
 flag, looks the GPU up in the catalog and refuses (``DeployError``) anything vLLM 0.33 would not
 start or that would not run as modelled.
 
 Quantization policy (``resolve_weights``), with 16-bit = {bf16, fp16}:
 
-1. a checkpoint repo is given (CLI ``--checkpoint`` > pool ``checkpoint`` > plan ``checkpoint``):
+1. a checkpoint repo is given (CLI ``--checkpoint`` > pool ``checkpoint`` > row ``checkpoint``):
    vLLM loads it and reads its quantization config, so no ``--quantization``; it must store
    ``weight_dtype`` weights;
 2. ``weight_dtype == checkpoint_dtype``: load ``hf_repo`` as is, no ``--quantization``;
@@ -24,7 +24,6 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 from recommender.catalog import default_catalog
 from recommender.deploy.cluster import ClusterOptions
@@ -33,7 +32,7 @@ from recommender.dtypes import SIXTEEN_BIT, WEIGHT_DTYPES
 from recommender.errors import DeployError, RecommenderError
 from recommender.hf_config import is_model_repo
 from recommender.perf.memory import weight_bytes
-from recommender.plan import PLAN_VERSION
+from recommender.plan import Plan, PlanRow, Pool, WorkloadEcho
 
 #: bytes per parameter stored in a checkpoint of that dtype (scales / zero points ignored)
 BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 0.5}
@@ -103,22 +102,7 @@ class DeploySpec:
         return sum(p.tp * p.replicas for p in self.pools)
 
 
-# --------------------------------------------------------------------------- field readers
-
-
-def _get(d: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
-    if key not in d or d[key] is None:
-        raise DeployError(f"{where}: missing field {key!r}; regenerate the plan with `recommend --format json`")
-    value = d[key]
-    if kind is int and isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-        raise DeployError(f"{where}: field {key!r} has the wrong type ({type(value).__name__}: {value!r})")
-    return value
-
-
-def _pool_or_plan(pool: Mapping[str, Any], row: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
-    return _get(pool if key in pool and pool[key] is not None else row, key, where, kind)
+# --------------------------------------------------------------------------- checks
 
 
 def _safe_text(s: str, what: str) -> str:
@@ -262,29 +246,26 @@ def _catalog_weight_bytes(model_id: str, dtype: str) -> float | None:
         return None
 
 
-def _checkpoint_bytes(row: Mapping[str, Any], pool: Mapping[str, Any], workload: Mapping[str, Any],
+def _checkpoint_bytes(row: PlanRow, pool: Pool, workload: WorkloadEcho,
                       weight_dtype: str, stored_dtype: str) -> tuple[float, str]:
     """Bytes of the checkpoint vLLM downloads and loads (stored in ``stored_dtype``), and the source.
 
     In order: the model catalog (``perf.memory.weight_bytes`` of the workload's model at
-    ``stored_dtype``); the plan's ``weights_bytes`` (modelled, at ``weight_dtype``) rescaled by
-    BYTES_PER_PARAM; the workload's ``params`` / ``param_count``; the count in the model name;
+    ``stored_dtype``); the plan's ``weights_bytes`` (modelled, at ``weight_dtype``; pool before row)
+    rescaled by BYTES_PER_PARAM; the workload's ``params``; the count in the model name;
     else 70e9 parameters. Parameter counts become bytes as params x BYTES_PER_PARAM[stored_dtype].
     """
-    model_id = str(workload.get("model", ""))
+    model_id = workload.model
     exact = _catalog_weight_bytes(model_id, stored_dtype) if model_id else None
     if exact:
         return exact, f"model catalog {model_id} at {stored_dtype}"
-    for src in (pool, row):
-        wb = src.get("weights_bytes")
-        if isinstance(wb, (int, float)) and not isinstance(wb, bool) and wb > 0:
+    for wb in (pool.weights_bytes, row.weights_bytes):
+        if wb is not None and wb > 0:
             params = float(wb) / BYTES_PER_PARAM[weight_dtype]
             return params * BYTES_PER_PARAM[stored_dtype], "plan weights_bytes"
-    for key in ("params", "param_count"):
-        v = workload.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-            return float(v) * BYTES_PER_PARAM[stored_dtype], f"workload {key}"
-    named = params_from_name(model_id, str(workload.get("hf_repo", "")))
+    if workload.params is not None and workload.params > 0:
+        return workload.params * BYTES_PER_PARAM[stored_dtype], "workload params"
+    named = params_from_name(model_id, workload.hf_repo)
     if named:
         return named * BYTES_PER_PARAM[stored_dtype], f"{named / 1e9:g}B parameters read from the model name"
     return FALLBACK_PARAMS * BYTES_PER_PARAM[stored_dtype], "70B parameters assumed (model size unknown)"
@@ -293,29 +274,17 @@ def _checkpoint_bytes(row: Mapping[str, Any], pool: Mapping[str, Any], workload:
 # --------------------------------------------------------------------------- build
 
 
-def _fmt_opt(row: Mapping[str, Any], key: str, fmt: str, scale: float = 1.0) -> str | None:
-    v = row.get(key)
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return format(v * scale, fmt)
-    return None
-
-
-def _summary(row: Mapping[str, Any]) -> str:
-    pct = str(row.get("percentile", "p90"))
+def _summary(row: PlanRow) -> str:
     parts = []
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
-        ms = _fmt_opt(row, key, ".1f", 1e3)
-        if ms is not None:
-            parts.append(f"{pct} {label} {ms} ms")
-    tok = _fmt_opt(row, "output_tokens_per_s", ",.0f")
-    if tok is not None:
-        parts.append(f"{tok} output tok/s")
-    usd_h = _fmt_opt(row, "usd_per_hour", ",.2f")
-    if usd_h is not None:
-        parts.append(f"${usd_h}/h")
-    usd_m = _fmt_opt(row, "usd_per_million_output_tokens", ",.3f")
-    if usd_m is not None:
-        parts.append(f"${usd_m}/M output tokens")
+    for value, label in ((row.ttft_s, "TTFT"), (row.tpot_s, "TPOT"), (row.e2e_s, "E2E")):
+        if value is not None and math.isfinite(value):
+            parts.append(f"{row.percentile} {label} {value * 1e3:.1f} ms")
+    if row.output_tokens_per_s is not None:
+        parts.append(f"{row.output_tokens_per_s:,.0f} output tok/s")
+    if row.usd_per_hour is not None:
+        parts.append(f"${row.usd_per_hour:,.2f}/h")
+    if row.usd_per_million_output_tokens is not None:
+        parts.append(f"${row.usd_per_million_output_tokens:,.3f}/M output tokens")
     return ", ".join(parts) or "no modelled figures in the plan"
 
 
@@ -327,130 +296,91 @@ def _num_heads(model_id: str) -> int | None:
         return None
 
 
-def _with_catalog_defaults(workload: Mapping[str, Any]) -> dict[str, Any]:
-    """Fill a missing ``hf_repo`` / ``checkpoint_dtype`` from the model catalog entry of ``model``."""
-    out = dict(workload)
-    if out.get("hf_repo") and out.get("checkpoint_dtype"):
-        return out
+def _with_catalog_defaults(workload: WorkloadEcho) -> tuple[str, str]:
+    """(hf_repo, checkpoint_dtype), a missing one filled from the model catalog entry of ``model``."""
+    hf_repo, dtype = workload.hf_repo, workload.checkpoint_dtype
+    if hf_repo and dtype:
+        return hf_repo, dtype
     try:
-        arch = default_catalog().model(str(out.get("model", "")))
+        arch = default_catalog().model(workload.model)
     except (RecommenderError, KeyError, OSError, ValueError):
-        return out
-    out.setdefault("hf_repo", arch.hf_repo or None)
-    out.setdefault("checkpoint_dtype", arch.checkpoint_dtype)
-    return out
+        return hf_repo, dtype
+    return hf_repo or arch.hf_repo or "", dtype or arch.checkpoint_dtype
 
 
-def build_spec(plan_doc: Mapping[str, Any], rank: int = 1, checkpoint: str | None = None, *,
+def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str, ckpt_dtype: str,
+               checkpoint: str | None, lookup: GpuLookup, where: str) -> tuple[PoolSpec, str]:
+    pw = f"{where} pool {raw.role.value}"
+    if raw.weight_dtype not in WEIGHT_DTYPES:
+        raise DeployError(f"{pw}: unknown weight_dtype {raw.weight_dtype!r} (expected one of {', '.join(WEIGHT_DTYPES)})")
+    if raw.kv_dtype not in KV_CACHE_DTYPE:
+        raise DeployError(f"{pw}: unknown kv_dtype {raw.kv_dtype!r} (expected bf16 or fp8)")
+    gpu = lookup(raw.gpu)
+    _check_gpu(gpu, raw.weight_dtype, raw.kv_dtype, where=pw)
+    ckpt = checkpoint or raw.checkpoint or row.checkpoint or None
+    if ckpt is not None:
+        ckpt = model_repo(_safe_text(ckpt, "checkpoint"), "checkpoint")
+    weights = resolve_weights(raw.weight_dtype, ckpt_dtype, hf_repo, ckpt)
+    if weights.model.startswith("-"):
+        raise DeployError(f"{pw}: model {weights.model!r} starts with '-', which vllm serve would read as a flag")
+    stored = raw.weight_dtype if ckpt else ckpt_dtype if ckpt_dtype in BYTES_PER_PARAM else raw.weight_dtype
+    nbytes, weights_source = _checkpoint_bytes(row, raw, workload, raw.weight_dtype, stored)
+    pool = PoolSpec(
+        role=raw.role.value, gpu=gpu, tp=raw.tp, replicas=raw.replicas, weight_dtype=raw.weight_dtype,
+        kv_dtype=raw.kv_dtype, max_num_seqs=raw.max_num_seqs, max_num_batched_tokens=raw.max_num_batched_tokens,
+        chunked_prefill=raw.chunked_prefill, enable_prefix_caching=raw.enable_prefix_caching,
+        cuda_graphs=raw.cuda_graphs, gpu_memory_utilization=raw.gpu_memory_utilization,
+        max_model_len=workload.max_model_len if workload.max_model_len is not None else row.max_model_len,
+        weights=weights, checkpoint_bytes=nbytes,
+    )
+    _check_limits(pool, pw, _num_heads(workload.model))
+    return pool, weights_source
+
+
+def build_spec(plan: Plan, rank: int = 1, checkpoint: str | None = None, *,
                plan_name: str | None = None, gpus: GpuLookup | None = None) -> DeploySpec:
-    """Pick plan ``rank`` from ``plan_doc`` and turn it into a checked :class:`DeploySpec`.
-
-    A field of the wrong shape anywhere (a list where a number belongs, ...) is a one-line DeployError, never a
-    bare TypeError / ValueError.
-    """
-    try:
-        return _build_spec(plan_doc, rank, checkpoint, plan_name=plan_name, gpus=gpus)
-    except RecommenderError:
-        raise
-    except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as e:
-        raise DeployError(f"the plan JSON has a field of the wrong type or shape ({type(e).__name__}: {e}); "
-                          f"regenerate it with `recommend --format json`") from None
-
-
-def _build_spec(plan_doc: Mapping[str, Any], rank: int, checkpoint: str | None, *,
-                plan_name: str | None, gpus: GpuLookup | None) -> DeploySpec:
-    if not isinstance(plan_doc, Mapping):
-        raise DeployError("plan JSON must be an object with 'workload' and 'plans'")
+    """Pick row ``rank`` of ``plan`` and turn it into a checked :class:`DeploySpec`."""
     if checkpoint is not None:
         model_repo(_safe_text(checkpoint, "--checkpoint"), "--checkpoint")
-    version = plan_doc.get("version", PLAN_VERSION)
-    if version != PLAN_VERSION or isinstance(version, bool):
-        raise DeployError(f"plan JSON version {version!r} is not one this recommender reads (version {PLAN_VERSION}); "
-                          f"regenerate the plan with `recommend --format json`")
-    workload = _get(plan_doc, "workload", "plan JSON", dict)
-    plans = _get(plan_doc, "plans", "plan JSON", list)
-    if not plans:
-        raise DeployError("the plan JSON holds no plans (the search found nothing feasible); nothing to deploy")
-    row = next((p for p in plans if isinstance(p, dict) and p.get("rank") == rank), None)
+    if not plan.rows:
+        raise DeployError("the plan holds no plans (the search found nothing feasible); nothing to deploy")
+    row = plan.row(rank)
     if row is None:
-        ranks = sorted(p.get("rank") for p in plans if isinstance(p, dict) and isinstance(p.get("rank"), int))
-        raise DeployError(f"no plan with rank {rank}; the plan JSON has ranks {ranks}")
-    plan_id = _safe_text(str(row.get("id") or f"rank{rank}"), "plan id")
+        raise DeployError(f"no plan with rank {rank}; the plan has ranks {sorted(r.rank for r in plan.rows)}")
+    plan_id = _safe_text(row.id or f"rank{rank}", "plan id")
     where = f"plan {plan_id}"
-    workload = _with_catalog_defaults(workload)
-    hf_repo = _safe_text(_get(workload, "hf_repo", "workload", str), "workload hf_repo")
+    workload = plan.workload
+    hf_repo, ckpt_dtype = _with_catalog_defaults(workload)
+    if not hf_repo or not ckpt_dtype:
+        missing = "hf_repo" if not hf_repo else "checkpoint_dtype"
+        raise DeployError(f"workload: missing field {missing!r} and model {workload.model!r} is not in the catalog; "
+                          f"regenerate the plan with `recommend --format json`")
+    hf_repo = _safe_text(hf_repo, "workload hf_repo")
     if hf_repo.startswith("-"):
         raise DeployError(f"workload hf_repo {hf_repo!r} starts with '-', which vllm serve would read as a flag")
     model_repo(hf_repo, "workload hf_repo")
-    model_id = _safe_text(str(workload.get("model") or hf_repo), "workload model")
-    ckpt_dtype = _get(workload, "checkpoint_dtype", "workload", str)
+    model_id = _safe_text(workload.model or hf_repo, "workload model")
     lookup = gpus or default_gpu_lookup()
-    disaggregated = bool(row.get("disaggregated", False))
-    raw_pools = row.get("pools") or [{"role": "both"}]
-    roles = [p.get("role") for p in raw_pools if isinstance(p, dict)]
-    if len(roles) != len(raw_pools):
-        raise DeployError(f"{where}: every pool must be an object")
-    expected = ["prefill", "decode"] if disaggregated else ["both"]
-    if sorted(map(str, roles)) != sorted(expected):
-        raise DeployError(f"{where}: {'disaggregated' if disaggregated else 'aggregated'} plans need pools {expected}, got {roles}")
-    top_pool: Mapping[str, Any] = next((p for p in raw_pools if p.get("role") in ("both", "decode")), {})
-    for key in ("gpu", "tp", "replicas"):  # the row's gpu/tp/replicas describe the (decode) pool
-        if key in row and key in top_pool and row[key] != top_pool[key]:
-            raise DeployError(f"{where}: the plan says {key} {row[key]!r} but its {top_pool['role']} pool says "
-                              f"{top_pool[key]!r}; the plan file is inconsistent, regenerate it")
-    wl_max_len = workload.get("max_model_len")
     pools: list[PoolSpec] = []
     weights_source = ""
-    for raw in sorted(raw_pools, key=lambda p: expected.index(p["role"])):
-        pw = f"{where} pool {raw['role']}"
-        weight_dtype = _pool_or_plan(raw, row, "weight_dtype", pw, str)
-        if weight_dtype not in WEIGHT_DTYPES:
-            raise DeployError(f"{pw}: unknown weight_dtype {weight_dtype!r} (expected one of {', '.join(WEIGHT_DTYPES)})")
-        kv_dtype = _pool_or_plan(raw, row, "kv_dtype", pw, str)
-        if kv_dtype not in KV_CACHE_DTYPE:
-            raise DeployError(f"{pw}: unknown kv_dtype {kv_dtype!r} (expected bf16 or fp8)")
-        gpu = lookup(_pool_or_plan(raw, row, "gpu", pw, str))
-        _check_gpu(gpu, weight_dtype, kv_dtype, where=pw)
-        ckpt = checkpoint or raw.get("checkpoint") or row.get("checkpoint")
-        if ckpt is not None:
-            ckpt = model_repo(_safe_text(str(ckpt), "checkpoint"), "checkpoint")
-        weights = resolve_weights(weight_dtype, ckpt_dtype, hf_repo, ckpt)
-        if weights.model.startswith("-"):
-            raise DeployError(f"{pw}: model {weights.model!r} starts with '-', which vllm serve would read as a flag")
-        stored = weight_dtype if ckpt else ckpt_dtype if ckpt_dtype in BYTES_PER_PARAM else weight_dtype
-        nbytes, weights_source = _checkpoint_bytes(row, raw, workload, weight_dtype, stored)
-        max_len = wl_max_len if isinstance(wl_max_len, int) and not isinstance(wl_max_len, bool) else None
-        pool = PoolSpec(
-            role=raw["role"], gpu=gpu,
-            tp=_pool_or_plan(raw, row, "tp", pw, int),
-            replicas=_pool_or_plan(raw, row, "replicas", pw, int),
-            weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-            max_num_seqs=_pool_or_plan(raw, row, "max_num_seqs", pw, int),
-            max_num_batched_tokens=_pool_or_plan(raw, row, "max_num_batched_tokens", pw, int),
-            chunked_prefill=_pool_or_plan(raw, row, "chunked_prefill", pw, bool),
-            enable_prefix_caching=bool(raw.get("enable_prefix_caching", row.get(
-                "enable_prefix_caching", float(workload.get("shared_prefix_fraction") or 0.0) > 0.0))),
-            cuda_graphs=bool(raw.get("cuda_graphs", row.get("cuda_graphs", True))),
-            gpu_memory_utilization=float(_pool_or_plan(raw, row, "gpu_memory_utilization", pw, (int, float))),
-            max_model_len=max_len if max_len is not None else _pool_or_plan(raw, row, "max_model_len", pw, int),
-            weights=weights, checkpoint_bytes=nbytes,
-        )
-        _check_limits(pool, pw, _num_heads(str(workload.get("model", ""))))
+    for raw in row.pools:
+        pool, weights_source = _pool_spec(raw, row, workload, hf_repo=hf_repo, ckpt_dtype=ckpt_dtype,
+                                          checkpoint=checkpoint, lookup=lookup, where=where)
         pools.append(pool)
     if disaggregated:
         _check_pd_pair(pools[0], pools[1], where)
     # the catalog id is served as a second name only when it is a plain name (a config.json path is not)
     served = tuple(dict.fromkeys([hf_repo] + ([model_id] if SERVED_NAME.fullmatch(model_id) else [])))
-    workload_name = _safe_text(str(workload.get("name") or model_id), "workload name")
+    workload_name = _safe_text(workload.name or model_id, "workload name")
     return DeploySpec(
-        plan_id=plan_id, rank=rank, plan_count=len(plans),
+        plan_id=plan_id, rank=rank, plan_count=len(plan.rows),
         plan_name=_safe_text(plan_name, "plan name") if plan_name else "plan JSON",
         workload_name=workload_name,
-        workload_source=str(workload.get("source") or "unknown"),
+        workload_source=workload.source or "unknown",
         model_id=model_id, hf_repo=hf_repo, checkpoint_dtype=ckpt_dtype,
         served_model_names=served,
         name=dns_label(f"vllm-{workload_name}"),
-        disaggregated=disaggregated, pools=tuple(pools),
+        disaggregated=row.disaggregated, pools=tuple(pools),
         summary=_summary(row), weights_source=weights_source,
     )
 

@@ -11,10 +11,10 @@ configurations span orders of magnitude in $/M tokens while the ranked plans sit
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from recommender.plan import Plan
+from recommender.plan import Plan, PlanRow
 from recommender.search.evaluate import Evaluation
 from recommender.units import fmt_seconds
 
@@ -27,22 +27,31 @@ _LABEL_DIRECTIONS = tuple((math.cos(math.radians(a)), -math.sin(math.radians(a))
 
 def chart_metrics(plan: Plan) -> list[tuple[str, str, float | None]]:
     """(metric, percentile, limit_s or None) per panel: every SLO, the one binding rank 1 first."""
-    slos = list(plan.workload.slos)
+    slos = list(plan.slos)
     if not slos:
         return [("ttft", "p90", None), ("tpot", "p90", None)]
-    binding = plan.rows[0].evaluation.binding.split("@")[0] if plan.rows else ""
+    binding = plan.rows[0].binding.split("@")[0] if plan.rows else ""
     slos.sort(key=lambda s: s.metric != binding)
     return [(s.metric, s.percentile, s.limit_s) for s in slos]
 
 
 def _hover(e: Evaluation, label: str) -> str:
-    lat = e.latencies
-    parts = [f"<b>{label}</b>", f"{e.gpus_total} GPUs, {e.candidate.weight_dtype}/{e.candidate.kv_dtype}",
-             f"${e.usd_per_million_tokens:.3f}/M tokens, ${e.usd_per_hour:,.2f}/h"]
+    return _hover_text(label, e.gpus_total, e.candidate.weight_dtype, e.candidate.kv_dtype, e.usd_per_million_tokens,
+                       e.usd_per_hour, e.latencies, e.binding)
+
+
+def _row_hover(r: PlanRow, label: str) -> str:
+    return _hover_text(label, r.gpus_total, r.weight_dtype, r.kv_dtype, r.usd_per_million_tokens or math.inf,
+                       r.usd_per_hour or math.inf, r.latency_percentiles, r.binding)
+
+
+def _hover_text(label: str, gpus: int, wd: str, kd: str, usd_m: float, usd_h: float,
+                lat: Mapping[str, Mapping[str, float]], binding: str) -> str:
+    parts = [f"<b>{label}</b>", f"{gpus} GPUs, {wd}/{kd}", f"${usd_m:.3f}/M tokens, ${usd_h:,.2f}/h"]
     for m in ("ttft", "tpot", "e2e"):
         if m in lat and "p90" in lat[m]:
             parts.append(f"{m.upper()} p90 {fmt_seconds(lat[m]['p90'])}")
-    parts.append(f"binding: {e.binding}")
+    parts.append(f"binding: {binding}")
     return "<br>".join(parts)
 
 
@@ -94,7 +103,7 @@ def pareto_figure(plan: Plan, evaluations: Sequence[Evaluation] | None = None) -
     feasible = [e for e in evaluations if e.feasible and math.isfinite(e.usd_per_million_tokens)]
     feasible.sort(key=lambda e: e.usd_per_million_tokens)
     grey = feasible[:MAX_GREY_POINTS]
-    costs = [r.evaluation.usd_per_million_tokens for r in plan.rows] or [e.usd_per_million_tokens for e in grey] or [1.0]
+    costs = [r.usd_per_million_tokens for r in plan.rows if r.usd_per_million_tokens] or [e.usd_per_million_tokens for e in grey] or [1.0]
     y_range = (math.log10(min(costs) * 0.6), math.log10(max(costs) * 6))  # zoomed on the plans; the toolbar zooms out
     for col, (metric, pct, limit) in enumerate(panels, start=1):
         first = col == 1
@@ -109,20 +118,20 @@ def pareto_figure(plan: Plan, evaluations: Sequence[Evaluation] | None = None) -
         fig.add_trace(go.Scatter(x=fx, y=fy, mode="lines", name="Pareto front", legendgroup="front",
                                  showlegend=first, line={"color": "#8c96a0", "width": 1.5, "shape": "linear"},
                                  hoverinfo="skip"), row=1, col=col)
-        rows = [r for r in plan.rows if math.isfinite(r.evaluation.latency(metric, pct))]
+        rows = [r for r in plan.rows if math.isfinite(r.latency(metric, pct))]
         fig.add_trace(go.Scatter(
-            x=[r.evaluation.latency(metric, pct) * 1e3 for r in rows],
-            y=[r.evaluation.usd_per_million_tokens for r in rows],
+            x=[r.latency(metric, pct) * 1e3 for r in rows],
+            y=[(r.usd_per_million_tokens or math.inf) for r in rows],
             mode="markers", name=PLANS_TRACE, legendgroup="plans", showlegend=first,
             marker={"color": "#1f6feb", "size": [16 if r.rank == 1 else 11 for r in rows],
                     "symbol": ["star" if r.rank == 1 else "circle" for r in rows], "line": {"color": "white", "width": 1}},
             hovertemplate="%{customdata}<extra></extra>",
-            customdata=[_hover(r.evaluation, f"#{r.rank} {r.label()}") for r in rows]), row=1, col=col)
-        xs = [p[0] for p in pts] + [r.evaluation.latency(metric, pct) * 1e3 for r in rows]
+            customdata=[_row_hover(r, f"#{r.rank} {r.label()}") for r in rows]), row=1, col=col)
+        xs = [p[0] for p in pts] + [r.latency(metric, pct) * 1e3 for r in rows]
         hi = max(xs + ([limit * 1e3] if limit else []), default=1.0)
         fig.update_xaxes(title_text=f"{metric.upper()} {pct} (ms)", range=[0, hi * 1.08], row=1, col=col)
         axis = "" if col == 1 else str(col)
-        xy = [(r.evaluation.latency(metric, pct) * 1e3, r.evaluation.usd_per_million_tokens) for r in rows]
+        xy = [(r.latency(metric, pct) * 1e3, (r.usd_per_million_tokens or math.inf)) for r in rows]
         for r, (x, y), (ax, ay) in zip(rows, xy, _label_offsets(xy, hi * 1.08, y_range, 480, 350)):
             fig.add_annotation(x=x, y=math.log10(y), xref=f"x{axis}", yref=f"y{axis}", text=f"#{r.rank}",
                                showarrow=True, arrowhead=0, arrowcolor="#0b3d91", ax=ax, ay=ay,
@@ -136,7 +145,7 @@ def pareto_figure(plan: Plan, evaluations: Sequence[Evaluation] | None = None) -
     fig.update_yaxes(title_text="USD per million tokens (log)", row=1, col=1)
     w = plan.workload
     fig.update_layout(
-        title={"text": f"{plan.model.id} / {w.name}: cost against each SLO metric", "x": 0.01},
+        title={"text": f"{w.model} / {w.name}: cost against each SLO metric", "x": 0.01},
         template="plotly_white", height=520, width=max(640, 560 * len(panels)),
         legend={"orientation": "h", "y": -0.18}, margin={"l": 70, "r": 30, "t": 80, "b": 90},
         hoverlabel={"align": "left"},

@@ -1,15 +1,14 @@
-"""Plan renderers: table (tabulate), JSON, YAML, CSV. Pure string producers."""
+"""Plan renderers: table (fitted to the terminal), JSON, YAML, CSV. Pure string producers on the typed plan."""
 
 from __future__ import annotations
 
 import csv
 import io
-import json
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import yaml
 
-from recommender.plan import Plan
+from recommender.plan import Plan, PlanRow, Pool, SearchMeta, dump_plan, plan_document
 from recommender.render.table import fit_table, wrap_text
 from recommender.units import fmt_seconds
 
@@ -21,66 +20,72 @@ DROP_ORDER = ["note", "$/M out", "util", "max seqs", "chunk", "out tok/s", "$/ho
 
 
 def _pct_label(plan: Plan, metric: str) -> str:
-    for s in plan.workload.slos:
+    for s in plan.slos:
         if s.metric == metric:
             return s.percentile
-    return plan.workload.slos[0].percentile if plan.workload.slos else "p90"
+    return plan.slos[0].percentile if plan.slos else "p90"
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _sim_note(r: PlanRow, pct_ttft: str, pct_tpot: str) -> str:
+    if not r.simulated:
+        return ""
+    sim_ttft = r.simulated.get("ttft_s", {}).get(pct_ttft)
+    sim_tpot = r.simulated.get("tpot_s", {}).get(pct_tpot)
+    return "(sim {} / {})".format(fmt_seconds(sim_ttft) if sim_ttft is not None else "-",
+                                  fmt_seconds(sim_tpot) if sim_tpot is not None else "-")
 
 
 def plan_table_rows(plan: Plan) -> list[list[Any]]:
     rows = []
     tp_ttft, tp_tpot = _pct_label(plan, "ttft"), _pct_label(plan, "tpot")
     for r in plan.rows:
-        ev, c = r.evaluation, r.candidate
-        if c.disaggregated:
-            p, d = ev.pools
-            dep = f"P/D: {p.gpu} | {d.gpu}"
-            tp = f"{p.tp}|{d.tp}"
-            reps = f"{p.replicas}|{d.replicas}"
+        if r.disaggregated:
+            p, d = r.pools
+            dep, tp, reps = f"P/D: {p.gpu} | {d.gpu}", f"{p.tp}|{d.tp}", f"{p.replicas}|{d.replicas}"
         else:
-            p = ev.pools[0]
+            p = r.pools[0]
             dep, tp, reps = p.gpu, str(p.tp), str(p.replicas)
-        chunk = str(ev.pools[0].limits.max_num_batched_tokens) if ev.pools[0].limits.chunked_prefill else "off"
-        ttft = ev.latency("ttft", tp_ttft)
-        tpot = ev.latency("tpot", tp_tpot)
-        sim = ""
-        if r.simulated:
-            sim_ttft = r.simulated.get("ttft_s", {}).get(tp_ttft)
-            sim_tpot = r.simulated.get("tpot_s", {}).get(tp_tpot)
-            sim = " (sim {} / {})".format(fmt_seconds(sim_ttft) if sim_ttft is not None else "-",
-                                          fmt_seconds(sim_tpot) if sim_tpot is not None else "-")
+        first = r.pools[0]
+        chunk = str(first.max_num_batched_tokens) if first.chunked_prefill else "off"
         pd = ""
-        if r.pd_saving is not None:
-            pd = "only P/D meets the SLOs" if r.pd_saving >= 1.0 else f"P/D {r.pd_saving:.0%} cheaper than best aggregated"
+        if r.pd_saving_vs_aggregated is not None:
+            pd = ("only P/D meets the SLOs" if r.pd_saving_vs_aggregated >= 1.0
+                  else f"P/D {r.pd_saving_vs_aggregated:.0%} cheaper than best aggregated")
         unmeasured = ""
         if r.evidence is not None and not r.evidence.measured:
             unmeasured = f"unmeasured: {', '.join(r.evidence.unmeasured_families())}"
-        note = "; ".join(x for x in (pd, unmeasured, r.quality_note, "" if r.pareto else "dominated", sim.strip()) if x)
+        note = "; ".join(x for x in (pd, unmeasured, r.quality_note, "" if r.pareto else "dominated",
+                                     _sim_note(r, tp_ttft, tp_tpot)) if x)
         rows.append([
-            r.rank, dep + ("" if r.pareto else ""), ev.gpus_total, rent_label(ev.pools), tp, reps,
-            f"{c.weight_dtype}/{c.kv_dtype}", ev.pools[-1].limits.max_num_seqs, chunk,
-            fmt_seconds(ttft), fmt_seconds(tpot), f"{ev.output_tokens_per_s:,.0f}", f"{ev.utilisation:.2f}",
-            f"{ev.usd_per_hour:,.2f}", f"{ev.usd_per_million_output_tokens:.3f}", f"{ev.usd_per_million_tokens:.3f}",
-            ev.binding, note,
+            r.rank, dep, r.gpus_total, rent_label(r.pools), tp, reps, f"{r.weight_dtype}/{r.kv_dtype}",
+            r.main_pool.max_num_seqs, chunk,
+            fmt_seconds(r.latency("ttft", tp_ttft)), fmt_seconds(r.latency("tpot", tp_tpot)),
+            _num(r.output_tokens_per_s, ",.0f"), _num(r.load_utilisation, ".2f"), _num(r.usd_per_hour, ",.2f"),
+            _num(r.usd_per_million_output_tokens, ".3f"), _num(r.usd_per_million_tokens, ".3f"), r.binding, note,
         ])
     return rows
 
 
-def search_footer(m: dict) -> str:
+def search_footer(m: SearchMeta) -> str:
     """Trials run / asked, why the search stopped, and whether rank 1 is proven the cheapest in the space."""
-    run, asked = m.get("trials_run", m.get("trials")), m.get("trials_asked")
-    if m.get("stopped_by") == "timeout":
-        head = f"{run} of {asked} trials asked: cut by the {m.get('timeout_s')} s timeout"
-    elif m.get("stopped_by") == "trials":
+    run = m.trials_run if m.trials_run is not None else m.trials
+    asked = m.trials_asked
+    if m.stopped_by == "timeout":
+        head = f"{run} of {asked} trials asked: cut by the {m.timeout_s} s timeout"
+    elif m.stopped_by == "trials":
         head = f"{run} of {asked} trials asked (all used)"
-    elif m.get("search_complete"):
+    elif m.search_complete:
         head = f"{run} trials (search complete: every other configuration pruned by its bounds)"
     else:
         head = f"{run} trials (of up to {asked}; stopped once rank 1 was proven, Pareto front from these)"
-    if m.get("trials", run) != run:
-        head += f"; {m.get('trials')} trials in the study ranked"
-    proof = "rank 1 proven cheapest in the space" if m.get("rank1_proven") else "rank 1 NOT proven cheapest: raise --trials"
-    return f"{head}; {proof}; {m.get('seconds')} s (seed {m.get('seed')})"
+    if m.trials is not None and m.trials != run:
+        head += f"; {m.trials} trials in the study ranked"
+    proof = "rank 1 proven cheapest in the space" if m.rank1_proven else "rank 1 NOT proven cheapest: raise --trials"
+    return f"{head}; {proof}; {m.seconds} s (seed {m.seed})"
 
 
 def table_headers(plan: Plan) -> list[str]:
@@ -94,18 +99,20 @@ def table_headers(plan: Plan) -> list[str]:
 def render_table(plan: Plan, *, width: int | None = None) -> str:
     """The ranked table; with ``width`` (terminal columns) the least important columns are dropped to fit."""
     w = plan.workload
-    rate = f"{w.arrival_rate_per_s:g} req/s" if w.arrival_rate_per_s else f"offline {w.offline_requests:,} requests in {fmt_seconds(w.deadline_s or 0)}"
-    slos = ", ".join(str(s) for s in w.slos) or "none (cost only)"
-    head = (f"{plan.model.id} | {w.name}: {rate}, prompt ~{w.prompt_tokens.mean:,.0f} tok "
-            f"(p99 {w.prompt_tokens.quantile(0.99):,}), output ~{w.output_tokens.mean:,.0f} tok | SLO {slos} | "
-            f"engine {plan.engine}")
+    rate = (f"{w.arrival_rate_per_s:g} req/s" if w.arrival_rate_per_s
+            else f"offline {w.offline_requests or 0:,} requests in {fmt_seconds(w.deadline_s or 0)}")
+    slos = ", ".join(str(s) for s in plan.slos) or "none (cost only)"
+    lengths = ""
+    if w.prompt_tokens is not None and w.output_tokens is not None:
+        p99 = f" (p99 {w.prompt_tokens.p99:,})" if w.prompt_tokens.p99 is not None else ""
+        lengths = f", prompt ~{w.prompt_tokens.mean:,.0f} tok{p99}, output ~{w.output_tokens.mean:,.0f} tok"
+    head = f"{w.model} | {w.name}: {rate}{lengths} | SLO {slos} | engine {plan.engine}"
     hdr = table_headers(plan)
     body, dropped = fit_table(hdr, plan_table_rows(plan), width=width, drop_order=DROP_ORDER)
-    m = plan.meta
-    foot = (f"{search_footer(m)}; replicas sized for +{m.get('headroom', 0):.0%} headroom; latencies at the workload's rate.")
-    pricing = m.get("pricing")
-    if pricing:
-        foot += f"\nPrices: {pricing}."
+    m = plan.search
+    foot = f"{search_footer(m)}; replicas sized for +{m.headroom:.0%} headroom; latencies at the workload's rate."
+    if m.pricing:
+        foot += f"\nPrices: {m.pricing}."
     if dropped:
         foot += f"\n{len(dropped)} columns hidden to fit {width} columns ({', '.join(dropped)}); --wide shows all."
     lines = [wrap_text(head, width), "", body, "", wrap_text(plan.why, width), wrap_text(foot, width)]
@@ -121,19 +128,20 @@ def job_line(plan: Plan) -> str:
     if not (w.offline_requests and w.deadline_s and plan.rows):
         return ""
     r = plan.rows[0]
-    ev = r.evaluation
-    finish = min(ev.utilisation, 1.0) * w.deadline_s
+    util = r.load_utilisation if r.load_utilisation is not None else 1.0
+    finish = min(util, 1.0) * w.deadline_s
     sim = (r.simulated or {}).get("job_finish_s")
-    usd = ev.usd_per_hour * finish / 3600.0
+    usd_h = r.usd_per_hour or 0.0
+    usd = usd_h * finish / 3600.0
     return (f"Job (rank 1): {w.offline_requests:,} requests finish in {fmt_seconds(finish)}"
             + (f" (simulated {fmt_seconds(sim)})" if sim else "")
             + f", deadline {fmt_seconds(w.deadline_s)}, margin {fmt_seconds(w.deadline_s - finish)}; "
-            f"job cost ${usd:,.0f} ({ev.gpus_total} GPUs at ${ev.usd_per_hour:,.2f}/h while running).")
+            f"job cost ${usd:,.0f} ({r.gpus_total} GPUs at ${usd_h:,.2f}/h while running).")
 
 
 def verified_line(plan: Plan) -> str:
     """How long each verified row ran in the simulator (empty when none was verified)."""
-    runs = [(r.rank, r.simulated) for r in plan.rows if r.simulated and r.simulated.get("requests")
+    runs = [(r.rank, r.simulated) for r in plan.rows if r.simulated is not None and r.simulated.get("requests")
             and "job_finish_s" not in r.simulated]
     if not runs:
         return ""
@@ -143,42 +151,56 @@ def verified_line(plan: Plan) -> str:
             "each served >= 98% of its offered load over the second half.")
 
 
-def rent_label(pools: Any) -> str:
+def rent_label(pools: Sequence[Pool]) -> str:
     """``2 x lambda 8-GPU`` per pool (``+`` between P/D pools); per-GPU billing reads ``workload $/GPU-h``."""
     parts = []
     for p in pools:
-        r = getattr(p, "rental", None)
+        r = p.rental
         if r is None:
             continue
-        o = r.offer
-        parts.append(f"{o.provider} $/GPU-h" if o.per_tp_group else f"{r.instances} x {o.provider} {o.gpus_per_instance}-GPU")
+        parts.append(f"{r.provider} $/GPU-h" if r.offer.per_gpu_billing else f"{r.instances} x {r.provider} {r.gpus_per_instance}-GPU")
     return " + ".join(parts) or "-"
 
 
 def render_json(plan: Plan) -> str:
-    return json.dumps(plan.to_dict(), indent=2)
+    return dump_plan(plan).rstrip("\n")
 
 
 def render_yaml(plan: Plan) -> str:
-    return yaml.safe_dump(plan.to_dict(), sort_keys=False)
+    return yaml.safe_dump(plan_document(plan), sort_keys=False)
+
+
+#: CSV columns: one line per pool (a P/D plan has a prefill and a decode line with the same rank and id)
+CSV_COLUMNS = ["rank", "id", "gpu", "role", "tp", "replicas", "pool_gpus", "weight_dtype", "kv_dtype", "max_num_seqs",
+               "max_num_batched_tokens", "chunked_prefill", "enable_prefix_caching", "gpu_memory_utilization",
+               "usd_per_gpu_hour", "provider", "instances", "gpus_total", "ttft_s", "tpot_s", "e2e_s", "percentile", "output_tokens_per_s",
+               "load_utilisation", "usd_per_hour", "usd_per_million_output_tokens", "usd_per_million_tokens", "pareto",
+               "binding", "quality_note"]
 
 
 def render_csv(plan: Plan) -> str:
     """One row per pool (a P/D plan has a prefill and a decode row with the same rank and id): the pool's
     role, GPU, TP, replicas and engine limits, then the plan's latencies, cost and ranking fields."""
     buf = io.StringIO()
-    keys = ["rank", "id", "gpu", "role", "tp", "replicas", "pool_gpus", "gpus_total", "weight_dtype", "kv_dtype",
-            "max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "disaggregated", "ttft_s", "tpot_s", "e2e_s",
-            "output_tokens_per_s", "utilisation", "usd_per_hour", "usd_per_million_output_tokens",
-            "usd_per_million_tokens", "pareto", "binding", "quality_note"]
-    wr = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
+    wr = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     wr.writeheader()
-    for row in plan.to_dict()["plans"]:
-        for pool in row["pools"]:
-            wr.writerow({**row, **{k: pool[k] for k in ("gpu", "role", "tp", "replicas", "max_num_seqs",
-                                                        "max_num_batched_tokens", "chunked_prefill") if k in pool},
-                         "pool_gpus": pool["tp"] * pool["replicas"]})
+    for r in plan.rows:
+        for p in r.pools:
+            wr.writerow({
+                "rank": r.rank, "id": r.id, "gpu": p.gpu, "role": p.role.value, "tp": p.tp, "replicas": p.replicas,
+                "pool_gpus": p.gpus, "weight_dtype": p.weight_dtype, "kv_dtype": p.kv_dtype, "max_num_seqs": p.max_num_seqs,
+                "max_num_batched_tokens": p.max_num_batched_tokens, "chunked_prefill": p.chunked_prefill,
+                "enable_prefix_caching": p.enable_prefix_caching, "gpu_memory_utilization": p.gpu_memory_utilization,
+                "usd_per_gpu_hour": p.usd_per_gpu_hour, "provider": p.rental.provider if p.rental else "",
+                "instances": p.rental.instances if p.rental else "", "gpus_total": r.gpus_total, "ttft_s": r.ttft_s,
+                "tpot_s": r.tpot_s, "e2e_s": r.e2e_s, "percentile": r.percentile,
+                "output_tokens_per_s": r.output_tokens_per_s, "load_utilisation": r.load_utilisation,
+                "usd_per_hour": r.usd_per_hour, "usd_per_million_output_tokens": r.usd_per_million_output_tokens,
+                "usd_per_million_tokens": r.usd_per_million_tokens, "pareto": r.pareto, "binding": r.binding,
+                "quality_note": r.quality_note,
+            })
     return buf.getvalue()
 
 
-RENDERERS = {"table": render_table, "json": render_json, "yaml": render_yaml, "csv": render_csv}
+RENDERERS: dict[str, Callable[[Plan], str]] = {"table": render_table, "json": render_json, "yaml": render_yaml,
+                                               "csv": render_csv}

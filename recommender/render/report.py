@@ -44,7 +44,7 @@ def _table(headers: list[str], rows: list[list[Any]], cls: str = "") -> str:
 
 def _percentile_table(row: PlanRow) -> str:
     """Analytic (the search's load model) against simulated (discrete-event) percentiles, per metric."""
-    lat = row.evaluation.latencies
+    lat = row.latency_percentiles
     sim = row.simulated or {}
     rows = []
     for metric in ("ttft", "tpot", "e2e"):
@@ -68,36 +68,39 @@ def _walkthrough(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str
     from recommender.render.estimate import render_walkthrough
 
     w = plan.workload
-    prompt, output = max(1, round(w.prompt_tokens.mean)), max(1, round(w.output_tokens.mean))
+    prompt = max(1, round(w.prompt_tokens.mean)) if w.prompt_tokens else 1
+    output = max(1, round(w.output_tokens.mean)) if w.output_tokens else 1
     parts = []
-    for pool in row.evaluation.pools:
-        out_tokens = 1 if pool.role == "prefill" else output
+    for pool in row.pools:
+        role = pool.role.value
+        price = pool.usd_per_gpu_hour or 0.0
+        out_tokens = 1 if role == "prefill" else output
         req = EstimateRequest(model=w.model, gpu=pool.gpu, tp=pool.tp, replicas=pool.replicas,
                               weight_dtype=pool.weight_dtype, kv_dtype=pool.kv_dtype, concurrency="max",
                               prompt_tokens=prompt, output_tokens=out_tokens, engine=plan.engine,
-                              usd_per_gpu_hour=pool.usd_per_gpu_hour,
-                              gpu_memory_utilization=plan.gpu_memory_utilization,
-                              max_num_seqs=pool.limits.max_num_seqs,
-                              max_num_batched_tokens=pool.limits.max_num_batched_tokens,
-                              chunked_prefill=pool.limits.chunked_prefill, max_model_len=w.max_model_len)
-        cmd = (f"recommend estimate --model {plan.model.id} --gpu {pool.gpu} --tp {pool.tp} --replicas {pool.replicas} "
+                              usd_per_gpu_hour=price,
+                              gpu_memory_utilization=pool.gpu_memory_utilization,
+                              max_num_seqs=pool.max_num_seqs,
+                              max_num_batched_tokens=pool.max_num_batched_tokens,
+                              chunked_prefill=pool.chunked_prefill, max_model_len=row.max_model_len)
+        cmd = (f"recommend estimate --model {w.model} --gpu {pool.gpu} --tp {pool.tp} --replicas {pool.replicas} "
                f"--weight-dtype {pool.weight_dtype} --kv-dtype {pool.kv_dtype} --concurrency max "
-               f"--prompt-tokens {prompt} --output-tokens {out_tokens} --max-num-seqs {pool.limits.max_num_seqs} "
-               f"--max-num-batched-tokens {pool.limits.max_num_batched_tokens} --price {pool.usd_per_gpu_hour:g}")
+               f"--prompt-tokens {prompt} --output-tokens {out_tokens} --max-num-seqs {pool.max_num_seqs} "
+               f"--max-num-batched-tokens {pool.max_num_batched_tokens} --price {price:g}")
         try:
             dep, load, est = estimate_request(req, profile=profile)
-            text = render_walkthrough(dep, load, est, pool.replicas, pool.usd_per_gpu_hour, conditions_of(dep).lines())
+            text = render_walkthrough(dep, load, est, pool.replicas, price, conditions_of(dep).lines())
         except RecommenderError as e:
             text = f"(no walkthrough: {e})"
-        title = {"both": "", "prefill": "Prefill pool: ", "decode": "Decode pool: "}.get(pool.role, pool.role)
+        title = {"both": "", "prefill": "Prefill pool: ", "decode": "Decode pool: "}.get(role, role)
         parts.append(f"<p><b>{_e(title)}</b><code>{_e(cmd)}</code></p><pre>{_e(text)}</pre>")
     return "".join(parts)
 
 
 def _plan_details(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str:
-    ev = row.evaluation
-    head = (f"#{row.rank} {row.label()}, {row.candidate.weight_dtype}/{row.candidate.kv_dtype}: "
-            f"${ev.usd_per_million_tokens:.3f}/M tokens, ${ev.usd_per_hour:,.2f}/h, binding {ev.binding}")
+    head = (f"#{row.rank} {row.label()}, {row.weight_dtype}/{row.kv_dtype}: "
+            f"${row.usd_per_million_tokens or math.inf:.3f}/M tokens, ${row.usd_per_hour or math.inf:,.2f}/h, "
+            f"binding {row.binding}")
     return (f'<details{" open" if row.rank == 1 else ""} id="plan-{row.rank}"><summary>{_e(head)}</summary>'
             f"<h3>Percentiles at the workload's rate</h3>{_percentile_table(row)}"
             f"<h3>Estimate walkthrough</h3><p class='note'>`recommend estimate` of each pool at the workload's mean "
@@ -109,13 +112,15 @@ def _workload_section(plan: Plan) -> str:
     w = plan.workload
     rows = []
     for name, d in (("prompt tokens", w.prompt_tokens), ("output tokens", w.output_tokens)):
-        rows.append([name, d.kind, f"{d.mean:,.0f}", f"{d.quantile(0.5):,}", f"{d.quantile(0.9):,}",
-                     f"{d.quantile(0.99):,}", f"{d.min_tokens:,}", f"{d.max_tokens:,}"])
+        if d is not None:
+            rows.append([name, d.dist, f"{d.mean:,.0f}",
+                         *("-" if v is None else f"{v:,}" for v in (d.p50, d.p90, d.p99, d.min, d.max))])
     traffic = (f"{w.arrival_rate_per_s:g} requests/s" if w.arrival_rate_per_s
                else f"offline: {w.offline_requests:,} requests within {fmt_seconds(w.deadline_s or math.nan)}")
-    facts = [["model", f"{plan.model.id} ({plan.model.hf_repo or 'local config'})"], ["traffic", traffic],
-             ["SLOs", ", ".join(str(s) for s in w.slos) or "none (cost only)"],
-             ["shared prefix", f"{w.shared_prefix_fraction:.0%}"], ["max model length", f"{w.max_model_len:,} tokens"],
+    facts = [["model", f"{w.model} ({w.hf_repo or 'local config'})"], ["traffic", traffic],
+             ["SLOs", ", ".join(str(s) for s in plan.slos) or "none (cost only)"],
+             ["shared prefix", f"{w.shared_prefix_fraction:.0%}"],
+             ["max model length", f"{w.max_model_len:,} tokens" if w.max_model_len else "-"],
              ["GPUs allowed", ", ".join(w.gpus) if w.gpus else "every priced catalog GPU"],
              ["source", w.source or "-"]]
     return (_table(["", ""], facts) +
@@ -131,11 +136,11 @@ def render_report(plan: Plan, *, profile: EngineProfile | None = None) -> str:
                         config={"displaylogo": False, "responsive": True})
     summary = render_table(plan).split("\n\n", 1)[0]
     ranked = _table(table_headers(plan), plan_table_rows(plan), "ranked")
-    m = plan.meta
-    foot = (f"{m.get('trials')} trials, {m.get('evaluations')} configurations evaluated in {m.get('seconds')} s "
-            f"(seed {m.get('seed')}); replicas sized for +{m.get('headroom', 0):.0%} headroom.")
+    m = plan.search
+    foot = (f"{m.trials} trials, {m.evaluations} configurations evaluated in {m.seconds} s "
+            f"(seed {m.seed}); replicas sized for +{m.headroom:.0%} headroom.")
     details = "".join(_plan_details(plan, r, profile) for r in plan.rows)
-    title = f"{plan.model.id} / {plan.workload.name}: deployment plan"
+    title = f"{plan.workload.model} / {plan.workload.name}: deployment plan"
     return (
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
         f"<meta name='viewport' content='width=device-width,initial-scale=1'><style>{_CSS}</style>"

@@ -13,28 +13,25 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from recommender.bounded import load_json_text, read_file_text
 from recommender.errors import ConfigError
+from recommender.plan import load_plan as read_plan
+from recommender.plan import plan_document
 
 # row keys that follow from the replica count (not part of the shape)
 # (max_model_len follows the observed lengths, not the hardware; it rides along with any change)
 _DERIVED = {"rank", "id", "replicas", "gpus_total", "pools", "ttft_s", "tpot_s", "e2e_s", "output_tokens_per_s",
-            "utilisation", "usd_per_hour", "usd_per_million_output_tokens", "usd_per_million_tokens", "pareto",
+            "utilisation", "load_utilisation", "usd_per_hour", "usd_per_million_output_tokens", "usd_per_million_tokens", "pareto",
             "binding", "quality_note", "percentile", "latency_percentiles", "simulated", "max_model_len"}
 _POOL_DERIVED = {"replicas", "kv_capacity_tokens"}
 
 
 def load_plan(path: str | Path) -> dict[str, Any]:
-    """Read a plan JSON file (``recommend --format json``) and check it has a usable rank-1 row."""
+    """Read a plan file through the one reader (:func:`recommender.plan.load_plan`: versions 1 and 2, checked
+    field by field) and return its document (version 2), checked for a usable rank-1 row."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"current plan {p} does not exist; create it with `recommend WORKLOAD --format json > {p}`")
-    text = read_file_text(p, "current plan")
-    try:
-        doc = load_json_text(text, str(p))
-    except ValueError as e:
-        raise ConfigError(f"current plan {p} is not valid JSON ({e}); pass a file written by "
-                          f"`recommend --format json`") from None
+    doc = plan_document(read_plan(p))
     check_plan(doc, str(p))
     return doc
 
@@ -136,8 +133,9 @@ def with_replicas(doc: Mapping[str, Any], new: tuple[int, ...], note: str) -> di
     row["usd_per_hour"] = round(float(row["usd_per_hour"]) * scale, 4)
     if "output_tokens_per_s" in row:
         row["output_tokens_per_s"] = round(float(row["output_tokens_per_s"]) * scale, 3)
-    if "utilisation" in row and scale > 0:
-        row["utilisation"] = round(float(row["utilisation"]) / scale, 4)
+    for key in ("utilisation", "load_utilisation"):  # version 1 and version 2 names
+        if isinstance(row.get(key), (int, float)) and scale > 0:
+            row[key] = round(float(row[key]) / scale, 4)
     if "id" in row and isinstance(row["id"], str):
         base = row["id"].rsplit("-r", 1)[0] if "-r" in row["id"] else row["id"]
         row["id"] = f"{base}-r{'+'.join(str(x) for x in new)}"

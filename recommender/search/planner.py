@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from recommender.catalog import Catalog, default_catalog
 from recommender.dtypes import loads_without_checkpoint
@@ -14,9 +14,10 @@ from recommender.perf.step import EngineLimits
 from recommender.plan import Plan, PlanRow
 from recommender.profiles import EngineProfile, engine_profile
 from recommender.search.evaluate import Evaluation, SearchContext, evaluate, headroom, rules_of
-from recommender.search.recommend_rows import rank_rows
+from recommender.search.recommend_rows import RankedRow, rank_rows
 from recommender.search.policy import SearchPolicy, StudySettings, load_search_policy
 from recommender.search.space import Candidate, SpaceChoices, allowed_gpus, offers_for, resolve_dtype
+from recommender.search.to_plan import build_plan
 from recommender.units import fmt_seconds
 from recommender.workload import Workload
 
@@ -87,20 +88,17 @@ def seed_candidates(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
     return out
 
 
-def candidate_from_plan_row(row: dict[str, Any]) -> Candidate:
-    """The rank-1 row of a previous plan JSON as a Candidate (for warm starts)."""
-    pools = row.get("pools") or []
-    dis = bool(row.get("disaggregated"))
-    first = pools[0] if pools else row
-    last = pools[-1] if pools else row
-    budget = int(first.get("max_num_batched_tokens", 8192)) if first.get("chunked_prefill", True) else 0
-    return Candidate(gpu=first["gpu"], tp=int(first["tp"]), weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"],
-                     max_num_seqs=int(last.get("max_num_seqs", row.get("max_num_seqs", 256))),
-                     max_num_batched_tokens=budget, disaggregated=dis,
-                     decode_gpu=last["gpu"] if dis else "", decode_tp=int(last["tp"]) if dis else 0)
+def candidate_from_plan_row(row: PlanRow) -> Candidate:
+    """A row of a previous plan as a Candidate (for warm starts)."""
+    first, last = row.pools[0], row.main_pool
+    dis = row.disaggregated
+    budget = first.max_num_batched_tokens if first.chunked_prefill else 0
+    return Candidate(gpu=first.gpu, tp=first.tp, weight_dtype=row.weight_dtype, kv_dtype=row.kv_dtype,
+                     max_num_seqs=last.max_num_seqs, max_num_batched_tokens=budget, disaggregated=dis,
+                     decode_gpu=last.gpu if dis else "", decode_tp=last.tp if dis else 0)
 
 
-def why_rank_one(ctx: SearchContext, rows: Sequence[PlanRow]) -> str:
+def why_rank_one(ctx: SearchContext, rows: Sequence[RankedRow]) -> str:
     """One or two lines: why rank 1 beats rank 2."""
     if not rows:
         return ""
@@ -239,7 +237,7 @@ def _shape_worker(workload: Workload, policy: SearchPolicy, profile: EngineProfi
 
 def recommend(workload: Workload, *, settings: SearchSettings | None = None, profile: EngineProfile | None = None,
               catalog: Catalog | None = None, policy: SearchPolicy | None = None,
-              warm_start: dict[str, Any] | Sequence[dict[str, Any]] | None = None) -> Plan:
+              warm_start: Plan | Sequence[Plan] | None = None) -> Plan:
     """Search the deployment space for ``workload`` and return the ranked Pareto plan.
 
     The shape search (``recommender.search.shapes``) evaluates candidates; each is recorded as a
@@ -261,12 +259,10 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
     ctx = build_context(workload, policy, profile, catalog, settings.provider)
     ch = space_choices(ctx)
     first: list[Candidate] = []
-    warm = [warm_start] if isinstance(warm_start, dict) else list(warm_start or [])
-    for doc in warm:  # plan documents (their rank-1 rows) are evaluated first, in the order given
-        try:
-            first.append(candidate_from_plan_row(doc["plans"][0]))
-        except (KeyError, TypeError, ValueError, IndexError):
-            pass
+    warm = [warm_start] if isinstance(warm_start, Plan) else list(warm_start or [])
+    for prior in warm:  # earlier plans' rank-1 rows are evaluated first, in the order given
+        if prior.rows:
+            first.append(candidate_from_plan_row(prior.top))
     if not settings.study_name:
         settings = SearchSettings(**{**settings.__dict__, "study_name": f"recommend-{workload.name}"})
     trials, timeout = _budget(settings, policy)
@@ -315,6 +311,8 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
             "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
             "headroom": headroom(ctx), "verified": verify, "pricing": pricing_note(ctx, settings.provider)}
-    return Plan(workload=workload, model=ctx.model, rows=tuple(rows), why=why_rank_one(ctx, rows),
-                engine=profile.engine, profile_source=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization,
-                meta=meta, evaluations=tuple(all_evals))
+    return build_plan(workload=workload, model=ctx.model, rows=rows, why=why_rank_one(ctx, rows), engine=profile.engine,
+                      profile=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization, meta=meta,
+                      evaluations=all_evals)
+
+

@@ -3,13 +3,42 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from recommender.catalog import default_catalog
-from recommender.plan import Evidence, PlanRow
+from recommender.plan import Evidence, PoolEvidence
 from recommender.profiles import EngineProfile
 from recommender.search.evaluate import Evaluation, SearchContext
 from recommender.search.pareto import non_dominated
 from recommender.search.policy import SearchPolicy
+from recommender.search.space import Candidate
+
+@dataclass(frozen=True)
+class RankedRow:
+    """One ranked evaluation inside the search (``recommender.search.to_plan`` turns these into plan rows)."""
+
+    rank: int
+    evaluation: Evaluation
+    pareto: bool
+    quality_note: str = ""
+    simulated: dict[str, Any] | None = None
+    checkpoint: str = ""
+    pd_saving: float | None = None  # P/D rows: fraction cheaper per token than the best aggregated plan
+    evidence: Evidence | None = None
+
+    @property
+    def candidate(self) -> Candidate:
+        return self.evaluation.candidate
+
+    def label(self) -> str:
+        ev = self.evaluation
+        if self.candidate.disaggregated:
+            p, d = ev.pools
+            return f"P {p.replicas}x{p.gpu} TP{p.tp} + D {d.replicas}x{d.gpu} TP{d.tp}"
+        p = ev.pools[0]
+        return f"{p.gpu} TP{p.tp} x{p.replicas}"
+
 
 #: Tie-break between equally priced, equally fast plans: the dtype that loses less accuracy first.
 QUALITY_RANK = {"bf16": 0, "fp16": 0, "fp8": 1, "mxfp4": 1, "int8": 2, "int4": 3, "fp4": 3}
@@ -52,9 +81,10 @@ def measured_rows(profile: EngineProfile, gpu_id: str) -> tuple[str, int]:
 
 def evidence_of(ctx: SearchContext, ev: Evaluation) -> Evidence:
     """The efficiency profile behind a plan and, per pool GPU, its family and the measured rows behind it."""
-    pools = tuple((p.gpu, *measured_rows(ctx.profile, p.gpu)) for p in ev.pools)
-    return Evidence(profile=ctx.profile.source or ctx.profile.engine, engine=ctx.profile.engine, pools=pools,
-                    band=evidence_band(ctx))
+    pools = tuple(PoolEvidence(p.gpu, *measured_rows(ctx.profile, p.gpu)) for p in ev.pools)
+    return Evidence(profile=ctx.profile.source or ctx.profile.engine, engine=ctx.profile.engine,
+                    measured=bool(pools) and all(p.measured_rows > 0 for p in pools), error_band=evidence_band(ctx),
+                    pools=pools)
 
 
 def evidence_band(ctx: SearchContext) -> float:
@@ -81,7 +111,7 @@ def prefer_measured(ctx: SearchContext, feas: Sequence[Evaluation], order: list[
     return out
 
 
-def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -> list[PlanRow]:
+def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -> list[RankedRow]:
     """Feasible evaluations -> Pareto rows first (by cost), then dominated ones; one row per
     configuration family (GPU, TP, dtypes, pools) so the table shows real alternatives."""
     feas = [e for e in evaluations if e.feasible]
@@ -101,8 +131,8 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
                                                     feas[i].candidate.kv_dtype != "bf16"))
     if ctx.policy.prefer_measured:
         order = prefer_measured(ctx, feas, order)
-    seen: set[tuple] = set()
-    rows: list[PlanRow] = []
+    seen: set[tuple[object, ...]] = set()
+    rows: list[RankedRow] = []
     for i in order:
         e = feas[i]
         c = e.candidate
@@ -112,7 +142,7 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
         seen.add(fam)
         ckpt = ctx.workload.checkpoints.get(c.weight_dtype) or ctx.checkpoints.get(c.weight_dtype, "")
         native = ctx.model.checkpoint_dtype
-        rows.append(PlanRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=quality_note(e, ctx.policy),
+        rows.append(RankedRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=quality_note(e, ctx.policy),
                             checkpoint=ckpt if c.weight_dtype != native else "", pd_saving=pd_saving(e, best_agg),
                             evidence=evidence_of(ctx, e)))
         if len(rows) >= top:
@@ -120,9 +150,7 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
     return rows
 
 
-
-
-def more_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], rows: Sequence[PlanRow], extra: int) -> list[PlanRow]:
+def more_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], rows: Sequence[RankedRow], extra: int) -> list[RankedRow]:
     """The next ``extra`` ranked rows after ``rows`` (same ordering as :func:`rank_rows`)."""
     allrows = rank_rows(ctx, evaluations, len(rows) + extra)
     return allrows[len(rows):]

@@ -25,9 +25,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from recommender.plan import PlanRow
 from recommender.search.evaluate import Evaluation, SearchContext, kv_link
-from recommender.search.recommend_rows import more_rows
+from recommender.search.recommend_rows import RankedRow, more_rows
 
 TAIL_SAMPLES = 100  # requests beyond the percentile: its estimate then has ~10% relative noise in the count
 MIN_REQUESTS = 1000
@@ -133,11 +132,11 @@ def meets(ctx: SearchContext, sim: dict[str, Any]) -> bool:
     return True
 
 
-def verify_rows(ctx: SearchContext, rows: Sequence[PlanRow], evaluations: Sequence[Evaluation], k: int, seed: int,
-                top: int) -> list[PlanRow]:
+def verify_rows(ctx: SearchContext, rows: Sequence[RankedRow], evaluations: Sequence[Evaluation], k: int, seed: int,
+                top: int) -> list[RankedRow]:
     """Simulate rows in rank order until ``k`` pass (at most ``3 k`` tried); drop failures, re-rank."""
     pool = list(rows) + more_rows(ctx, evaluations, rows, extra=2 * k)
-    kept: list[PlanRow] = []
+    kept: list[RankedRow] = []
     passed = tried = 0
     pcts = [s.percentile for s in ctx.workload.slos] or ["p90"]
     for r in pool:

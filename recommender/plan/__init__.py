@@ -1,0 +1,13 @@
+"""The plan: frozen types (:class:`Plan`, :class:`PlanRow`, :class:`Pool`, ...) and their one file format.
+
+``recommend`` builds a :class:`Plan`; :func:`dump_plan` writes it (JSON, version 2) and :func:`load_plan`
+reads it back (versions 1 and 2), so every consumer -- renderers, deploy, replan, simulate -- works on
+the same typed rows. :func:`with_replicas` holds the cost arithmetic for resizing a plan.
+"""
+
+from recommender.plan.cost import pools_usd_per_hour, with_replicas
+from recommender.plan.io import PLAN_VERSION, dump_plan, load_plan, plan_document
+from recommender.plan.types import Evidence, LengthSummary, Offer, Plan, PlanRow, Pool, PoolEvidence, PoolRole, Rental, SearchMeta, WorkloadEcho
+
+__all__ = ["PLAN_VERSION", "Evidence", "LengthSummary", "Offer", "Plan", "PlanRow", "Pool", "PoolEvidence", "PoolRole", "Rental", "SearchMeta", "WorkloadEcho",
+           "dump_plan", "load_plan", "plan_document", "pools_usd_per_hour", "with_replicas"]

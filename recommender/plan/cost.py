@@ -1,0 +1,52 @@
+"""Cost arithmetic on plan rows, in one place.
+
+A plan's cost is what its GPUs cost to run::
+
+    usd_per_hour = sum over pools of usd_per_gpu_hour x tp x replicas
+
+Resizing a row (:func:`with_replicas`, used by the re-planner to cap a scale step) keeps the shape and
+scales the figures that follow from the GPU count by ``scale = new GPUs / old GPUs``: ``usd_per_hour``
+(exactly from the pool prices when the plan carries them, else scaled), throughput x scale,
+load utilisation / scale. $/M tokens is unchanged (cost and the carried rate scale together). Latency
+figures stay the planner's for its own replica count, which the ``note`` says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from recommender.plan.types import Plan, Pool
+
+
+def pools_usd_per_hour(pools: tuple[Pool, ...]) -> float | None:
+    """sum(usd_per_gpu_hour x tp x replicas); None when a pool carries no price."""
+    costs = [p.usd_per_hour for p in pools]
+    return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
+
+
+def _resized_id(row_id: str, new: tuple[int, ...]) -> str:
+    base = row_id.rsplit("-r", 1)[0] if "-r" in row_id else row_id
+    return f"{base}-r{'+'.join(str(x) for x in new)}"
+
+
+def with_replicas(plan: Plan, new: tuple[int, ...], note: str) -> Plan:
+    """Copy of ``plan`` whose rank-1 row runs ``new`` replicas per pool (only that row is kept)."""
+    row = plan.top
+    if len(new) != len(row.pools):
+        raise ValueError(f"{len(new)} replica counts for {len(row.pools)} pools")
+    pools = tuple(dataclasses.replace(p, replicas=r) for p, r in zip(row.pools, new))
+    old_gpus, new_gpus = row.gpus_total, sum(p.gpus for p in pools)
+    scale = new_gpus / old_gpus if old_gpus else 1.0
+    exact = pools_usd_per_hour(pools)
+    usd = exact if exact is not None else (row.usd_per_hour * scale if row.usd_per_hour is not None else None)
+    out = dataclasses.replace(
+        row, rank=1, id=_resized_id(row.id, new), pools=pools,
+        usd_per_hour=None if usd is None else round(usd, 4),
+        output_tokens_per_s=None if row.output_tokens_per_s is None else round(row.output_tokens_per_s * scale, 3),
+        load_utilisation=(None if row.load_utilisation is None or scale <= 0 else round(row.load_utilisation / scale, 4)),
+        quality_note="; ".join(x for x in (row.quality_note, note) if x),
+    )
+    wl = plan.workload
+    if wl.arrival_rate_per_s is not None:
+        wl = dataclasses.replace(wl, arrival_rate_per_s=round(wl.arrival_rate_per_s * scale, 6))
+    return dataclasses.replace(plan, rows=(out,), workload=wl, evaluations=())

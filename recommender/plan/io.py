@@ -1,0 +1,212 @@
+"""The plan file edge: :func:`load_plan` / :func:`dump_plan` (pydantic lives here and nowhere else in ``plan``).
+
+File format (JSON; ``recommend --format json`` writes it, docs/ARCHITECTURE.md shows one): an object with
+``version``, ``workload``, ``slo``, ``engine``, ``profile``, ``why``, ``search`` and ``plans`` (the
+rows). Version 2 (written now) keeps every engine setting per pool; each row also repeats its main
+pool's ``gpu``/``tp``/``replicas``/dtypes/limits and ``gpus_total`` for scripts (``jq .plans[0].gpu``);
+those summary keys are derived, so the reader ignores them. Version 1 files (row-level settings that
+pools may override, ``utilisation`` for the load utilisation) are still read. Anything else is refused
+with one line naming the file. Files are read through ``recommender.bounded`` (size limit, regular files only,
+finite numbers).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from recommender.bounded import load_json_text, read_file_text
+from recommender.errors import ConfigError
+from recommender.plan.types import Plan, PlanRow
+from recommender.yamlfile import validation_message
+
+PLAN_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+#: row keys written for scripts, derived from the pools (ignored when reading)
+SUMMARY_KEYS = ("gpu", "gpus_total", "tp", "replicas", "weight_dtype", "kv_dtype", "max_num_seqs",
+                "max_num_batched_tokens", "chunked_prefill", "enable_prefix_caching", "cuda_graphs",
+                "gpu_memory_utilization", "disaggregated", "providers", "instances")
+#: version-1 pool keys of the rented offer (flat), nested under ``rental`` in version 2
+_V1_RENTAL = ("provider", "instances", "gpus_per_instance", "usd_per_instance_hour", "usd_per_hour", "offer")
+_HINT = "regenerate it with `recommend --workload FILE --format json`"
+
+
+class _Document(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    plan: Plan
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: inf/nan -> None."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _row_summary(row: PlanRow) -> dict[str, Any]:
+    m, first = row.main_pool, row.pools[0]
+    return {"gpu": m.gpu, "gpus_total": row.gpus_total, "tp": m.tp, "replicas": m.replicas,
+            "weight_dtype": m.weight_dtype, "kv_dtype": m.kv_dtype, "max_num_seqs": m.max_num_seqs,
+            "max_num_batched_tokens": first.max_num_batched_tokens, "chunked_prefill": first.chunked_prefill,
+            "enable_prefix_caching": any(p.enable_prefix_caching for p in row.pools),
+            "cuda_graphs": all(p.cuda_graphs for p in row.pools), "gpu_memory_utilization": m.gpu_memory_utilization,
+            "disaggregated": row.disaggregated, "providers": list(row.providers), "instances": row.instances}
+
+
+def plan_document(plan: Plan) -> dict[str, Any]:
+    """The plan as a JSON-ready dict (version 2); what JSON, YAML and CSV render from."""
+    raw = TypeAdapter(Plan).dump_python(plan, mode="json", exclude={"evaluations"})
+    rows = []
+    for row, d in zip(plan.rows, raw["rows"]):
+        head = {"rank": d.pop("rank"), "id": d.pop("id")}
+        rows.append({**head, **_row_summary(row), **d})
+    return _clean({"version": PLAN_VERSION, "workload": raw["workload"], "slo": raw["slos"], "engine": raw["engine"],
+                   "profile": raw["profile"], "why": raw["why"], "search": raw["search"], "plans": rows})
+
+
+def dump_plan(plan: Plan) -> str:
+    """The plan file text (JSON, version 2, newline-terminated)."""
+    return json.dumps(plan_document(plan), indent=2) + "\n"
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _parse(text: str, where: str) -> Any:
+    try:
+        return load_json_text(text, where)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{where} is not valid JSON (line {e.lineno}: {e.msg}); {_HINT}") from None
+    except ValueError as e:
+        raise ConfigError(f"{e}; {_HINT}") from None
+
+
+def _v1_pool(pool: Mapping[str, Any], row: Mapping[str, Any], workload: Mapping[str, Any]) -> dict[str, Any]:
+    """A version-1 pool: settings the pool leaves out come from its row; the rented offer's flat keys nest."""
+    out = {k: v for k, v in pool.items() if v is not None and k not in _V1_RENTAL}
+    if pool.get("provider") is not None:
+        out["rental"] = {k: pool[k] for k in _V1_RENTAL if pool.get(k) is not None}
+    for key in ("gpu", "tp", "replicas", "weight_dtype", "kv_dtype", "max_num_seqs", "max_num_batched_tokens",
+                "chunked_prefill", "cuda_graphs", "gpu_memory_utilization"):
+        if key not in out and row.get(key) is not None:
+            out[key] = row[key]
+    if "enable_prefix_caching" not in out:
+        out["enable_prefix_caching"] = row.get("enable_prefix_caching",
+                                               float(workload.get("shared_prefix_fraction") or 0.0) > 0.0)
+    return out
+
+
+_ROLE_ORDER = {"prefill": 0, "both": 1, "decode": 2}
+
+
+def _in_order(pools: list[Any]) -> list[Any]:
+    """Prefill pool first, decode pool last (what :attr:`PlanRow.main_pool` relies on)."""
+    return sorted(pools, key=lambda p: _ROLE_ORDER.get(str(p.get("role")), 1) if isinstance(p, dict) else 1)
+
+
+def _v1_row(row: Any, workload: Mapping[str, Any]) -> Any:
+    if not isinstance(row, dict):
+        return row
+    d = {k: v for k, v in row.items() if k not in SUMMARY_KEYS and v is not None}
+    if "utilisation" in d:
+        d["load_utilisation"] = d.pop("utilisation")
+    raw_pools = row.get("pools") or [{"role": "both"}]
+    d["pools"] = _in_order([_v1_pool(p, row, workload) if isinstance(p, dict) else p for p in raw_pools])
+    if "max_model_len" not in d and workload.get("max_model_len") is not None:
+        d["max_model_len"] = workload["max_model_len"]
+    return d
+
+
+def _v2_row(row: Any) -> Any:
+    if not isinstance(row, dict):
+        return row
+    d = {k: v for k, v in row.items() if k not in SUMMARY_KEYS}
+    if isinstance(d.get("pools"), list):
+        d["pools"] = _in_order(d["pools"])
+    return d
+
+
+def _check_summary(rows: list[Any], where: str) -> None:
+    """A row's gpu/tp/replicas describe its main (decode or only) pool; a file where they disagree was edited
+    by hand or is corrupt, and guessing which one is meant could deploy the wrong size."""
+    for row in rows:
+        if not isinstance(row, dict) or not isinstance(row.get("pools"), list):
+            continue
+        main = next((p for p in reversed(row["pools"]) if isinstance(p, dict) and p.get("role") in ("both", "decode")), None)
+        for key in ("gpu", "tp", "replicas"):
+            if main is not None and key in row and key in main and row[key] != main[key]:
+                raise ConfigError(f"{where}: plan {row.get('id')!r} says {key} {row[key]!r} but its {main['role']} pool "
+                                  f"says {main[key]!r}; the plan file is inconsistent, {_HINT}")
+
+
+def _fields(doc: Mapping[str, Any], version: int) -> dict[str, Any]:
+    """File keys -> :class:`Plan` field names (and version-1 rows -> version-2 rows)."""
+    workload = doc.get("workload")
+    wl = workload if isinstance(workload, dict) else {}
+    rows = doc.get("plans")
+    if isinstance(rows, list):
+        rows = [_v1_row(r, wl) if version == 1 else _v2_row(r) for r in rows]
+    out = {k: v for k, v in doc.items() if k not in ("version", "slo", "plans")}
+    out["rows"] = rows
+    if "slo" in doc:
+        out["slos"] = doc["slo"]
+    if version == 1:
+        out = {k: v for k, v in out.items() if v is not None}
+        if isinstance(workload, dict):
+            out["workload"] = {k: v for k, v in workload.items() if v is not None}
+        if isinstance(out.get("search"), dict):
+            out["search"] = {k: v for k, v in out["search"].items() if v is not None}
+    return out
+
+
+def load_plan(source: str | Path | Mapping[str, Any]) -> Plan:
+    """Read a plan: a file path, JSON text (a string starting with ``{``) or an already parsed document.
+
+    Raises :class:`ConfigError` (one line: which file, what is wrong, what to do) for unreadable,
+    non-JSON, foreign (not a plan), future-version or invalid input.
+    """
+    if isinstance(source, Mapping):
+        where, doc = "plan JSON", source
+    elif isinstance(source, str) and source.lstrip().startswith("{"):
+        where, doc = "plan JSON", _parse(source, "plan JSON")
+    else:
+        path = Path(source)
+        where = f"plan file {path}"
+        doc = _parse(read_file_text(path, "plan file", encoding="utf-8"), where)
+    if not isinstance(doc, Mapping) or "plans" not in doc or "workload" not in doc:
+        raise ConfigError(f"{where} is not a plan (expected a JSON object with 'workload' and 'plans'); {_HINT}")
+    version = doc.get("version", 1)
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        raise ConfigError(f"{where} has plan version {version!r}; this recommender reads versions "
+                          f"{', '.join(map(str, READABLE_VERSIONS))}: upgrade recommender or {_HINT}")
+    if isinstance(doc.get("plans"), list):
+        _check_summary(doc["plans"], where)
+    try:
+        plan = _Document.model_validate_json(json.dumps({"plan": _fields(doc, int(version))})).plan
+    except ValidationError as e:
+        raise ConfigError(validation_message(e, where).replace("field 'plan.", "field '").replace(
+            "field 'rows.", "field 'plans.") + f"; {_HINT}") from None
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where} cannot be read as a plan ({e}); {_HINT}") from None
+    _check(plan, where)
+    return plan
+
+
+def _check(plan: Plan, where: str) -> None:
+    """What types cannot say: pool roles match the layout, ranks are unique."""
+    for row in plan.rows:
+        roles = sorted(p.role.value for p in row.pools)
+        if roles not in (["both"], ["decode", "prefill"]):
+            raise ConfigError(f"{where}: plan {row.id!r} has pools {roles}; a plan has one 'both' pool or "
+                              f"a 'prefill' and a 'decode' pool")
+    ranks = [r.rank for r in plan.rows]
+    if len(set(ranks)) != len(ranks):
+        raise ConfigError(f"{where}: duplicate plan ranks {sorted(ranks)}")

@@ -1,0 +1,299 @@
+"""Frozen plan types: what ``recommend`` returns and what a plan file holds.
+
+A :class:`Plan` is data only: the search builds one from its evaluations (``recommender.search.planner``),
+:func:`recommender.plan.load_plan` builds one from a file, and every consumer (table/JSON/YAML/CSV
+renderers, deploy, replan, simulate) reads these types, never the JSON. Adding a field is one line here
+(with a default, so older files still load); the file edge (``recommender.plan.io``) validates it from
+the type annotation.
+
+Units are in the names (``_s`` seconds, ``usd_per_hour``). Two utilisations exist and are kept apart:
+``Pool.gpu_memory_utilization`` is the vLLM engine setting (fraction of GPU memory vLLM may use);
+``PlanRow.load_utilisation`` is how busy the deployment is at the workload's rate (busiest resource,
+0..1; above ~0.85 queues grow fast).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping
+
+from recommender.workload import Slo
+
+
+class PoolRole(str, Enum):
+    """What a pool of replicas serves: everything (aggregated), or one side of a prefill/decode split."""
+
+    BOTH = "both"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+@dataclass(frozen=True)
+class Offer:
+    """The dated price list entry a pool rents (catalogs/gpus ``offers:``)."""
+
+    sku: str = ""
+    date: str = ""
+    source: str = ""
+    per_gpu_billing: bool = False  # the provider bills per GPU (a TP group may take part of an instance)
+
+
+@dataclass(frozen=True)
+class Rental:
+    """Whole instances of one provider's offer that hold a pool's TP groups."""
+
+    provider: str
+    instances: int
+    gpus_per_instance: int
+    usd_per_instance_hour: float
+    usd_per_hour: float  # instances x usd_per_instance_hour (per-GPU billing: GPUs x its per-GPU price)
+    offer: Offer = field(default_factory=Offer)
+
+
+@dataclass(frozen=True)
+class PoolEvidence:
+    """One pool's GPU, its family, and how many measured rows the efficiency profile has on that family."""
+
+    gpu: str
+    family: str
+    measured_rows: int
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a plan's numbers rest on: the efficiency profile and, per pool, the measurements behind it."""
+
+    profile: str
+    engine: str
+    measured: bool = False  # every pool's family has measured rows
+    error_band: float = 0.0  # relative error band used when ranking unmeasured against measured plans
+    pools: tuple[PoolEvidence, ...] = ()
+
+    def unmeasured_families(self) -> list[str]:
+        return sorted({p.family or p.gpu for p in self.pools if p.measured_rows == 0})
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pool of identical vLLM replicas (a TP group each) and the engine settings they run."""
+
+    role: PoolRole
+    gpu: str
+    tp: int
+    replicas: int
+    weight_dtype: str
+    kv_dtype: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool = True
+    enable_prefix_caching: bool = False
+    cuda_graphs: bool = True
+    gpu_memory_utilization: float = 0.92
+    usd_per_gpu_hour: float | None = None
+    kv_capacity_tokens: int | None = None
+    checkpoint: str = ""  # pre-quantized checkpoint repo for this pool ("" = the plan's, else the model's)
+    weights_bytes: float | None = None  # modelled weight bytes (only for models outside the catalog)
+    rental: Rental | None = None  # the instances the pool rents (None: priced per GPU, or no price)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the pool runs: tp x replicas."""
+        return self.tp * self.replicas
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        """The rental's USD per hour, else usd_per_gpu_hour x tp x replicas (None when the plan carries no price)."""
+        if self.rental is not None:
+            return self.rental.usd_per_hour
+        return None if self.usd_per_gpu_hour is None else self.usd_per_gpu_hour * self.gpus
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One ranked deployment: its pools, modelled latencies at the workload's rate, and its cost.
+
+    ``latency_percentiles`` maps metric (ttft | tpot | e2e) -> percentile (mean, p50, p90, p95, p99) ->
+    seconds; ``ttft_s`` / ``tpot_s`` / ``e2e_s`` are the headline values at ``percentile``.
+    """
+
+    rank: int
+    id: str
+    pools: tuple[Pool, ...]
+    max_model_len: int
+    percentile: str = "p90"
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    latency_percentiles: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    output_tokens_per_s: float | None = None
+    load_utilisation: float | None = None
+    usd_per_hour: float | None = None
+    usd_per_million_output_tokens: float | None = None
+    usd_per_million_tokens: float | None = None
+    pareto: bool = True
+    binding: str = ""
+    quality_note: str = ""
+    checkpoint: str = ""
+    weights_bytes: float | None = None
+    simulated: Mapping[str, Any] | None = None  # simulator check: {"ttft_s": {pct: s}, ..., "completed", "preempted"}
+    pd_saving_vs_aggregated: float | None = None  # P/D rows: fraction cheaper per token than the best aggregated plan
+    evidence: Evidence | None = None
+
+    @property
+    def disaggregated(self) -> bool:
+        return any(p.role is not PoolRole.BOTH for p in self.pools)
+
+    @property
+    def main_pool(self) -> Pool:
+        """The decode pool of a P/D plan, the only pool otherwise (what ``gpu``/``tp``/``replicas`` describe)."""
+        return self.pools[-1]
+
+    @property
+    def gpu(self) -> str:
+        return self.main_pool.gpu
+
+    @property
+    def tp(self) -> int:
+        return self.main_pool.tp
+
+    @property
+    def replicas(self) -> int:
+        return self.main_pool.replicas
+
+    @property
+    def weight_dtype(self) -> str:
+        return self.main_pool.weight_dtype
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.main_pool.kv_dtype
+
+    @property
+    def gpus_total(self) -> int:
+        """GPUs of all pools: sum of tp x replicas."""
+        return sum(p.gpus for p in self.pools)
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        """The providers the pools rent from (sorted, unique)."""
+        return tuple(sorted({p.rental.provider for p in self.pools if p.rental is not None}))
+
+    @property
+    def instances(self) -> int:
+        """Whole instances rented over all pools."""
+        return sum(p.rental.instances for p in self.pools if p.rental is not None)
+
+    @property
+    def pool_replicas(self) -> tuple[int, ...]:
+        """Replica count per pool, in pool order (prefill first for P/D)."""
+        return tuple(p.replicas for p in self.pools)
+
+    def latency(self, metric: str, percentile: str) -> float:
+        """Modelled ``metric`` at ``percentile`` in seconds (inf when the plan does not say)."""
+        v = self.latency_percentiles.get(metric, {}).get(percentile)
+        if v is None and percentile == self.percentile:
+            v = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2e": self.e2e_s}.get(metric)
+        return math.inf if v is None else float(v)
+
+    def label(self) -> str:
+        """'h100-sxm TP4 x2' or 'P 2xh200 TP2 + D 1xh200 TP4'."""
+        if self.disaggregated:
+            p, d = self.pools
+            return f"P {p.replicas}x{p.gpu} TP{p.tp} + D {d.replicas}x{d.gpu} TP{d.tp}"
+        p = self.pools[0]
+        return f"{p.gpu} TP{p.tp} x{p.replicas}"
+
+
+@dataclass(frozen=True)
+class LengthSummary:
+    """A token-length distribution as the plan echoes it (the workload file keeps the full form)."""
+
+    dist: str
+    mean: float
+    p50: int | None = None
+    p90: int | None = None
+    p99: int | None = None
+    min: int | None = None
+    max: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadEcho:
+    """The workload the plan was made for, as far as consumers of the plan need it."""
+
+    model: str
+    hf_repo: str = ""
+    checkpoint_dtype: str = ""
+    name: str = "workload"
+    arrival_rate_per_s: float | None = None
+    offline_requests: int | None = None
+    deadline_s: float | None = None
+    prompt_tokens: LengthSummary | None = None
+    output_tokens: LengthSummary | None = None
+    max_model_len: int | None = None
+    shared_prefix_fraction: float = 0.0
+    source: str = ""
+    params: float | None = None  # parameter count, only for models outside the catalog
+    gpus: tuple[str, ...] | None = None  # the GPU types the workload allowed (None: every priced catalog GPU)
+
+
+@dataclass(frozen=True)
+class SearchMeta:
+    """How the search ran (the plan's ``search`` block); every field optional for hand-written plans."""
+
+    seed: int | None = None
+    trials: int | None = None
+    evaluations: int | None = None
+    seconds: float | None = None
+    study_name: str | None = None
+    storage: str | None = None
+    objectives: tuple[str, ...] = ()
+    constraints: tuple[str, ...] = ()
+    evaluations_per_s: float | None = None
+    headroom: float = 0.0
+    verified: int | None = None
+    pricing: str | None = None  # how pools were priced (offers, providers considered)
+    trials_run: int | None = None  # trials this run evaluated (``trials``: all ranked, with a stored study)
+    trials_asked: int | None = None
+    timeout_s: float | None = None
+    stopped_by: str | None = None  # "timeout" | "trials" | None (rank 1 proven / search complete)
+    search_complete: bool | None = None
+    rank1_proven: bool | None = None
+    rank1_proven_after: int | None = None
+    shapes: int | None = None
+    pruned: int | None = None
+    workers: int | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Ranked rows, the reason rank 1 wins, the workload and SLOs they were made for, and how the search ran.
+
+    ``evaluations`` holds the search's own evaluation objects when the plan comes straight from
+    :func:`recommender.search.recommend` (for the Pareto chart); it is never written to a file.
+    """
+
+    workload: WorkloadEcho
+    rows: tuple[PlanRow, ...]
+    slos: tuple[Slo, ...] = ()
+    why: str = ""
+    engine: str = "vllm"
+    profile: str = "vllm"
+    search: SearchMeta = field(default_factory=SearchMeta)
+    evaluations: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def top(self) -> PlanRow:
+        """The rank-1 row (lowest rank)."""
+        return min(self.rows, key=lambda r: r.rank)
+
+    def row(self, rank: int) -> PlanRow | None:
+        return next((r for r in self.rows if r.rank == rank), None)
+
+    def sized_rate_per_s(self) -> float | None:
+        """Arrival rate (req/s) the plan was sized for: the workload's rate x (1 + the search's headroom);
+        None for offline plans."""
+        r = self.workload.arrival_rate_per_s
+        return None if r is None else r * (1.0 + self.search.headroom)

@@ -1,0 +1,147 @@
+"""The typed plan and its one file format: round trip, version-1 files, refusals, CSV per pool, resizing."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from recommender.errors import ConfigError
+from recommender.plan import PLAN_VERSION, Plan, PoolRole, dump_plan, load_plan, plan_document, with_replicas
+from recommender.render.plan import render_csv, render_table
+
+DATA = Path(__file__).parent / "data" / "plans"
+GOLDEN_V2 = Path(__file__).parent / "golden" / "main" / "chat-golden.plan.json"
+GOLDEN_V1 = DATA / "v1" / "chat-golden.plan.json"  # the same search, written by the version-1 writer
+PLAN_FILES = sorted(DATA.glob("*.json")) + [GOLDEN_V1, GOLDEN_V2]
+
+
+@pytest.mark.parametrize("path", PLAN_FILES, ids=lambda p: p.name)
+def test_dump_then_load_is_the_identity(path: Path) -> None:
+    plan = load_plan(path)
+    text = dump_plan(plan)
+    assert json.loads(text)["version"] == PLAN_VERSION == 2
+    assert load_plan(text) == plan
+    assert load_plan(json.loads(text)) == plan
+
+
+def test_a_version_1_file_reads_as_the_same_plan_as_version_2() -> None:
+    v1, v2 = load_plan(GOLDEN_V1), load_plan(GOLDEN_V2)
+    assert [r.id for r in v1.rows] == [r.id for r in v2.rows]
+    for a, b in zip(v1.rows, v2.rows):
+        assert a.pools == b.pools
+        # last-bit float differences between numpy builds (the goldens are compared at rel 1e-6 too)
+        assert a.usd_per_million_tokens == pytest.approx(b.usd_per_million_tokens, rel=1e-6)
+        assert a.load_utilisation == pytest.approx(b.load_utilisation, rel=1e-6)  # v1 called it "utilisation"
+        assert a.ttft_s == pytest.approx(b.ttft_s, rel=1e-6)
+    assert v1.workload == v2.workload and v1.slos == v2.slos and v1.search == v2.search
+
+
+def test_version_1_pools_inherit_the_row_settings() -> None:
+    # the disaggregated fixture's pools leave enable_prefix_caching / cuda_graphs to the row
+    plan = load_plan(DATA / "disagg-llama70b-h200.json")
+    row = plan.top
+    assert [p.role for p in row.pools] == [PoolRole.PREFILL, PoolRole.DECODE]
+    assert row.disaggregated and row.gpu == "h200" and row.tp == 4 and row.gpus_total == 2 * 2 + 1 * 4
+    assert row.pools[0].max_num_batched_tokens == 16384 and not row.pools[0].chunked_prefill
+
+
+def test_the_json_says_gpu_memory_utilization_for_the_engine_and_load_utilisation_for_the_load() -> None:
+    doc = json.loads(GOLDEN_V2.read_text())
+    row = doc["plans"][0]
+    assert "utilisation" not in row and 0 < row["load_utilisation"] < 1
+    assert all(p["gpu_memory_utilization"] == 0.92 for p in row["pools"])
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[1, 2]", "is not a plan"),
+    ('{"name": "x"}', "is not a plan"),
+    ('{"version": 3, "workload": {"model": "m"}, "plans": []}', "plan version 3; this recommender reads versions 1, 2"),
+    ('{"version": "2", "workload": {"model": "m"}, "plans": []}', "plan version '2'"),
+    ("{not json", "not valid JSON (line 1"),
+])
+def test_foreign_or_future_files_are_refused_in_one_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as e:
+        load_plan(path)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+def test_unknown_fields_and_wrong_types_name_the_field() -> None:
+    doc = json.loads(GOLDEN_V2.read_text())
+    doc["plans"][0]["pools"][0]["replicaz"] = 2
+    with pytest.raises(ConfigError, match="field 'plans.0.pools.0.replicaz': Unexpected keyword argument"):
+        load_plan(doc)
+    doc = json.loads(GOLDEN_V2.read_text())
+    doc["plans"][1]["pools"][0]["tp"] = "2"
+    with pytest.raises(ConfigError, match="field 'plans.1.pools.0.tp': Input should be a valid integer"):
+        load_plan(doc)
+
+
+def test_missing_and_directory_paths(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_plan(tmp_path / "nope.json")
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_plan(tmp_path)
+
+
+def test_csv_has_one_line_per_pool() -> None:
+    # the version-1 CSV dropped the prefill pool of P/D plans
+    plan = load_plan(DATA / "disagg-llama70b-h200.json")
+    lines = render_csv(plan).splitlines()
+    assert len(lines) == 1 + 2
+    assert lines[1].startswith("1,pd-h200-p2x2-d4x1-bf16-fp8,h200,prefill,2,2,4,")
+    assert lines[2].startswith("1,pd-h200-p2x2-d4x1-bf16-fp8,h200,decode,4,1,4,")
+
+
+def test_a_loaded_plan_renders_the_same_table_as_the_searched_one() -> None:
+    plan = load_plan(GOLDEN_V2)
+    table = render_table(plan)
+    assert "llama-3.1-8b | chat-golden: 20 req/s" in table and "h100-sxm" in table
+    assert render_table(load_plan(dump_plan(plan))) == table
+
+
+def test_with_replicas_prices_the_new_pools_and_scales_what_follows_from_gpus() -> None:
+    plan = load_plan(GOLDEN_V2)
+    row = plan.top  # 1 x h100-sxm TP2 at usd_per_gpu_hour p
+    price = row.pools[0].usd_per_gpu_hour
+    out = with_replicas(plan, (3,), "capped")
+    new = out.top
+    assert len(out.rows) == 1 and new.rank == 1 and new.replicas == 3 and new.gpus_total == 6
+    assert new.usd_per_hour == pytest.approx(price * 2 * 3, abs=1e-4)  # exact: 3 replicas x TP2 x price
+    assert new.output_tokens_per_s == pytest.approx(row.output_tokens_per_s * 3, rel=1e-6)
+    assert new.load_utilisation == pytest.approx(row.load_utilisation / 3, abs=1e-4)
+    assert out.workload.arrival_rate_per_s == pytest.approx(plan.workload.arrival_rate_per_s * 3)
+    assert new.id.endswith("-r3") and new.quality_note.endswith("capped")
+    assert new.usd_per_million_tokens == row.usd_per_million_tokens  # cost and rate scale together
+
+
+def test_with_replicas_without_prices_scales_the_cost() -> None:
+    plan = load_plan(DATA / "disagg-llama70b-h200.json")  # pools carry no usd_per_gpu_hour
+    out = with_replicas(plan, (3, 1), "")
+    assert out.top.pool_replicas == (3, 1) and out.top.gpus_total == 3 * 2 + 4
+    assert out.top.usd_per_hour == pytest.approx(50.4 * 10 / 8)
+
+
+def test_plan_document_is_json_safe_and_keeps_the_summary_keys_for_scripts() -> None:
+    plan = load_plan(GOLDEN_V2)
+    bad = dataclasses.replace(plan.rows[0], usd_per_hour=float("inf"))
+    doc = plan_document(dataclasses.replace(plan, rows=(bad,)))
+    json.dumps(doc, allow_nan=False)
+    row = doc["plans"][0]
+    assert row["usd_per_hour"] is None
+    assert {"gpu", "tp", "replicas", "gpus_total", "weight_dtype", "kv_dtype", "disaggregated"} <= set(row)
+    edited = copy.deepcopy(doc)
+    edited["plans"][0]["gpu"] = "ignored: derived from the pools"
+    assert load_plan(edited).rows[0].gpu == plan.rows[0].gpu
+
+
+def test_plan_types_are_frozen() -> None:
+    plan = load_plan(GOLDEN_V2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.rows[0].rank = 2  # type: ignore[misc]
+    assert isinstance(plan, Plan)
