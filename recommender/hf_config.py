@@ -361,7 +361,7 @@ def _arch_from_config(cfg: Mapping[str, Any], model_id: str, hf_repo: str,
         n_sliding = sum(1 for t in layer_types if "sliding" in str(t))
         if n_sliding and window:
             kw.update(sliding_window=int(window), num_sliding_layers=n_sliding)
-    elif window and mt in ("mistral", "mixtral") and not cfg.get("use_sliding_window") is False:
+    elif window and mt in ("mistral", "mixtral") and cfg.get("use_sliding_window") is not False:
         kw.update(sliding_window=int(window), num_sliding_layers=layers)
     elif window and mt in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and cfg.get("use_sliding_window"):
         n_full = int(cfg.get("max_window_layers") or layers)

@@ -23,6 +23,7 @@ grid so every consumer sees the same numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
@@ -265,7 +266,7 @@ class Workload:
         """CLI SLOs override the file's SLOs for the same metric."""
         merged = {s.metric: s for s in self.slos}
         merged.update({s.metric: s for s in slos})
-        return _replace(self, slos=tuple(merged.values()))
+        return dataclasses.replace(self, slos=tuple(merged.values()))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -275,12 +276,6 @@ class Workload:
             "max_model_len": self.max_model_len, "shared_prefix_fraction": self.shared_prefix_fraction,
             "source": self.source,
         }
-
-
-def _replace(obj: Any, **kw: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(obj, **kw)
 
 
 # ---------------------------------------------------------------------------------------------

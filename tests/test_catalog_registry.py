@@ -253,7 +253,7 @@ def test_qwen3_30b_a3b_total_and_active() -> None:
 
 
 def test_deepseek_v3_total_active_and_mla_cache() -> None:
-    h, L, v, heads = 7168, 61, 129280, 128
+    h, _layers, v, heads = 7168, 61, 129280, 128
     q = h * 1536 + 1536 + 1536 * heads * (128 + 64)              # q_a, q_a_layernorm, q_b
     kv = h * (512 + 64) + 512 + 512 * heads * (128 + 128)         # kv_a (+rope), kv_a_layernorm, kv_b
     o = heads * 128 * h

@@ -12,7 +12,7 @@ import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional
 
 import typer
 from tabulate import tabulate
@@ -24,7 +24,7 @@ from recommender.workload import Workload, load_workload
 
 # The re-planning library (SQLAlchemy, the Prometheus parser, ...) is imported inside the commands so
 # that `recommend --help` and the other commands start fast.
-if False:  # pragma: no cover - names for type checkers only
+if TYPE_CHECKING:
     from recommender.replan.runner import Planner, ReplanResult
 
 DEFAULT_POLICY = Path("policies/replan.yaml")

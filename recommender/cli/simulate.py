@@ -178,7 +178,8 @@ def _text(doc: dict[str, Any]) -> str:
             f"{sm['output_tokens_per_s']:,.0f} output tok/s, {sm['preempted']} preemptions, "
             f"peak queue {sm['max_queue_len']}, peak KV {sm['max_kv_usage']:.0%}"
             + ("" if sm["stable"] else "  [queue still growing: overloaded]"))
-    return head + "\n\n" + tabulate(rows, headers=["", "", "mean", "p50", "p90", "p95", "p99"], tablefmt="simple")
+    table: str = tabulate(rows, headers=["", "", "mean", "p50", "p90", "p95", "p99"], tablefmt="simple")
+    return head + "\n\n" + table
 
 
 @app.command("simulate")

@@ -63,13 +63,15 @@ def _row_summary(row: PlanRow) -> dict[str, Any]:
 
 def plan_document(plan: Plan) -> dict[str, Any]:
     """The plan as a JSON-ready dict (version 2); what JSON, YAML and CSV render from."""
-    raw = TypeAdapter(Plan).dump_python(plan, mode="json", exclude={"evaluations"})
+    raw: dict[str, Any] = TypeAdapter(Plan).dump_python(plan, mode="json", exclude={"evaluations"})
     rows = []
     for row, d in zip(plan.rows, raw["rows"]):
         head = {"rank": d.pop("rank"), "id": d.pop("id")}
         rows.append({**head, **_row_summary(row), **d})
-    return _clean({"version": PLAN_VERSION, "workload": raw["workload"], "slo": raw["slos"], "engine": raw["engine"],
-                   "profile": raw["profile"], "why": raw["why"], "search": raw["search"], "plans": rows})
+    doc: dict[str, Any] = _clean({"version": PLAN_VERSION, "workload": raw["workload"], "slo": raw["slos"],
+                                  "engine": raw["engine"], "profile": raw["profile"], "why": raw["why"],
+                                  "search": raw["search"], "plans": rows})
+    return doc
 
 
 def dump_plan(plan: Plan) -> str:

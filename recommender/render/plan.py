@@ -167,7 +167,7 @@ def render_json(plan: Plan) -> str:
 
 
 def render_yaml(plan: Plan) -> str:
-    return yaml.safe_dump(plan_document(plan), sort_keys=False)
+    return str(yaml.safe_dump(plan_document(plan), sort_keys=False))
 
 
 #: CSV columns: one line per pool (a P/D plan has a prefill and a decode line with the same rank and id)

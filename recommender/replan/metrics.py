@@ -145,7 +145,8 @@ def fetch_url(url: str, timeout_s: float, headers: Mapping[str, str] | None = No
         reason = getattr(e, "reason", e)
         raise TrafficSourceError(f"metrics endpoint {url} is unreachable ({reason}); check the URL and that "
                                  f"the server is up") from None
-    return body.decode("utf-8", errors="replace")
+    text: str = body.decode("utf-8", errors="replace")
+    return text
 
 
 # ---------------------------------------------------------------------------------------------

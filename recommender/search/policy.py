@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -94,5 +95,5 @@ def load_search_policy(path: str | Path | None = None) -> SearchPolicy:
         spec = _SearchPolicySpec.model_validate(doc)
     except ValidationError as e:
         raise ConfigError(validation_message(e, f"search policy {p}")) from None
-    d = spec.model_dump()
-    return SearchPolicy(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+    d: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.model_dump().items()}
+    return SearchPolicy(**d)

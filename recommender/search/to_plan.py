@@ -76,7 +76,8 @@ def build_plan(*, workload: Workload, model: ModelArch, rows: Sequence[RankedRow
                profile: str, gpu_memory_utilization: float, meta: dict[str, Any],
                evaluations: Sequence[Evaluation]) -> Plan:
     """The plan ``recommend`` returns (``meta``: the keyword arguments of :class:`SearchMeta`)."""
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in meta.items()}
     return Plan(workload=workload_echo(workload, model),
                 rows=tuple(plan_row(r, workload, gpu_memory_utilization) for r in rows), slos=workload.slos,
-                why=why, engine=engine, profile=profile or engine, search=SearchMeta(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta.items()}),
+                why=why, engine=engine, profile=profile or engine, search=SearchMeta(**fields),
                 evaluations=tuple(evaluations))

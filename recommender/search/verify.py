@@ -54,7 +54,8 @@ def simulate_evaluation(ctx: SearchContext, ev: Evaluation, n_requests: int, see
     rate = w.effective_rate_per_s
     costs: list[Any] = []
     for p in ev.pools:
-        cost, _ = ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)
+        cost, why = ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)
+        assert cost is not None, why  # an evaluated (feasible) pool always has a cost model
         costs.append(cost)
     if c.disaggregated:
         pp, dp = ev.pools
