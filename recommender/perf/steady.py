@@ -238,36 +238,36 @@ def estimate(dep: Deployment, load: Load, replicas: int = 1, usd_per_gpu_hour: f
     memb = dep.memory()
     cost = StepCostModel.build(dep)
     notes: list[str] = []
-    seq_tokens = load.context_tokens if load.mode == "context" else load.prompt_tokens + load.output_tokens
+    seq_tokens = load.context_tokens if load.mode == LoadMode.CONTEXT else load.prompt_tokens + load.output_tokens
     cap_seqs = mem.max_concurrent_sequences(memb, m, dep.kv_dtype, tp, max(seq_tokens, 1), cost.kv_block_tokens)
     batch = load.batch
-    if load.mode == "max":
+    if load.mode == LoadMode.MAX:
         batch = max(1, min(dep.limits.max_num_seqs, cap_seqs))
         notes.append(f"concurrency max = min(max_num_seqs {dep.limits.max_num_seqs}, KV capacity {cap_seqs} sequences)")
-    elif batch > cap_seqs and load.mode == "context":
+    elif batch > cap_seqs and load.mode == LoadMode.CONTEXT:
         notes.append(f"batch {batch} exceeds the KV capacity of {cap_seqs} sequences at {seq_tokens} tokens: "
                      "the engine would queue or preempt")
-    ctx = load.context_tokens if load.mode == "context" else load.prompt_tokens + max(load.output_tokens, 1) // 2
+    ctx = load.context_tokens if load.mode == LoadMode.CONTEXT else load.prompt_tokens + max(load.output_tokens, 1) // 2
     kv, fl = cost.decode_seq_cost(max(ctx, 1))
     # a closed loop above max_num_seqs or the KV capacity runs only `run` of its requests at once
-    run = admitted(dep, cost, batch, load.prompt_tokens, load.output_tokens) if load.mode == "closed" else batch
+    run = admitted(dep, cost, batch, load.prompt_tokens, load.output_tokens) if load.mode == LoadMode.CLOSED else batch
     parts = cost.parts(run, run * kv, run * fl)
     floor = cost.parts(run, run * kv, run * fl, floor=True)
     decode_step_s = cost.step_s(run, run * kv, run * fl)
-    prompt = load.prompt_tokens if load.mode != "context" else load.context_tokens
+    prompt = load.prompt_tokens if load.mode != LoadMode.CONTEXT else load.context_tokens
     pkv, pfl = cost.prefill_chunk_cost(max(prompt, 1), 0)
     prefill_flops = max(prompt, 1) * cost.linear_flops_per_token + pfl
     prefill_floor = prefill_flops / cost.peak_group_flops_per_s
     prefill_s = cost.prefill_s(max(prompt, 1), 1, dep.limits.max_num_batched_tokens if dep.limits.chunked_prefill else None)
     cached = int(prompt * shared_prefix_fraction)
     e2e: float | None
-    if load.mode == "context":
+    if load.mode == LoadMode.CONTEXT:
         tpot = decode_step_s
         ttft = prefill_s + cost.request_overhead_s
         e2e = None
         out_tps = batch / decode_step_s * replicas
         total_tps = out_tps
-    elif load.mode == "static":
+    elif load.mode == LoadMode.STATIC:
         # Blocks are allocated as sequences grow, so what must fit is the batch at its mean context
         # (prompt + output / 2); a larger batch runs in waves.
         cap_mean = mem.max_concurrent_sequences(memb, m, dep.kv_dtype, tp, max(ctx, 1), cost.kv_block_tokens)
