@@ -14,10 +14,15 @@ import yaml
 from typer.testing import CliRunner
 
 from recommender.cli import app
-from recommender.deploy import render_deploy
+from recommender import deploy as _deploy
 from recommender.deploy.spec import k8s_escape
 from recommender.errors import DeployError
 from recommender.hf_config import is_model_repo, load_config_file
+from recommender.plan import load_plan
+
+
+def render_deploy(doc: dict[str, Any], *args: Any, **kw: Any) -> dict[str, str]:  # edited documents, read by the one loader
+    return _deploy.render_deploy(load_plan(doc), *args, **kw)
 
 DATA = Path(__file__).parent / "data"
 AGG = DATA / "plans" / "agg-llama70b-h100.json"

@@ -39,7 +39,7 @@ LAYERS: dict[str, int] = {
     # 10 the CLI (parse, call, render)
     "cli": 10,
     # 11 the public API re-exports (recommender/__init__.py)
-    "__init__": 11,
+    "__init__": 11, "api": 11,
 }
 
 
