@@ -9,14 +9,13 @@ fit per metric, plus the held-out error. ``recommender.profiles.load_profile`` r
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import yaml
 from tabulate import tabulate
 
+from recommender.atomic import atomic_write_text
 from recommender.calibrate.fit import ErrorStats, FamilyReport, FitResult, HeldOut
 from recommender.calibrate.measurements import Skip
 from recommender.errors import CalibrationError
@@ -100,7 +99,7 @@ def _plain(x: Any) -> Any:
 
 
 def write_profile(path: str | Path, doc: Mapping[str, Any], header: str = "") -> Path:
-    """Write the profile YAML atomically (temporary file in the same folder, then rename)."""
+    """Write the profile YAML atomically (``recommender.atomic``: temp file, fsync, rename)."""
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -112,15 +111,10 @@ def write_profile(path: str | Path, doc: Mapping[str, Any], header: str = "") ->
     text += yaml.safe_dump(head, sort_keys=False, default_flow_style=False, width=110)
     if "fit" in plain:  # leaf mappings ({n, median_ape_pct, p90_ape_pct}) on one line each
         text += yaml.safe_dump({"fit": plain["fit"]}, sort_keys=False, default_flow_style=None, width=130)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, p)
+        return atomic_write_text(p, text)
     except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
         raise CalibrationError(f"cannot write --out {p}: {e.strerror}") from None
-    return p
 
 
 # -- text -------------------------------------------------------------------------------------------

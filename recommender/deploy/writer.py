@@ -1,7 +1,7 @@
 """Crash-safe file output.
 
-* ``atomic_write_text``: one file: write to a temp file in the target directory, fsync, ``os.replace``; a reader
-  (or a crash) sees either the old file or the complete new one, never half of it.
+* ``atomic_write_text`` (from ``recommender.atomic``, the one single-file writer): temp file, fsync,
+  ``os.replace``; a reader (or a crash) sees either the old file or the complete new one, never half of it.
 * ``write_file_set``: several files that belong together (a plan and its deployment files): written into a temp
   folder and swapped in as a whole, so a reader never sees files of two plans side by side.
 """
@@ -16,39 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Mapping
 
+from recommender.atomic import atomic_write_text
 from recommender.errors import ConfigError
 
-
-def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically and give it permission bits ``mode``."""
-    path = Path(path)
-    directory = path.parent
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp_name, mode)
-        os.replace(tmp_name, path)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename itself durable (POSIX); not possible on every platform
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return path
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
-    return path
+__all__ = ["KNOWN_OUTPUT_NAMES", "SET_MANIFEST", "atomic_write_text", "write_file_set"]
 
 
 # --------------------------------------------------------------------------- file sets

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from recommender.atomic import atomic_write_text
 from recommender.bounded import fetch_url_bytes, load_json_text, read_file_text
 from recommender.errors import ConfigError, TrafficSourceError
 from recommender.replan.observation import (
@@ -169,32 +168,14 @@ def load_state(path: Path) -> dict[str, Scrape]:
 
 
 def save_state(path: Path, scrapes: Mapping[str, Scrape]) -> None:
-    """Write the state atomically (temp file in the same folder, then ``os.replace``); keeps other URLs."""
+    """Write the state atomically (``recommender.atomic``); keeps other URLs."""
     old = {}
     try:
         old = load_json_text(read_file_text(path, "replan state file"), str(path)).get("scrapes", {})
     except (OSError, ValueError, AttributeError):
         old = {}
     old.update({url: s.to_json() for url, s in scrapes.items()})
-    write_text_atomically(path, json.dumps({"version": STATE_VERSION, "scrapes": old}, indent=1))
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to a temp file beside ``path``, fsync, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write_text(path, json.dumps({"version": STATE_VERSION, "scrapes": old}, indent=1))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from recommender.bounded import load_json_text, read_file_text
 from recommender.errors import RecommenderError, TrafficSourceError
 from recommender.replan import plans
 from recommender.replan.history import History, Transaction
-from recommender.replan.metrics import write_text_atomically
+from recommender.atomic import atomic_write_text
 from recommender.replan.observation import InsufficientDataError
 from recommender.replan.observe import (
     base_workload_from_plan, forecast_rate_per_s, merge_points, observed_workload, rate_points_from_observed,
@@ -120,7 +120,7 @@ def write_outputs(plan_doc: Mapping[str, Any], out_dir: Path) -> tuple[str, ...]
         more = writer(dict(plan_doc), out_dir)
         if isinstance(more, (list, tuple)):
             written += [str(p) for p in more]
-    write_text_atomically(path, text)
+    atomic_write_text(path, text)
     return tuple(written + [str(path)])
 
 

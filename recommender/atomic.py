@@ -1,0 +1,44 @@
+"""The one crash-safe single-file writer: temp file in the target folder, fsync, ``os.replace``, fsync the folder.
+
+A reader (or a crash) sees either the old file or the complete new one, never half of it. Every file the
+package writes goes through here (deploy files, plan.json, calibrated profiles, replan state); several files
+that belong together go through ``recommender.deploy.writer.write_file_set``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically and give it permission bits ``mode``."""
+    path = Path(path)
+    directory = path.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp_name, mode)
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    try:  # make the rename itself durable (POSIX); not possible on every platform
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return path
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+    return path
