@@ -175,12 +175,6 @@ def _usd(usd_per_hour: float, tokens_per_s: float) -> float:
     return usd_per_hour / (tokens_per_s * 3600.0) * 1e6 if tokens_per_s > 0 else math.inf
 
 
-def max_concurrency(dep: Deployment, cost: StepCostModel, tokens_per_seq: int) -> int:
-    """Largest running batch: KV capacity at ``tokens_per_seq`` and ``max_num_seqs``."""
-    by_kv = mem.max_concurrent_sequences(dep.memory(), dep.model, dep.kv_dtype, dep.tp, tokens_per_seq, cost.kv_block_tokens)
-    return max(0, min(dep.limits.max_num_seqs, by_kv))
-
-
 def closed_loop(cost: StepCostModel, n: int, prompt: int, output: int, budget: int, chunked: bool,
                 prefix_cached: int = 0) -> tuple[float, float, float]:
     """(ttft_s, tpot_s, step_s) of ``n`` requests running under continuous batching (module docstring).
