@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from recommender.plan import plan_document
@@ -17,7 +17,7 @@ from recommender.catalog import default_catalog
 from recommender.errors import DoesNotFitError, InfeasibleError
 from recommender.profiles import engine_profile
 from recommender.search import SearchSettings, recommend
-from recommender.search.evaluate import evaluate
+from recommender.search.evaluate import INFEASIBLE_OBJECTIVE, evaluate
 from recommender.search.exhaustive import exhaustive, front, search_quality
 from recommender.search.pareto import dominates, hypervolume, non_dominated
 from recommender.search.policy import SearchPolicy, load_search_policy
@@ -207,8 +207,14 @@ def test_model_too_large_for_any_allowed_gpu_says_so_with_numbers():
 def test_every_feasible_evaluation_meets_its_slos_fits_and_respects_max_gpus(gpu, tp, wd, kd, seqs, budget, rate, max_gpus):
     w = dataclasses.replace(CHAT, arrival_rate_per_s=rate, max_gpus=max_gpus)
     ev = evaluate(_ctx(w), Candidate(gpu, tp, wd, kd, seqs, budget))
-    if not ev.feasible:
-        return
+    event(f"feasible={ev.feasible}")
+    if ev.feasible:
+        _check_feasible(ev, w, max_gpus)
+    else:  # an infeasible candidate is refused for a stated reason and sorts after every feasible one
+        assert ev.reason and ev.objectives[0] >= INFEASIBLE_OBJECTIVE
+
+
+def _check_feasible(ev, w, max_gpus):
     for s in w.slos:
         assert ev.latency(s.metric, s.percentile) <= s.limit_s
     for p in ev.pools:

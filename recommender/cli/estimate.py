@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
+from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
 from recommender.estimate import EstimateRequest, conditions_of, does_not_fit_message, estimate_request, price_for
 from recommender.errors import ConfigError
@@ -15,24 +16,24 @@ from recommender.render.estimate import estimate_json, render_walkthrough
 @app.command("estimate")
 @one_line_errors
 def estimate_cmd(
-    model: str = typer.Option(..., "--model", "-m", help="Catalog model id, or a path to a Hugging Face config.json."),
-    gpu: str = typer.Option(..., "--gpu", "-g", help="Catalog GPU id (e.g. h100-sxm)."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel GPUs per replica."),
-    replicas: int = typer.Option(1, "--replicas", help="Identical replicas (data parallel)."),
-    weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype", help="bf16|fp16|fp8|int8|int4|fp4|mxfp4 (default: the checkpoint's)."),
-    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV-cache dtype: bf16|fp8."),
+    model: options.Model,
+    gpu: options.Gpu,
+    tp: options.Tp = 1,
+    replicas: options.Replicas = 1,
+    weight_dtype: options.WeightDtype = None,
+    kv_dtype: options.KvDtype = "bf16",
     batch: Optional[int] = typer.Option(None, "--batch", help="Static batch: B sequences prefilled and decoded together."),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", help="Requests in flight under continuous batching, or 'max'."),
     context: Optional[int] = typer.Option(None, "--context", help="Sequences already hold T tokens: one decode step at that point."),
-    prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="Prompt tokens per request."),
-    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Output tokens per request."),
-    engine: str = typer.Option("vllm", "--engine", help="Efficiency profile: vllm|trtllm|sglang|lmdeploy|gpt-fast."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="A calibrated profile YAML (overrides --engine)."),
+    prompt_tokens: options.PromptTokens = None,
+    output_tokens: options.OutputTokens = None,
+    engine: options.Engine = "vllm",
+    profile: options.Profile = None,
     price: Optional[float] = typer.Option(None, "--price", help="USD per GPU-hour (default: the catalog's)."),
-    gpu_memory_utilization: float = typer.Option(0.92, "--gpu-memory-utilization", help="vLLM's memory fraction (0.33 default 0.92)."),
-    cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="CUDA graphs (off = eager launches)."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Engine batch limit (default: vLLM's for this GPU)."),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Engine token budget per step."),
+    gpu_memory_utilization: options.GpuMemoryUtilization = 0.92,
+    cuda_graphs: options.CudaGraphs = True,
+    max_num_seqs: options.MaxNumSeqs = None,
+    max_num_batched_tokens: options.MaxNumBatchedTokens = None,
     rate: Optional[float] = typer.Option(None, "--rate", help="Open-loop Poisson arrivals (requests/s): adds tail latencies under load."),
     bench: bool = typer.Option(False, "--bench", help="Predict what `vllm bench serve` reports (takes its flags below)."),
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="[--bench] prompts in the run (vllm bench serve's default 1000)."),
@@ -42,16 +43,15 @@ def estimate_cmd(
     random_input_len: Optional[int] = typer.Option(None, "--random-input-len", help="[--bench] prompt tokens (default 1024, or --prompt-tokens)."),
     random_output_len: Optional[int] = typer.Option(None, "--random-output-len", help="[--bench] output tokens (default 128, or --output-tokens)."),
     seed: int = typer.Option(0, "--seed", help="[--bench] random seed of the simulated arrivals."),
-    fmt: str = typer.Option("text", "--format", "-f", help="text|json"),
+    fmt: Annotated[options.TextOrJson, typer.Option("--format", "-f", help="Output format.")] = options.TextOrJson.text,
 ) -> None:
     """Explain one configuration: memory -> decode floor -> batched decode -> prefill -> capacity -> throughput -> cost."""
+    assert model is not None and gpu is not None  # required: the options have no default here
     req = EstimateRequest(model=model, gpu=gpu, tp=tp, replicas=replicas, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                           batch=batch, concurrency=concurrency, context_tokens=context, prompt_tokens=prompt_tokens,
                           output_tokens=output_tokens, engine=engine, profile_file=profile, usd_per_gpu_hour=price,
                           gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
                           max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
-    if fmt not in ("text", "json"):
-        raise ConfigError(f"--format {fmt!r}: must be text or json")
     if bench:
         _bench(req, num_prompts, request_rate, max_concurrency, burstiness, random_input_len, random_output_len, seed, fmt)
         return

@@ -265,7 +265,7 @@ def _checkpoint_bytes(row: PlanRow, pool: Pool, workload: WorkloadEcho,
             return params * BYTES_PER_PARAM[stored_dtype], "plan weights_bytes"
     if workload.params is not None and workload.params > 0:
         return workload.params * BYTES_PER_PARAM[stored_dtype], "workload params"
-    named = params_from_name(model_id, workload.hf_repo)
+    named = params_from_name(model_id, workload.hf_repo or "")
     if named:
         return named * BYTES_PER_PARAM[stored_dtype], f"{named / 1e9:g}B parameters read from the model name"
     return FALLBACK_PARAMS * BYTES_PER_PARAM[stored_dtype], "70B parameters assumed (model size unknown)"
@@ -297,15 +297,16 @@ def _num_heads(model_id: str) -> int | None:
 
 
 def _with_catalog_defaults(workload: WorkloadEcho) -> tuple[str, str]:
-    """(hf_repo, checkpoint_dtype), a missing one filled from the model catalog entry of ``model``."""
+    """(hf_repo, checkpoint_dtype); one the plan leaves out (None) comes from the model catalog entry of
+    ``model``. An empty string stays empty (and is refused by the caller)."""
     hf_repo, dtype = workload.hf_repo, workload.checkpoint_dtype
-    if hf_repo and dtype:
+    if hf_repo is not None and dtype is not None:
         return hf_repo, dtype
     try:
         arch = default_catalog().model(workload.model)
     except (RecommenderError, KeyError, OSError, ValueError):
-        return hf_repo, dtype
-    return hf_repo or arch.hf_repo or "", dtype or arch.checkpoint_dtype
+        return hf_repo or "", dtype or ""
+    return (arch.hf_repo or "") if hf_repo is None else hf_repo, arch.checkpoint_dtype if dtype is None else dtype
 
 
 def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str, ckpt_dtype: str,
@@ -351,8 +352,8 @@ def build_spec(plan: Plan, rank: int = 1, checkpoint: str | None = None, *,
     where = f"plan {plan_id}"
     workload = plan.workload
     hf_repo, ckpt_dtype = _with_catalog_defaults(workload)
-    if not hf_repo or not ckpt_dtype:
-        missing = "hf_repo" if not hf_repo else "checkpoint_dtype"
+    if (not hf_repo and workload.hf_repo is None) or not ckpt_dtype:
+        missing = "hf_repo" if not hf_repo and workload.hf_repo is None else "checkpoint_dtype"
         raise DeployError(f"workload: missing field {missing!r} and model {workload.model!r} is not in the catalog; "
                           f"regenerate the plan with `recommend --format json`")
     hf_repo = _safe_text(hf_repo, "workload hf_repo")

@@ -224,8 +224,8 @@ class WorkloadEcho:
     """The workload the plan was made for, as far as consumers of the plan need it."""
 
     model: str
-    hf_repo: str = ""
-    checkpoint_dtype: str = ""
+    hf_repo: str | None = None  # None: take the model catalog's
+    checkpoint_dtype: str | None = None
     name: str = "workload"
     arrival_rate_per_s: float | None = None
     offline_requests: int | None = None

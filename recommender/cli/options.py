@@ -1,0 +1,58 @@
+"""Options shared by several commands, declared once (``Annotated`` aliases), and the Enum choices.
+
+A command declares ``model: options.Model = None``; typer reads the flag names and help from the alias, so
+``estimate`` and ``simulate`` spell their common options (model, GPU, parallelism, dtypes, lengths, engine,
+engine limits) the same way and document them once. ``--format`` values are Enums: typer lists and checks
+the choices itself.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+
+class PlanFormat(str, Enum):
+    """``recommend --format``."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+    csv = "csv"
+
+
+class TextOrJson(str, Enum):
+    """``--format`` of estimate and simulate."""
+
+    text = "text"
+    json = "json"
+
+
+class TableOrJson(str, Enum):
+    """``--format`` of replan and history."""
+
+    table = "table"
+    json = "json"
+
+
+# -- one configuration (estimate, simulate) -----------------------------------------------------------------
+Model = Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog model id, or a path to a Hugging Face config.json.")]
+Gpu = Annotated[Optional[str], typer.Option("--gpu", "-g", help="Catalog GPU id (e.g. h100-sxm).")]
+Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel GPUs per replica.")]
+Replicas = Annotated[int, typer.Option("--replicas", help="Identical replicas (data parallel; requests are routed round-robin).")]
+WeightDtype = Annotated[Optional[str], typer.Option(
+    "--weight-dtype", help="bf16|fp16|fp8|int8|int4|fp4|mxfp4 (default: the checkpoint's).")]
+KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV-cache dtype: bf16|fp8.")]
+PromptTokens = Annotated[Optional[int], typer.Option("--prompt-tokens", help="Prompt tokens per request.")]
+OutputTokens = Annotated[Optional[int], typer.Option("--output-tokens", help="Output tokens per request.")]
+Engine = Annotated[str, typer.Option("--engine", help="Efficiency profile: vllm|trtllm|sglang|lmdeploy|gpt-fast.")]
+Profile = Annotated[Optional[str], typer.Option("--profile", help="A calibrated profile YAML (overrides --engine).")]
+GpuMemoryUtilization = Annotated[float, typer.Option(
+    "--gpu-memory-utilization", help="vLLM's memory fraction (0.33 default 0.92).")]
+CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="CUDA graphs (off = eager launches).")]
+MaxNumSeqs = Annotated[Optional[int], typer.Option("--max-num-seqs", help="Engine batch limit (default: vLLM's for this GPU).")]
+MaxNumBatchedTokens = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="Engine token budget per step.")]
+ChunkedPrefill = Annotated[bool, typer.Option("--chunked-prefill/--no-chunked-prefill", help="vLLM chunked prefill.")]
+Seed = Annotated[int, typer.Option("--seed", help="Random seed (same seed, same result).")]
