@@ -142,6 +142,16 @@ def test_impossible_slo_names_constraint_and_closest_plan():
     assert "no plan meets" in line and "tpot" in line and "relax to" in line
 
 
+def test_the_readme_cli_reference_is_the_commands_help():
+    from recommender.cli.reference import reference
+
+    readme = (ROOT / "README.md").read_text()
+    assert reference() in readme, ("README.md's CLI reference is stale: regenerate it with "
+                                   "`python3 -m recommender.cli.reference --write README.md`")
+    for opt in ("--workload", "--emit", "--bench", "--held-out-by", "--no-chunked-prefill", "--full"):
+        assert f"`{opt}`" in reference()
+
+
 def test_every_command_is_documented_in_the_readme():
     readme = (ROOT / "README.md").read_text()
     names = sorted({(c.name or c.callback.__name__).replace("_", "-") for c in app.registered_commands})

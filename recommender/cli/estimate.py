@@ -43,9 +43,10 @@ def estimate_cmd(
     random_input_len: Optional[int] = typer.Option(None, "--random-input-len", help="[--bench] prompt tokens (default 1024, or --prompt-tokens)."),
     random_output_len: Optional[int] = typer.Option(None, "--random-output-len", help="[--bench] output tokens (default 128, or --output-tokens)."),
     seed: int = typer.Option(0, "--seed", help="[--bench] random seed of the simulated arrivals."),
-    fmt: Annotated[options.TextOrJson, typer.Option("--format", "-f", help="Output format.")] = options.TextOrJson.text,
+    fmt_name: Annotated[str, options.format_option(options.TextOrJson)] = "text",
 ) -> None:
     """Explain one configuration: memory -> decode floor -> batched decode -> prefill -> capacity -> throughput -> cost."""
+    fmt = options.choice(options.TextOrJson, fmt_name, "--format")
     assert model is not None and gpu is not None  # required: the options have no default here
     req = EstimateRequest(model=model, gpu=gpu, tp=tp, replicas=replicas, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                           batch=batch, concurrency=concurrency, context_tokens=context, prompt_tokens=prompt_tokens,

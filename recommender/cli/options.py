@@ -2,16 +2,37 @@
 
 A command declares ``model: options.Model = None``; typer reads the flag names and help from the alias, so
 ``estimate`` and ``simulate`` spell their common options (model, GPU, parallelism, dtypes, lengths, engine,
-engine limits) the same way and document them once. ``--format`` values are Enums: typer lists and checks
-the choices itself.
+engine limits) the same way and document them once. ``--format`` values are Enums, read with :func:`choice`
+(one-line error naming the choices, like every other user mistake; click's own choice check prints a
+multi-line usage box).
 """
 
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional, TypeVar
 
 import typer
+
+from recommender.errors import ConfigError
+
+E = TypeVar("E", bound=Enum)
+
+
+def choice(enum: type[E], value: str, flag: str) -> E:
+    """``value`` as a member of ``enum``; otherwise one line: "--format 'xml': use text or json"."""
+    try:
+        return enum(value)
+    except ValueError:
+        names = [str(m.value) for m in enum]
+        listed = " or ".join(names) if len(names) == 2 else f"one of {', '.join(names[:-1])} or {names[-1]}"
+        raise ConfigError(f"{flag} {value!r}: use {listed}") from None
+
+
+def format_option(enum: type[Enum], short: bool = True) -> Any:
+    """The ``--format/-f`` option declaration listing ``enum``'s values."""
+    names = ("--format", "-f") if short else ("--format",)
+    return typer.Option(*names, help="|".join(str(m.value) for m in enum))
 
 
 class PlanFormat(str, Enum):
