@@ -306,6 +306,7 @@ def test_parameters_used_to_generate_data_are_recovered():
     assert res.after["all"].p90_ape < 0.5 and res.before["all"].median_ape > 5
 
 
+@pytest.mark.slow
 def test_step_latencies_only_seen_amortised_are_reported_not_invented(published):
     # TRT017 runs at the largest batch the KV cache holds: a fixed cost per step is spread over hundreds of
     # sequences, so step_overhead_s / allreduce latencies must keep their start values and say why.
@@ -328,6 +329,7 @@ def test_one_configuration_cannot_separate_bandwidth_from_overhead():
     assert res.after["all"].median_ape < 1.0          # still fits the one number
 
 
+@pytest.mark.slow
 def test_calibrating_on_some_sources_lowers_error_on_the_others(published):
     # trtllm: fit on (every third) TRT017 row, predict the TRT061 and TRTBLOG tables it never saw.
     train = [m for m in published.measurements if m.source == "TRT017"][::3]
@@ -338,6 +340,7 @@ def test_calibrating_on_some_sources_lowers_error_on_the_others(published):
     assert h.after["all"].p90_ape < h.before["all"].p90_ape
 
 
+@pytest.mark.slow
 def test_leave_one_model_out_on_gpt_fast(published):
     ms = [m for m in published.measurements if m.engine == "gpt-fast"]
     h = held_out(ms, EngineProfile(engine="gpt-fast"), by="model")

@@ -31,6 +31,7 @@ def bench(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_three_benchmark_files_give_a_profile_and_the_error_drops(bench: Path):
     out = bench / "profiles" / "mine.yaml"
     res = calibrate(*(str(bench / r) for r in RUNS), "--out", str(out))
@@ -102,6 +103,7 @@ def test_bad_requests(tmp_path: Path, args: list[str], needle: str):
     assert res.exit_code != 0 and needle in res.output and res.output.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_published_csv_for_one_engine(tmp_path: Path):
     csv = Path(__file__).resolve().parent / "data" / "measurements" / "published.csv"
     out = tmp_path / "gptfast.yaml"

@@ -8,6 +8,7 @@ given a layer here and in docs/ARCHITECTURE.md.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,11 @@ LAYERS: dict[str, int] = {
 
 def _modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py"))
+
+
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 def _top(path: Path) -> str:
@@ -85,7 +91,7 @@ def test_imports_run_one_way() -> None:
     bad = []
     for path in _modules():
         me = _top(path)
-        for other in _imported_tops(ast.parse(path.read_text(encoding="utf-8"))):
+        for other in _imported_tops(_tree(path)):
             if other == me or other not in LAYERS or me not in LAYERS:
                 continue
             if LAYERS[other] > LAYERS[me]:
@@ -98,7 +104,7 @@ def test_no_module_hides_imports_behind_getattr() -> None:
     # a module-level __getattr__ is how an import cycle gets hidden (search <-> plan used one)
     hiding = [str(p.relative_to(PACKAGE.parent)) for p in _modules()
               if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__"
-                     for n in ast.parse(p.read_text(encoding="utf-8")).body)]
+                     for n in _tree(p).body)]
     assert not hiding
 
 

@@ -131,6 +131,7 @@ def test_erlang_c_closed_forms() -> None:
     assert erlang_c(10, 12.0) == 1.0 and erlang_c(4, 0.0) == 0.0
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rate=st.floats(0.05, 40.0),

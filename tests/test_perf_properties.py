@@ -87,6 +87,7 @@ def test_tp1_holds_exactly_the_whole_model(model_id: str) -> None:
         assert mem.weights_bytes_per_gpu(m, dtype, 1) == pytest.approx(mem.weight_bytes(m, dtype), rel=1e-12)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.sampled_from(MODELS), st.sampled_from(sorted(BITS)), st.sampled_from(sorted(BITS)), st.sampled_from(TPS))
 def test_a_smaller_dtype_never_raises_weight_bytes(model_id: str, a: str, b: str, tp: int) -> None:

@@ -127,6 +127,7 @@ def test_at_risk_the_step_cap_does_not_hold_back_a_scale_up(tmp_path):
     assert not r2.changed and "within the current plan's band" in r2.reason
 
 
+@pytest.mark.slow
 def test_drop_scales_down_only_after_the_windows_and_the_cooldown(tmp_path):
     """8 -> 2 req/s at t_drop, runs every 5 min over 15-min windows. Defaults: peak of the 1-min rates of
     the last hour (lookback 1h), 3 agreeing windows of NEW data, cooldown 30 min, at most 4 replicas per step.
