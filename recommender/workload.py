@@ -469,4 +469,5 @@ def workload_from_flags(base: Workload | None, *, model: str | None = None, gpus
         kw["prompt_tokens"] = LengthDist.constant(prompt_tokens)
     if output_tokens is not None:
         kw["output_tokens"] = LengthDist.constant(output_tokens)
-    return _replace(base, **kw)
+    result: Workload = dataclasses.replace(base, **kw)
+    return result

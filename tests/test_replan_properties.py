@@ -7,6 +7,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from recommender.replan import plans
 from recommender.replan.observation import Histogram
 from recommender.replan.policy import PastRun, Policy, decide
 from test_replan_support import fake_plan

@@ -19,7 +19,8 @@ from recommender.search.evaluate import Evaluation
 def render_chart_html(plan: Plan, evaluations: Sequence[Evaluation] | None = None) -> str:
     """A chart-only HTML page with plotly's JS inlined."""
     fig = pareto_figure(plan, evaluations)
-    return fig.to_html(full_html=True, include_plotlyjs=True, div_id="pareto", config={"displaylogo": False})
+    page: str = fig.to_html(full_html=True, include_plotlyjs=True, div_id="pareto", config={"displaylogo": False})
+    return page
 
 
 def write_plot(path: str, plan: Plan, evaluations: Sequence[Evaluation] | None = None) -> None:

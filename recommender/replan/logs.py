@@ -27,9 +27,10 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from recommender.bounded import load_json_text, read_file_text
 from recommender.errors import ConfigError, TrafficSourceError
@@ -41,7 +42,7 @@ _OUTPUT = ("output_tokens", "generatedtokens", "completion_tokens", "output_len"
 _CACHED = ("cached_tokens", "cachedtokens", "prefix_cached_tokens")
 
 
-def _flatten_openai(rec: dict) -> dict:
+def _flatten_openai(rec: dict[str, Any]) -> dict[str, Any]:
     """An OpenAI response (or Batch API output line) as flat columns; other records unchanged."""
     resp = rec.get("response")
     if isinstance(resp, dict) and isinstance(resp.get("body"), dict):
@@ -71,7 +72,8 @@ class RequestLog:
     cached_tokens: np.ndarray | None = None  # prompt tokens served from the prefix cache, when logged
 
     @staticmethod
-    def of(timestamps_s, prompt_tokens, output_tokens, where: str = "<log>", cached_tokens=None) -> "RequestLog":
+    def of(timestamps_s: ArrayLike, prompt_tokens: ArrayLike, output_tokens: ArrayLike, where: str = "<log>",
+           cached_tokens: ArrayLike | None = None) -> "RequestLog":
         t = np.asarray(timestamps_s, dtype=float)
         order = np.argsort(t, kind="stable")
         cached = None if cached_tokens is None else np.asarray(cached_tokens, dtype=np.int64)[order]
