@@ -131,7 +131,7 @@ def test_gpu_schema(gid):
         assert {"fp4", "mxfp4"} & set(arch["weights"])
     if "fp8" not in t:  # Ampere: no FP8 tensor cores -> FP8 checkpoints run weight-only through Marlin
         assert "W8A16" in arch["weights"]["fp8"] and "Marlin" in arch["weights"]["fp8"]
-    for tag, line in d["sources"].items():
+    for _tag, line in d["sources"].items():
         assert isinstance(line, str) and len(line) > 20
 
 

@@ -368,7 +368,7 @@ def build_spec(plan: Plan, rank: int = 1, checkpoint: str | None = None, *,
         pool, weights_source = _pool_spec(raw, row, workload, hf_repo=hf_repo, ckpt_dtype=ckpt_dtype,
                                           checkpoint=checkpoint, lookup=lookup, where=where)
         pools.append(pool)
-    if disaggregated:
+    if row.disaggregated:
         _check_pd_pair(pools[0], pools[1], where)
     # the catalog id is served as a second name only when it is a plain name (a config.json path is not)
     served = tuple(dict.fromkeys([hf_repo] + ([model_id] if SERVED_NAME.fullmatch(model_id) else [])))

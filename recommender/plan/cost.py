@@ -4,9 +4,9 @@ A plan's cost is what its GPUs cost to run::
 
     usd_per_hour = sum over pools of usd_per_gpu_hour x tp x replicas
 
-Resizing a row (:func:`with_replicas`, used by the re-planner to cap a scale step) keeps the shape and
-scales the figures that follow from the GPU count by ``scale = new GPUs / old GPUs``: ``usd_per_hour``
-(exactly from the pool prices when the plan carries them, else scaled), throughput x scale,
+Resizing a row (:func:`with_replicas`, for capping a scale step) keeps the shape and scales the figures that
+follow from the GPU count by ``scale = new GPUs / old GPUs``: ``usd_per_hour`` (exactly from the pool prices when
+the plan carries them -- a rented pool rents ceil(GPUs / GPUs per instance) instances -- else scaled), throughput x scale,
 load utilisation / scale. $/M tokens is unchanged (cost and the carried rate scale together). Latency
 figures stay the planner's for its own replica count, which the ``note`` says.
 """
@@ -24,6 +24,21 @@ def pools_usd_per_hour(pools: tuple[Pool, ...]) -> float | None:
     return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
 
 
+def _resized(pool: Pool, replicas: int) -> Pool:
+    """``pool`` at ``replicas``; a rented pool rents ceil(GPUs / GPUs per instance) instances (per-GPU billing:
+    GPUs x the per-GPU price)."""
+    rental = pool.rental
+    if rental is not None:
+        gpus = pool.tp * replicas
+        if rental.offer.per_gpu_billing:
+            per_gpu = rental.usd_per_instance_hour / max(rental.gpus_per_instance, 1)
+            rental = dataclasses.replace(rental, usd_per_hour=gpus * per_gpu)
+        else:
+            n = -(-gpus // max(rental.gpus_per_instance, 1))
+            rental = dataclasses.replace(rental, instances=n, usd_per_hour=n * rental.usd_per_instance_hour)
+    return dataclasses.replace(pool, replicas=replicas, rental=rental)
+
+
 def _resized_id(row_id: str, new: tuple[int, ...]) -> str:
     base = row_id.rsplit("-r", 1)[0] if "-r" in row_id else row_id
     return f"{base}-r{'+'.join(str(x) for x in new)}"
@@ -34,7 +49,7 @@ def with_replicas(plan: Plan, new: tuple[int, ...], note: str) -> Plan:
     row = plan.top
     if len(new) != len(row.pools):
         raise ValueError(f"{len(new)} replica counts for {len(row.pools)} pools")
-    pools = tuple(dataclasses.replace(p, replicas=r) for p, r in zip(row.pools, new))
+    pools = tuple(_resized(p, r) for p, r in zip(row.pools, new))
     old_gpus, new_gpus = row.gpus_total, sum(p.gpus for p in pools)
     scale = new_gpus / old_gpus if old_gpus else 1.0
     exact = pools_usd_per_hour(pools)
