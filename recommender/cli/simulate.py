@@ -13,10 +13,11 @@ import csv
 import json
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
+from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
 from recommender.errors import ConfigError, RecommenderError
 
@@ -188,21 +189,21 @@ def simulate_cmd(
     plan: Optional[Path] = typer.Option(None, "--plan", help="Plan JSON from `recommend --format json` (instead of the flags)."),
     rank: int = typer.Option(1, "--rank", "-r", help="Which plan of the ranking (with --plan)."),
     workload: Optional[Path] = typer.Option(None, "--workload", "-w", help="Workload YAML: length distributions, rate, shared prefix."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Catalog model id, or a Hugging Face config.json."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="Catalog GPU id (e.g. h100-sxm)."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel GPUs per replica."),
-    replicas: int = typer.Option(1, "--replicas", help="Identical replicas; requests are routed round-robin."),
-    weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype", help="bf16|fp16|fp8|int8|int4|fp4|mxfp4 (default: the checkpoint's)."),
-    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV-cache dtype: bf16|fp8."),
-    prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="Prompt tokens per request (constant)."),
-    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Output tokens per request (constant)."),
-    engine: str = typer.Option("vllm", "--engine", help="Efficiency profile: vllm|trtllm|sglang|lmdeploy|gpt-fast."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="A calibrated profile YAML (overrides --engine)."),
-    gpu_memory_utilization: float = typer.Option(0.92, "--gpu-memory-utilization", help="vLLM's memory fraction."),
-    cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="CUDA graphs (off = eager launches)."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Engine batch limit (default: vLLM's for this GPU)."),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Engine token budget per step."),
-    chunked_prefill: bool = typer.Option(True, "--chunked-prefill/--no-chunked-prefill", help="vLLM chunked prefill."),
+    model: options.Model = None,
+    gpu: options.Gpu = None,
+    tp: options.Tp = 1,
+    replicas: options.Replicas = 1,
+    weight_dtype: options.WeightDtype = None,
+    kv_dtype: options.KvDtype = "bf16",
+    prompt_tokens: options.PromptTokens = None,
+    output_tokens: options.OutputTokens = None,
+    engine: options.Engine = "vllm",
+    profile: options.Profile = None,
+    gpu_memory_utilization: options.GpuMemoryUtilization = 0.92,
+    cuda_graphs: options.CudaGraphs = True,
+    max_num_seqs: options.MaxNumSeqs = None,
+    max_num_batched_tokens: options.MaxNumBatchedTokens = None,
+    chunked_prefill: options.ChunkedPrefill = True,
     prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching", help="Prefix caching when the workload shares a prefix."),
     shared_prefix_fraction: Optional[float] = typer.Option(None, "--shared-prefix-fraction", help="Fraction of each prompt served from the prefix cache."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Open-loop arrivals in requests/s (default: the workload's)."),
@@ -212,7 +213,7 @@ def simulate_cmd(
     trace: Optional[Path] = typer.Option(None, "--trace", help="CSV of recorded requests (arrival, prompt, output) to replay."),
     warmup: int = typer.Option(0, "--warmup", help="Leave the first N requests out of the percentiles."),
     timeseries: Optional[Path] = typer.Option(None, "--timeseries", help="Write queue / running / KV usage over time to this CSV."),
-    fmt: str = typer.Option("text", "--format", "-f", help="text|json"),
+    fmt_name: Annotated[str, options.format_option(options.TextOrJson)] = "text",
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr."),
 ) -> None:
     """Simulate requests through a vLLM-like scheduler and print simulated percentiles beside the analytic model's."""
@@ -220,8 +221,7 @@ def simulate_cmd(
         from recommender import progress
 
         progress.configure(quiet=True)
-    if fmt not in ("text", "json"):
-        raise ConfigError(f"--format {fmt!r}: must be text or json")
+    fmt = options.choice(options.TextOrJson, fmt_name, "--format")
     if requests < 1 or warmup < 0 or warmup >= requests and trace is None:
         raise ConfigError(f"--requests {requests} / --warmup {warmup}: need at least one request after the warm-up")
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
