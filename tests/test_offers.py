@@ -215,4 +215,4 @@ def test_unmeasured_plan_ranks_below_a_measured_one_within_the_error_band() -> N
     ctx = _evidence_ctx(None)  # no residual_scale in the fit: the policy's evidence_band (15%)
     assert evidence_band(ctx) == SearchPolicy().evidence_band == 0.15
     ev = evidence_of(_evidence_ctx(0.2), _fake("l40s", 1.0))
-    assert not ev.measured and ev.unmeasured_families() == ["ada"] and ev.to_dict()["pools"][0]["measured_rows"] == 0
+    assert not ev.measured and ev.unmeasured_families() == ["ada"] and ev.pools[0].measured_rows == 0

@@ -79,8 +79,12 @@ def test_unknown_fields_and_wrong_types_name_the_field() -> None:
     with pytest.raises(ConfigError, match="field 'plans.0.pools.0.replicaz': Unexpected keyword argument"):
         load_plan(doc)
     doc = json.loads(GOLDEN_V2.read_text())
-    doc["plans"][1]["pools"][0]["tp"] = "2"
-    with pytest.raises(ConfigError, match="field 'plans.1.pools.0.tp': Input should be a valid integer"):
+    doc["plans"][1]["pools"][0]["max_num_seqs"] = "64"
+    with pytest.raises(ConfigError, match="field 'plans.1.pools.0.max_num_seqs': Input should be a valid integer"):
+        load_plan(doc)
+    doc = json.loads(GOLDEN_V2.read_text())
+    doc["plans"][0]["tp"] = doc["plans"][0]["pools"][0]["tp"] * 2  # the summary disagrees with its pool
+    with pytest.raises(ConfigError, match="says tp .* but its both pool says .*inconsistent"):
         load_plan(doc)
 
 
@@ -138,8 +142,8 @@ def test_plan_document_is_json_safe_and_keeps_the_summary_keys_for_scripts() -> 
     assert row["usd_per_hour"] is None
     assert {"gpu", "tp", "replicas", "gpus_total", "weight_dtype", "kv_dtype", "disaggregated"} <= set(row)
     edited = copy.deepcopy(doc)
-    edited["plans"][0]["gpu"] = "ignored: derived from the pools"
-    assert load_plan(edited).rows[0].gpu == plan.rows[0].gpu
+    edited["plans"][0]["max_num_seqs"] = 12345  # a summary key: derived from the pools, so not read back
+    assert load_plan(edited).rows[0].main_pool.max_num_seqs == plan.rows[0].main_pool.max_num_seqs
 
 
 def test_plan_types_are_frozen() -> None:
