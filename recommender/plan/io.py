@@ -68,9 +68,12 @@ def plan_document(plan: Plan) -> dict[str, Any]:
     for row, d in zip(plan.rows, raw["rows"]):
         head = {"rank": d.pop("rank"), "id": d.pop("id")}
         rows.append({**head, **_row_summary(row), **d})
-    doc: dict[str, Any] = _clean({"version": PLAN_VERSION, "workload": raw["workload"], "slo": raw["slos"],
-                                  "engine": raw["engine"], "profile": raw["profile"], "why": raw["why"],
-                                  "search": raw["search"], "plans": rows})
+    known = {"version": PLAN_VERSION, "workload": raw["workload"], "slo": raw["slos"], "engine": raw["engine"],
+             "profile": raw["profile"], "why": raw["why"], "search": raw["search"], "plans": rows}
+    # plan-level fields added later (e.g. the re-planner's stamp) follow, when set
+    extra = {k: v for k, v in raw.items() if k not in ("workload", "slos", "engine", "profile", "why", "search", "rows")
+             and v is not None}
+    doc: dict[str, Any] = _clean({**known, **extra})
     return doc
 
 

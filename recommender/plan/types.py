@@ -282,6 +282,7 @@ class Plan:
     engine: str = "vllm"
     profile: str = "vllm"
     search: SearchMeta = field(default_factory=SearchMeta)
+    replan: Mapping[str, Any] | None = None  # the re-planner's stamp on a plan it wrote (run id, deployment, time)
     evaluations: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
     @property
