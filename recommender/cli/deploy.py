@@ -11,6 +11,7 @@ import typer
 
 from recommender.cli.app import app, one_line_errors
 from recommender.deploy import cluster_options, render_deploy, write_deploy_files
+from recommender.errors import ConfigError
 from recommender.plan import load_plan
 
 

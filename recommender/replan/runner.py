@@ -28,6 +28,7 @@ from recommender.errors import RecommenderError, TrafficSourceError
 from recommender.replan import plans
 from recommender.replan.history import History, Transaction
 from recommender.atomic import atomic_write_text
+from recommender.plan import load_plan
 from recommender.replan.observation import InsufficientDataError
 from recommender.replan.observe import (
     base_workload_from_plan, forecast_rate_per_s, merge_points, observed_workload, rate_points_from_observed,
@@ -111,13 +112,13 @@ def write_outputs(plan_doc: Mapping[str, Any], out_dir: Path) -> tuple[str, ...]
     text = json.dumps(plan_doc, indent=2) + "\n"
     if writer is not None and "extra_files" in inspect.signature(writer).parameters:
         # recommender.deploy.write_deploy_files: plan.json joins the deployment files' set, swapped in as one
-        more = writer(dict(plan_doc), out_dir, extra_files={"plan.json": text})
+        more = writer(load_plan(plan_doc), out_dir, extra_files={"plan.json": text})
         return tuple([str(p) for p in more] + [str(path)])
     if writer is not None:
         if "extra_files" in inspect.signature(writer).parameters:
-            more = writer(dict(plan_doc), out_dir, extra_files={"plan.json": text})
+            more = writer(load_plan(plan_doc), out_dir, extra_files={"plan.json": text})
             return tuple([str(p) for p in more or ()] + [str(path)])
-        more = writer(dict(plan_doc), out_dir)
+        more = writer(load_plan(plan_doc), out_dir)
         if isinstance(more, (list, tuple)):
             written += [str(p) for p in more]
     atomic_write_text(path, text)
