@@ -7,11 +7,11 @@ dispatch (csrc/quantization/cutlass_w8a8/scaled_mm_c3x_sm100.cu).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from recommender.plan import load_plan
 from recommender.catalog import default_catalog
 from recommender.dtypes import (
     loads_without_checkpoint,
@@ -69,20 +69,20 @@ def test_awq_gptq_are_not_on_amd() -> None:
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.plan.json")), ids=lambda p: p.stem)
 def test_every_example_plan_is_on_the_support_table(path: Path) -> None:
-    doc = json.loads(path.read_text())
-    assert doc["plans"]
-    for row in doc["plans"]:
-        for pool in row["pools"]:
-            gpu = CAT.gpu(pool["gpu"])
-            assert gpu.why_unsupported(pool["weight_dtype"], pool["kv_dtype"]) is None, (row["id"], pool)
+    plan = load_plan(path)
+    assert plan.rows
+    for row in plan.rows:
+        for pool in row.pools:
+            gpu = CAT.gpu(pool.gpu)
+            assert gpu.why_unsupported(pool.weight_dtype, pool.kv_dtype) is None, (row.id, pool)
             # a whole number of instances of a named, dated offer holds every TP group of the pool
-            assert isinstance(pool["instances"], int) and pool["instances"] >= 1 and pool["provider"]
-            assert pool["instances"] * pool["gpus_per_instance"] >= pool["tp"] * pool["replicas"]
-            assert pool["tp"] <= pool["gpus_per_instance"] or pool["gpu"] == "gb200"  # NVL72 trays may span
-            offer = pool["offer"]
-            assert offer["date"] and offer["source"]
-            assert pool["usd_per_hour"] == pytest.approx(pool["instances"] * pool["usd_per_instance_hour"])
-        assert row["usd_per_hour"] == pytest.approx(sum(p["usd_per_hour"] for p in row["pools"]))
+            r = pool.rental
+            assert r is not None and r.instances >= 1 and r.provider
+            assert r.instances * r.gpus_per_instance >= pool.tp * pool.replicas
+            assert pool.tp <= r.gpus_per_instance or pool.gpu == "gb200"  # NVL72 trays may span
+            assert r.offer.date and r.offer.source
+            assert r.usd_per_hour == pytest.approx(r.instances * r.usd_per_instance_hour)
+        assert row.usd_per_hour == pytest.approx(sum(p.usd_per_hour or 0.0 for p in row.pools))
 
 
 # --------------------------------------------------------------------------- one dtype rules module

@@ -17,6 +17,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
+from recommender.plan import load_plan
 from recommender.cli import app
 from recommender.deploy import render_deploy
 from recommender.deploy.replan_job import ReplanJobOptions
@@ -59,7 +60,7 @@ def test_cronjob_manifest_passes_the_kubernetes_schemas(path, opts, no_network):
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == objs[0]["metadata"]["name"] == objs[2]["subjects"][0]["name"]
     # the deployed plan rides along in the ConfigMap, mounted where --current points
-    assert json.loads(objs[3]["data"]["plan.json"]) == doc
+    assert load_plan(objs[3]["data"]["plan.json"]) == load_plan(doc)  # the same plan (written in format 2)
     # the re-planner's pods are never discovered as engines by the P/D router (name + instance selector)
     labels = cron["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
     assert labels["app.kubernetes.io/name"] != "vllm"

@@ -20,7 +20,7 @@ from recommender.deploy.vllm_cmd import VLLM_VERSION, render_cmd
 from recommender.deploy.vllm_flags import VllmFlagError, check_serve_args
 from recommender.deploy.writer import write_file_set
 from recommender.errors import DeployError
-from recommender.plan import Plan
+from recommender.plan import Plan, load_plan
 
 FORMATS = ("cmd", "k8s", "helm")
 #: formats only rendered when named (not part of 'all'): the re-planner CronJob (recommender.deploy.replan_job)
@@ -51,7 +51,7 @@ def normalise_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(f for f in FORMATS + EXTRA_FORMATS if f in names)
 
 
-def render_deploy(plan: Plan, rank: int = 1, formats: str | Iterable[str] = FORMATS,
+def render_deploy(plan: Plan | Mapping[str, Any], rank: int = 1, formats: str | Iterable[str] = FORMATS,
                   checkpoint: str | None = None, *, plan_name: str | None = None,
                   gpus: GpuLookup | None = None, cluster: ClusterOptions | None = None,
                   replan: Any = None) -> dict[str, str]:
@@ -62,6 +62,8 @@ def render_deploy(plan: Plan, rank: int = 1, formats: str | Iterable[str] = FORM
     namespace, images, tolerations, node selector and storage class of the k8s/Helm output; ``replan``
     (a ``replan_job.ReplanJobOptions``) configures the ``replan-cronjob`` format.
     """
+    if not isinstance(plan, Plan):
+        plan = load_plan(plan)  # a plan document: through the one reader
     spec = build_spec(plan, rank, checkpoint, plan_name=plan_name, gpus=gpus)
     if cluster is not None:
         spec = dataclasses.replace(spec, cluster=cluster)
@@ -77,7 +79,7 @@ def render_deploy(plan: Plan, rank: int = 1, formats: str | Iterable[str] = FORM
     return files
 
 
-def write_deploy_files(plan: Plan, out_dir: str | Path, rank: int = 1,
+def write_deploy_files(plan: Plan | Mapping[str, Any], out_dir: str | Path, rank: int = 1,
                        formats: str | Iterable[str] = FORMATS, checkpoint: str | None = None, *,
                        plan_name: str | None = None, gpus: GpuLookup | None = None,
                        extra_files: Mapping[str, str] | None = None, cluster: ClusterOptions | None = None,

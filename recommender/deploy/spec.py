@@ -24,6 +24,7 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from recommender.catalog import default_catalog
 from recommender.deploy.cluster import ClusterOptions
@@ -32,7 +33,7 @@ from recommender.dtypes import SIXTEEN_BIT, WEIGHT_DTYPES
 from recommender.errors import DeployError, RecommenderError
 from recommender.hf_config import is_model_repo
 from recommender.perf.memory import weight_bytes
-from recommender.plan import Plan, PlanRow, Pool, WorkloadEcho
+from recommender.plan import Plan, PlanRow, Pool, WorkloadEcho, load_plan
 
 #: bytes per parameter stored in a checkpoint of that dtype (scales / zero points ignored)
 BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 0.5}
@@ -338,9 +339,12 @@ def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str,
     return pool, weights_source
 
 
-def build_spec(plan: Plan, rank: int = 1, checkpoint: str | None = None, *,
+def build_spec(plan: Plan | Mapping[str, Any], rank: int = 1, checkpoint: str | None = None, *,
                plan_name: str | None = None, gpus: GpuLookup | None = None) -> DeploySpec:
-    """Pick row ``rank`` of ``plan`` and turn it into a checked :class:`DeploySpec`."""
+    """Pick row ``rank`` of ``plan`` and turn it into a checked :class:`DeploySpec` (a plan document is read
+    with :func:`recommender.plan.load_plan`, the one reader)."""
+    if not isinstance(plan, Plan):
+        plan = load_plan(plan)
     if checkpoint is not None:
         model_repo(_safe_text(checkpoint, "--checkpoint"), "--checkpoint")
     if not plan.rows:
