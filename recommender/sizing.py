@@ -358,7 +358,7 @@ class Sizer:
         )
 
     def _size_agg(self, c: Candidate, hint: tuple[int, ...] = ()) -> Evaluation:
-        w, rules = self.workload, self.rules
+        w = self.workload
         limits = limits_of(c, w.max_model_len, w.shared_prefix_fraction > 0)
         cost, why = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
         if cost is None:
@@ -393,7 +393,7 @@ class Sizer:
         return self.price(c, pools, run(rental.replicas, rate), ok=True)
 
     def _size_disagg(self, c: Candidate, hint: tuple[int, ...] = ()) -> Evaluation:
-        w, rules = self.workload, self.rules
+        w = self.workload
         p_limits, d_limits = pd_limits(c, w.max_model_len, w.shared_prefix_fraction > 0)
         p_cost, why_p = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, p_limits)
         d_cost, why_d = self.cost_model(c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype, d_limits)

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 from recommender.search.evaluate import Evaluation, SearchContext, evaluate
 from recommender.search.pareto import hypervolume, non_dominated
 from recommender.search.space import Candidate
-from recommender.search.study import SpaceChoices
+from recommender.search.space import SpaceChoices
 
 
 def enumerate_space(ch: SpaceChoices, disaggregated: bool | None = None) -> Iterable[Candidate]:
