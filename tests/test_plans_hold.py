@@ -31,10 +31,11 @@ def _rank1_holds(w: Workload) -> None:
         # rank 1 is the first row the simulator passes, whatever K (rows are verified in rank order)
         plan = recommend(w, settings=SearchSettings(seed=seed, top=1, verify=1))
         row = plan.rows[0]
-        if row.candidate.key in simulated:  # the same plan from another seed: same simulation
+        if row.id in simulated:  # the same plan from another seed: same simulation
             continue
-        simulated.add(row.candidate.key)
-        res = simulate_evaluation(ctx, row.evaluation, N_REQUESTS, seed, N_REQUESTS // 5)
+        simulated.add(row.id)
+        ev = next(e for e in plan.evaluations if e.candidate.key == row.id)  # the search's evaluation of the row
+        res = simulate_evaluation(ctx, ev, N_REQUESTS, seed, N_REQUESTS // 5)
         assert res.stable, (row.label(), res.served_fraction, res.served_fraction_late)
         assert meets(ctx, sim_summary(res)), (row.label(), sim_summary(res))
 
@@ -59,7 +60,7 @@ def test_offline_rank1_finishes_before_its_deadline_and_one_replica_fewer_does_n
     ctx = build_context(w, load_search_policy(), engine_profile("vllm"), default_catalog())
     plan = recommend(w, settings=SearchSettings(seed=0, top=1, verify=1))
     row = plan.rows[0]
-    ev = row.evaluation
+    ev = next(e for e in plan.evaluations if e.candidate.key == row.id)  # the search's evaluation of the row
     _, finish = simulate_offline_job(ctx, ev, 5000, 0)
     assert finish <= w.deadline_s
     assert len(ev.pools) == 1 and ev.pools[0].replicas >= 2

@@ -110,11 +110,11 @@ def test_default_plan_rank_one_within_1pct_of_exhaustive_over_seeds(rate):
     best = _cheapest(_truth(w))
     for seed in (0, 1, 2):
         plan = recommend(w, settings=SearchSettings(seed=seed), policy=dataclasses.replace(SMALL, verify=0))
-        assert plan.rows[0].evaluation.usd_per_million_tokens <= best * 1.01
+        assert plan.rows[0].usd_per_million_tokens <= best * 1.01
 
 
 def _plan_usd_per_hour(w: Workload, policy=SMALL) -> float:
-    return recommend(w, settings=QUIET, policy=policy).rows[0].evaluation.usd_per_hour
+    return recommend(w, settings=QUIET, policy=policy).rows[0].usd_per_hour
 
 
 @pytest.mark.slow
@@ -150,28 +150,28 @@ def test_more_traffic_never_costs_less(rate):
 
 def test_a_trial_budget_is_reported_and_cli_trials_win_over_the_policy_timeout():
     plan = recommend(CHAT, settings=SearchSettings(seed=0, trials=5, verify=0), policy=SMALL)
-    m = plan.meta
-    assert m["trials_run"] == 5 and m["trials_asked"] == 5 and m["stopped_by"] == "trials"
-    assert m["timeout_s"] is None  # --trials alone: the policy's timeout does not cut it
+    m = plan.search
+    assert m.trials_run == 5 and m.trials_asked == 5 and m.stopped_by == "trials"
+    assert m.timeout_s is None  # --trials alone: the policy's timeout does not cut it
     from recommender.render.plan import search_footer
 
     assert "5 of 5 trials asked" in search_footer(m)
     cut = dict(m, stopped_by="timeout", timeout_s=0.5, trials_run=3)
     assert "3 of 5 trials asked: cut by the 0.5 s timeout" in search_footer(cut)
     both = recommend(CHAT, settings=SearchSettings(seed=0, trials=5, timeout_s=30.0, verify=0), policy=SMALL)
-    assert both.meta["timeout_s"] == 30.0
+    assert both.search.timeout_s == 30.0
 
 
 def test_every_evaluation_is_a_completed_trial_and_a_rerun_ranks_all_of_them(tmp_path):
     storage = str(tmp_path / "study.log")
     small = dataclasses.replace(SMALL, trials=6)
     first = recommend(CHAT, settings=SearchSettings(seed=0, storage=storage, verify=0), policy=small)
-    study = optuna.load_study(study_name=first.meta["study_name"], storage=optuna.storages.JournalStorage(
+    study = optuna.load_study(study_name=first.search.study_name, storage=optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(storage)))
     trials = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
-    assert len(trials) == first.meta["trials_run"] == 6
+    assert len(trials) == first.search.trials_run == 6
     assert {t.user_attrs["key"] for t in trials} == {e.candidate.key for e in first.evaluations}
-    assert all(set(t.constraints) == set(first.meta["constraints"]) or len(t.constraints) == 4 for t in trials)
+    assert all(set(t.constraints) == set(first.search.constraints) or len(t.constraints) == 4 for t in trials)
     # the rerun evaluates the same first 6 again (cached: no new trials from them) plus nothing new,
     # and ranks every completed trial of the study
     second = recommend(CHAT, settings=SearchSettings(seed=1, storage=storage, verify=0, trials=12), policy=small)
@@ -188,19 +188,19 @@ def test_sqlite_with_workers_is_refused_with_the_alternative(tmp_path):
 def test_two_workers_on_a_journal_file_find_the_exhaustive_rank_one(tmp_path, tiny_truth):
     plan = recommend(CHAT, settings=SearchSettings(seed=0, storage=str(tmp_path / "s.log"), workers=2, verify=0),
                      policy=TINY)
-    assert plan.meta["workers"] == 2 and plan.meta["trials"] > plan.meta["trials_run"]
-    assert plan.rows[0].evaluation.usd_per_million_tokens == pytest.approx(_cheapest(tiny_truth), rel=1e-9)
+    assert plan.search.workers == 2 and plan.search.trials > plan.search.trials_run
+    assert plan.rows[0].usd_per_million_tokens == pytest.approx(_cheapest(tiny_truth), rel=1e-9)
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_two_workers_on_postgresql_share_one_study(postgres_url, tiny_truth):
     plan = recommend(CHAT, settings=SearchSettings(seed=0, storage=postgres_url, workers=2, verify=0), policy=TINY)
-    study = optuna.load_study(study_name=plan.meta["study_name"], storage=postgres_url)
+    study = optuna.load_study(study_name=plan.search.study_name, storage=postgres_url)
     done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     # both workers' trials are in the database, and rank 1 is the exhaustive optimum
-    assert len(done) == plan.meta["trials"] and len(done) > plan.meta["trials_run"]
-    assert plan.rows[0].evaluation.usd_per_million_tokens == pytest.approx(_cheapest(tiny_truth), rel=1e-9)
+    assert len(done) == plan.search.trials and len(done) > plan.search.trials_run
+    assert plan.rows[0].usd_per_million_tokens == pytest.approx(_cheapest(tiny_truth), rel=1e-9)
 
 
 def test_the_space_enumeration_counts_every_pair():
