@@ -156,7 +156,7 @@ def test_a_trial_budget_is_reported_and_cli_trials_win_over_the_policy_timeout()
     from recommender.render.plan import search_footer
 
     assert "5 of 5 trials asked" in search_footer(m)
-    cut = dict(m, stopped_by="timeout", timeout_s=0.5, trials_run=3)
+    cut = dataclasses.replace(m, stopped_by="timeout", timeout_s=0.5, trials_run=3)
     assert "3 of 5 trials asked: cut by the 0.5 s timeout" in search_footer(cut)
     both = recommend(CHAT, settings=SearchSettings(seed=0, trials=5, timeout_s=30.0, verify=0), policy=SMALL)
     assert both.search.timeout_s == 30.0
