@@ -57,7 +57,7 @@ def _setups() -> list[tuple[str, Any, Any, Any, Any, float]]:
     out = [("toy linear (5 us/token)", LinearStepCost(s_per_token=5e-6), ToyLimits(enable_prefix_caching=True), prompt, output, fraction)]
     try:
         from recommender.catalog import default_catalog
-        from recommender.estimate import build_deployment
+        from recommender.estimator import build_deployment
         from recommender.perf.step import EngineLimits, StepCostModel
         from recommender.profiles import resolve_profile
 

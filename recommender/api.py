@@ -42,9 +42,9 @@ def estimate(*, model: str, gpu: str, tp: int = 1, replicas: int = 1, weight_dty
              kv_dtype: str = "bf16", **load: Any) -> Estimate:
     """One configuration explained (what ``recommend estimate`` prints): memory, step times, latency,
     throughput and cost. ``load`` takes the other fields of
-    :class:`recommender.estimate.EstimateRequest` (``batch``, ``concurrency``, ``context_tokens``,
+    :class:`recommender.estimator.EstimateRequest` (``batch``, ``concurrency``, ``context_tokens``,
     ``prompt_tokens``, ``output_tokens``, ``engine``, ``max_num_seqs``, ...)."""
-    from recommender.estimate import EstimateRequest, estimate_request
+    from recommender.estimator import EstimateRequest, estimate_request
 
     req = EstimateRequest(model=model, gpu=gpu, tp=tp, replicas=replicas, weight_dtype=weight_dtype,
                           kv_dtype=kv_dtype, **load)

@@ -27,7 +27,7 @@ from recommender.load import analyze, analyze_disaggregated
 from recommender.load.link import KvLink
 from recommender.offers import Offer, Rental, cheapest_rental, workload_offer
 from recommender.perf import memory as mem
-from recommender.estimate import build_deployment
+from recommender.estimator import build_deployment
 from recommender.perf.step import EngineLimits, StepCostModel
 from recommender.profiles import EngineProfile
 from recommender.workload import Workload

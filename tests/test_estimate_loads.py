@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from recommender.catalog import default_catalog
 from recommender.cli import app
-from recommender.estimate import bench_run, build_deployment, finite_run
+from recommender.estimator import bench_run, build_deployment, finite_run
 from recommender.perf.steady import Load, LoadMode, estimate
 from recommender.perf.step import EngineLimits
 from recommender.profiles import EngineProfile, engine_profile

@@ -94,7 +94,7 @@ AWQ_CONFIG = {"hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads"
 
 
 def test_awq_checkpoint_is_int4_for_estimate_and_search_alike() -> None:
-    from recommender.estimate import native_weight_dtype as estimate_native
+    from recommender.estimator import native_weight_dtype as estimate_native
     from recommender.search.space import resolve_dtype
 
     model = arch_from_config(AWQ_CONFIG, model_id="m-awq")

@@ -28,7 +28,7 @@ LAYERS: dict[str, int] = {
     # 4 load model (analytic and simulator, behind load.protocols)
     "load": 4,
     # 5 one configuration: the estimate library; pools, replica sizing and pricing
-    "estimate": 5, "sizing": 5,
+    "estimator": 5, "sizing": 5,
     # 6 the plan as data and its file format
     "plan": 6,
     # 7 the search (Optuna), which builds plans

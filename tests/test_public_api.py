@@ -28,6 +28,19 @@ def test_every_name_in_all_is_exported_and_documented() -> None:
     assert (Path(recommender.__file__).parent / "py.typed").exists()
 
 
+def test_exported_names_survive_importing_every_submodule() -> None:
+    # CI failure (2026-12-01): the estimate library was the submodule recommender/estimate.py, and importing it
+    # lazily rebound ``recommender.estimate`` from the function to the module ("'module' object is not callable").
+    import importlib
+    import pkgutil
+
+    exported = {name: getattr(recommender, name) for name in recommender.__all__}
+    for info in pkgutil.walk_packages(recommender.__path__, "recommender."):
+        importlib.import_module(info.name)
+    for name, obj in exported.items():
+        assert getattr(recommender, name) is obj, f"importing a submodule rebinds recommender.{name}"
+
+
 def test_import_is_light() -> None:
     # the CLI imports the package: the search (Optuna) and load model are imported on first use only
     import subprocess

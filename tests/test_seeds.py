@@ -41,7 +41,7 @@ from typer.testing import CliRunner
 
 from recommender.catalog import default_catalog
 from recommender.cli import app
-from recommender.estimate import EstimateRequest, estimate_request
+from recommender.estimator import EstimateRequest, estimate_request
 from recommender.perf import memory as mem
 from recommender.perf.steady import Estimate
 from recommender.perf.step import Deployment, StepCostModel

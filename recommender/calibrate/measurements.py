@@ -15,7 +15,7 @@ Quantities (``Measurement.quantity``; values in SI units, per replica = one TP g
   (exact: the memory-bound batch-1 step is linear in the context).
 
 Benchmark runs (``rate_per_s`` or ``requests`` set) are ``finite`` loads predicted by the one path
-``recommender.estimate`` (:func:`~recommender.estimate.finite_run`): a closed loop at the mean number
+``recommender.estimator`` (:func:`~recommender.estimator.finite_run`): a closed loop at the mean number
 of requests in flight ``N`` (the client's cap, or below it Little's law ``N = rate x e2e(N)``), with
 the engine's admission queue above what it runs at once; a run of ``M`` requests lasts
 ``duration = max((M - 1) / rate, (M - N) x e2e / N) + e2e`` and reports ``M x output_tokens / duration``.
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from recommender.catalog import Catalog, default_catalog
 from recommender.errors import CalibrationError
-from recommender.estimate import build_deployment, closed_at, finite_run
-from recommender.estimate import in_flight as _in_flight
+from recommender.estimator import build_deployment, closed_at, finite_run
+from recommender.estimator import in_flight as _in_flight
 from recommender.perf.steady import Estimate, Load, estimate
 from recommender.perf.step import Deployment, EngineLimits, StepCostModel
 from recommender.profiles import EngineProfile, gpu_family
@@ -211,12 +211,12 @@ def run_load(m: Measurement) -> Load:
 
 
 def in_flight(dep: Deployment, m: Measurement) -> float:
-    """Mean requests in flight during the run (:func:`recommender.estimate.in_flight`)."""
+    """Mean requests in flight during the run (:func:`recommender.estimator.in_flight`)."""
     return _in_flight(dep, run_load(m))
 
 
 def _run_level(dep: Deployment, m: Measurement, n: float | None = None) -> float:
-    """A ``vllm bench serve`` figure: the finite run (:func:`recommender.estimate.finite_run`)."""
+    """A ``vllm bench serve`` figure: the finite run (:func:`recommender.estimator.finite_run`)."""
     run = finite_run(dep, run_load(m), n)
     if m.quantity == "ttft_s":
         return run.ttft_s

@@ -38,7 +38,7 @@ import yaml
 from recommender.bounded import load_json_text, read_file_text
 from recommender.calibrate.measurements import Measurement, Skip, parse_metric, resolve_gpu, resolve_model
 from recommender.catalog import Catalog, default_catalog
-from recommender.estimate import native_weight_dtype
+from recommender.estimator import native_weight_dtype
 from recommender.errors import CalibrationError, ConfigError, RecommenderError
 from recommender.perf.conditions import engine_conditions
 from recommender.perf.steady import Load

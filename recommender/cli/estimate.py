@@ -8,7 +8,7 @@ import typer
 
 from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
-from recommender.estimate import EstimateRequest, conditions_of, does_not_fit_message, estimate_request, price_for
+from recommender.estimator import EstimateRequest, conditions_of, does_not_fit_message, estimate_request, price_for
 from recommender.errors import ConfigError
 from recommender.render.estimate import estimate_json, render_walkthrough
 
@@ -59,7 +59,7 @@ def estimate_cmd(
     dep, load, est = estimate_request(req)
     extra = {}
     if rate is not None:
-        from recommender.estimate import under_load
+        from recommender.estimator import under_load
 
         extra = under_load(dep, load, est, rate, replicas)
     cond = conditions_of(dep).lines()
@@ -89,7 +89,7 @@ def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optio
     import json
     import math
 
-    from recommender.estimate import bench_run, raise_if_not_fit
+    from recommender.estimator import bench_run, raise_if_not_fit
     from recommender.perf.steady import Load
 
     if req.batch is not None or req.concurrency is not None or req.context_tokens is not None:

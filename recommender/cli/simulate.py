@@ -36,7 +36,7 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
     """Deployments and load of plan ``rank`` (pools rebuilt through the perf model)."""
     from recommender.catalog import default_catalog
     from recommender.perf import memory as mem
-    from recommender.estimate import build_deployment
+    from recommender.estimator import build_deployment
     from recommender.perf.step import EngineLimits, StepCostModel
     from recommender.plan import load_plan
     from recommender.profiles import resolve_profile
@@ -75,7 +75,7 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
 
 def _flag_setup(kw: dict[str, Any], workload: Optional[Path]) -> dict[str, Any]:
     """Deployment from the ``estimate`` flags; lengths from constants or a workload file."""
-    from recommender.estimate import EstimateRequest, estimate_request, raise_if_not_fit
+    from recommender.estimator import EstimateRequest, estimate_request, raise_if_not_fit
     from recommender.perf.step import StepCostModel
     from recommender.workload import LengthDist
 

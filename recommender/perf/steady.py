@@ -33,7 +33,7 @@ Modes (``LoadMode``):
   x e2e_r``, ``tpot = tpot_r``, ``output_tokens_per_s = r x output / e2e_r``.
 - ``max``: ``closed`` at the largest concurrency the KV cache and ``max_num_seqs`` allow (offline max).
 - ``open`` / ``finite``: arrivals at a rate (steady state), or a run of M requests; predicted by
-  ``recommender.estimate.predict`` through the queueing model or the finite-run transient.
+  ``recommender.estimator.predict`` through the queueing model or the finite-run transient.
 
 Every TTFT (and so E2E) includes the profile's fixed ``request_overhead_s``.
 
@@ -227,7 +227,7 @@ def estimate(dep: Deployment, load: Load, replicas: int = 1, usd_per_gpu_hour: f
              shared_prefix_fraction: float = 0.0) -> Estimate:
     """Explain one configuration at one load (see module docstring)."""
     if load.mode in (LoadMode.OPEN, LoadMode.FINITE):
-        raise ValueError(f"{load.mode} loads are predicted by recommender.estimate.predict (queueing model, simulator)")
+        raise ValueError(f"{load.mode} loads are predicted by recommender.estimator.predict (queueing model, simulator)")
     m, tp = dep.model, dep.tp
     memb = dep.memory()
     cost = StepCostModel.build(dep)

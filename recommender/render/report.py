@@ -64,7 +64,7 @@ def _percentile_table(row: PlanRow) -> str:
 
 def _walkthrough(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str:
     """The ``recommend estimate`` walkthrough of each pool at the workload's mean lengths, KV-capacity load."""
-    from recommender.estimate import EstimateRequest, conditions_of, estimate_request
+    from recommender.estimator import EstimateRequest, conditions_of, estimate_request
     from recommender.render.estimate import render_walkthrough
 
     w = plan.workload
