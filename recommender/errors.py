@@ -7,10 +7,21 @@ why, and what to try.
 from __future__ import annotations
 
 
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other unprintable characters escaped (``\\n``, ``\\x1b``), so that
+    a message quoting user input (a YAML key, a file name) still prints on one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class RecommenderError(Exception):
-    """Base class; ``exit_code`` is what the CLI returns."""
+    """Base class; ``exit_code`` is what the CLI returns. ``str()`` is always one line (:func:`one_line`)."""
 
     exit_code = 2
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
 
 
 class UnitError(RecommenderError, ValueError):
@@ -21,7 +32,7 @@ class CatalogError(RecommenderError, KeyError):
     """Unknown or duplicate catalog id, or a malformed catalog file."""
 
     def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
+        return one_line(str(self.args[0])) if self.args else ""
 
 
 class ConfigError(RecommenderError, ValueError):

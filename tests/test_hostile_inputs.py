@@ -271,3 +271,17 @@ def test_yaml_with_non_finite_numbers_anywhere_is_one_line(tmp_path: Path) -> No
     assert_one_line_error(run("--workload", str(wl)), 2)
     wl.write_text(yaml.safe_dump({**BASE, "traffic": {"arrival_rate": float("inf")}}))
     assert_one_line_error(run("--workload", str(wl)), 2)
+
+
+def test_a_plan_key_with_a_line_break_gives_a_one_line_error() -> None:
+    # found by tests/test_fuzz.py (hypothesis): pydantic's error location quoted a dict key holding "\n"
+    import json
+
+    from recommender.deploy import render_deploy
+    from recommender.errors import RecommenderError
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "examples" / "plans" / "chat.plan.json").read_text())
+    doc["workload"]["bad\nkey\x1b[2J"] = 1
+    with pytest.raises(RecommenderError) as e:
+        render_deploy(doc, 1, "all")
+    assert "field 'workload.bad\\nkey\\x1b[2J'" in str(e.value)
