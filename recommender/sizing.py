@@ -13,6 +13,13 @@ workload's own rate (not the headroom rate). Cost is what serving the workload c
                                  the cheapest offer of the pool's GPU, whole instances, TP groups inside one)
     usd_per_million_tokens     = usd_per_hour / (rate x (mean prompt + mean output) x 3600) x 1e6
     usd_per_million_output_tokens = usd_per_hour / (rate x mean output x 3600) x 1e6
+
+An offline job (``offline: {requests, deadline}``) runs flat out and stops when done: it pays only for the
+fraction of the deadline it runs, ``running = rate / saturation_rate``, where ``rate = requests / deadline``
+and ``saturation_rate`` is the largest rate the sized pools sustain in the analytic model
+(``recommender.load.capacity``: ``replicas x`` one replica's capacity when aggregated). Both $/M figures
+are multiplied by ``running``; replicas are the fewest with ``running <= OFFLINE_MAX_UTILISATION``, so the job
+ends with 2% of its deadline to spare, and the reported utilisation is ``running`` (finish = running x deadline).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any, Callable
 from recommender.catalog import Gpu
 from recommender.hf_config import ModelArch
 from recommender.load import analyze, analyze_disaggregated
+from recommender.load.capacity import analytic_capacity_per_s, max_stable_rate
 from recommender.load.link import KvLink
 from recommender.offers import Offer, Rental, cheapest_rental, workload_offer
 from recommender.perf import memory as mem
@@ -68,9 +76,14 @@ class SizingRules:
     max_replicas: int = 256
     kv_transfer_bandwidth_bytes_per_s: float = 5e10
     kv_transfer_latency_s: float = 0.002
+    # the smallest max_num_seqs of the search grid: a pool may run above what its KV cache holds only at it
+    max_num_seqs_floor: int = 0
 
 
-OFFLINE_MAX_UTILISATION = 0.95  # offline jobs: no live headroom; the simulator confirms the finish time
+# offline jobs: no live headroom; the job ends by 98% of its deadline in the analytic model (2% for the model's
+# error: analytic and simulated finish agree within 1% on examples/batch-summarization.yaml), and the simulator
+# confirms the finish time
+OFFLINE_MAX_UTILISATION = 0.98
 BOTTLENECK_NAMES = {"prefill": "prefill lane", "max_num_seqs": "batch limit", "kv_cache": "KV capacity",
                     "decode": "decode steps", "kv_link": "KV link"}
 
@@ -213,6 +226,7 @@ class Sizer:
     rules: SizingRules = field(default_factory=SizingRules)
     offers: dict[str, tuple[Offer, ...]] = field(default_factory=dict)  # per GPU; none: per-GPU prices
     _costs: dict[tuple, tuple[StepCostModel | None, str]] = field(default_factory=dict, repr=False)
+    _capacities: dict[tuple, float] = field(default_factory=dict, repr=False)
 
     @property
     def slo_names(self) -> list[str]:
@@ -244,6 +258,36 @@ class Sizer:
                 hit = (StepCostModel.build(dep), "")
             self._costs[key] = hit
         return hit
+
+    def held_tokens_per_sequence(self) -> float:
+        """Mean KV tokens one running sequence holds: its prompt, less the shared prefix (one copy for
+        all sequences), and half its output: ``P x (1 - shared_prefix_fraction) + O / 2``."""
+        w = self.workload
+        return max(1.0, w.prompt_tokens.mean * (1.0 - w.shared_prefix_fraction) + w.output_tokens.mean / 2.0)
+
+    def kv_sequences(self, cost: StepCostModel) -> int:
+        """Sequences the KV cache of one replica holds at the workload's mean context."""
+        return max(1, int(cost.kv_capacity_tokens // self.held_tokens_per_sequence()))
+
+    def seqs_above_kv(self, cost: StepCostModel, limits: EngineLimits) -> str:
+        """Why ``max_num_seqs`` is refused ("" if not): above the sequences the KV cache holds at the mean
+        context, unless it is the grid's smallest value (then the plan says so: :meth:`kv_note`)."""
+        held = self.kv_sequences(cost)
+        if limits.max_num_seqs <= held or limits.max_num_seqs <= self.rules.max_num_seqs_floor:
+            return ""
+        return (f"max_num_seqs {limits.max_num_seqs} is above the {held} sequences its KV cache holds at the "
+                f"mean context ({self.held_tokens_per_sequence():,.0f} tokens): a smaller value serves the same load")
+
+    def replica_capacity_per_s(self, c: Candidate, cost: StepCostModel, limits: EngineLimits) -> float:
+        """Cached analytic capacity (requests/s) of one aggregated replica of ``c`` at ``limits``
+        (``recommender.load.capacity.analytic_capacity_per_s``, 0.1% tolerance)."""
+        key = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
+        if key not in self._capacities:
+            w = self.workload
+            self._capacities[key] = analytic_capacity_per_s(
+                cost=cost, limits=limits, prompt=w.prompt_tokens, output=w.output_tokens,
+                shared_prefix_fraction=w.shared_prefix_fraction)
+        return self._capacities[key]
 
     @property
     def headroom(self) -> float:
@@ -327,15 +371,20 @@ class Sizer:
         number of load-model calls, never the result."""
         return self._size_disagg(c, lower) if c.disaggregated else self._size_agg(c, lower)
 
-    def price(self, c: Candidate, pools: tuple[Pool, ...], res: Any, ok: bool, reason: str = "") -> Evaluation:
-        """Cost, latencies, constraints and binding SLO of sized pools (formulas: module docstring)."""
+    def price(self, c: Candidate, pools: tuple[Pool, ...], res: Any, ok: bool, reason: str = "",
+              saturation_rate_per_s: float | None = None) -> Evaluation:
+        """Cost, latencies, constraints and binding SLO of sized pools (formulas: module docstring).
+        ``saturation_rate_per_s``: the pools' analytic capacity, which sets an offline job's running time."""
         w = self.workload
         rate = w.effective_rate_per_s
         usd_h = sum(p.usd_per_hour for p in pools)
         out_tps = rate * w.output_tokens.mean if res.stable else 0.0
         tot_tps = rate * (w.output_tokens.mean + w.prompt_tokens.mean) if res.stable else 0.0
-        # an offline job runs flat out and stops when done: it pays for utilisation x deadline, not the deadline
-        running = min(_finite_or_inf(res.utilisation), 1.0) if w.is_offline else 1.0
+        # an offline job runs flat out and stops when done: it pays for running x deadline, not the deadline
+        running = 1.0
+        if w.is_offline:
+            running = min(rate / saturation_rate_per_s, 1.0) if saturation_rate_per_s else min(
+                _finite_or_inf(res.utilisation), 1.0)
         usd_m = usd_h * running / (tot_tps * 3600) * 1e6 if tot_tps else math.inf
         usd_m_out = usd_h * running / (out_tps * 3600) * 1e6 if out_tps else math.inf
         lat = _latencies(res)
@@ -353,7 +402,8 @@ class Sizer:
         return Evaluation(
             candidate=c, feasible=ok, fits=True, constraints=tuple(cons), objectives=tuple(objectives), pools=pools,
             gpus_total=sum(p.gpus for p in pools), usd_per_hour=usd_h, usd_per_million_tokens=usd_m,
-            usd_per_million_output_tokens=usd_m_out, output_tokens_per_s=out_tps, utilisation=res.utilisation,
+            usd_per_million_output_tokens=usd_m_out, output_tokens_per_s=out_tps,
+            utilisation=running if w.is_offline and saturation_rate_per_s else res.utilisation,
             latencies=lat, binding=binding, reason=reason, load=res,
         )
 
@@ -363,6 +413,9 @@ class Sizer:
         cost, why = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
         if cost is None:
             return self.infeasible(c, why, fits=False, binding="memory")
+        above = self.seqs_above_kv(cost, limits)
+        if above:
+            return self.infeasible(c, above, True, "KV capacity")
         rate = w.effective_rate_per_s
         target = rate * (1 + self.headroom)
         cap = self.replica_cap(c.tp)
@@ -380,17 +433,22 @@ class Sizer:
         step = cost.decode_step_s(b, int(w.prompt_tokens.mean + w.output_tokens.mean / 2))
         per_replica_req_s = b / step / max(w.output_tokens.mean, 1.0)
         lower = max([1, math.ceil(target / per_replica_req_s), *hint[:1]])
+        per_replica_cap = self.replica_capacity_per_s(c, cost, limits) if w.is_offline else math.inf
+        if w.is_offline and per_replica_cap > 0:  # the job ends by OFFLINE_MAX_UTILISATION x its deadline
+            lower = max(lower, math.ceil(rate / (OFFLINE_MAX_UTILISATION * per_replica_cap) - 1e-9))
         r = min_replicas(lambda k: self.ok(run(k, target)), lower, cap)
         if r is None:
             pools = (Pool("both", c.gpu, c.tp, cap, c.weight_dtype, c.kv_dtype, limits, self.prices[c.gpu],
                           cost.kv_capacity_tokens),)
-            return self.price(c, pools, run(cap, rate), ok=False, reason=f"misses its SLOs even with {cap} replicas")
+            return self.price(c, pools, run(cap, rate), ok=False, reason=f"misses its SLOs even with {cap} replicas",
+                              saturation_rate_per_s=cap * per_replica_cap if w.is_offline else None)
         rental, why = self.rent_pool(c.gpu, c.tp, r)
         if rental is None:
             return self.infeasible(c, why, True, "capacity")
         pools = (Pool("both", c.gpu, c.tp, rental.replicas, c.weight_dtype, c.kv_dtype, limits, rental.offer.usd_per_gpu_hour,
                       cost.kv_capacity_tokens, rental),)
-        return self.price(c, pools, run(rental.replicas, rate), ok=True)
+        return self.price(c, pools, run(rental.replicas, rate), ok=True,
+                          saturation_rate_per_s=rental.replicas * per_replica_cap if w.is_offline else None)
 
     def _size_disagg(self, c: Candidate, hint: tuple[int, ...] = ()) -> Evaluation:
         w = self.workload
@@ -400,6 +458,9 @@ class Sizer:
         if p_cost is None or d_cost is None:
             why = why_p or why_d
             return self.infeasible(c, ("prefill pool: " if why_p else "decode pool: ") + why, False, "memory")
+        above = self.seqs_above_kv(d_cost, d_limits)
+        if above:
+            return self.infeasible(c, "decode pool: " + above, True, "KV capacity")
         rate = w.effective_rate_per_s
         target = rate * (1 + self.headroom)
         link = self.kv_link(c)
@@ -434,7 +495,16 @@ class Sizer:
             return self.infeasible(c, why_p or why_d, True, "capacity")
         if rent_p is not None and rent_d is not None:
             rp, rd = rent_p.replicas, rent_d.replicas
+        reason = "" if ok else "prefill pool misses its SLOs at its cap or max_gpus"
         if w.max_gpus and rp * c.tp + rd * c.decode_tp > w.max_gpus:
             ok = False
-        return self.price(c, pools_of(rp, rd, rent_p, rent_d), run(rp, rd, rate), ok=ok,
-                          reason="" if ok else "prefill pool misses its SLOs at its cap or max_gpus")
+        sat = None
+        if w.is_offline:
+            def stable(x: float) -> bool:
+                res = run(rp, rd, x)
+                return bool(res.stable) and res.utilisation < 1.0
+            sat = max_stable_rate(stable, rel_tol=1e-2)
+            if ok and rate > OFFLINE_MAX_UTILISATION * sat:
+                ok, reason = False, f"the job would end after {OFFLINE_MAX_UTILISATION:.0%} of its deadline"
+        return self.price(c, pools_of(rp, rd, rent_p, rent_d), run(rp, rd, rate), ok=ok, reason=reason,
+                          saturation_rate_per_s=sat)

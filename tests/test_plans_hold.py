@@ -35,6 +35,12 @@ def _rank1_holds(w: Workload) -> None:
             continue
         simulated.add(row.id)
         ev = next(e for e in plan.evaluations if e.candidate.key == row.id)  # the search's evaluation of the row
+        # engine limits that mean something (#13.4): max_num_seqs within what the KV cache holds at the
+        # mean context, or the grid's smallest value
+        for p in ev.pools:
+            if p.role != "prefill":
+                held = p.kv_capacity_tokens // ctx.held_tokens_per_sequence()
+                assert p.limits.max_num_seqs <= max(held, min(ctx.policy.max_num_seqs)), (row.label(), held)
         res = simulate_evaluation(ctx, ev, N_REQUESTS, seed, N_REQUESTS // 5)
         assert res.stable, (row.label(), res.served_fraction, res.served_fraction_late)
         assert meets(ctx, sim_summary(res)), (row.label(), sim_summary(res))
@@ -53,8 +59,9 @@ def test_chat_at_80_req_s_on_h100_holds() -> None:
 
 
 @pytest.mark.slow
-def test_offline_rank1_finishes_before_its_deadline_and_one_replica_fewer_does_not() -> None:
+def test_offline_rank1_finishes_before_its_deadline_and_one_replica_fewer_loses_the_margin() -> None:
     from recommender.search.verify import simulate_offline_job
+    from recommender.sizing import OFFLINE_MAX_UTILISATION
 
     w = load_workload(EXAMPLES / "batch-summarization.yaml")
     ctx = build_context(w, load_search_policy(), engine_profile("vllm"), default_catalog())
@@ -63,7 +70,14 @@ def test_offline_rank1_finishes_before_its_deadline_and_one_replica_fewer_does_n
     ev = next(e for e in plan.evaluations if e.candidate.key == row.id)  # the search's evaluation of the row
     _, finish = simulate_offline_job(ctx, ev, 5000, 0)
     assert finish <= w.deadline_s
+    # the analytic finish (utilisation = rate / capacity, x deadline) is the simulated one within 3%
+    assert ev.utilisation * w.deadline_s == pytest.approx(finish, rel=0.03)
+    # the job pays for the hours it runs: $/M tokens x tokens = $/h x finish
+    tokens = w.offline_requests * (w.prompt_tokens.mean + w.output_tokens.mean)
+    assert ev.usd_per_million_tokens * tokens / 1e6 == pytest.approx(ev.usd_per_hour * ev.utilisation * w.deadline_s / 3600)
     assert len(ev.pools) == 1 and ev.pools[0].replicas >= 2
+    # one replica fewer cannot keep the 2% margin the sizing keeps for the model's error (the job's cost is
+    # the same: it pays GPU-hours x running fraction, and fewer replicas run longer)
     fewer = dataclasses.replace(ev, pools=(dataclasses.replace(ev.pools[0], replicas=ev.pools[0].replicas - 1),))
     _, finish_fewer = simulate_offline_job(ctx, fewer, 5000, 0)
-    assert finish_fewer > w.deadline_s, (row.label(), finish, finish_fewer)
+    assert finish_fewer > OFFLINE_MAX_UTILISATION * w.deadline_s, (row.label(), finish, finish_fewer)

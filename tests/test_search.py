@@ -226,3 +226,29 @@ def _check_feasible(ev, w, max_gpus):
         assert ev.gpus_total <= max_gpus
     # sized at rate x (1 + headroom) to utilisation <= max_utilisation, so at the real rate it is lower still
     assert ev.load.stable and ev.utilisation <= SMALL_POLICY.max_utilisation
+
+
+def test_max_num_seqs_above_what_the_kv_cache_holds_is_refused_except_at_the_grid_minimum() -> None:
+    # issue #13.4: a plan emitted max_num_seqs 1024 where the KV cache held about 50 sequences
+    from pathlib import Path
+
+    from recommender.sizing import limits_of
+    from recommender.workload import load_workload
+
+    dc = dataclasses
+    w = load_workload(Path(__file__).resolve().parents[1] / "examples" / "long-context.yaml")  # 70B, ~30k-token prompts
+    ctx = build_context(w, load_search_policy(), engine_profile("vllm"), default_catalog())
+    base = Candidate("h100-sxm", 4, "fp8", "fp8", 16, 8192)
+    cost, _ = ctx.cost_model("h100-sxm", 4, "fp8", "fp8", limits_of(base, w.max_model_len, w.shared_prefix_fraction > 0))
+    assert cost is not None
+    held = ctx.kv_sequences(cost)
+    # hand check: sequences = KV tokens // (mean prompt x (1 - shared prefix) + mean output / 2)
+    per_seq = w.prompt_tokens.mean * (1 - w.shared_prefix_fraction) + w.output_tokens.mean / 2
+    assert held == int(cost.kv_capacity_tokens // per_seq)
+    above = next(n for n in ctx.policy.max_num_seqs if n > held)
+    ev = evaluate(ctx, dc.replace(base, max_num_seqs=above))
+    assert not ev.feasible and ev.binding == "KV capacity" and f"max_num_seqs {above} is above" in ev.reason
+    floor = min(ctx.policy.max_num_seqs)
+    ok = evaluate(ctx, dc.replace(base, max_num_seqs=floor))
+    assert "is above" not in ok.reason
+

@@ -16,12 +16,30 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Callable
 
 import numpy as np
 
 from recommender.errors import ConfigError
 from recommender.load.analytic import analyze
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
+
+
+def max_stable_rate(stable: Callable[[float], bool], *, rel_tol: float = 1e-3) -> float:
+    """Largest arrival rate (requests/s) with ``stable(rate)``, assuming stability is monotone in the rate:
+    doubling by 4x from 1 req/s, then bisection in log-rate to ``rel_tol``. ``inf`` past 1e7 req/s, 0 when
+    even 1e-6 req/s is unstable."""
+    lo, hi = 1e-6, 1.0
+    while stable(hi):
+        lo, hi = hi, hi * 4.0
+        if hi > 1e7:
+            return math.inf
+    if not stable(lo):
+        return 0.0
+    while hi / lo > 1.0 + rel_tol:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if stable(mid) else (lo, mid)
+    return lo
 
 
 def analytic_capacity_per_s(
@@ -34,17 +52,7 @@ def analytic_capacity_per_s(
         r = analyze(cost, limits, rate, prompt, output, shared_prefix_fraction=shared_prefix_fraction)
         return bool(r.stable) and r.utilisation < 1.0
 
-    lo, hi = 1e-6, 1.0
-    while stable(hi):
-        lo, hi = hi, hi * 4.0
-        if hi > 1e7:
-            return math.inf
-    if not stable(lo):
-        return 0.0
-    while hi / lo > 1.0 + rel_tol:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if stable(mid) else (lo, mid)
-    return lo
+    return max_stable_rate(stable, rel_tol=rel_tol)
 
 
 def simulated_capacity_per_s(

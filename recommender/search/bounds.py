@@ -13,7 +13,10 @@ Throughput of one replica (requests/s), ``u = max_utilisation``:
   weight GEMMs and attends to the tokens before it (full-attention layers), and a step takes at least
   its FLOPs at ``group_flops_per_s``, so ``lam x E[FLOPs per request] <= group_flops_per_s``.
 
-Replicas ``R >= ceil(rate x (1 + headroom) / lam_max)``; cost ``>= usd_per_gpu_hour x tp x R``.
+Replicas ``R >= ceil(rate x (1 + headroom) / lam_max)``; cost ``>= usd_per_gpu_hour x tp x R``. An offline
+job pays ``usd_per_gpu_hour x tp x R x running`` with ``running = rate / (R x capacity)`` and capacity
+``<= lam_max`` at a full KV cache (``u = 1``), so its cost is ``>= usd_per_gpu_hour x tp x rate / lam_max``
+(per pool for P/D: each pool's capacity bounds the job's rate).
 
 Latency at percentile ``p`` (TTFT = queue + residual + own prefill + co-scheduled + fixed, all >= 0):
 ``TTFT_p >= q_p(max(Pc x linear_flops_per_token / group_flops_per_s, ceil(Pc / C) x W / hbm)) + fixed``
@@ -68,8 +71,14 @@ class Bounds:
     # -- pieces -------------------------------------------------------------------------------------
 
     def _replicas(self, cost: StepCostModel, seqs: int, budget: int, decodes: bool, prefills: bool) -> int:
+        lam = self._lam(cost, seqs, budget, decodes, prefills, self.sizer.max_utilisation)
+        if not math.isfinite(lam) or lam <= 0:
+            return 1
+        return max(1, math.ceil(self.target_req_s / lam - 1e-9))
+
+    def _lam(self, cost: StepCostModel, seqs: int, budget: int, decodes: bool, prefills: bool, u: float) -> float:
+        """Upper bound on one replica's throughput (requests/s) with at most ``u`` of its KV cache in use."""
         inp = self._both
-        u = self.sizer.max_utilisation
         lam = math.inf
         if decodes and inp.E_O > 1.0:
             held = inp.mean_ctx + cost.kv_block_tokens / 2.0
@@ -79,9 +88,7 @@ class Bounds:
         flops = self._flops_per_request(cost, prefills, decodes)
         if flops > 0:
             lam = min(lam, cost.group_flops_per_s / flops)
-        if not math.isfinite(lam) or lam <= 0:
-            return 1
-        return max(1, math.ceil(self.target_req_s / lam - 1e-9))
+        return lam
 
     def _flops_per_request(self, cost: StepCostModel, prefills: bool, decodes: bool) -> float:
         """Mean FLOPs one request costs (linear layers on every computed token, full-attention pairs):
@@ -145,11 +152,13 @@ class Bounds:
             self._ttft_cache[k] = self._ttft(cost, chunk, xfer)
         return self._ttft_cache[k]
 
-    def _usd(self, gpu: str, tp: int, r: int) -> float:
-        """Cost bound of ``r`` replicas; an offline job pays only while running (utilisation x hours), so
-        its bound is half the GPU-hours of the ``r - 1`` replicas its work surely fills (0 for one)."""
+    def _usd(self, gpu: str, tp: int, r: int, lam_full: float) -> float:
+        """Cost bound (USD/h) of ``r`` replicas; an offline job pays only while running, which is at least
+        ``rate / (r x lam_full)`` of the time (``lam_full``: the throughput bound at a full KV cache)."""
         if self.sizer.workload.is_offline:
-            return 0.5 * self.sizer.prices[gpu] * tp * (r - 1)
+            if not math.isfinite(lam_full) or lam_full <= 0:
+                return 0.0
+            return self.sizer.prices[gpu] * tp * self.target_req_s / lam_full
         return self.sizer.prices[gpu] * tp * r
 
     def _eff_budget(self, b: int) -> int:
@@ -164,7 +173,8 @@ class Bounds:
             else:
                 r = self._replicas(cost, seqs, budget, True, True)
                 ttft = self._ttft_cached(cost, key, budget, 0.0)
-                self._cache[k] = Bound(self._usd(key[0], key[1], r), self._latencies(ttft, self._weights_s(cost)), (r,))
+                usd = self._usd(key[0], key[1], r, self._lam(cost, seqs, budget, True, True, 1.0))
+                self._cache[k] = Bound(usd, self._latencies(ttft, self._weights_s(cost)), (r,))
         return self._cache[k]
 
     def _prefill(self, key: tuple, budget: int) -> tuple[float, dict[str, float], int] | None:
@@ -178,7 +188,8 @@ class Bounds:
                 r = self._replicas(cost, 1, budget, False, True)
                 # KV transfer runs on min(tp_p, tp_d) NICs: at least the time over the prefill pool's tp NICs
                 xfer = self.sizer.kv_transfer_s_per_token(Candidate(key[0], key[1], key[2], key[3], 1, 0, True, key[0], key[1]))
-                self._cache[k] = (self._usd(key[0], key[1], r), self._ttft_cached(cost, key, budget, xfer), r)
+                usd = self._usd(key[0], key[1], r, self._lam(cost, 1, budget, False, True, 1.0))
+                self._cache[k] = (usd, self._ttft_cached(cost, key, budget, xfer), r)
         return self._cache[k]
 
     def _decode(self, key: tuple, seqs: int) -> tuple[float, float, int] | None:
@@ -190,7 +201,8 @@ class Bounds:
                 self._cache[k] = None
             else:
                 r = self._replicas(cost, seqs, max(2048, seqs), True, False)
-                self._cache[k] = (self._usd(key[0], key[1], r), self._weights_s(cost), r)
+                usd = self._usd(key[0], key[1], r, self._lam(cost, seqs, max(2048, seqs), True, False, 1.0))
+                self._cache[k] = (usd, self._weights_s(cost), r)
         return self._cache[k]
 
     def of(self, c: Candidate) -> Bound | None:

@@ -51,6 +51,18 @@ def quality_note(ev: Evaluation, policy: SearchPolicy) -> str:
     return ""
 
 
+def kv_note(ev: Evaluation, ctx: SearchContext) -> str:
+    """A pool whose max_num_seqs (the grid's smallest) is above what its KV cache holds at the mean context."""
+    for p in ev.pools:
+        if p.role == "prefill" or not p.kv_capacity_tokens:
+            continue
+        held = max(1, int(p.kv_capacity_tokens // ctx.held_tokens_per_sequence()))
+        if p.limits.max_num_seqs > held:
+            return (f"max_num_seqs {p.limits.max_num_seqs} (the grid's smallest) is above the ~{held} sequences "
+                    "the KV cache holds at the mean context: the KV cache limits the batch")
+    return ""
+
+
 def pd_saving(ev: Evaluation, best_aggregated_usd_per_million: float | None) -> float | None:
     """For a P/D evaluation: 1 - its $/M tokens / the best aggregated plan's (1.0 when no aggregated plan
     is feasible); None for aggregated ones. P/D rows below ``policy.pd_min_saving`` are not listed."""
@@ -142,7 +154,7 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
         seen.add(fam)
         ckpt = ctx.workload.checkpoints.get(c.weight_dtype) or ctx.checkpoints.get(c.weight_dtype, "")
         native = ctx.model.checkpoint_dtype
-        rows.append(RankedRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=quality_note(e, ctx.policy),
+        rows.append(RankedRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note="; ".join(x for x in (quality_note(e, ctx.policy), kv_note(e, ctx)) if x),
                             checkpoint=ckpt if c.weight_dtype != native else "", pd_saving=pd_saving(e, best_agg),
                             evidence=evidence_of(ctx, e)))
         if len(rows) >= top:
