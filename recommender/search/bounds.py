@@ -146,6 +146,14 @@ class Bounds:
             self._generous[key] = self.sizer.cost_model(gpu, tp, wd, kd, lim)[0]
         return self._generous[key]
 
+    def _seqs_refused(self, key: tuple, seqs: int) -> bool:
+        """``seqs`` above the grid's floor and above the sequences even the largest KV cache of ``key`` holds
+        at the mean context, so that every limits with it are refused by the sizer."""
+        cost = self.generous_cost(*key)
+        if cost is None or seqs <= self.sizer.rules.max_num_seqs_floor:
+            return False
+        return seqs > self.sizer.kv_sequences(cost)
+
     def _ttft_cached(self, cost: StepCostModel, key: tuple, chunk: int, xfer: float) -> dict[str, float]:
         k = (key, chunk, xfer)
         if k not in self._ttft_cache:
@@ -209,12 +217,15 @@ class Bounds:
         """Lower bounds for ``c``, or None when it cannot fit. ``max_num_seqs`` / ``max_num_batched_tokens``
         of 0 stand for "any": the bound then holds for every choice of ``seqs`` / ``budgets``."""
         pkey = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype)
+        dkey = (c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype) if c.disaggregated else pkey
+        if c.max_num_seqs and self._seqs_refused(dkey, c.max_num_seqs):
+            return None  # the sizer refuses it (recommender.sizing.Sizer.seqs_above_kv): not worth a trial
         seqs = c.max_num_seqs or self._max_seqs
         budget = self._eff_budget(c.max_num_batched_tokens) if c.max_num_seqs else self._max_budget
         if not c.disaggregated:
             return self._agg(pkey, seqs, budget)
         pre = self._prefill(pkey, budget)
-        dec = self._decode((c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype), seqs)
+        dec = self._decode(dkey, seqs)
         if pre is None or dec is None:
             return None
         return Bound(pre[0] + dec[0], self._latencies(pre[1], dec[1]), (pre[2], dec[2]))
