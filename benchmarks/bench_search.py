@@ -119,10 +119,10 @@ def main() -> None:
                 plan = recommend(w, settings=SearchSettings(seed=seed), policy=policy)
                 walls.append(time.perf_counter() - t)
                 cpus.append(_cpu() - c)
-                costs.append(plan.rows[0].evaluation.usd_per_million_tokens)
-                m = plan.meta
-                runs.append(m["trials_run"])
-                trials.append(f"{m['trials_run']}/{m['trials_asked']}{' (timeout)' if m['stopped_by'] == 'timeout' else ''}")
+                costs.append(plan.top.usd_per_million_tokens)
+                m = plan.search
+                runs.append(m.trials_run or 0)
+                trials.append(f"{m.trials_run}/{m.trials_asked}{' (timeout)' if m.stopped_by == 'timeout' else ''}")
                 plans.append(plan)
                 print(name, seed, f"{walls[-1]:.2f}s", trials[-1], f"{costs[-1]:.4f}", flush=True)
         except RecommenderError as e:
@@ -132,15 +132,15 @@ def main() -> None:
         t = time.perf_counter()
         ref = recommend(w, settings=SearchSettings(seed=0, trials=ref_trials, timeout_s=1e9, verify=0), policy=policy)
         t_ref = time.perf_counter() - t
-        ref_cost = ref.rows[0].evaluation.usd_per_million_tokens
+        ref_cost = ref.top.usd_per_million_tokens
         ratios = [c / ref_cost for c in costs]
         within, worst = sum(r <= 1.01 for r in ratios), max(ratios)
         hvs = [search_quality(list(p.evaluations), list(ref.evaluations)).hypervolume_ratio for p in plans]
-        print(name, "reference", f"{ref_cost:.4f}", ref.meta["trials_run"], f"{t_ref:.0f}s", "hv", hvs, flush=True)
+        print(name, "reference", f"{ref_cost:.4f}", ref.search.trials_run, f"{t_ref:.0f}s", "hv", hvs, flush=True)
         cli = f"{cli_seconds(path):.2f}" if args.cli else "-"
         rows.append([name, f"{max(walls):.2f}", f"{max(cpus):.2f}", cli, max(set(trials), key=trials.count),
-                     f"${ref_cost:.4f}/M ({'proven' if ref.meta['rank1_proven'] else 'not proven'}, "
-                     f"{ref.meta['trials_run']} trials, {t_ref:.0f} s)",
+                     f"${ref_cost:.4f}/M ({'proven' if ref.search.rank1_proven else 'not proven'}, "
+                     f"{ref.search.trials_run} trials, {t_ref:.0f} s)",
                      f"{within}/{len(args.seeds)}", f"{worst:.4f}", f"{min(hvs):.4f}"])
     headers = ["example", "wall s (max)", "CPU s (max)", "CLI s", "trials run/asked", "reference rank 1",
                "seeds within 1%", "worst cost ratio", "HV ratio (min)"]
