@@ -289,6 +289,34 @@ class Sizer:
                 shared_prefix_fraction=w.shared_prefix_fraction)
         return self._capacities[key]
 
+    def capacity_utilisation(self, ev: Evaluation) -> float:
+        """Fraction of the sized pools' capacity the workload's rate uses: ``rate / saturation rate``, the
+        saturation rate being the largest rate at which the pools are stable in the analytic model
+        (aggregated: ``replicas x`` one replica's capacity; P/D: both pools and the KV link together).
+        This is the plan's ``load_utilisation``; ``ev.utilisation`` (the busiest resource at the rate,
+        which the sizing caps) grows faster than linearly near saturation. Infeasible or unpriced: that."""
+        w = self.workload
+        rate = w.effective_rate_per_s
+        if not ev.pools or not ev.feasible or rate <= 0:
+            return ev.utilisation
+        c = ev.candidate
+        costs = [self.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
+        if any(cost is None for cost in costs):
+            return ev.utilisation
+        if not c.disaggregated:
+            sat = ev.pools[0].replicas * self.replica_capacity_per_s(c, costs[0], ev.pools[0].limits)  # type: ignore[arg-type]
+        else:
+            pp, dp = ev.pools
+            link = self.kv_link(c)
+
+            def stable(x: float) -> bool:
+                res = analyze_disaggregated(costs[0], pp.limits, pp.replicas, costs[1], dp.limits, dp.replicas, 0.0, x,
+                                            w.prompt_tokens, w.output_tokens,
+                                            shared_prefix_fraction=w.shared_prefix_fraction, kv_link=link)
+                return bool(res.stable) and res.utilisation < 1.0
+            sat = max_stable_rate(stable)
+        return rate / sat if sat > 0 else math.inf
+
     @property
     def headroom(self) -> float:
         """Capacity headroom: the rules' for live traffic, none for an offline job (sized for its deadline)."""

@@ -104,3 +104,27 @@ def test_analytic_and_simulated_capacity_agree_on_toy_models(cost_name, work_nam
         assert s < a  # known: overload thrashes the KV cache (see above); 12-22% below
     else:
         assert a == pytest.approx(s, rel=0.10)
+
+
+@pytest.mark.slow
+def test_plan_utilisation_is_the_fraction_of_simulated_capacity_in_use() -> None:
+    # issue #13.2: "utilisation in the table is the fraction of that capacity in use". Independent check: the
+    # simulator's saturated completion rate of the plan's replica configuration (3,000 requests queued).
+    from recommender.catalog import default_catalog as catalog
+    from recommender.search.planner import SearchSettings, build_context, recommend
+    from recommender.search.policy import load_search_policy
+
+    data = Path(__file__).resolve().parent / "data"
+    w = load_workload(data / "workloads" / "chat-golden.yaml")
+    policy = load_search_policy(data / "policies" / "tiny-search.yaml")
+    plan = recommend(w, settings=SearchSettings(seed=0, verify=0), policy=policy)
+    ctx = build_context(w, policy, engine_profile("vllm"), catalog())
+    for row in plan.rows[:2]:
+        (pool,) = row.pools
+        ev = next(e for e in plan.evaluations if e.candidate.key == row.id)
+        (p,) = ev.pools
+        cost, _ = ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)
+        assert cost is not None
+        sim = simulated_capacity_per_s(cost=cost, limits=p.limits, prompt=w.prompt_tokens, output=w.output_tokens,
+                                       n_requests=3000, seed=1)
+        assert row.load_utilisation == pytest.approx(w.arrival_rate_per_s / (pool.replicas * sim), rel=0.10)

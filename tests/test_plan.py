@@ -15,7 +15,8 @@ from recommender.render.plan import render_csv, render_table
 
 DATA = Path(__file__).parent / "data" / "plans"
 GOLDEN_V2 = Path(__file__).parent / "golden" / "main" / "chat-golden.plan.json"
-GOLDEN_V1 = DATA / "v1" / "chat-golden.plan.json"  # the same search, written by the version-1 writer
+GOLDEN_V1 = DATA / "v1" / "chat-golden.plan.json"  # the same search, written by the version-1 writer (its
+# "utilisation" updated with the golden when load_utilisation became rate / capacity)
 PLAN_FILES = sorted(DATA.glob("*.json")) + [GOLDEN_V1, GOLDEN_V2]
 
 

@@ -26,6 +26,7 @@ class RankedRow:
     checkpoint: str = ""
     pd_saving: float | None = None  # P/D rows: fraction cheaper per token than the best aggregated plan
     evidence: Evidence | None = None
+    load_utilisation: float | None = None  # rate / capacity (Sizer.capacity_utilisation); None: ev.utilisation
 
     @property
     def candidate(self) -> Candidate:
@@ -154,9 +155,10 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
         seen.add(fam)
         ckpt = ctx.workload.checkpoints.get(c.weight_dtype) or ctx.checkpoints.get(c.weight_dtype, "")
         native = ctx.model.checkpoint_dtype
-        rows.append(RankedRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note="; ".join(x for x in (quality_note(e, ctx.policy), kv_note(e, ctx)) if x),
+        notes = "; ".join(x for x in (quality_note(e, ctx.policy), kv_note(e, ctx)) if x)
+        rows.append(RankedRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=notes,
                             checkpoint=ckpt if c.weight_dtype != native else "", pd_saving=pd_saving(e, best_agg),
-                            evidence=evidence_of(ctx, e)))
+                            evidence=evidence_of(ctx, e), load_utilisation=ctx.capacity_utilisation(e)))
         if len(rows) >= top:
             break
     return rows

@@ -51,7 +51,7 @@ def plan_row(r: RankedRow, w: Workload, gmu: float) -> PlanRow:
         tpot_s=_finite(lat.get("tpot", {}).get(_pct_for(w, "tpot", pct))),
         e2e_s=_finite(lat.get("e2e", {}).get(_pct_for(w, "e2e", pct))),
         latency_percentiles=lat, output_tokens_per_s=ev.output_tokens_per_s,
-        load_utilisation=_finite(ev.utilisation), usd_per_hour=_finite(ev.usd_per_hour),
+        load_utilisation=_finite(ev.utilisation if r.load_utilisation is None else r.load_utilisation), usd_per_hour=_finite(ev.usd_per_hour),
         usd_per_million_output_tokens=_finite(ev.usd_per_million_output_tokens),
         usd_per_million_tokens=_finite(ev.usd_per_million_tokens), pareto=r.pareto, binding=ev.binding,
         quality_note=r.quality_note, checkpoint=r.checkpoint, simulated=r.simulated,
