@@ -12,6 +12,7 @@ finite numbers).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -40,6 +41,12 @@ class _Document(BaseModel):
     plan: Plan
 
 
+@functools.cache
+def _plan_adapter() -> TypeAdapter[Plan]:
+    """Built once: building a TypeAdapter for :class:`Plan` takes ~7 ms, dumping a plan with it ~0.01 ms."""
+    return TypeAdapter(Plan)
+
+
 def _clean(x: Any) -> Any:
     """JSON-safe: inf/nan -> None."""
     if isinstance(x, float):
@@ -63,7 +70,7 @@ def _row_summary(row: PlanRow) -> dict[str, Any]:
 
 def plan_document(plan: Plan) -> dict[str, Any]:
     """The plan as a JSON-ready dict (version 2); what JSON, YAML and CSV render from."""
-    raw: dict[str, Any] = TypeAdapter(Plan).dump_python(plan, mode="json", exclude={"evaluations"})
+    raw: dict[str, Any] = _plan_adapter().dump_python(plan, mode="json", exclude={"evaluations"})
     rows = []
     for row, d in zip(plan.rows, raw["rows"]):
         head = {"rank": d.pop("rank"), "id": d.pop("id")}
