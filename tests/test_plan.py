@@ -127,6 +127,23 @@ def test_with_replicas_prices_the_new_pools_and_scales_what_follows_from_gpus() 
     assert new.usd_per_million_tokens == row.usd_per_million_tokens  # cost and rate scale together
 
 
+def test_with_replicas_rents_whole_instances_and_prices_tokens_from_them() -> None:
+    plan = load_plan(GOLDEN_V2)
+    two = plan.row(2)  # h100-sxm TP1 x2 on one runpod instance of 2 GPUs at $5.38/instance-hour
+    assert two is not None and two.instances == 1 and two.usd_per_hour == 5.38
+    only = dataclasses.replace(plan, rows=(two,))
+    up = with_replicas(only, (3,), "").top
+    # 3 GPUs need ceil(3 / 2) = 2 instances: 2 x 5.38 = $10.76/h (scaling $/h by GPUs, 5.38 x 3 / 2, gave $8.07/h)
+    assert up.instances == 2 and up.usd_per_hour == pytest.approx(10.76)
+    # $/M = $/h / (rate x 1244 tokens x 3600 s) x 1e6 at rate 20 x 3 / 2 = 30 req/s: 10.76 / (30 x 1244 x 3600) x 1e6
+    assert up.usd_per_million_tokens == pytest.approx(10.76 / (30 * 1244 * 3600) * 1e6, rel=1e-3)
+    assert up.usd_per_million_tokens == pytest.approx(two.usd_per_million_tokens * 4 / 3)  # ($/h x 2) / (rate x 1.5)
+    assert up.usd_per_million_output_tokens == pytest.approx(two.usd_per_million_output_tokens * 4 / 3)
+    down = with_replicas(only, (1,), "").top  # 1 GPU still rents the whole instance: $5.38/h for half the rate
+    assert down.instances == 1 and down.usd_per_hour == pytest.approx(5.38)
+    assert down.usd_per_million_tokens == pytest.approx(two.usd_per_million_tokens * 2)
+
+
 def test_with_replicas_without_prices_scales_the_cost() -> None:
     plan = load_plan(DATA / "disagg-llama70b-h200.json")  # pools carry no usd_per_gpu_hour
     out = with_replicas(plan, (3, 1), "")

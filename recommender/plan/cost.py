@@ -7,13 +7,17 @@ A plan's cost is what its GPUs cost to run::
 Resizing a row (:func:`with_replicas`, for capping a scale step) keeps the shape and scales the figures that
 follow from the GPU count by ``scale = new GPUs / old GPUs``: ``usd_per_hour`` (exactly from the pool prices when
 the plan carries them -- a rented pool rents ceil(GPUs / GPUs per instance) instances -- else scaled), throughput x scale,
-load utilisation / scale. $/M tokens is unchanged (cost and the carried rate scale together). Latency
-figures stay the planner's for its own replica count, which the ``note`` says.
+load utilisation / scale, the workload's arrival rate x scale (what the new replicas serve). $/M tokens is
+$/h over the tokens of that rate, so it changes by ``(new $/h / old $/h) / scale``: unchanged when the cost
+follows the GPU count, dearer when whole instances hold fewer GPUs than they have (3 TP1 replicas on 2-GPU
+instances rent 2 instances: $/h x 2, rate x 1.5, $/M x 4/3). Latency figures stay the planner's for its own
+replica count, which the ``note`` says.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from recommender.plan.types import Plan, Pool
 
@@ -39,6 +43,15 @@ def _resized(pool: Pool, replicas: int) -> Pool:
     return dataclasses.replace(pool, replicas=replicas, rental=rental)
 
 
+def _per_token_factor(old_usd: float | None, new_usd: float | None, scale: float) -> float:
+    """What $/M tokens is multiplied by: (new $/h / old $/h) / scale; exactly 1 when the cost ratio is the GPU
+    ratio to 1e-6 (the $/h figures are rounded to 4 decimals)."""
+    if old_usd is None or new_usd is None or old_usd <= 0 or scale <= 0:
+        return 1.0
+    f = new_usd / old_usd / scale
+    return 1.0 if math.isclose(f, 1.0, rel_tol=1e-6) else f
+
+
 def _resized_id(row_id: str, new: tuple[int, ...]) -> str:
     base = row_id.rsplit("-r", 1)[0] if "-r" in row_id else row_id
     return f"{base}-r{'+'.join(str(x) for x in new)}"
@@ -54,9 +67,13 @@ def with_replicas(plan: Plan, new: tuple[int, ...], note: str) -> Plan:
     scale = new_gpus / old_gpus if old_gpus else 1.0
     exact = pools_usd_per_hour(pools)
     usd = exact if exact is not None else (row.usd_per_hour * scale if row.usd_per_hour is not None else None)
+    per_m = _per_token_factor(row.usd_per_hour, usd, scale)
     out = dataclasses.replace(
         row, rank=1, id=_resized_id(row.id, new), pools=pools,
         usd_per_hour=None if usd is None else round(usd, 4),
+        usd_per_million_tokens=None if row.usd_per_million_tokens is None else row.usd_per_million_tokens * per_m,
+        usd_per_million_output_tokens=(None if row.usd_per_million_output_tokens is None
+                                       else row.usd_per_million_output_tokens * per_m),
         output_tokens_per_s=None if row.output_tokens_per_s is None else round(row.output_tokens_per_s * scale, 3),
         load_utilisation=(None if row.load_utilisation is None or scale <= 0 else round(row.load_utilisation / scale, 4)),
         quality_note="; ".join(x for x in (row.quality_note, note) if x),
