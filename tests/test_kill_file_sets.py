@@ -146,10 +146,11 @@ def test_killing_deploy_out_and_emit_never_mixes_plans(tmp_path: Path, how: str)
 
 
 def test_replan_out_swaps_plan_json_in_with_its_deployment_files(tmp_path: Path) -> None:
+    from recommender.plan import load_plan
     from recommender.replan.runner import write_outputs
 
     out = tmp_path / "out"
-    written = write_outputs(json.loads(AGG.read_text()), out)
+    written = write_outputs(load_plan(AGG), out)
     listed = set(json.loads((out / SET_MANIFEST).read_text())["files"])
     assert "plan.json" in listed and {Path(w).name for w in written} == listed
     assert json.loads((out / "plan.json").read_text())["plans"][0]["rank"] == 1

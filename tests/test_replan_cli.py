@@ -13,7 +13,7 @@ import recommender.cli.replan as cli_replan
 from recommender.cli import app
 from recommender.replan import runner
 from recommender.replan.history import History
-from test_replan_support import FakePlanner, FakePredictor, MetricsServer, VllmState, fake_plan
+from test_replan_support import FakePlanner, FakePredictor, MetricsServer, VllmState, fake_plan_doc
 
 runner_ = CliRunner()
 
@@ -26,7 +26,7 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "deploy_writer", lambda: None)
     monkeypatch.setattr(runner, "model_predictor", lambda **kw: FakePredictor())
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps(fake_plan(2, 2.4)))  # 2 replicas, sized for 2.4 req/s
+    plan.write_text(json.dumps(fake_plan_doc(2, 2.4)))  # 2 replicas, sized for 2.4 req/s (a version-1 file)
     policy = tmp_path / "policy.yaml"
     policy.write_text("metrics: {min_scrape_interval: 0.2s}\ndata: {min_requests: 20, min_span: 10s}\n")
     return {"plan": plan, "policy": policy, "db": tmp_path / "h.db", "tmp": tmp_path, "planner": planner}
@@ -61,6 +61,7 @@ def test_scale_up_from_a_request_log_exits_10_and_writes_the_plan_atomically(env
     assert doc["usd_per_hour_delta"] == pytest.approx((5 - 2) * 2.0)
     written = json.loads((out / "plan.json").read_text())
     assert written == doc["proposed"] and written["replan"]["deployment"] == "chat/llama-3.1-8b"
+    assert written["version"] == 2 and doc["current"]["version"] == 2  # the --current file was version 1
     assert [p.name for p in out.iterdir()] == ["plan.json"]  # no temp file left behind
     rows = History(str(env["db"])).list()
     assert len(rows) == 1 and rows[0].decision == "changed" and rows[0].proposed == written

@@ -17,11 +17,10 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from recommender.plan import load_plan
+from recommender.plan import load_plan, with_replicas
 from recommender.cli import app
 from recommender.deploy import render_deploy
 from recommender.deploy.replan_job import ReplanJobOptions
-from recommender.replan import plans
 from recommender.replan.kube import ApplyError, apply_replicas
 
 ROOT = Path(__file__).parent.parent
@@ -144,8 +143,8 @@ def test_apply_scales_same_shape_changes_only(monkeypatch):
     monkeypatch.setenv("RECOMMENDER_KUBE_API", api.url)
     monkeypatch.setenv("RECOMMENDER_KUBE_NAMESPACE", "prod")
     try:
-        cur = json.loads(DISAGG.read_text())
-        new = plans.with_replicas(cur, (3, 2), "test")
+        cur = load_plan(DISAGG)
+        new = with_replicas(cur, (3, 2), "test")
         msg = apply_replicas(cur, new, ["llm-prefill", "llm-decode"])
         assert msg == "applied: llm-prefill -> 3 replicas, llm-decode -> 2 replicas"
         assert [(p[0], p[1], p[2]) for p in api.patches] == [
@@ -153,11 +152,28 @@ def test_apply_scales_same_shape_changes_only(monkeypatch):
              {"spec": {"replicas": 3}}),
             ("/apis/apps/v1/namespaces/prod/deployments/llm-decode/scale", "application/merge-patch+json",
              {"spec": {"replicas": 2}})]
-        other = json.loads(AGG.read_text())
+        other = load_plan(AGG)
         assert apply_replicas(cur, other, ["llm-prefill", "llm-decode"]).startswith("not applied: ")
         assert len(api.patches) == 2
         with pytest.raises(ApplyError, match="HTTP 403"):
             apply_replicas(cur, new, ["forbidden", "llm-decode"])
+    finally:
+        api.httpd.shutdown()
+        api.httpd.server_close()
+
+
+def test_apply_scales_a_rented_plan(monkeypatch):
+    """examples/plans/chat.plan.json rents runpod instances of 1 GPU: at 3 replicas it rents 3 instances, the
+    same shape (the instance count follows the replicas), so the change is applied as a scale."""
+    api = FakeKubeApi()
+    monkeypatch.setenv("RECOMMENDER_KUBE_API", api.url)
+    monkeypatch.setenv("RECOMMENDER_KUBE_NAMESPACE", "prod")
+    try:
+        cur = load_plan(AGG)
+        new = with_replicas(cur, (3,), "test")
+        assert (cur.top.instances, new.top.instances) == (1, 3)
+        assert apply_replicas(cur, new, ["llm"]) == "applied: llm -> 3 replicas"
+        assert [p[2] for p in api.patches] == [{"spec": {"replicas": 3}}]
     finally:
         api.httpd.shutdown()
         api.httpd.server_close()

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recommender.plan import load_plan
-from recommender.replan import plans, runner
+from recommender.plan import load_plan, with_replicas
+from recommender.replan import runner
 from recommender.replan.history import History
 from recommender.replan.logs import RequestLog, RequestLogSource
 from recommender.replan.observe import base_workload_from_plan
@@ -46,9 +46,9 @@ def same_shape_planner(workload, current):
     """The current plan's shape with the fewest replicas the model says meet the workload (a search
     restricted to one shape)."""
     for r in range(1, 64):
-        doc = plans.with_replicas(current, (r,), "")
-        if predict_plan(doc, workload).meets:
-            return doc
+        plan = with_replicas(current, (r,), "")
+        if predict_plan(plan, workload).meets:
+            return plan
     raise AssertionError("no replica count meets the workload")
 
 
@@ -56,7 +56,7 @@ def test_doubled_rag_traffic_with_longer_outputs_changes_the_plan_citing_the_pre
     """Issue #15: plan examples/rag.yaml (4 req/s, tpot 30 ms), then 2x the rate with 2x the outputs.
     The current plan runs at utilisation ~0.5 there, but the model predicts its TPOT p90 misses 30 ms:
     the run must change the plan now, and the reason must cite the predicted miss."""
-    current = json.loads(RAG_PLAN.read_text())
+    current = load_plan(RAG_PLAN)
     log = rag_log(rate=8.0, output_mean=360.0)
     h = History(str(tmp_path / "h.db"))
     r = replan_once(current=current, source=source(log, T0 + 900.0), planner=same_shape_planner, policy=Policy(),
@@ -68,14 +68,14 @@ def test_doubled_rag_traffic_with_longer_outputs_changes_the_plan_citing_the_pre
     # the forecast is the peak 1-min rate (> 8 req/s with Poisson noise), planned with +20%
     assert miss["rate_per_s"] == pytest.approx(r.observed["forecast_rate_per_s"] * 1.2, rel=1e-3)
     assert r.observed["proposed_predicted"]["meets"] is True
-    assert plans.top(r.proposed)["replicas"] > 10 and "(predicted at the forecast: ttft p90" in r.reason
+    assert r.proposed.top.replicas > 10 and "(predicted at the forecast: ttft p90" in r.reason
     assert h.list()[0].decision == "changed"
 
 
 def test_a_plan_the_model_says_meets_the_forecast_is_not_at_risk_however_high_the_rate_ratio(tmp_path):
     """The old rule (forecast > the rate the plan was sized for) would call 5 req/s on a plan sized for
     4.8 'at risk'; the model says 10 mi300x replicas still hold the SLO there at rag's own lengths."""
-    current = json.loads(RAG_PLAN.read_text())
+    current = load_plan(RAG_PLAN)
     wl = base_workload_from_plan(current)
     log = rag_log(rate=3.0, output_mean=180.0)
     r = replan_once(current=current, source=source(log, T0 + 900.0), planner=same_shape_planner, policy=Policy(),
@@ -89,7 +89,7 @@ def test_doubled_rag_traffic_with_the_real_planner(tmp_path):
     """The same case through the CLI's planner adapter (the Optuna search, warm-started, in memory)."""
     from recommender.cli.replan import search_planner
 
-    current = json.loads(RAG_PLAN.read_text())
+    current = load_plan(RAG_PLAN)
     h = History(str(tmp_path / "h.db"))
     planner = search_planner(storage=None, study_name="t", profile_file=None, trials=None, seed=0, timeout_s=None,
                              history_url=h.url, deployment="rag/llama-3.1-70b")
@@ -179,7 +179,7 @@ def test_two_concurrent_runs_on_postgresql_serialise_their_decisions(postgres_ur
 def test_history_on_postgresql_roundtrip(postgres_url):
     h = History(postgres_url)
     h.record(time_s=10.0, deployment="a", decision="changed", wanted="down", reason="r", observed={"x": 1.5},
-             current=None, proposed={"plans": []}, window=(0.0, 10.0))
+             current=None, proposed=fake_plan(2, 2.4), window=(0.0, 10.0))
     (row,) = h.list()
     assert row.observed == {"x": 1.5} and row.window == (0.0, 10.0) and len(row.run_id) == 32
     assert h.last_change("a").id == row.id
@@ -210,7 +210,7 @@ def test_a_run_killed_after_writing_plan_json_loses_no_cooldown(tmp_path, monkey
     monkeypatch.setattr(runner.Transaction, "record", real_record)
     # the next run (a CronJob: current = the adopted plan.json) records the lost change first
     current = runner.adopted_plan(out, "chat/llama-3.1-8b")
-    assert load_plan(current) == load_plan(written)  # the same plan, read through the one reader
+    assert current == load_plan(written)  # the same plan, read through the one reader
     quiet = RequestLog.of(T0 + 900.0 + (np.arange(900) + 0.5), np.full(900, 800), np.full(900, 200))
     r = replan_once(current=current, source=source(quiet, T0 + 1800.0), planner=FakePlanner(), policy=Policy(),
                     history=h, out_dir=out, predictor=FakePredictor())

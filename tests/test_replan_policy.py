@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from recommender.errors import ConfigError
-from recommender.replan import plans
+from recommender.plan import Plan
 from recommender.replan.policy import PastRun, Policy, decide, load_policy, overlaps, policy_from_dict
 from test_replan_support import fake_plan
 
@@ -37,7 +37,7 @@ def test_policy_durations_and_errors_name_the_field(tmp_path):
         load_policy(tmp_path / "nope.yaml")
 
 
-def run(kind: str, t: float, wanted: str = "", proposed: dict | None = None,
+def run(kind: str, t: float, wanted: str = "", proposed: Plan | None = None,
         window: tuple[float, float] | None = None) -> PastRun:
     """An earlier run over the 5 minutes before ``t`` (its own, new data) unless ``window`` says otherwise."""
     return PastRun(t, kind, wanted, proposed, window if window is not None else (t - 300.0, t))
@@ -59,19 +59,19 @@ def test_at_risk_acts_now_in_any_direction_and_not_at_risk_never_scales_up():
     risk = ["predicted tpot p90 41.87 ms > 30.00 ms SLO at 10.50 req/s"]
     d = decide(Policy(), current=cur, proposed=up, risks=risk, past=recent, now_s=NOW, window=HERE,
                proposal_meets="tpot p90 25.00 ms, utilisation 0.61")
-    assert d.changed and d.wanted == "up" and plans.top(d.plan)["replicas"] == 6
+    assert d.changed and d.wanted == "up" and d.plan.top.replicas == 6
     assert d.reason.startswith("SLO at risk: predicted tpot p90 41.87 ms > 30.00 ms SLO at 10.50 req/s; acting now")
     assert "(predicted at the forecast: tpot p90 25.00 ms, utilisation 0.61)" in d.reason
     # the issue's case: at risk, the proposal costs the same or less -> taken at once (no windows, no cooldown)
     for other in (fake_plan(2, 2.0, tp=2), fake_plan(1, 2.0, tp=2)):
         d = decide(Policy(), current=cur, proposed=other, risks=risk, past=recent, now_s=NOW, window=HERE)
-        assert d.changed and plans.top(d.plan)["tp"] == 2
+        assert d.changed and d.plan.top.tp == 2
     # ... unless the model says the proposal misses too
     d = decide(Policy(), current=cur, proposed=up, risks=risk, past=[], now_s=NOW, window=HERE, proposal_meets=None)
     assert not d.changed and "misses the forecast too" in d.reason
     # at risk, a same-shape scale-up is not capped (a capped plan would still miss)
     d = decide(Policy(max_replica_change=1), current=cur, proposed=fake_plan(9, 9.0), risks=risk, past=[], now_s=NOW)
-    assert d.changed and plans.top(d.plan)["replicas"] == 9
+    assert d.changed and d.plan.top.replicas == 9
 
 
 def test_scale_down_needs_agreeing_windows_of_new_data_saving_and_no_risk():
@@ -88,7 +88,7 @@ def test_scale_down_needs_agreeing_windows_of_new_data_saving_and_no_risk():
     neutral = [run("unchanged", NOW - 300, "down", down), run("error", NOW - 600, ""),
                run("unchanged", NOW - 900, "down", down)]
     d = decide(pol, current=cur, proposed=down, risks=[], past=neutral, now_s=NOW, window=HERE)
-    assert d.changed and plans.top(d.plan)["replicas"] == 4
+    assert d.changed and d.plan.top.replicas == 4
     # NOW = 100,000 s = 1970-01-02 03:46:40 UTC; the runs at NOW - 900 and NOW - 300 saw the 5 min before them
     assert "3 windows of new data agree (1970-01-02 03:26:40-03:31:40, 1970-01-02 03:36:40-03:41:40, " \
            "1970-01-02 03:41:40-03:46:40 UTC)" in d.reason
@@ -122,7 +122,7 @@ def test_scale_down_adopts_the_largest_proposal_of_the_agreeing_windows():
     cur = fake_plan(8, 9.6)
     past = [run("unchanged", NOW - 300, "down", fake_plan(6, 6.0)), run("unchanged", NOW - 600, "down", fake_plan(5, 5.0))]
     d = decide(Policy(), current=cur, proposed=fake_plan(3, 3.0), risks=[], past=past, now_s=NOW, window=HERE)
-    assert d.changed and plans.top(d.plan)["replicas"] == 6 and "largest plan of the last 3 windows" in d.reason
+    assert d.changed and d.plan.top.replicas == 6 and "largest plan of the last 3 windows" in d.reason
     # ... and not while the last change is within the cooldown
     past_cd = past + [run("changed", NOW - 900, "up")]
     d = decide(Policy(), current=cur, proposed=fake_plan(3, 3.0), risks=[], past=past_cd, now_s=NOW, window=HERE)
@@ -138,24 +138,28 @@ def test_replica_step_cap_applies_to_same_shape_changes_only():
     agree = [run("unchanged", NOW - 300, "down", fake_plan(2, 2.0)), run("unchanged", NOW - 600, "down", fake_plan(2, 2.0))]
     d = decide(Policy(max_replica_change=4), current=fake_plan(12, 12.0), proposed=fake_plan(2, 2.4), risks=[],
                past=agree, now_s=NOW, window=HERE)
-    row = plans.top(d.plan)
-    assert d.changed and row["replicas"] == 8 and row["gpus_total"] == 8 and row["pools"][0]["replicas"] == 8
-    assert row["usd_per_hour"] == pytest.approx(8 * 2.0)  # scaled from 2 replicas' $4/h
-    assert d.plan["workload"]["arrival_rate_per_s"] == pytest.approx(2.4 * 8 / 2)  # what 8 replicas serve
-    assert row["id"].endswith("-r8") and "capped at 4" in row["quality_note"]
+    row = d.plan.top
+    assert d.changed and row.replicas == 8 and row.gpus_total == 8 and row.pools[0].replicas == 8
+    assert row.usd_per_hour == pytest.approx(8 * 2.0)  # scaled from 2 replicas' $4/h
+    assert d.plan.workload.arrival_rate_per_s == pytest.approx(2.4 * 8 / 2)  # what 8 replicas serve
+    assert row.id.endswith("-r8") and "capped at 4" in row.quality_note
     other = fake_plan(1, 2.0, tp=4)  # a different shape (tp 4): a new deployment, not capped
     d = decide(Policy(max_replica_change=1), current=fake_plan(12, 12.0), proposed=other, risks=[], past=agree,
                now_s=NOW, window=HERE)
-    assert d.changed and plans.top(d.plan)["replicas"] == 1
+    assert d.changed and d.plan.top.replicas == 1
 
 
-def test_with_replicas_on_a_disaggregated_plan():
-    doc = fake_plan(2, 4.0)
-    row = doc["plans"][0]
-    row.update(disaggregated=True, tp=2, replicas=2, gpus_total=2 * 4 + 2 * 2, usd_per_hour=24.0)
-    row["pools"] = [dict(row["pools"][0], role="prefill", tp=4, replicas=2), dict(row["pools"][0], role="decode", tp=2, replicas=2)]
-    out = plans.with_replicas(doc, (3, 1), "note")
-    r = plans.top(out)
-    # GPUs: prefill 4 x 3 + decode 2 x 1 = 14 of 12 before -> cost 24 x 14 / 12 = 28
-    assert plans.replicas(r) == (3, 1) and r["replicas"] == 1 and r["gpus_total"] == 14
-    assert r["usd_per_hour"] == pytest.approx(28.0)
+def test_a_capped_step_re_rents_whole_instances():
+    """Pools rented as 2-GPU instances at $5/instance-hour: 12 TP1 replicas = 6 instances ($30/h); the planner
+    asks for 2 replicas (1 instance, $5/h); the cap of 3 replicas per step keeps 9 replicas = ceil(9 / 2) = 5
+    instances = $25/h (scaling the proposal's $5/h by GPUs, 5 x 9 / 2 = $22.50/h, would price half an instance)."""
+    rented = dict(gpus_per_instance=2, usd_per_instance_hour=5.0)
+    cur = fake_plan(12, 12.0, **rented)
+    agree = [run("unchanged", NOW - 300, "down", fake_plan(2, 2.0, **rented)),
+             run("unchanged", NOW - 600, "down", fake_plan(2, 2.0, **rented))]
+    d = decide(Policy(max_replica_change=3), current=cur, proposed=fake_plan(2, 2.4, **rented), risks=[], past=agree,
+               now_s=NOW, window=HERE)
+    row = d.plan.top
+    assert d.changed and row.replicas == 9 and row.instances == 5
+    assert row.usd_per_hour == pytest.approx(5 * 5.0)
+    assert "$30.00/h) -> h100-sxm tp1 bf16/bf16 x9 replicas ($25.00/h) saves 16.7%" in d.reason  # 1 - 25 / 30

@@ -7,7 +7,6 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recommender.replan import plans
 from recommender.replan.observation import Histogram
 from recommender.replan.policy import PastRun, Policy, decide
 from test_replan_support import fake_plan
@@ -46,7 +45,7 @@ def test_policy_never_flaps_inside_the_cooldown(steps, windows, cap):
         now = 300.0 * i
         d = decide(pol, current=current, proposed=fake_plan(want, float(want)), risks=["risk"] if risk else [],
                    past=list(reversed(past)), now_s=now, window=(now - 300.0, now))
-        before, after = plans.top(current)["replicas"], plans.top(d.plan)["replicas"]
+        before, after = current.top.replicas, d.plan.top.replicas
         if risk and want != before:
             assert d.changed and (after == want or (cap is not None and after < before))
         if d.changed:

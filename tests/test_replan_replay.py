@@ -39,8 +39,8 @@ def run_at(t, log, current, history, planner, policy):
                        predictor=FakePredictor())
 
 
-def replicas(doc) -> int:
-    return doc["plans"][0]["replicas"]
+def replicas(plan) -> int:
+    return plan.top.replicas
 
 
 def diurnal_log(seed: int = 7) -> RequestLog:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
 from recommender.errors import DeployError, InfeasibleError
+from recommender.plan import plan_document
 from recommender.replan import runner
 from recommender.replan.history import History, sqlite_path, storage_url
 from recommender.replan.logs import RequestLog, RequestLogSource
@@ -28,14 +30,18 @@ def busy_source(rate: float = 6.0) -> RequestLogSource:
 def test_history_roundtrip_order_and_urls(tmp_path):
     h = History(str(tmp_path / "sub" / "h.db"))  # folder created
     a = h.record(time_s=10.0, deployment="a", decision="unchanged", wanted="none", reason="r1",
-                 observed={"x": np.float64(1.5)}, current={"plans": []}, proposed=None, usd_per_hour_current=4.0)
+                 observed={"x": np.float64(1.5)}, current=fake_plan(2, 2.4), proposed=None, usd_per_hour_current=4.0)
     h.record(time_s=20.0, deployment="b", decision="changed", wanted="up", reason="r2", observed=None, current=None,
-             proposed={"plans": [1]})
+             proposed=fake_plan(3, 3.0))
     h.record(time_s=30.0, deployment="a", decision="changed", wanted="down", reason="r3", observed=None, current=None,
              proposed=None)
     assert [r.reason for r in h.list()] == ["r3", "r2", "r1"]
     assert [r.reason for r in h.list(deployment="a")] == ["r3", "r1"]
     assert h.list(deployment="a")[1].observed == {"x": 1.5} and h.list(deployment="a")[1].id == a
+    # plans are stored as plan files hold them (version 2) and read back through the one reader
+    assert h.list(deployment="a")[1].current == plan_document(fake_plan(2, 2.4))
+    assert h.list(deployment="b")[0].proposed["version"] == 2
+    assert h.list(deployment="b")[0].proposed_plan == fake_plan(3, 3.0)
     assert h.last_change("a").time_s == 30.0 and h.last_change("c") is None
     assert [r.reason for r in History(str(tmp_path / "sub" / "h.db")).list(limit=1)] == ["r3"]  # persisted
     assert storage_url("x.db") == "sqlite:///x.db" and storage_url("postgresql://u@h/db") == "postgresql://u@h/db"
@@ -93,7 +99,11 @@ def test_planner_failure_is_an_error_run_with_its_exit_code(tmp_path):
     assert r.observed["arrival_rate_per_s"] == pytest.approx(3600 / (600 - 1 / 12), rel=1e-4)
     r = replan_once(current=fake_plan(2, 2.4), source=busy_source(), planner=lambda w, c: {"plans": []},
                     policy=Policy(), history=h, predictor=FakePredictor())
-    assert r.decision == "error" and "not a plan document" in r.reason
+    assert r.decision == "error" and "the planner's proposal: not a plan" in r.reason
+    no_rows = dataclasses.replace(fake_plan(2, 2.4), rows=())
+    r = replan_once(current=fake_plan(2, 2.4), source=busy_source(), planner=lambda w, c: no_rows,
+                    policy=Policy(), history=h, predictor=FakePredictor())
+    assert r.decision == "error" and "the planner's proposal: not a plan (needs at least one ranked row" in r.reason
     r = replan_once(current=fake_plan(2, 2.4), source=busy_source(), planner=lambda w, c: 1 / 0, policy=Policy(),
                     history=h, predictor=FakePredictor())
     assert r.decision == "error" and r.exit_code == 2 and "ZeroDivisionError" in r.reason

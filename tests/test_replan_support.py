@@ -1,7 +1,9 @@
 """Shared helpers for the re-planning tests (no tests here).
 
-* ``fake_plan`` / ``FakePlanner``: a plan JSON in the ARCHITECTURE.md shape whose replica count is the
-  hand formula ``replicas = ceil(rate / PER_REPLICA_REQ_S)`` and cost ``replicas * tp * USD_PER_GPU_HOUR``.
+* ``fake_plan`` / ``FakePlanner``: a typed plan (read from a plan JSON in the ARCHITECTURE.md shape by
+  ``recommender.plan.load_plan``) whose replica count is the hand formula ``replicas = ceil(rate /
+  PER_REPLICA_REQ_S)`` and cost ``replicas * tp * USD_PER_GPU_HOUR`` (or, rented in whole instances of
+  ``gpus_per_instance`` GPUs, ``ceil(replicas * tp / gpus_per_instance) * usd_per_instance_hour``).
 * ``VllmState.exposition()``: the real vLLM 0.33 exposition (tests/data/traffic/vllm-metrics-example.txt)
   with the sample values of the families we read rewritten from a simple state, so a test knows exactly
   what the endpoint served.
@@ -10,13 +12,14 @@
 
 from __future__ import annotations
 
-import copy
 import http.server
 import math
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from recommender.plan import Plan, load_plan
 
 DATA = Path(__file__).parent / "data" / "traffic"
 FIXTURE = (DATA / "vllm-metrics-example.txt").read_text()
@@ -27,9 +30,25 @@ USD_PER_GPU_HOUR = 2.0
 
 
 def fake_plan(replicas: int, sized_rate: float, *, tp: int = 1, gpu: str = "h100-sxm",
-              slo: list[dict[str, Any]] | None = None, name: str = "chat") -> dict[str, Any]:
-    """A one-row plan document in the shape of docs/ARCHITECTURE.md."""
+              slo: list[dict[str, Any]] | None = None, name: str = "chat", gpus_per_instance: int | None = None,
+              usd_per_instance_hour: float = 0.0) -> Plan:
+    """A one-row plan, read from :func:`fake_plan_doc`."""
+    return load_plan(fake_plan_doc(replicas, sized_rate, tp=tp, gpu=gpu, slo=slo, name=name,
+                                   gpus_per_instance=gpus_per_instance, usd_per_instance_hour=usd_per_instance_hour))
+
+
+def fake_plan_doc(replicas: int, sized_rate: float, *, tp: int = 1, gpu: str = "h100-sxm",
+                  slo: list[dict[str, Any]] | None = None, name: str = "chat", gpus_per_instance: int | None = None,
+                  usd_per_instance_hour: float = 0.0) -> dict[str, Any]:
+    """A one-row plan document (version 1) in the shape of docs/ARCHITECTURE.md; with ``gpus_per_instance``
+    its pool rents whole instances from provider 'cloud'."""
     usd = replicas * tp * USD_PER_GPU_HOUR
+    rental: dict[str, Any] = {}
+    if gpus_per_instance is not None:
+        instances = math.ceil(replicas * tp / gpus_per_instance)
+        usd = instances * usd_per_instance_hour
+        rental = {"provider": "cloud", "instances": instances, "gpus_per_instance": gpus_per_instance,
+                  "usd_per_instance_hour": usd_per_instance_hour, "usd_per_hour": usd}
     return {
         "version": 1,
         "workload": {"name": name, "model": "llama-3.1-8b", "arrival_rate_per_s": sized_rate,
@@ -48,7 +67,7 @@ def fake_plan(replicas: int, sized_rate: float, *, tp: int = 1, gpu: str = "h100
             "cuda_graphs": True, "gpu_memory_utilization": 0.92, "max_model_len": 7000, "disaggregated": False,
             "pools": [{"role": "both", "gpu": gpu, "tp": tp, "replicas": replicas, "weight_dtype": "bf16",
                        "kv_dtype": "bf16", "max_num_seqs": 256, "max_num_batched_tokens": 8192,
-                       "chunked_prefill": True, "gpu_memory_utilization": 0.92}],
+                       "chunked_prefill": True, "gpu_memory_utilization": 0.92, **rental}],
             "ttft_s": 0.3, "tpot_s": 0.02, "e2e_s": 5.0, "percentile": "p90", "output_tokens_per_s": 1000.0 * replicas,
             "utilisation": 0.6, "usd_per_hour": usd, "usd_per_million_output_tokens": 1.0,
             "usd_per_million_tokens": 0.1, "pareto": True, "binding": "tpot", "quality_note": ""}],
@@ -61,8 +80,8 @@ class FakePlanner:
 
     calls: list[Any] = field(default_factory=list)
 
-    def __call__(self, workload: Any, current: dict[str, Any] | None) -> dict[str, Any]:
-        self.calls.append((workload, copy.deepcopy(current)))
+    def __call__(self, workload: Any, current: Plan | None) -> Plan:
+        self.calls.append((workload, current))
         rate = float(workload.arrival_rate_per_s)
         return fake_plan(max(1, math.ceil(rate / PER_REPLICA_REQ_S - 1e-9)), rate)
 
@@ -217,11 +236,11 @@ class FakePredictor:
 
     calls: int = 0
 
-    def __call__(self, plan: dict[str, Any], workload: Any, replicas: tuple[int, ...] | None = None) -> Any:
+    def __call__(self, plan: Plan, workload: Any, replicas: tuple[int, ...] | None = None) -> Any:
         from recommender.replan.predict import Prediction
 
         self.calls += 1
-        r = sum(replicas) if replicas is not None else plan["plans"][0]["replicas"]
+        r = sum(replicas) if replicas is not None else plan.top.replicas
         rate = float(workload.arrival_rate_per_s)
         util = rate / (r * PER_REPLICA_REQ_S)
         misses = () if util <= 1.0 + 1e-9 else (f"predicted capacity {r * PER_REPLICA_REQ_S:.2f} req/s < {rate:.2f} req/s",)

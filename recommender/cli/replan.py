@@ -25,6 +25,7 @@ from recommender.workload import Workload, load_workload
 # The re-planning library (SQLAlchemy, the Prometheus parser, ...) is imported inside the commands so
 # that `recommend --help` and the other commands start fast.
 if TYPE_CHECKING:
+    from recommender.plan import Plan
     from recommender.replan.runner import Planner, ReplanResult
 
 DEFAULT_POLICY = Path("policies/replan.yaml")
@@ -43,7 +44,7 @@ def search_planner(*, storage: str | None, study_name: str, profile_file: str | 
     a study would rank each other's trials).
     """
 
-    def plan(workload: Workload, current: dict[str, Any] | None) -> dict[str, Any]:
+    def plan(workload: Workload, current: Plan | None) -> Plan:
         try:
             from recommender.search.policy import load_search_policy
             from recommender.search import SearchSettings, recommend
@@ -58,33 +59,25 @@ def search_planner(*, storage: str | None, study_name: str, profile_file: str | 
         policy = dataclasses.replace(load_search_policy(), headroom=0.0)
         settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout_s, storage=storage, verify=1,
                                   study_name=f"{study_name}:{int(time.time())}:{uuid.uuid4().hex[:8]}")
-        from recommender.errors import RecommenderError
-        from recommender.plan import load_plan, plan_document
-
-        warm = []
-        for doc in (current, previous_proposal(history_url, deployment, current)):
-            if doc:
-                try:  # a warm start is a hint: a stored document that no longer reads as a plan is skipped
-                    warm.append(load_plan(doc))
-                except RecommenderError:
-                    pass
-        return plan_document(recommend(workload, settings=settings, profile=profile, policy=policy, warm_start=warm))
+        warm = [p for p in (current, previous_proposal(history_url, deployment, current)) if p is not None]
+        found = recommend(workload, settings=settings, profile=profile, policy=policy, warm_start=warm)
+        return dataclasses.replace(found, evaluations=())  # the search's own objects are not kept between runs
 
     return plan
 
 
-def previous_proposal(history_url: str | None, deployment: str | None,
-                      current: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The newest proposal in the history of ``deployment`` that differs from ``current`` (or None)."""
+def previous_proposal(history_url: str | None, deployment: str | None, current: Plan | None) -> Plan | None:
+    """The newest proposal in the history of ``deployment`` that differs from ``current`` (or None); a stored
+    proposal that no longer reads as a plan is skipped (a warm start is a hint)."""
     if history_url is None or deployment is None:
         return None
     from recommender.replan import plans
     from recommender.replan.history import History
 
     for r in History(history_url).list(deployment=deployment, limit=10):
-        if r.proposed and r.proposed.get("plans") and (current is None or not plans.same_deployment(
-                plans.top(r.proposed), plans.top(current))):
-            return dict(r.proposed)
+        proposed = r.proposed_plan
+        if proposed is not None and (current is None or not plans.same_deployment(proposed.top, current.top)):
+            return proposed
     return None
 
 
@@ -187,10 +180,10 @@ def replan_cmd(
     timeout_s = units.parse_duration_s(timeout, "--timeout") if timeout is not None else None
     if interval_s <= 0:
         raise ConfigError("--interval must be positive (e.g. 5m)")
-    doc = plans.load_plan(current)
+    plan = plans.load_current(current)
     base = load_workload(workload) if workload is not None else None
-    dep = deployment or deployment_name(doc)
-    doc = adopted_plan(out, dep) or doc
+    dep = deployment or deployment_name(plan)
+    plan = adopted_plan(out, dep) or plan
     url = storage_url(storage)
     history = History(url)
     headers = auth_headers(bearer_token_file=bearer_token_file, bearer_token_env=bearer_token_env,
@@ -207,7 +200,7 @@ def replan_cmd(
         prof = resolve_profile("vllm", profile)
     predictor = model_predictor(profile=prof)
 
-    def step(cur: Mapping[str, Any]) -> ReplanResult:
+    def step(cur: Plan) -> ReplanResult:
         r = replan_once(current=cur, source=source, planner=planner, policy=pol, history=history, base=base,
                         deployment=dep, out_dir=out, predictor=predictor)
         if apply_to and r.changed and r.proposed is not None:
@@ -217,11 +210,11 @@ def replan_cmd(
         return r
 
     if not watch_:
-        result = step(doc)
+        result = step(plan)
         _emit(result, fmt)
         raise typer.Exit(result.exit_code)
     try:
-        watch(step, doc, interval_s, on_result=lambda r: _emit(r, fmt))
+        watch(step, plan, interval_s, on_result=lambda r: _emit(r, fmt))
     except KeyboardInterrupt:
         typer.echo("stopped", err=True)
         raise typer.Exit(0) from None

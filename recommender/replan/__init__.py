@@ -5,7 +5,7 @@ N agreeing windows before a scale-down). Every run is recorded in a SQL history 
 
 Modules: ``observation`` (data types, Prometheus histogram quantiles), ``metrics`` / ``promapi`` /
 ``logs`` (sources), ``sources`` (choosing one), ``observe`` (forecast, Workload, SLO risk), ``policy``
-(policies/replan.yaml and the decision), ``plans`` (plan JSON helpers), ``history`` (SQLAlchemy),
+(policies/replan.yaml and the decision), ``plans`` (reading, checking and comparing typed plans), ``history`` (SQLAlchemy),
 ``runner`` (one step, the watch loop).
 """
 

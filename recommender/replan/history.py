@@ -1,7 +1,9 @@
 """Re-planning history in a real database (SQLAlchemy Core): one row per run.
 
 Columns: ``time_s`` (unix seconds), ``deployment`` (which fleet; several can share one DB), observed
-workload, current and proposed plan (JSON), ``decision`` ('changed' / 'unchanged' / 'error'),
+workload, current and proposed plan (JSON as plan files hold it, :func:`recommender.plan.plan_document`,
+version 2; rows written by older versions hold other plan JSON, which :func:`recommender.plan.load_plan`
+reads too), ``decision`` ('changed' / 'unchanged' / 'error'),
 ``wanted`` ('up' / 'down' / 'none', or '' when no decision could be made), ``reason``, and the two
 plans' USD per hour. The policy reads its cooldown and "N consecutive windows" state from here.
 
@@ -32,6 +34,8 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from recommender.errors import ConfigError
+from recommender.plan import Plan, plan_document
+from recommender.replan.plans import stored_plan
 from recommender.replan.policy import PastRun
 
 DEFAULT_STORAGE = "recommender-history.db"
@@ -99,8 +103,13 @@ class RunRecord:
             return None
         return (self.window_start_s, self.window_end_s)
 
+    @property
+    def proposed_plan(self) -> Plan | None:
+        """The proposal read back as a :class:`Plan` (None when there is none or it no longer reads as one)."""
+        return stored_plan(self.proposed, f"history row {self.id} proposed plan")
+
     def past(self) -> PastRun:
-        return PastRun(self.time_s, self.decision, self.wanted, self.proposed, self.window)
+        return PastRun(self.time_s, self.decision, self.wanted, self.proposed_plan, self.window)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "time_s": self.time_s, "deployment": self.deployment, "decision": self.decision,
@@ -110,13 +119,17 @@ class RunRecord:
                 "window_start_s": self.window_start_s, "window_end_s": self.window_end_s}
 
 
+def _plan_json(plan: Plan | None) -> dict[str, Any] | None:
+    return None if plan is None else plan_document(plan)
+
+
 def _row(time_s: float, deployment: str, decision: str, wanted: str, reason: str,
-         observed: Mapping[str, Any] | None, current: Mapping[str, Any] | None, proposed: Mapping[str, Any] | None,
+         observed: Mapping[str, Any] | None, current: Plan | None, proposed: Plan | None,
          usd_per_hour_current: float | None = None, usd_per_hour_proposed: float | None = None,
          run_id: str | None = None, window: tuple[float, float] | None = None) -> dict[str, Any]:
     return dict(time_s=time_s, deployment=deployment, decision=decision, wanted=wanted, reason=reason,
                 usd_per_hour_current=usd_per_hour_current, usd_per_hour_proposed=usd_per_hour_proposed,
-                observed=_jsonable(observed), current=_jsonable(current), proposed=_jsonable(proposed),
+                observed=_jsonable(observed), current=_plan_json(current), proposed=_plan_json(proposed),
                 run_id=run_id or uuid.uuid4().hex, window_start_s=None if window is None else float(window[0]),
                 window_end_s=None if window is None else float(window[1]))
 
@@ -192,8 +205,8 @@ class History:
                     conn.execute(sa.text(f"ALTER TABLE replan_runs ADD COLUMN {c} {_ADDED_COLUMNS[c]}"))
 
     def record(self, *, time_s: float, deployment: str, decision: str, wanted: str, reason: str,
-               observed: Mapping[str, Any] | None, current: Mapping[str, Any] | None,
-               proposed: Mapping[str, Any] | None, usd_per_hour_current: float | None = None,
+               observed: Mapping[str, Any] | None, current: Plan | None,
+               proposed: Plan | None, usd_per_hour_current: float | None = None,
                usd_per_hour_proposed: float | None = None, run_id: str | None = None,
                window: tuple[float, float] | None = None) -> int:
         """Insert one run; returns its id."""

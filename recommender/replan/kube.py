@@ -19,9 +19,10 @@ import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from recommender.errors import ConfigError, RecommenderError
+from recommender.plan import Plan
 from recommender.replan import plans
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -77,14 +78,14 @@ def scale(deployment: str, replicas: int, *, timeout_s: float = 10.0) -> None:
                          f"written but not applied") from None
 
 
-def apply_replicas(current: Mapping[str, Any], adopted: Mapping[str, Any], deployments: Sequence[str]) -> str:
+def apply_replicas(current: Plan, adopted: Plan, deployments: Sequence[str]) -> str:
     """Scale ``deployments`` (one per pool, in pool order) to ``adopted``'s replicas when the change is a
     same-shape one; returns what was done, in words."""
-    old, new = plans.top(current), plans.top(adopted)
+    old, new = current.top, adopted.top
     if not plans.same_shape(old, new):
         return (f"not applied: {plans.describe(adopted)} is a new deployment shape (not just replicas); "
                 f"roll out the written files")
-    counts = plans.replicas(new)
+    counts = new.pool_replicas
     if len(counts) != len(deployments):
         raise ConfigError(f"--apply-to names {len(deployments)} Deployment(s) but the plan has {len(counts)} "
                           f"pool(s); name one per pool, in pool order (prefill, decode)")

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from recommender.errors import ConfigError
-from recommender.replan import plans
+from recommender.plan import LengthSummary, Plan, WorkloadEcho
 from recommender.replan.observation import Observation, RatePoint
 from recommender.replan.policy import Policy
 from recommender.workload import LengthDist, Slo, Workload
@@ -61,25 +60,23 @@ def merge_points(earlier: Iterable[RatePoint], current: Iterable[RatePoint]) -> 
     return sorted(by_end.values(), key=lambda p: p.end_s)
 
 
-def _dist_from_summary(d: Mapping[str, Any] | None, what: str) -> LengthDist:
-    """Rebuild a length distribution from a plan JSON summary (min, p50, p90, p99, max)."""
-    if not d:
+def _dist_from_summary(d: LengthSummary | None, what: str) -> LengthDist:
+    """Rebuild a length distribution from a plan's summary (min, p50, p90, p99, max; weights 0, 0.5, 0.4,
+    0.09, 0.01 between them)."""
+    if d is None:
         raise ConfigError(f"the current plan's workload has no {what} summary; pass --workload FILE")
-    if d.get("dist") == "constant" or d.get("min") == d.get("max"):
-        return LengthDist.constant(int(d.get("max") or d.get("p50") or d.get("mean") or 1))
-    if all(d.get(k) is None for k in ("p50", "p90", "p99")):
-        if d.get("mean") is None:
-            raise ConfigError(f"the current plan's {what} summary has neither quantiles nor a mean; pass --workload FILE")
-        mean = float(d["mean"])  # only mean/max known: a normal with a 25% spread, clipped to [min, max]
-        hi = int(d["max"]) if d.get("max") else None
-        return LengthDist.normal(mean, 0.25 * mean, int(d.get("min") or 1), hi)
-    keys = [("min", 0.0), ("p50", 0.5), ("p90", 0.4), ("p99", 0.09), ("max", 0.01)]
+    if d.dist == "constant" or d.min == d.max:
+        return LengthDist.constant(int(d.max or d.p50 or d.mean or 1))
+    if d.p50 is None and d.p90 is None and d.p99 is None:
+        mean = float(d.mean)  # only mean/max known: a normal with a 25% spread, clipped to [min, max]
+        return LengthDist.normal(mean, 0.25 * mean, int(d.min or 1), int(d.max) if d.max else None)
+    keys = [(d.min, 0.0), (d.p50, 0.5), (d.p90, 0.4), (d.p99, 0.09), (d.max, 0.01)]
     edges: list[float] = []
     counts: list[float] = []
-    for k, w in keys:
-        if d.get(k) is None:
+    for v, w in keys:
+        if v is None:
             continue
-        e = float(d[k])
+        e = float(v)
         if edges and e <= edges[-1]:
             counts[-1] += w
         else:
@@ -90,48 +87,30 @@ def _dist_from_summary(d: Mapping[str, Any] | None, what: str) -> LengthDist:
     return LengthDist.histogram(edges, counts)
 
 
-def base_workload_from_plan(doc: Mapping[str, Any], where: str = "current plan") -> Workload:
-    """The workload a plan JSON was made for (model, SLOs, lengths from their summaries).
+def base_workload_from_plan(plan: Plan, where: str = "current plan") -> Workload:
+    """The workload a plan was made for (model, SLOs, lengths from their summaries).
 
-    GPU types are restricted to those the plan already uses (the plan JSON does not carry the user's
-    GPU list or prices); pass the original workload file to widen that.
+    GPU types are restricted to those the plan's rank-1 row already uses (a plan does not carry the user's
+    prices); pass the original workload file to widen that.
     """
-    row = plans.top(doc)
-    key = json.dumps([doc.get("workload"), doc.get("slo"), row.get("gpu"), [p.get("gpu") for p in row.get("pools") or []],
-                      where], sort_keys=True, default=str)
-    return _base_workload_cached(key)
+    row = plan.top
+    gpus = tuple(sorted({p.gpu for p in row.pools} | {row.gpu}))
+    return _base_workload(plan.workload, plan.slos, gpus, where)
 
 
 @functools.lru_cache(maxsize=32)
-def _base_workload_cached(key: str) -> Workload:
-    wl_doc, slo_doc, gpu, pool_gpus, where = json.loads(key)
-    return _base_workload({"workload": wl_doc, "slo": slo_doc,
-                           "plans": [{"gpu": gpu, "pools": [{"gpu": g} for g in pool_gpus if g]}]}, where)
-
-
-def _base_workload(doc: Mapping[str, Any], where: str) -> Workload:
-    wl = doc.get("workload") or {}
-    if not wl.get("model"):
+def _base_workload(wl: WorkloadEcho, slos: tuple[Slo, ...], gpus: tuple[str, ...], where: str) -> Workload:
+    if not wl.model:
         raise ConfigError(f"{where}: workload.model is missing; pass --workload FILE")
-    slos = []
-    for s in doc.get("slo") or []:
-        try:
-            slos.append(Slo(str(s["metric"]), float(s["limit_s"]), str(s.get("percentile", "p90"))))
-        except (KeyError, TypeError, ValueError):
-            raise ConfigError(f"{where}: malformed slo entry {s!r}") from None
-    row = plans.top(doc)
-    gpus = sorted({str(p["gpu"]) for p in row.get("pools") or [] if "gpu" in p} | {str(row["gpu"])})
     return Workload(
-        model=str(wl["model"]), prompt_tokens=_dist_from_summary(wl.get("prompt_tokens"), "prompt_tokens"),
-        output_tokens=_dist_from_summary(wl.get("output_tokens"), "output_tokens"),
-        arrival_rate_per_s=wl.get("arrival_rate_per_s"), shared_prefix_fraction=float(wl.get("shared_prefix_fraction") or 0.0),
-        gpus=tuple(gpus), slos=tuple(slos), name=str(wl.get("name") or "workload"), source=str(wl.get("source") or ""))
+        model=wl.model, prompt_tokens=_dist_from_summary(wl.prompt_tokens, "prompt_tokens"),
+        output_tokens=_dist_from_summary(wl.output_tokens, "output_tokens"),
+        arrival_rate_per_s=wl.arrival_rate_per_s, shared_prefix_fraction=wl.shared_prefix_fraction,
+        gpus=gpus, slos=slos, name=wl.name or "workload", source=wl.source)
 
 
-def _max_model_len(doc: Mapping[str, Any]) -> int | None:
-    row = plans.top(doc)
-    v = row.get("max_model_len") or (doc.get("workload") or {}).get("max_model_len")
-    return int(v) if v else None
+def _max_model_len(plan: Plan) -> int | None:
+    return plan.top.max_model_len or plan.workload.max_model_len
 
 
 def _clip(dist: LengthDist, cap: int | None) -> LengthDist:
@@ -150,7 +129,7 @@ def _clip(dist: LengthDist, cap: int | None) -> LengthDist:
     return LengthDist.histogram(edges, counts)
 
 
-def observed_workload(obs: Observation, base: Workload, current: Mapping[str, Any], policy: Policy,
+def observed_workload(obs: Observation, base: Workload, current: Plan, policy: Policy,
                       forecast_per_s: float) -> tuple[Workload, list[str]]:
     """The workload to plan for and notes on what was kept from ``base``."""
     notes = []

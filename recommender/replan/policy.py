@@ -32,8 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from recommender import units
 from recommender.errors import ConfigError, UnitError
-from recommender.yamlfile import validation_message
+from recommender.plan import Plan
+from recommender.plan.cost import with_replicas
 from recommender.replan import plans
+from recommender.yamlfile import validation_message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +190,7 @@ class PastRun:
     time_s: float
     decision: str  # "changed" | "unchanged" | "error"
     wanted: str  # "up" | "down" | "none" | "" (no decision: error / insufficient data)
-    proposed: Mapping[str, Any] | None
+    proposed: Plan | None
     window: tuple[float, float] | None = None  # observed time range (unix s); None: unknown (not new data)
 
 
@@ -197,7 +199,7 @@ class Decision:
     changed: bool
     wanted: str  # what the planner's proposal asked for: "up" | "down" | "none"
     reason: str
-    plan: dict[str, Any]  # the plan adopted (changed) or the one that would have been (unchanged)
+    plan: Plan  # the plan adopted (changed) or the one that would have been (unchanged)
 
 
 def _fmt_dur(s: float) -> str:
@@ -217,18 +219,19 @@ def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return shared > max(1.0, 0.02 * shorter)
 
 
-def _cap(current: Mapping[str, Any], target: dict[str, Any], max_change: int | None) -> tuple[dict[str, Any], str]:
-    """Limit a same-shape change to ``max_change`` replicas per pool; returns (plan, note)."""
-    cur_row, new_row = plans.top(current), plans.top(target)
+def _cap(current: Plan, target: Plan, max_change: int | None) -> tuple[Plan, str]:
+    """Limit a same-shape change to ``max_change`` replicas per pool; returns (plan, note). The capped plan is
+    ``target`` resized by :func:`recommender.plan.cost.with_replicas` (whole instances re-rented)."""
+    cur_row, new_row = current.top, target.top
     if max_change is None or not plans.same_shape(cur_row, new_row):
         return target, ""
-    old, new = plans.replicas(cur_row), plans.replicas(new_row)
+    old, new = cur_row.pool_replicas, new_row.pool_replicas
     capped = tuple(o + max(-max_change, min(max_change, n - o)) for o, n in zip(old, new))
     if capped == new:
         return target, ""
     note = (f"capped at {max_change} replica(s) per step: {'+'.join(map(str, old))} -> {'+'.join(map(str, capped))} "
             f"(planner asked for {'+'.join(map(str, new))}; the next runs continue)")
-    return plans.with_replicas(target, capped, note), note
+    return with_replicas(target, capped, note), note
 
 
 def agreeing_windows(past: Sequence[PastRun], window: tuple[float, float] | None) -> tuple[list[PastRun], int]:
@@ -256,7 +259,7 @@ def agreeing_windows(past: Sequence[PastRun], window: tuple[float, float] | None
     return out, repeated
 
 
-def decide(policy: Policy, *, current: Mapping[str, Any], proposed: Mapping[str, Any], risks: Sequence[str],
+def decide(policy: Policy, *, current: Plan, proposed: Plan, risks: Sequence[str],
            past: Sequence[PastRun], now_s: float, window: tuple[float, float] | None = None,
            proposal_meets: str | None = "") -> Decision:
     """Apply the policy (see the module docstring).
@@ -270,8 +273,8 @@ def decide(policy: Policy, *, current: Mapping[str, Any], proposed: Mapping[str,
     risk_txt = "; ".join(risks)
     last_change = next((r for r in past if r.decision == "changed"), None)
     cooldown_left = (policy.cooldown_s - (now_s - last_change.time_s)) if last_change else 0.0
-    prop = dict(proposed)
-    if plans.same_deployment(plans.top(current), plans.top(proposed)):
+    prop = proposed
+    if plans.same_deployment(current.top, proposed.top):
         why = f"SLO at risk ({risk_txt}) but the planner finds no better plan than the current one; investigate the engine" \
             if risks else "the planner proposes the current deployment"
         return Decision(False, "none", f"{why}: {cur_desc}", prop)
@@ -302,7 +305,7 @@ def decide(policy: Policy, *, current: Mapping[str, Any], proposed: Mapping[str,
         return Decision(False, "down", f"{new_desc} would save {saving:.1%}, but the last change was "
                         f"{_fmt_dur(now_s - last_change.time_s)} ago ({_fmt_dur(cooldown_left)} of cooldown left)", prop)
     used = streak[: policy.scale_down_windows - 1]
-    target = max([prop] + [dict(r.proposed) for r in used if r.proposed], key=plans.usd_per_hour)
+    target = max([prop] + [r.proposed for r in used if r.proposed is not None], key=plans.usd_per_hour)
     stabilised = target is not prop
     t_usd = plans.usd_per_hour(target)
     t_saving = (cur_usd - t_usd) / cur_usd if cur_usd > 0 else 0.0

@@ -1,7 +1,7 @@
 """The current plan under the model: does it still meet its SLOs at the forecast load?
 
-``predict_plan(plan_doc, workload)`` rebuilds the deployed configuration from the plan JSON (GPU, TP,
-dtypes, the engine limits each pool was given, its replica counts, its ``max_model_len``) and runs the
+``predict_plan(plan, workload)`` rebuilds the deployed configuration from the plan's rank-1 row (per pool:
+GPU, TP, dtypes, the engine limits it was given, its replica counts; the row's ``max_model_len``) and runs the
 analytic load model (``recommender.load.analyze`` / ``analyze_disaggregated``) at
 ``workload.arrival_rate_per_s`` (the re-planner passes forecast x (1 + headroom)) with the workload's
 length distributions and shared-prefix fraction. The plan *meets* the load when the model says it is
@@ -23,8 +23,8 @@ from recommender.errors import RecommenderError
 from recommender.load import analyze, analyze_disaggregated
 from recommender.perf import memory as mem
 from recommender.perf.step import Deployment, EngineLimits, StepCostModel
+from recommender.plan import Plan, Pool
 from recommender.profiles import EngineProfile, engine_profile
-from recommender.replan import plans
 from recommender.search.policy import SearchPolicy, load_search_policy
 from recommender.units import fmt_seconds
 from recommender.workload import Workload
@@ -61,29 +61,20 @@ class Prediction:
                                 for m, d in self.latencies.items()}}
 
 
-def _limits(pool: Mapping[str, Any], row: Mapping[str, Any], max_model_len: int) -> EngineLimits:
-    """The limits vLLM was given for ``pool`` (pool fields override the row's)."""
-    def get(key: str, default: Any) -> Any:
-        v = pool.get(key)
-        return row.get(key, default) if v is None else v
-
-    chunked = bool(get("chunked_prefill", True))
-    budget = int(get("max_num_batched_tokens", 8192) or 0)
-    if not chunked or budget <= 0:
+def _limits(pool: Pool, max_model_len: int) -> EngineLimits:
+    """The limits vLLM was given for ``pool``; without chunked prefill (or without a budget) a step must hold
+    a whole prompt, so the token budget is at least max(``max_model_len``, 2048)."""
+    budget = pool.max_num_batched_tokens
+    if not pool.chunked_prefill or budget <= 0:
         budget = max(budget, max_model_len, 2048)
-    return EngineLimits(max_num_seqs=int(get("max_num_seqs", 256)), max_num_batched_tokens=budget,
-                        chunked_prefill=chunked, enable_prefix_caching=bool(get("enable_prefix_caching", False)))
+    return EngineLimits(max_num_seqs=pool.max_num_seqs, max_num_batched_tokens=budget,
+                        chunked_prefill=pool.chunked_prefill, enable_prefix_caching=pool.enable_prefix_caching)
 
 
-def _pools(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    pools = list(row.get("pools") or [])
-    return pools if pools else [dict(row, role="both")]
-
-
-def predict_plan(plan_doc: Mapping[str, Any], workload: Workload, *, profile: EngineProfile | None = None,
+def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | None = None,
                  policy: SearchPolicy | None = None, catalog: Catalog | None = None,
                  replicas: tuple[int, ...] | None = None) -> Prediction:
-    """Evaluate the rank-1 row of ``plan_doc`` (or its shape at ``replicas`` per pool) under ``workload``.
+    """Evaluate the rank-1 row of ``plan`` (or its shape at ``replicas`` per pool) under ``workload``.
 
     Raises RecommenderError when the plan names a GPU or model the catalog does not know or a
     configuration that no longer fits in memory (the message says which).
@@ -91,22 +82,16 @@ def predict_plan(plan_doc: Mapping[str, Any], workload: Workload, *, profile: En
     policy = policy or load_search_policy()
     profile = profile or engine_profile("vllm")
     catalog = catalog or default_catalog()
-    row = plans.top(plan_doc)
-    pools = _pools(row)
-    reps = replicas if replicas is not None else plans.replicas(row)
-    max_len = int(row.get("max_model_len") or (plan_doc.get("workload") or {}).get("max_model_len")
-                  or workload.max_model_len)
+    row = plan.top
+    reps = replicas if replicas is not None else row.pool_replicas
+    max_len = int(row.max_model_len or plan.workload.max_model_len or workload.max_model_len)
     model = catalog.model(workload.model)
     costs = []
-    for p in pools:
-        gpu = catalog.gpu(str(p.get("gpu", row["gpu"])))
-        limits = _limits(p, row, max_len)
-        wd = str(p.get("weight_dtype", row["weight_dtype"]))
-        kd = str(p.get("kv_dtype", row.get("kv_dtype", wd)))
-        dep = Deployment(model, gpu, int(p.get("tp", row["tp"])), wd, kd, profile, limits,
-                         float(p.get("gpu_memory_utilization", row.get("gpu_memory_utilization",
-                                                                       policy.gpu_memory_utilization))),
-                         bool(p.get("cuda_graphs", row.get("cuda_graphs", True))), max_len)
+    for p in row.pools:
+        gpu = catalog.gpu(p.gpu)
+        limits = _limits(p, max_len)
+        wd, kd = p.weight_dtype, p.kv_dtype
+        dep = Deployment(model, gpu, p.tp, wd, kd, profile, limits, p.gpu_memory_utilization, p.cuda_graphs, max_len)
         if not dep.memory().fits:
             raise RecommenderError(f"the current plan's {gpu.id} TP{dep.tp} {wd} pool no longer fits in memory "
                                    f"under this profile; re-plan from the workload file")
@@ -141,17 +126,17 @@ def predict_plan(plan_doc: Mapping[str, Any], workload: Workload, *, profile: En
                       tuple(int(r) for r in reps))
 
 
-def smaller_shape_meets(plan_doc: Mapping[str, Any], workload: Workload, **kw: Any) -> tuple[int, ...] | None:
+def smaller_shape_meets(plan: Plan, workload: Workload, **kw: Any) -> tuple[int, ...] | None:
     """Replica counts with one replica fewer in one pool that still meet the load, else None.
 
     Used to tell whether traffic is inside the current plan's band (it meets the load and no smaller
     plan of the same shape does)."""
-    cur = plans.replicas(plans.top(plan_doc))
+    cur = plan.top.pool_replicas
     for i in range(len(cur)):
         if cur[i] <= 1:
             continue
         fewer = tuple(r - 1 if j == i else r for j, r in enumerate(cur))
-        if predict_plan(plan_doc, workload, replicas=fewer, **kw).meets:
+        if predict_plan(plan, workload, replicas=fewer, **kw).meets:
             return fewer
     return None
 

@@ -14,21 +14,20 @@ says how much more is needed), 2..9 error (the current plan is kept).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from recommender.bounded import load_json_text, read_file_text
+from recommender.atomic import atomic_write_text
 from recommender.errors import RecommenderError, TrafficSourceError
+from recommender.plan import Plan, dump_plan, plan_document
 from recommender.replan import plans
 from recommender.replan.history import History, Transaction
-from recommender.atomic import atomic_write_text
-from recommender.plan import load_plan
 from recommender.replan.observation import InsufficientDataError
 from recommender.replan.observe import (
     base_workload_from_plan, forecast_rate_per_s, merge_points, observed_workload, rate_points_from_observed,
@@ -45,8 +44,8 @@ EXIT_UNCHANGED = 0
 EXIT_CHANGED = 10
 EXIT_INSUFFICIENT_DATA = InsufficientDataError.exit_code  # 11
 
-Planner = Callable[[Workload, "dict[str, Any] | None"], "dict[str, Any]"]
-# (plan JSON, workload, replicas per pool or None = the plan's) -> the model's verdict
+Planner = Callable[[Workload, "Plan | None"], Plan]
+# (plan, workload, replicas per pool or None = the plan's) -> the model's verdict
 Predictor = Callable[..., "Prediction"]
 
 
@@ -56,8 +55,8 @@ class ReplanResult:
 
     decision: str  # "changed" | "unchanged" | "error"
     reason: str
-    current: Mapping[str, Any]
-    proposed: Mapping[str, Any] | None = None
+    current: Plan
+    proposed: Plan | None = None
     observed: Mapping[str, Any] | None = None
     exit_code: int = EXIT_UNCHANGED
     time_s: float = 0.0
@@ -75,15 +74,17 @@ class ReplanResult:
         return round(plans.usd_per_hour(self.proposed) - plans.usd_per_hour(self.current), 4)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"changed": self.changed, "reason": self.reason, "observed": self.observed, "current": self.current,
-                "proposed": self.proposed, "usd_per_hour_delta": self.usd_per_hour_delta,
+        """The plans as plan files hold them (JSON, version 2)."""
+        return {"changed": self.changed, "reason": self.reason, "observed": self.observed,
+                "current": plan_document(self.current),
+                "proposed": None if self.proposed is None else plan_document(self.proposed),
+                "usd_per_hour_delta": self.usd_per_hour_delta,
                 "decision": self.decision, "exit_code": self.exit_code, "written": list(self.written)}
 
 
-def deployment_name(doc: Mapping[str, Any]) -> str:
+def deployment_name(plan: Plan) -> str:
     """History key of a plan: '<workload name>/<model>'."""
-    wl = doc.get("workload") or {}
-    return f"{wl.get('name') or 'workload'}/{wl.get('model') or 'model'}"
+    return f"{plan.workload.name or 'workload'}/{plan.workload.model or 'model'}"
 
 
 def deploy_writer() -> Callable[..., Any] | None:
@@ -97,28 +98,24 @@ def deploy_writer() -> Callable[..., Any] | None:
     return getattr(deploy, "write_deploy_files", None)
 
 
-def write_outputs(plan_doc: Mapping[str, Any], out_dir: Path) -> tuple[str, ...]:
-    """The deployment files (when ``recommender.deploy`` exists) and ``out_dir/plan.json`` as one set.
+def write_outputs(plan: Plan, out_dir: Path) -> tuple[str, ...]:
+    """The deployment files (when ``recommender.deploy`` exists) and ``out_dir/plan.json`` (:func:`dump_plan`,
+    version 2) as one set.
 
     The deployment files are rendered (and a refused plan rejected) before anything is written. A writer
     that takes ``extra_files`` (``recommender.deploy.write_deploy_files``) swaps the whole set, plan.json
     included, into ``out_dir`` at once; otherwise plan.json is written last (temp file + rename).
     """
-    written: list[str] = []
-    text = json.dumps(plan_doc, indent=2) + "\n"
     path = out_dir / "plan.json"
+    text = dump_plan(plan)
     writer = deploy_writer()
-    path = out_dir / "plan.json"
-    text = json.dumps(plan_doc, indent=2) + "\n"
     if writer is not None and "extra_files" in inspect.signature(writer).parameters:
         # recommender.deploy.write_deploy_files: plan.json joins the deployment files' set, swapped in as one
-        more = writer(load_plan(plan_doc), out_dir, extra_files={"plan.json": text})
-        return tuple([str(p) for p in more] + [str(path)])
+        more = writer(plan, out_dir, extra_files={"plan.json": text})
+        return tuple([str(p) for p in more or ()] + [str(path)])
+    written: list[str] = []
     if writer is not None:
-        if "extra_files" in inspect.signature(writer).parameters:
-            more = writer(load_plan(plan_doc), out_dir, extra_files={"plan.json": text})
-            return tuple([str(p) for p in more or ()] + [str(path)])
-        more = writer(load_plan(plan_doc), out_dir)
+        more = writer(plan, out_dir)
         if isinstance(more, (list, tuple)):
             written += [str(p) for p in more]
     atomic_write_text(path, text)
@@ -127,80 +124,75 @@ def write_outputs(plan_doc: Mapping[str, Any], out_dir: Path) -> tuple[str, ...]
 
 def model_predictor(*, profile: Any = None) -> Predictor:
     """``predict_plan`` with the shipped catalog, search policy and ``profile`` (default: vLLM's)."""
-    def predict(plan_doc: Mapping[str, Any], workload: Workload, replicas: tuple[int, ...] | None = None) -> Prediction:
+    def predict(plan: Plan, workload: Workload, replicas: tuple[int, ...] | None = None) -> Prediction:
         from recommender.replan.predict import predict_plan
 
-        return predict_plan(plan_doc, workload, profile=profile, replicas=replicas)
+        return predict_plan(plan, workload, profile=profile, replicas=replicas)
 
     return predict
 
 
-def _smaller_meets(predictor: Predictor, doc: Mapping[str, Any], workload: Workload) -> tuple[tuple[int, ...], Prediction] | None:
+def _smaller_meets(predictor: Predictor, plan: Plan, workload: Workload) -> tuple[tuple[int, ...], Prediction] | None:
     """One replica fewer in one pool that still meets the load (the plan is above its band), else None."""
-    cur = plans.replicas(plans.top(doc))
+    cur = plan.top.pool_replicas
     for i, r in enumerate(cur):
         if r > 1:
             fewer = tuple(x - 1 if j == i else x for j, x in enumerate(cur))
-            p = predictor(doc, workload, fewer)
+            p = predictor(plan, workload, fewer)
             if p.meets:
                 return fewer, p
     return None
 
 
-def _lengths_moved(doc: Mapping[str, Any], workload: Workload, tolerance: float) -> str:
+def _lengths_moved(plan: Plan, workload: Workload, tolerance: float) -> str:
     """Why the observed mean lengths are outside ``tolerance`` of the plan's ('' when within)."""
-    wl = doc.get("workload") or {}
     out = []
-    for key in ("prompt_tokens", "output_tokens"):
-        planned = (wl.get(key) or {}).get("mean")
+    for key, summary in (("prompt_tokens", plan.workload.prompt_tokens), ("output_tokens", plan.workload.output_tokens)):
+        planned = summary.mean if summary is not None else None
         seen = getattr(workload, key).mean
-        if planned and abs(seen - float(planned)) > tolerance * float(planned):
-            out.append(f"mean {key.replace('_', ' ')} {seen:.0f} vs {float(planned):.0f} planned")
+        if planned and abs(seen - planned) > tolerance * planned:
+            out.append(f"mean {key.replace('_', ' ')} {seen:.0f} vs {planned:.0f} planned")
     return "; ".join(out)
 
 
-def stamp(plan_doc: Mapping[str, Any], *, run_id: str, deployment: str, time_s: float, wanted: str,
-          reason: str, window: tuple[float, float] | None) -> dict[str, Any]:
-    """The plan a change writes, carrying which run adopted it (``replan`` key; deploy ignores it)."""
-    return {**plan_doc, "replan": {"run_id": run_id, "deployment": deployment, "time_s": time_s, "wanted": wanted,
-                                   "reason": reason, "window": list(window) if window else None}}
+def stamp(plan: Plan, *, run_id: str, deployment: str, time_s: float, wanted: str,
+          reason: str, window: tuple[float, float] | None) -> Plan:
+    """The plan a change writes, carrying which run adopted it (``Plan.replan``; deploy ignores it)."""
+    return dataclasses.replace(plan, replan={"run_id": run_id, "deployment": deployment, "time_s": time_s,
+                                             "wanted": wanted, "reason": reason,
+                                             "window": list(window) if window else None})
 
 
-def adopted_plan(out_dir: Path | None, deployment: str) -> dict[str, Any] | None:
+def adopted_plan(out_dir: Path | None, deployment: str) -> Plan | None:
     """``out_dir/plan.json`` when an earlier run of ``deployment`` wrote it (its ``replan`` stamp), else None:
     the plan adopted last is the current one of the next run."""
     if out_dir is None or not (out_dir / "plan.json").is_file():
         return None
     try:
-        doc = plans.load_plan(out_dir / "plan.json")
+        plan = plans.load_current(out_dir / "plan.json")
     except RecommenderError:
         return None
-    st = doc.get("replan")
-    return doc if isinstance(st, dict) and st.get("deployment") == deployment else None
+    st = plan.replan
+    return plan if st is not None and st.get("deployment") == deployment else None
 
 
 def recover_lost_row(tx: Transaction, out_dir: Path | None) -> None:
     """A plan.json stamped by a run whose history row is missing (killed between writing the files and
     the commit) is recorded now, so its cooldown is not lost."""
-    if out_dir is None or not (out_dir / "plan.json").is_file():
-        return
-    try:
-        doc = load_json_text(read_file_text(out_dir / "plan.json", "written plan"), "plan.json")
-    except (OSError, ValueError):  # ConfigError (not a file, too large) is a ValueError too
-        return
-    st = doc.get("replan") if isinstance(doc, dict) else None
-    if not isinstance(st, dict) or st.get("deployment") != tx.deployment or not st.get("run_id"):
+    plan = adopted_plan(out_dir, tx.deployment)
+    st = plan.replan if plan is not None else None
+    if out_dir is None or plan is None or st is None or not st.get("run_id"):
         return
     if tx.has_run(str(st["run_id"])):
         return
     w = st.get("window")
     tx.record(time_s=float(st.get("time_s") or 0.0), decision="changed", wanted=str(st.get("wanted") or ""),
               reason=f"recovered from {out_dir / 'plan.json'} (its run ended before recording): {st.get('reason', '')}",
-              observed=None, current=None, proposed=doc, usd_per_hour_proposed=plans.usd_per_hour(doc),
+              observed=None, current=None, proposed=plan, usd_per_hour_proposed=plans.usd_per_hour(plan),
               run_id=str(st["run_id"]), window=(float(w[0]), float(w[1])) if w else None)
 
 
-def replan_once(*, current: Mapping[str, Any], source: TrafficSource, planner: Planner, policy: Policy,
+def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, policy: Policy,
                 history: History, base: Workload | None = None, deployment: str | None = None,
                 out_dir: Path | None = None, clock: Callable[[], float] = time.time,
                 predictor: Predictor | None = None) -> ReplanResult:
@@ -218,10 +210,10 @@ def replan_once(*, current: Mapping[str, Any], source: TrafficSource, planner: P
     window: tuple[float, float] | None = None
 
     def finish(decision: str, wanted: str, reason: str, code: int, t: float, observed: Any = None,
-               proposed: Any = None, written: tuple[str, ...] = (), tx: Transaction | None = None) -> ReplanResult:
-        row = dict(time_s=t, decision=decision, wanted=wanted, reason=reason, observed=observed, current=dict(current),
+               proposed: Plan | None = None, written: tuple[str, ...] = (), tx: Transaction | None = None) -> ReplanResult:
+        row = dict(time_s=t, decision=decision, wanted=wanted, reason=reason, observed=observed, current=current,
                    proposed=proposed, usd_per_hour_current=cur_usd, run_id=run_id, window=window,
-                   usd_per_hour_proposed=plans.usd_per_hour(proposed) if proposed else None)
+                   usd_per_hour_proposed=None if proposed is None else plans.usd_per_hour(proposed))
         if tx is not None:
             tx.record(**row)
         else:
@@ -272,18 +264,17 @@ def replan_once(*, current: Mapping[str, Any], source: TrafficSource, planner: P
         busy = pred.utilisation >= policy.band_min_utilisation
         smaller = _smaller_meets(predict, current, workload) if not moved and busy else None
         if not moved and busy and smaller is None:
-            single = all(r <= 1 for r in plans.replicas(plans.top(current)))
+            single = all(r <= 1 for r in current.top.pool_replicas)
             fewer = "it runs one replica per pool" if single else "one replica fewer would miss"
             in_band = (f"traffic is within the current plan's band: at the forecast {forecast:.2f} req/s "
                        f"(+{policy.headroom:.0%} = {workload.effective_rate_per_s:.2f} req/s) the model predicts "
                        f"{pred.summary(workload)} and {fewer}; no search needed")
     proposal_meets: str | None = ""
     if in_band:
-        proposed: dict[str, Any] = dict(current)
+        proposed = current
     else:
         try:
-            proposed = planner(workload, dict(current))
-            plans.check_plan(proposed, "the planner's proposal")
+            proposed = plans.check_plan(planner(workload, current), "the planner's proposal")
         except RecommenderError as e:
             return finish("error", "", f"planner failed for the observed workload ({e}); keeping the current plan",
                           e.exit_code, now, observed)
@@ -330,7 +321,7 @@ def _past_runs(tx: Transaction, policy: Policy, now: float, window_s: float) -> 
     return past
 
 
-def watch(step: Callable[[Mapping[str, Any]], ReplanResult], current: Mapping[str, Any], interval_s: float, *,
+def watch(step: Callable[[Plan], ReplanResult], current: Plan, interval_s: float, *,
           on_result: Callable[[ReplanResult], None], sleep: Callable[[float], None] = time.sleep,
           iterations: int | None = None) -> ReplanResult | None:
     """Run ``step(current)`` every ``interval_s`` until interrupted (or ``iterations`` runs).

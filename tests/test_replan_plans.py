@@ -1,0 +1,80 @@
+"""The re-planner's typed plan helpers: shape comparison, description, checks, and plans stored as JSON
+(history rows written by older versions still read through ``recommender.plan.load_plan``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from recommender.errors import ConfigError
+from recommender.plan import load_plan, with_replicas
+from recommender.replan import plans
+from recommender.replan.history import History, runs
+from recommender.replan.policy import Policy, decide
+from test_replan_support import fake_plan, fake_plan_doc
+
+DISAGG = Path(__file__).parent / "data" / "plans" / "disagg-llama70b-h200.json"  # P 2 x h200 TP2 + D 1 x TP4, $50.40/h
+NOW = 100_000.0
+
+
+def test_shape_ignores_what_follows_from_the_replica_count():
+    four, nine = fake_plan(4, 4.8).top, fake_plan(9, 9.0).top
+    assert plans.same_shape(four, nine) and not plans.same_deployment(four, nine)
+    assert plans.same_deployment(four, fake_plan(4, 5.0).top)  # another sized rate, the same deployment
+    assert not plans.same_shape(four, fake_plan(4, 4.8, tp=2).top)
+    assert not plans.same_shape(four, fake_plan(4, 4.8, gpu="h200").top)
+    longer = dataclasses.replace(four, max_model_len=32768)  # follows the observed lengths: rides along
+    assert plans.same_shape(four, longer)
+    fewer_seqs = dataclasses.replace(four, pools=(dataclasses.replace(four.pools[0], max_num_seqs=64),))
+    assert not plans.same_shape(four, fewer_seqs)
+    # rented pools: 3 TP1 replicas on 2-GPU instances rent 2, 6 rent 3; the instances follow the replicas
+    rented = dict(gpus_per_instance=2, usd_per_instance_hour=5.0)
+    three, six = fake_plan(3, 3.0, **rented).top, fake_plan(6, 6.0, **rented).top
+    assert (three.instances, six.instances) == (2, 3) and plans.same_shape(three, six)
+    dearer = fake_plan(3, 3.0, gpus_per_instance=2, usd_per_instance_hour=6.0).top
+    assert not plans.same_shape(three, dearer)  # another offer is another deployment
+    assert not plans.same_shape(three, four)  # rented vs not
+
+
+def test_describe_and_cost_of_a_disaggregated_plan():
+    plan = load_plan(DISAGG)
+    assert plans.describe(plan) == "h200 tp4 bf16/fp8 disaggregated x2+1 replicas ($50.40/h)"
+    assert plans.usd_per_hour(plan) == 50.4
+    # P 3 x TP2 + D 2 x TP4 = 14 GPUs of 8; no pool prices, so 50.40 x 14 / 8 = $88.20/h
+    assert plans.describe(with_replicas(plan, (3, 2), "")) == "h200 tp4 bf16/fp8 disaggregated x3+2 replicas ($88.20/h)"
+
+
+def test_check_plan_names_what_is_missing(tmp_path):
+    plan = fake_plan(2, 2.4)
+    assert plans.check_plan(plan, "x") is plan
+    with pytest.raises(ConfigError, match="x: not a plan"):
+        plans.check_plan({"plans": []}, "x")
+    unpriced = dataclasses.replace(plan, rows=(dataclasses.replace(plan.top, usd_per_hour=None),))
+    with pytest.raises(ConfigError, match=r"x: plan '.*' \(rank 1\) has no usd_per_hour"):
+        plans.check_plan(unpriced, "x")
+    with pytest.raises(ConfigError, match="does not exist"):
+        plans.load_current(tmp_path / "nope.json")
+
+
+def _insert(h: History, t: float, proposed: object) -> None:
+    """A history row as an older re-planner wrote it (its own plan JSON in the proposed column)."""
+    with h.engine.begin() as conn:
+        conn.execute(runs.insert().values(time_s=t, deployment="chat/llama-3.1-8b", decision="unchanged", wanted="down",
+                                          reason="old", proposed=proposed, run_id=f"old{t:.0f}",
+                                          window_start_s=t - 300.0, window_end_s=t))
+
+
+def test_old_history_rows_with_dict_plan_json_are_read_through_load_plan(tmp_path):
+    h = History(str(tmp_path / "h.db"))
+    _insert(h, NOW - 600, fake_plan_doc(6, 6.0))  # a version-1 document, as the dict re-planner stored it
+    _insert(h, NOW - 300, fake_plan_doc(5, 5.0))
+    _insert(h, NOW - 900, {"plans": "not rows", "workload": {}})  # no longer a plan: no proposal
+    past = [r.past() for r in h.list()]
+    assert [p.proposed.top.replicas if p.proposed else None for p in past] == [5, 6, None]
+    assert past[0].proposed == fake_plan(5, 5.0)
+    # the policy uses them: 3 agreeing windows, the largest proposal of them (6 replicas, $12/h) is adopted
+    d = decide(Policy(), current=fake_plan(8, 9.6), proposed=fake_plan(3, 3.0), risks=[], past=past, now_s=NOW,
+               window=(NOW - 300.0, NOW))
+    assert d.changed and d.plan.top.replicas == 6 and "saves 25.0%" in d.reason  # 1 - 12 / 16
