@@ -164,12 +164,14 @@ def test_history_lists_decisions(env):
     assert r.exit_code == 0 and "error" in r.stdout and "changed" not in r.stdout
     r = runner_.invoke(app, ["history", "--storage", str(env["tmp"] / "none.db")])
     assert r.exit_code == 2 and "run `recommend replan` first" in r.stderr
+    r = runner_.invoke(app, ["history", "--storage", str(env["db"]), "--format", "xml"])
+    assert r.exit_code == 2 and "--format 'xml': use table or json" in r.stderr
 
 
 @pytest.mark.parametrize("args,match", [
     (["--current", "missing.json"], "does not exist"),
     (["--policy", "{bad}"], "policy file"),
-    (["--format", "xml"], "table or json"),
+    (["--format", "xml"], "--format 'xml': use table or json"),
 ])
 def test_bad_inputs_are_one_line_errors(env, args, match):
     base = {"--current": str(env["plan"]), "--policy": str(env["policy"]), "--format": "table"}

@@ -12,12 +12,13 @@ import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional
+from typing import TYPE_CHECKING, Annotated, Any, List, Mapping, Optional
 
 import typer
 from tabulate import tabulate
 
 from recommender import units
+from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
 from recommender.errors import ConfigError
 from recommender.workload import Workload, load_workload
@@ -124,8 +125,8 @@ def render_result(r: ReplanResult) -> str:
     return "\n".join(lines)
 
 
-def _emit(r: ReplanResult, fmt: str) -> None:
-    if fmt == "json":
+def _emit(r: ReplanResult, fmt: options.TableOrJson) -> None:
+    if fmt is options.TableOrJson.json:
         typer.echo(json.dumps(r.to_dict(), indent=2))
     else:
         typer.echo(render_result(r))
@@ -143,7 +144,7 @@ def replan_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="On a change, write the deployment files and DIR/plan.json (last, stamped with the run) atomically. A stamped DIR/plan.json of this deployment is the current plan of the next run."),
     watch_: bool = typer.Option(False, "--watch", help="Run every --interval until interrupted (default: one shot, for a CronJob)."),
     interval: str = typer.Option("5m", "--interval", help="Time between runs with --watch (e.g. 30s, 5m)."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table|json"),
+    fmt_name: Annotated[str, options.format_option(options.TableOrJson)] = "table",
     storage: Optional[str] = typer.Option(None, "--storage", help="History DB: SQLAlchemy URL (postgresql+psycopg://...) or SQLite file (default ./recommender-history.db)."),
     selector: str = typer.Option("", "--selector", help="Prometheus source: label matchers every query carries, e.g. 'model_name=\"meta-llama/Llama-3.1-8B\",namespace=\"prod\"'."),
     bearer_token_file: Optional[str] = typer.Option(None, "--bearer-token-file", help="HTTP sources: send 'Authorization: Bearer <token>' with the token read from this file (e.g. a mounted ServiceAccount token)."),
@@ -172,8 +173,7 @@ def replan_cmd(
     from recommender.replan.runner import adopted_plan, deployment_name, model_predictor, replan_once, watch
     from recommender.replan.sources import default_state_path, open_source
 
-    if fmt not in ("table", "json"):
-        raise ConfigError(f"--format {fmt!r}: use table or json")
+    fmt = options.choice(options.TableOrJson, fmt_name, "--format")
     pol_path = policy if policy is not None else (DEFAULT_POLICY if DEFAULT_POLICY.exists() else None)
     pol = load_policy(pol_path)
     interval_s = units.parse_duration_s(interval, "--interval")
@@ -228,7 +228,7 @@ def _iso(t: float) -> str:
 @one_line_errors
 def history_cmd(
     storage: Optional[str] = typer.Option(None, "--storage", help="History DB: SQLAlchemy URL or file (default ./recommender-history.db)."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table|json"),
+    fmt_name: Annotated[str, options.format_option(options.TableOrJson)] = "table",
     limit: int = typer.Option(20, "--limit", "-n", help="Newest N runs."),
     deployment: Optional[str] = typer.Option(None, "--deployment", help="Only this deployment ('<workload>/<model>')."),
     full: bool = typer.Option(False, "--full", help="JSON: include the observed workload and both plans."),
@@ -236,8 +236,7 @@ def history_cmd(
     """List re-planning decisions, newest first: time, decision, USD/h before and after, and why."""
     from recommender.replan.history import History, records_to_dicts, sqlite_path, storage_url
 
-    if fmt not in ("table", "json"):
-        raise ConfigError(f"--format {fmt!r}: use table or json")
+    fmt = options.choice(options.TableOrJson, fmt_name, "--format")
     if limit <= 0:
         raise ConfigError("--limit must be positive")
     url = storage_url(storage)
@@ -245,7 +244,7 @@ def history_cmd(
     if path is not None and not path.exists():
         raise ConfigError(f"no history at {path}: run `recommend replan` first, or pass --storage")
     records = History(url).list(deployment=deployment, limit=limit)
-    if fmt == "json":
+    if fmt is options.TableOrJson.json:
         typer.echo(json.dumps(records_to_dicts(records, full=full), indent=2))
         return
     if not records:
