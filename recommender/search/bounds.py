@@ -13,15 +13,22 @@ Throughput of one replica (requests/s), ``u = max_utilisation``:
   weight GEMMs and attends to the tokens before it (full-attention layers), and a step takes at least
   its FLOPs at ``group_flops_per_s``, so ``lam x E[FLOPs per request] <= group_flops_per_s``.
 
-Replicas ``R >= ceil(rate x (1 + headroom) / lam_max)``; cost ``>= usd_per_gpu_hour x tp x R``. An offline
+* TPOT SLO ``L`` (decoding pools): the mean decode step ``t`` is at least ``f(b) = decode_step_s(b, mean_ctx)``
+  at the mean batch ``b``, Little's law gives ``b >= lam x (E[O] - 1) x t``, and TPOT at p >= 90 (or the
+  mean) is at least ``t`` (at p50 at least ``t / 2``), so ``f(b) <= t <= L`` bounds ``b <= b_max`` (the largest
+  batch whose step fits in ``L``) and, ``b / f(b)`` growing with ``b``, ``lam x (E[O] - 1) <= b_max / f(b_max)``.
+
+Replicas ``R >= ceil(rate x (1 + headroom) / lam_max)``; cost ``>=`` the cheapest whole-instance rental of
+``R`` TP groups (``recommender.offers.cheapest_rental``; renting more groups never costs less). An offline
 job pays ``usd_per_gpu_hour x tp x R x running`` with ``running = rate / (R x capacity)`` and capacity
 ``<= lam_max`` at a full KV cache (``u = 1``), so its cost is ``>= usd_per_gpu_hour x tp x rate / lam_max``
 (per pool for P/D: each pool's capacity bounds the job's rate).
 
 Latency at percentile ``p`` (TTFT = queue + residual + own prefill + co-scheduled + fixed, all >= 0):
 ``TTFT_p >= q_p(max(Pc x linear_flops_per_token / group_flops_per_s, ceil(Pc / C) x W / hbm)) + fixed``
-(each chunk step reads the weights ``W`` once); TPOT ``>= W / hbm`` (every decode step reads the
-weights; halved at p50, where the batch-noise factor may be below 1); E2E ``>=`` TTFT's bound (plus
+(each chunk step reads the weights ``W`` once); TPOT ``>=`` the shortest decode step, ``max(W / hbm,
+decode_step_s(1, 0.9 x mean_ctx))`` (every decode step reads the weights; the load model's step is at a mean
+batch of at least one; halved at p50, where the batch-noise factor may be below 1); E2E ``>=`` TTFT's bound (plus
 ``E[O - 1] x W / hbm`` for the mean). P/D: prefill's TTFT bound plus the KV transfer, decode's TPOT.
 """
 
@@ -34,6 +41,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from recommender.load.pool import pool_inputs
+from recommender.offers import cheapest_rental
 from recommender.perf.step import EngineLimits, StepCostModel
 from recommender.sizing import Candidate, Sizer
 
@@ -60,6 +68,9 @@ class Bounds:
         self._both = pool_inputs(w.prompt_tokens, w.output_tokens, w.shared_prefix_fraction, 16, caching, "both")
         self._pre = pool_inputs(w.prompt_tokens, w.output_tokens, w.shared_prefix_fraction, 16, caching, "prefill")
         self._slos = w.slos
+        # the loosest TPOT bound on the mean decode step: the limit, doubled at p50 (see the module docstring)
+        tpots = [s.limit_s * (2.0 if s.percentile == "p50" else 1.0) for s in w.slos if s.metric == "tpot"]
+        self._tpot_limit_s: float | None = min(tpots) if tpots else None
         self._min_seqs = min(seqs)
         self._min_budget = min([b for b in budgets if b > 0] or [max(w.max_model_len, 2048)])
         self._max_seqs = max(seqs)
@@ -88,7 +99,24 @@ class Bounds:
         flops = self._flops_per_request(cost, prefills, decodes)
         if flops > 0:
             lam = min(lam, cost.group_flops_per_s / flops)
+        if decodes and inp.E_O > 1.0 and self._tpot_limit_s is not None:
+            b_max = self._largest_batch_within(cost, int(inp.mean_ctx), self._tpot_limit_s)
+            if b_max >= 1:
+                lam = min(lam, b_max / cost.decode_step_s(b_max, int(inp.mean_ctx)) / (inp.E_O - 1.0))
         return lam
+
+    @staticmethod
+    def _largest_batch_within(cost: StepCostModel, ctx: int, limit_s: float, cap: int = 1 << 16) -> int:
+        """Largest batch ``b`` in [1, cap] with ``decode_step_s(b, ctx) <= limit_s`` (0 if none; bisection)."""
+        if cost.decode_step_s(1, ctx) > limit_s:
+            return 0
+        lo, hi = 1, cap
+        if cost.decode_step_s(hi, ctx) <= limit_s:
+            return hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if cost.decode_step_s(mid, ctx) <= limit_s else (lo, mid)
+        return lo
 
     def _flops_per_request(self, cost: StepCostModel, prefills: bool, decodes: bool) -> float:
         """Mean FLOPs one request costs (linear layers on every computed token, full-attention pairs):
@@ -106,6 +134,12 @@ class Bounds:
 
     def _weights_s(self, cost: StepCostModel) -> float:
         return cost.weight_bytes_read_per_gpu(1) / cost.hbm_bytes_per_s
+
+    def _decode_floor_s(self, cost: StepCostModel) -> float:
+        """Shortest mean decode step: the weights read once, or a one-sequence step at 90% of the mean
+        context (the load model's step at its mean batch, which is at least one, and at the mean context)."""
+        one = cost.decode_step_s(1, max(1, int(0.9 * self._both.mean_ctx)))
+        return max(self._weights_s(cost), one)
 
     def _ttft(self, cost: StepCostModel, chunk: int, extra_s_per_prompt_token: float) -> dict[str, float]:
         pc = self._pre.Pc
@@ -167,7 +201,11 @@ class Bounds:
             if not math.isfinite(lam_full) or lam_full <= 0:
                 return 0.0
             return self.sizer.prices[gpu] * tp * self.target_req_s / lam_full
-        return self.sizer.prices[gpu] * tp * r
+        # whole instances: the cheapest rental of r TP groups (the sizer rents R >= r the same way, and renting
+        # more groups never costs less); per GPU when the sizer has no offers for the GPU
+        offers = self.sizer.offers.get(gpu)
+        rental = cheapest_rental(offers, tp, r) if offers else None
+        return rental.usd_per_hour if rental is not None else self.sizer.prices[gpu] * tp * r
 
     def _eff_budget(self, b: int) -> int:
         return b if b > 0 else max(self.sizer.workload.max_model_len, 2048)
@@ -182,7 +220,7 @@ class Bounds:
                 r = self._replicas(cost, seqs, budget, True, True)
                 ttft = self._ttft_cached(cost, key, budget, 0.0)
                 usd = self._usd(key[0], key[1], r, self._lam(cost, seqs, budget, True, True, 1.0))
-                self._cache[k] = Bound(usd, self._latencies(ttft, self._weights_s(cost)), (r,))
+                self._cache[k] = Bound(usd, self._latencies(ttft, self._decode_floor_s(cost)), (r,))
         return self._cache[k]
 
     def _prefill(self, key: tuple, budget: int) -> tuple[float, dict[str, float], int] | None:
@@ -210,7 +248,7 @@ class Bounds:
             else:
                 r = self._replicas(cost, seqs, max(2048, seqs), True, False)
                 usd = self._usd(key[0], key[1], r, self._lam(cost, seqs, max(2048, seqs), True, False, 1.0))
-                self._cache[k] = (usd, self._weights_s(cost), r)
+                self._cache[k] = (usd, self._decode_floor_s(cost), r)
         return self._cache[k]
 
     def of(self, c: Candidate) -> Bound | None:
