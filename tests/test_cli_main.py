@@ -158,3 +158,13 @@ def test_every_command_is_documented_in_the_readme():
     assert names, "no commands registered"
     for name in names:
         assert re.search(rf"recommend {re.escape(name)}\b", readme), f"README does not document `recommend {name}`"
+
+
+def test_infeasible_because_of_max_gpus_says_so() -> None:
+    # the aiconfigurator side-by-side problem (benchmarks/workloads/aic-70b-h200.yaml): the closest plan meets
+    # both mean SLOs but only on more GPUs than max_gpus 8; the message used to say the SLOs clash
+    res = run("--workload", str(ROOT / "benchmarks" / "workloads" / "aic-70b-h200.yaml"),
+              "--policy", str(ROOT / "benchmarks" / "policies" / "bf16-only.yaml"), "--verify", "0")
+    assert res.exit_code == 4
+    line = res.stderr.strip()
+    assert "meets them" in line and "above max_gpus 8" in line and "not together" not in line, line

@@ -167,8 +167,14 @@ def infeasible_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) ->
                          f"relax to >= {fmt_seconds(v * 1.05)}")
     if not parts:
         c = closest.candidate
-        parts.append(f"each SLO is reachable alone but not together; the closest plan is {c.key} "
-                     f"({', '.join(f'{s.metric} {fmt_seconds(closest.latency(s.metric, s.percentile))}' for s in w.slos)})")
+        lat = ", ".join(f"{s.metric} {fmt_seconds(closest.latency(s.metric, s.percentile))}" for s in w.slos)
+        if worst(closest) <= 1.0 and w.max_gpus and closest.gpus_total > w.max_gpus:
+            parts.append(f"the closest plan, {c.key}, meets them ({lat}) on {closest.gpus_total} GPUs, "
+                         f"above max_gpus {w.max_gpus}")
+        elif worst(closest) <= 1.0:
+            parts.append(f"the closest plan, {c.key}, meets them ({lat}) but {closest.reason or 'exceeds a capacity limit'}")
+        else:
+            parts.append(f"each SLO is reachable alone but not together; the closest plan is {c.key} ({lat})")
     others = ""
     if w.gpus:
         others = f" or allow more GPU types than {', '.join(w.gpus)}"
