@@ -278,15 +278,16 @@ class Sizer:
         return (f"max_num_seqs {limits.max_num_seqs} is above the {held} sequences its KV cache holds at the "
                 f"mean context ({self.held_tokens_per_sequence():,.0f} tokens): a smaller value serves the same load")
 
-    def replica_capacity_per_s(self, c: Candidate, cost: StepCostModel, limits: EngineLimits) -> float:
+    def replica_capacity_per_s(self, c: Candidate, cost: StepCostModel, limits: EngineLimits,
+                               guess_per_s: float = 1.0) -> float:
         """Cached analytic capacity (requests/s) of one aggregated replica of ``c`` at ``limits``
-        (``recommender.load.capacity.analytic_capacity_per_s``, 0.1% tolerance)."""
+        (``recommender.load.capacity.analytic_capacity_per_s``, 0.5% tolerance, from below)."""
         key = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
         if key not in self._capacities:
             w = self.workload
             self._capacities[key] = analytic_capacity_per_s(
                 cost=cost, limits=limits, prompt=w.prompt_tokens, output=w.output_tokens,
-                shared_prefix_fraction=w.shared_prefix_fraction)
+                shared_prefix_fraction=w.shared_prefix_fraction, rel_tol=5e-3, start_per_s=guess_per_s)
         return self._capacities[key]
 
     def capacity_utilisation(self, ev: Evaluation) -> float:
@@ -304,7 +305,8 @@ class Sizer:
         if any(cost is None for cost in costs):
             return ev.utilisation
         if not c.disaggregated:
-            sat = ev.pools[0].replicas * self.replica_capacity_per_s(c, costs[0], ev.pools[0].limits)  # type: ignore[arg-type]
+            p = ev.pools[0]
+            sat = p.replicas * self.replica_capacity_per_s(c, costs[0], p.limits, rate / p.replicas)  # type: ignore[arg-type]
         else:
             pp, dp = ev.pools
             link = self.kv_link(c)
@@ -314,7 +316,7 @@ class Sizer:
                                             w.prompt_tokens, w.output_tokens,
                                             shared_prefix_fraction=w.shared_prefix_fraction, kv_link=link)
                 return bool(res.stable) and res.utilisation < 1.0
-            sat = max_stable_rate(stable)
+            sat = max_stable_rate(stable, rel_tol=5e-3, start_per_s=rate)
         return rate / sat if sat > 0 else math.inf
 
     @property
@@ -461,7 +463,7 @@ class Sizer:
         step = cost.decode_step_s(b, int(w.prompt_tokens.mean + w.output_tokens.mean / 2))
         per_replica_req_s = b / step / max(w.output_tokens.mean, 1.0)
         lower = max([1, math.ceil(target / per_replica_req_s), *hint[:1]])
-        per_replica_cap = self.replica_capacity_per_s(c, cost, limits) if w.is_offline else math.inf
+        per_replica_cap = self.replica_capacity_per_s(c, cost, limits, per_replica_req_s) if w.is_offline else math.inf
         if w.is_offline and per_replica_cap > 0:  # the job ends by OFFLINE_MAX_UTILISATION x its deadline
             lower = max(lower, math.ceil(rate / (OFFLINE_MAX_UTILISATION * per_replica_cap) - 1e-9))
         r = min_replicas(lambda k: self.ok(run(k, target)), lower, cap)
@@ -531,7 +533,7 @@ class Sizer:
             def stable(x: float) -> bool:
                 res = run(rp, rd, x)
                 return bool(res.stable) and res.utilisation < 1.0
-            sat = max_stable_rate(stable, rel_tol=1e-2)
+            sat = max_stable_rate(stable, rel_tol=1e-2, start_per_s=rate)  # sized for the rate: sat is near it
             if ok and rate > OFFLINE_MAX_UTILISATION * sat:
                 ok, reason = False, f"the job would end after {OFFLINE_MAX_UTILISATION:.0%} of its deadline"
         return self.price(c, pools_of(rp, rd, rent_p, rent_d), run(rp, rd, rate), ok=ok, reason=reason,

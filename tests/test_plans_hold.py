@@ -76,8 +76,11 @@ def test_offline_rank1_finishes_before_its_deadline_and_one_replica_fewer_loses_
     tokens = w.offline_requests * (w.prompt_tokens.mean + w.output_tokens.mean)
     assert ev.usd_per_million_tokens * tokens / 1e6 == pytest.approx(ev.usd_per_hour * ev.utilisation * w.deadline_s / 3600)
     assert len(ev.pools) == 1 and ev.pools[0].replicas >= 2
-    # one replica fewer cannot keep the 2% margin the sizing keeps for the model's error (the job's cost is
-    # the same: it pays GPU-hours x running fraction, and fewer replicas run longer)
+    # not oversized: one replica fewer would end within 5% of the deadline in simulation, so it could not keep
+    # the sizing's 2% margin (OFFLINE_MAX_UTILISATION) plus the analytic model's error (the capacities agree
+    # within 5%, tests/test_load_capacity.py). The job's cost is the same either way: it pays GPU-hours x
+    # running fraction, and fewer replicas run longer.
+    assert OFFLINE_MAX_UTILISATION == 0.98
     fewer = dataclasses.replace(ev, pools=(dataclasses.replace(ev.pools[0], replicas=ev.pools[0].replicas - 1),))
     _, finish_fewer = simulate_offline_job(ctx, fewer, 5000, 0)
-    assert finish_fewer > OFFLINE_MAX_UTILISATION * w.deadline_s, (row.label(), finish, finish_fewer)
+    assert finish_fewer > 0.95 * w.deadline_s, (row.label(), finish, finish_fewer)

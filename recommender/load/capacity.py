@@ -25,17 +25,24 @@ from recommender.load.analytic import analyze
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
 
 
-def max_stable_rate(stable: Callable[[float], bool], *, rel_tol: float = 1e-3) -> float:
+def max_stable_rate(stable: Callable[[float], bool], *, rel_tol: float = 1e-3, start_per_s: float = 1.0) -> float:
     """Largest arrival rate (requests/s) with ``stable(rate)``, assuming stability is monotone in the rate:
-    doubling by 4x from 1 req/s, then bisection in log-rate to ``rel_tol``. ``inf`` past 1e7 req/s, 0 when
-    even 1e-6 req/s is unstable."""
-    lo, hi = 1e-6, 1.0
-    while stable(hi):
-        lo, hi = hi, hi * 4.0
-        if hi > 1e7:
-            return math.inf
-    if not stable(lo):
-        return 0.0
+    steps of 4x from ``start_per_s`` (up while stable, down while not) bracket it, then bisection in
+    log-rate to ``rel_tol``; the stable end of the bracket is returned. ``inf`` past 1e7 req/s, 0 when even
+    1e-6 req/s is unstable."""
+    x = min(max(start_per_s, 1e-6), 1e7)
+    if stable(x):
+        lo, hi = x, x * 4.0
+        while stable(hi):
+            lo, hi = hi, hi * 4.0
+            if hi > 1e7:
+                return math.inf
+    else:
+        lo, hi = x / 4.0, x
+        while not stable(lo):
+            lo, hi = lo / 4.0, lo
+            if lo < 1e-6:
+                return 0.0
     while hi / lo > 1.0 + rel_tol:
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if stable(mid) else (lo, mid)
@@ -44,15 +51,16 @@ def max_stable_rate(stable: Callable[[float], bool], *, rel_tol: float = 1e-3) -
 
 def analytic_capacity_per_s(
     *, cost: StepCost, limits: Limits, prompt: LengthDistribution, output: LengthDistribution,
-    shared_prefix_fraction: float = 0.0, rel_tol: float = 1e-3,
+    shared_prefix_fraction: float = 0.0, rel_tol: float = 1e-3, start_per_s: float = 1.0,
 ) -> float:
-    """Largest arrival rate (requests/s) at which one replica is stable in the analytic model."""
+    """Largest arrival rate (requests/s) at which one replica is stable in the analytic model
+    (``start_per_s``: a guess, which only changes how many load-model calls the bracket takes)."""
 
     def stable(rate: float) -> bool:
         r = analyze(cost, limits, rate, prompt, output, shared_prefix_fraction=shared_prefix_fraction)
         return bool(r.stable) and r.utilisation < 1.0
 
-    return max_stable_rate(stable, rel_tol=rel_tol)
+    return max_stable_rate(stable, rel_tol=rel_tol, start_per_s=start_per_s)
 
 
 def simulated_capacity_per_s(
