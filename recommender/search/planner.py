@@ -155,7 +155,9 @@ def infeasible_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) ->
         return (f"no plan carries {w.effective_rate_per_s:.3g} req/s within max_gpus={w.max_gpus} and "
                 f"utilisation <= {ctx.policy.max_utilisation}: the closest is {best.candidate.key} at utilisation "
                 f"{best.utilisation:.2f}; raise max_gpus or the deadline")
-    worst = lambda e: max(e.latency(s.metric, s.percentile) / s.limit_s for s in w.slos)  # noqa: E731
+    def worst(e: Evaluation) -> float:
+        return max(e.latency(s.metric, s.percentile) / s.limit_s for s in w.slos)
+
     closest = min(fit, key=worst)
     parts = []
     for s in w.slos:
