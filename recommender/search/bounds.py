@@ -11,7 +11,9 @@ Throughput of one replica (requests/s), ``u = max_utilisation``:
   ``lam x (E[O] - 1) <= c / decode_step_s(c, mean_ctx)``;
 * compute: every prompt token left after the prefix cache and every output token passes through the
   weight GEMMs and attends to the tokens before it (full-attention layers), and a step takes at least
-  its FLOPs at ``group_flops_per_s``, so ``lam x E[FLOPs per request] <= group_flops_per_s``.
+  its FLOPs at ``group_flops_per_s`` plus, with TP, the bandwidth part of its all-reduces (linear in the
+  step's tokens, added to the kernels' time), so ``lam x (E[FLOPs] / group_flops_per_s + E[tokens] x
+  allreduce_s_per_token) <= 1``.
 
 * TPOT SLO ``L`` (decoding pools): the mean decode step ``t`` is at least ``f(b) = decode_step_s(b, mean_ctx)``
   at the mean batch ``b``, Little's law gives ``b >= lam x (E[O] - 1) x t``, and TPOT at p >= 90 (or the
@@ -97,8 +99,10 @@ class Bounds:
             b = max(1, int(c))
             lam = min(lam, b / cost.decode_step_s(b, int(inp.mean_ctx)) / (inp.E_O - 1.0))
         flops = self._flops_per_request(cost, prefills, decodes)
-        if flops > 0:
-            lam = min(lam, cost.group_flops_per_s / flops)
+        tokens = (float(np.mean(inp.Pc)) if prefills else 0.0) + (max(inp.E_O - 1.0, 0.0) if decodes else 0.0)
+        busy_s = flops / cost.group_flops_per_s + tokens * (cost.allreduce_s(1) - cost.allreduce_s(0))
+        if busy_s > 0:
+            lam = min(lam, 1.0 / busy_s)
         if decodes and inp.E_O > 1.0 and self._tpot_limit_s is not None:
             b_max = self._largest_batch_within(cost, int(inp.mean_ctx), self._tpot_limit_s)
             if b_max >= 1:
