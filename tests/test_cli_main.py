@@ -168,3 +168,13 @@ def test_infeasible_because_of_max_gpus_says_so() -> None:
     assert res.exit_code == 4
     line = res.stderr.strip()
     assert "meets them" in line and "above max_gpus 8" in line and "not together" not in line, line
+
+
+def test_a_model_no_offer_can_hold_says_so() -> None:
+    # catalogs/gpus/mi300x.yaml: the one MI300X offer is a 1-GPU instance (DigitalOcean), and Llama-3.1-405B
+    # needs TP >= 4 on 192 GB GPUs (405 GB of fp8 weights): no TP group can be rented. The message used to say
+    # "every candidate saturates" (before the bounds skipped unrentable shapes) or "does not fit" (after).
+    res = run("--model", "llama-3.1-405b", "--gpus", "mi300x", "--rate", "1", "--prompt-tokens", "1000",
+              "--output-tokens", "100", "--verify", "0")
+    assert res.exit_code == 4
+    assert "no plan can be rented: no offer for mi300x holds a TP8 group" in res.stderr, res.stderr

@@ -159,6 +159,7 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
     q = _Queues(usd_per_hour_to_objective(ctx))
     limits = [s.limit_s for s in ctx.workload.slos]
     n_shapes = 0
+    unrentable: list[Candidate] = []
     for j, s in enumerate(shapes(ctx, ch)):
         if j % shard[1] != shard[0]:
             continue
@@ -166,6 +167,8 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
         if b is not None:
             q.push(_Entry(s, b, True))
             n_shapes += 1
+        elif not (bounds.rentable(s.gpu, s.tp) and bounds.rentable(s.decode_gpu or s.gpu, s.decode_tp or s.tp)):
+            unrentable.append(s)
     front: list[tuple[float, ...]] = []
     best = math.inf
     done: list[Evaluation] = []
@@ -215,6 +218,9 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
                     q.push(_Entry(c, b, False))
         else:
             run(e.candidate, e.bound.replicas)
+    if not done and unrentable:  # nothing else to evaluate: the largest TP groups say why (no offer holds them)
+        for s in sorted(unrentable, key=lambda s: -(s.tp + s.decode_tp))[:8]:
+            run(_combos(ch, s)[0])
     if not front:
         # nothing meets the SLOs: evaluate the entries closest to them, so the error can name the closest plan
         slo_pruned.sort(key=lambda e: max((lb / lim for lb, lim in zip(e.bound.latencies_s, limits)), default=0.0))
