@@ -108,6 +108,26 @@ def _positive(name: str, v: int | None, cap: int | None = None) -> None:
         raise ConfigError(f"{name} must be a positive number of tokens/sequences up to {cap:,}, got {v}")
 
 
+def check_vllm_runs(catalog: Catalog, gpu: Gpu, *, weight_dtype: str, kv_dtype: str) -> None:
+    """Refuse (ConfigError, one line) a configuration vLLM 0.33 would not start: the kernel-support table's
+    rule (:meth:`recommender.kernels.ArchSupport.why_not`, the one ``deploy`` and the search apply), with
+    the flags to try: the nearest weight dtype the GPU runs, or GPUs whose architecture runs the dtype."""
+    if not gpu.vllm_supported:
+        raise ConfigError(f"vLLM 0.33 does not support GPU {gpu.id!r} (catalog vllm.supported is false); "
+                          f"try another --gpu (`recommend gpus` lists them)")
+    why = gpu.why_unsupported(weight_dtype, kv_dtype)
+    if why is None:
+        return
+    if not gpu.supports_dtype(weight_dtype):
+        closest = gpu.kernels.closest_weight_dtype(weight_dtype)
+        archs = sorted({g.kernels.arch for g in catalog.gpus.values() if g.supports_dtype(weight_dtype)})
+        tries = ([f"--weight-dtype {closest}"] if closest else []) + (
+            [f"a --gpu whose architecture runs {weight_dtype} ({', '.join(archs)})"] if archs else [])
+    else:
+        tries = [f"--kv-dtype {d}" for d in gpu.kernels.kv_dtypes]
+    raise ConfigError(f"{why}; try {' or '.join(tries) or 'another --gpu'}")
+
+
 def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineProfile | None = None) -> tuple[Deployment, Load]:
     """Validate the request and build the deployment and the load."""
     cat = catalog or default_catalog()
@@ -131,6 +151,9 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
     if kd not in KV_DTYPES:
         raise ConfigError(f"--kv-dtype {kd!r}: valid dtypes are {', '.join(KV_DTYPES)}")
     check_parallelism(model, gpu, req.tp)
+    prof = profile or resolve_profile(req.engine, req.profile_file)
+    if prof.engine == "vllm":
+        check_vllm_runs(cat, gpu, weight_dtype=wd, kv_dtype=kd)
     if req.batch is not None and req.concurrency is not None:
         raise ConfigError("give --batch (static batch) or --concurrency (continuous batching), not both")
     has_req = req.prompt_tokens is not None or req.output_tokens is not None
@@ -162,7 +185,6 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
         max_num_batched_tokens=req.max_num_batched_tokens or lim.max_num_batched_tokens,
         chunked_prefill=req.chunked_prefill,
     )
-    prof = profile or resolve_profile(req.engine, req.profile_file)
     dep = build_deployment(model=model, gpu=gpu, tp=req.tp, weight_dtype=wd, kv_dtype=kd, profile=prof, limits=limits,
                            gpu_memory_utilization=req.gpu_memory_utilization, cuda_graphs=req.cuda_graphs,
                            max_model_len=max_len)

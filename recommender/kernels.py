@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from recommender.dtypes import KV_DTYPES, WEIGHT_DTYPES
+from recommender.dtypes import KV_DTYPES, WEIGHT_BITS, WEIGHT_DTYPES
 from recommender.errors import CatalogError
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -37,13 +37,31 @@ class ArchSupport:
         return dtype in self.weight_kernels
 
     def why_not(self, gpu_id: str, *, weight_dtype: str, kv_dtype: str | None = None) -> str | None:
-        """None when vLLM 0.33 runs this combination on the architecture, else a one-line reason."""
+        """None when vLLM 0.33 runs this combination on the architecture, else a one-line reason that names
+        the architecture, the dtype, why, and what vLLM 0.33 runs there instead (callers add what to try).
+
+        The one rule for every command: the search skips such a candidate, ``estimate`` / ``simulate`` refuse
+        the configuration and ``deploy`` refuses the plan, each with this text."""
         if weight_dtype not in self.weight_kernels:
             why = self.unsupported.get(weight_dtype, "no kernel listed")
-            return f"vLLM 0.33 does not run {weight_dtype} weights on {gpu_id} ({self.arch}): {why}"
+            return (f"vLLM 0.33 does not run {weight_dtype} weights on {gpu_id} ({self.arch}): {why}; "
+                    f"it runs {', '.join(self.weight_kernels) or 'no'} weights there")
         if kv_dtype is not None and kv_dtype not in self.kv_dtypes:
-            return f"vLLM 0.33 has no {kv_dtype} KV cache on {gpu_id} ({self.arch})"
+            return (f"vLLM 0.33 has no {kv_dtype} KV cache on {gpu_id} ({self.arch}); "
+                    f"it has {', '.join(self.kv_dtypes) or 'no'} KV caches there")
         return None
+
+    def closest_weight_dtype(self, dtype: str) -> str | None:
+        """The weight dtype this architecture runs that is nearest to ``dtype``: as many bits per weight
+        (int8 -> fp8), else the fewest bits above (4-bit -> 8-bit), else the most bits below. ``mxfp4`` (gpt-oss
+        experts only) is never proposed for another dtype. None when ``dtype`` runs here or nothing else does."""
+        if dtype in self.weight_kernels or dtype not in WEIGHT_BITS:
+            return None
+        bits = WEIGHT_BITS[dtype]
+        others = [d for d in self.weight_kernels if d in WEIGHT_BITS and d != "mxfp4"]
+        if not others:
+            return None
+        return min(others, key=lambda d: (WEIGHT_BITS[d] < bits, abs(WEIGHT_BITS[d] - bits)))
 
     def kernel(self, weight_dtype: str) -> str:
         """The kernel path for a supported weight dtype ('' when unsupported)."""

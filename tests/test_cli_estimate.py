@@ -219,3 +219,49 @@ def test_bad_config_json_is_one_line_and_a_nonzero_exit(tmp_path: Path, case: st
     assert err.startswith("error: ") and "\n" not in err
     for w in words:
         assert w in err, (w, err)
+
+
+# =========================================================================== what vLLM cannot run
+# catalogs/kernel-support.yaml: blackwell (b200) lists no int8 weights ("vLLM's sm100 scaled_mm has no INT8
+# kernel" [K3]) and runs bf16, fp16, fp8, int4, fp4, mxfp4; int8 W8A8 runs on ampere, ada and hopper [K1].
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_int8_on_blackwell_is_refused_like_deploy_refuses_it(fmt: str) -> None:
+    res = run("--model", "llama-3.1-8b", "--gpu", "b200", "--weight-dtype", "int8", "--prompt-tokens", "1000",
+              "--output-tokens", "200", "--concurrency", "16", "--format", fmt)
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit) and res.stdout == ""
+    err = res.stderr.strip()
+    assert err.startswith("error: ") and "\n" not in err
+    assert "does not run int8 weights on b200 (blackwell)" in err                # the GPU's architecture, the dtype
+    assert "it runs bf16, fp16, fp8, int4, fp4, mxfp4 weights there" in err     # what vLLM 0.33 runs there
+    assert "try --weight-dtype fp8 or a --gpu whose architecture runs int8 (ada, ampere, hopper)" in err
+
+
+def test_the_same_int8_configuration_runs_on_hopper() -> None:
+    code, d = run_json("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--weight-dtype", "int8", "--context", "1024")
+    assert code == 0 and d["weight_dtype"] == "int8"
+
+
+def test_int4_on_amd_proposes_the_nearest_dtype_it_runs() -> None:
+    # cdna3 (mi300x) runs bf16, fp16, fp8, mxfp4: no AWQ/GPTQ [K1]; mxfp4 is gpt-oss experts only, so 8-bit fp8
+    res = run("--model", "llama-3.1-8b", "--gpu", "mi300x", "--weight-dtype", "int4", "--context", "1024")
+    err = res.stderr.strip()
+    assert res.exit_code == 2 and "does not run int4 weights on mi300x (cdna3)" in err
+    assert "try --weight-dtype fp8 or" in err and "(ada, ampere, blackwell, hopper)" in err
+
+
+def test_deploy_and_estimate_give_the_same_reason() -> None:
+    from recommender.plan import load_plan
+    from recommender import deploy
+    from recommender.errors import DeployError
+
+    doc = json.loads((Path(__file__).parent / "data" / "plans" / "agg-llama70b-h100.json").read_text())
+    for row in doc["plans"]:
+        row.update(gpu="b200", weight_dtype="int8", checkpoint="org/m-w8a8")
+        for pool in row["pools"]:
+            pool.update(gpu="b200", weight_dtype="int8")
+    with pytest.raises(DeployError) as e:
+        deploy.build_spec(load_plan(doc))
+    res = run("--model", "llama-3.1-70b", "--gpu", "b200", "--weight-dtype", "int8", "--context", "1024")
+    reason = "vLLM 0.33 does not run int8 weights on b200 (blackwell): "
+    deploy_reason = str(e.value)[str(e.value).index(reason):].split("; re-run")[0]
+    assert deploy_reason.endswith("weights there") and deploy_reason in res.stderr

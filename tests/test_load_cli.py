@@ -113,6 +113,9 @@ def test_plan_disaggregated(tmp_path: Path) -> None:
     ([*FLAGS, "--prompt-tokens", "100", "--output-tokens", "10", "--rate", "1", "--requests", "0"], "--requests"),
     ([*FLAGS, "--prompt-tokens", "100", "--output-tokens", "10"], "--rate"),
     (["--plan", "/nonexistent/plan.json"], "plan.json"),
+    # catalogs/kernel-support.yaml: blackwell lists no int8 weights (vLLM's sm100 scaled_mm has no INT8 kernel)
+    (["--model", "llama-3.1-8b", "--gpu", "b200", "--weight-dtype", "int8", "--prompt-tokens", "100",
+      "--output-tokens", "10", "--rate", "1"], "does not run int8 weights on b200 (blackwell)"),
 ])
 def test_errors_are_one_line(args: list[str], words: str) -> None:
     res = run(*args)
