@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from recommender.catalog import KV_DTYPES, WEIGHT_DTYPES, Catalog, Gpu, default_catalog
 from recommender.errors import ConfigError, DoesNotFitError
 from recommender.hf_config import ModelArch
+from recommender.offers import Offer, Rental, cheapest_rental, fits, rent
 from recommender.perf.conditions import EngineConditions, engine_conditions, with_limits
 from recommender.perf.steady import Estimate, Load, LoadMode, estimate
 from recommender.perf.step import Deployment, EngineLimits, check_parallelism, default_limits
@@ -33,15 +34,83 @@ def native_weight_dtype(model: ModelArch) -> str:
     return dtypes.native_weight_dtype(model.checkpoint_dtype)
 
 
-def price_for(gpu: Gpu, override: float | None = None) -> float:
-    """USD per GPU-hour: the override, else the catalog default; error if neither exists."""
-    if override is not None:
-        if override < 0:
-            raise ConfigError(f"price {override} USD/GPU-hour must be >= 0")
-        return override
-    if gpu.usd_per_gpu_hour is None:
+@dataclass(frozen=True)
+class Pricing:
+    """What an estimate charges per hour and where that price comes from (shown in its Cost section).
+
+    Without ``--price`` the configuration rents whole instances of the cheapest offer that holds its TP groups
+    (:func:`recommender.offers.cheapest_rental`, as the search prices a pool); ``--price`` is USD per GPU-hour,
+    billed per GPU."""
+
+    usd_per_hour: float
+    gpus: int  # GPUs the configuration runs (tp x replicas)
+    basis: str  # the formula, e.g. "1 x runpod-secure 1-GPU instance at $6.79/h"
+    source: str  # where the price comes from (provider, instance size, SKU, date, source tag), or "--price"
+    rental: Rental | None = None
+    notes: tuple[str, ...] = ()  # idle instance GPUs, a TP that does not fit the cheapest offer's instances
+
+    @property
+    def usd_per_gpu_hour(self) -> float:
+        """USD per hour per GPU the configuration runs (what :func:`recommender.perf.steady.estimate` takes)."""
+        return self.usd_per_hour / self.gpus
+
+    def to_dict(self) -> dict[str, object]:
+        d: dict[str, object] = {"usd_per_hour": self.usd_per_hour, "basis": self.basis, "source": self.source,
+                                "notes": list(self.notes)}
+        if self.rental is not None:
+            o = self.rental.offer
+            d.update(provider=o.provider, sku=o.sku, gpus_per_instance=o.gpus_per_instance, instances=self.rental.instances,
+                     usd_per_instance_hour=o.usd_per_instance_hour, date=o.date)
+        return d
+
+
+def _offer_text(o: Offer) -> str:
+    sku = f" {o.sku!r}" if o.sku else ""
+    dated = ", ".join(x for x in (o.date, o.source) if x)
+    return (f"{o.provider}{sku}, {o.gpus_per_instance}-GPU instances at ${o.usd_per_instance_hour:,.2f}/instance-hour "
+            f"(${o.usd_per_gpu_hour:,.2f}/GPU-hour{'; ' + dated if dated else ''})")
+
+
+def pricing_for(gpu: Gpu, *, tp: int, replicas: int, usd_per_gpu_hour: float | None = None) -> Pricing:
+    """The price of ``replicas`` TP groups of ``tp`` GPUs: ``--price`` (USD per GPU-hour) when given, else whole
+    instances of the cheapest catalog offer holding a TP group; error when the GPU has no offer."""
+    gpus = tp * replicas
+    if usd_per_gpu_hour is not None:
+        if usd_per_gpu_hour < 0:
+            raise ConfigError(f"price {usd_per_gpu_hour} USD/GPU-hour must be >= 0")
+        return Pricing(usd_per_hour=usd_per_gpu_hour * gpus, gpus=gpus, source="--price (USD per GPU-hour, billed per GPU)",
+                       basis=f"${usd_per_gpu_hour:g}/GPU-hour x {gpus} GPUs")
+    cheapest = gpu.cheapest_offer
+    if cheapest is None:
         raise ConfigError(f"{gpu.id} has no catalog price (none with a source and date was found); pass --price USD_PER_GPU_HOUR")
-    return gpu.usd_per_gpu_hour
+    rental = cheapest_rental(gpu.offers, tp, replicas)
+    if rental is None:
+        largest = max(o.nvlink_domain_gpus or o.gpus_per_instance for o in gpu.offers)
+        note = (f"TP {tp} does not fit one instance of any {gpu.id} offer (the largest holds {largest} "
+                f"GPU{'s' if largest > 1 else ''}): no offer rents it and the search never proposes it; priced per GPU "
+                f"at the cheapest offer's rate")
+        return Pricing(usd_per_hour=cheapest.usd_per_gpu_hour * gpus, gpus=gpus, notes=(note,),
+                       basis=f"${cheapest.usd_per_gpu_hour:g}/GPU-hour x {gpus} GPUs (no instance holds TP {tp})",
+                       source=f"cheapest offer per GPU-hour: {_offer_text(cheapest)}")
+    o = rental.offer
+    notes: list[str] = []
+    if cheapest is not o and cheapest.usd_per_gpu_hour < o.usd_per_gpu_hour:
+        if not fits(cheapest, tp):
+            notes.append(f"TP {tp} does not fit one instance of the cheapest offer per GPU-hour ({cheapest.provider}, "
+                         f"{cheapest.gpus_per_instance}-GPU instances at ${cheapest.usd_per_gpu_hour:,.2f}/GPU-hour)")
+        else:
+            held = rent(cheapest, tp, replicas)
+            cost = f" would cost ${held.usd_per_hour:,.2f}/h" if held is not None else ""
+            notes.append(f"the cheapest offer per GPU-hour ({cheapest.provider}, ${cheapest.usd_per_gpu_hour:,.2f}) sells "
+                         f"{cheapest.gpus_per_instance}-GPU instances only, which{cost} here")
+    if rental.gpus_billed > gpus:
+        notes.append(f"{rental.instances} instance{'s hold' if rental.instances > 1 else ' holds'} {rental.gpus_billed} "
+                     f"GPUs for the {gpus} this runs: up to {rental.replicas} replicas cost the same")
+    plural = "s" if rental.instances > 1 else ""
+    return Pricing(usd_per_hour=rental.usd_per_hour, gpus=gpus, rental=rental, notes=tuple(notes),
+                   basis=f"{rental.instances} x {o.provider} {o.gpus_per_instance}-GPU instance{plural} "
+                         f"at ${o.usd_per_instance_hour:,.2f}/h",
+                   source=f"cheapest whole-instance offer: {_offer_text(o)}")
 
 
 def build_deployment(*, model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, kv_dtype: str,
@@ -196,8 +265,8 @@ def estimate_request(req: EstimateRequest, catalog: Catalog | None = None,
     """Build and evaluate; the caller decides what to do when ``estimate.fits`` is False."""
     cat = catalog or default_catalog()
     dep, load = build(req, cat, profile)
-    price = price_for(dep.gpu, req.usd_per_gpu_hour)
-    return dep, load, estimate(dep, load, req.replicas, price)
+    price = pricing_for(dep.gpu, tp=req.tp, replicas=req.replicas, usd_per_gpu_hour=req.usd_per_gpu_hour)
+    return dep, load, estimate(dep, load, req.replicas, price.usd_per_gpu_hour)
 
 
 def does_not_fit_message(dep: Deployment, est: Estimate) -> str:

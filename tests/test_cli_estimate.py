@@ -265,3 +265,44 @@ def test_deploy_and_estimate_give_the_same_reason() -> None:
     reason = "vLLM 0.33 does not run int8 weights on b200 (blackwell): "
     deploy_reason = str(e.value)[str(e.value).index(reason):].split("; re-run")[0]
     assert deploy_reason.endswith("weights there") and deploy_reason in res.stderr
+
+
+# =========================================================================== where the price comes from
+def test_default_price_is_whole_instances_of_the_cheapest_offer_that_holds_the_tp_group() -> None:
+    # catalogs/gpus/b200.yaml offers: hyperstack $6.00/GPU-h in 8-GPU instances only (8 x 6.00 = $48.00/h for
+    # one B200), runpod-secure $6.79/GPU-h in 1/2/4/8-GPU instances (read 2026-10-07), lambda 8 x $6.69,
+    # coreweave 8 GPUs for $68.80: one B200 rents cheapest as runpod-secure's 1-GPU instance, $6.79/h
+    code, d = run_json("--model", "llama-3.1-8b", "--gpu", "b200", "--context", "1024")
+    assert code == 0 and d["usd_per_hour"] == pytest.approx(6.79, rel=1e-12)
+    p = d["pricing"]
+    assert (p["provider"], p["gpus_per_instance"], p["instances"], p["date"]) == ("runpod-secure", 1, 1, "2026-10-07")
+    res = run("--model", "llama-3.1-8b", "--gpu", "b200", "--context", "1024")
+    cost = res.stdout[res.stdout.index("\nCost"):]
+    assert "1 x runpod-secure 1-GPU instance at $6.79/h" in cost and "= $6.79/h" in cost
+    assert "cheapest whole-instance offer: runpod-secure 'B200 secure cloud'" in cost and "2026-10-07" in cost
+    assert "(hyperstack, $6.00) sells 8-GPU instances only, which would cost $48.00/h here" in cost
+
+
+def test_idle_gpus_of_a_whole_instance_are_named_and_paid() -> None:
+    # catalogs/gpus/a100-40gb.yaml: every offer is an 8-GPU instance; lambda's 8 x $1.99 = $15.92/h is the cheapest
+    # (aws $21.96, azure 8 x $3.3996); TP 2 x 1 replica runs 2 of its 8 GPUs and pays for all 8
+    code, d = run_json("--model", "llama-3.1-8b", "--gpu", "a100-40gb", "--tp", "2", "--context", "1024")
+    assert code == 0 and d["usd_per_hour"] == pytest.approx(8 * 1.99, rel=1e-12)
+    assert d["pricing"]["notes"] == ["1 instance holds 8 GPUs for the 2 this runs: up to 4 replicas cost the same"]
+
+
+def test_a_tp_group_no_offer_holds_is_said_and_priced_per_gpu() -> None:
+    # catalogs/gpus/mi300x.yaml: the only offer is digitalocean's 1-GPU instance at $2.59/h, so TP 2 fits none
+    res = run("--model", "llama-3.1-8b", "--gpu", "mi300x", "--tp", "2", "--context", "1024")
+    assert res.exit_code == 0
+    cost = res.stdout[res.stdout.index("\nCost"):]
+    assert "$2.59/GPU-hour x 2 GPUs (no instance holds TP 2)" in cost and "= $5.18/h" in cost
+    assert "TP 2 does not fit one instance of any mi300x offer (the largest holds 1 GPU)" in cost
+    assert "digitalocean 'gpu-mi300x1-192gb'" in cost and "2026-10-07" in cost
+
+
+def test_price_flag_is_per_gpu_and_says_so() -> None:
+    res = run("--model", "llama-3.1-8b", "--gpu", "a100-40gb", "--tp", "2", "--context", "1024", "--price", "2")
+    cost = res.stdout[res.stdout.index("\nCost"):]
+    assert "$2/GPU-hour x 2 GPUs" in cost and "= $4.00/h" in cost and "price from         --price" in cost
+    assert "price note" not in cost

@@ -8,7 +8,7 @@ import typer
 
 from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
-from recommender.estimator import EstimateRequest, conditions_of, does_not_fit_message, estimate_request, price_for
+from recommender.estimator import EstimateRequest, conditions_of, does_not_fit_message, estimate_request, pricing_for
 from recommender.errors import ConfigError
 from recommender.render.estimate import estimate_json, render_walkthrough
 
@@ -29,7 +29,7 @@ def estimate_cmd(
     output_tokens: options.OutputTokens = None,
     engine: options.Engine = "vllm",
     profile: options.Profile = None,
-    price: Optional[float] = typer.Option(None, "--price", help="USD per GPU-hour (default: the catalog's)."),
+    price: Optional[float] = typer.Option(None, "--price", help="USD per GPU-hour, billed per GPU (default: whole instances of the catalog's cheapest offer)."),
     gpu_memory_utilization: options.GpuMemoryUtilization = 0.92,
     cuda_graphs: options.CudaGraphs = True,
     max_num_seqs: options.MaxNumSeqs = None,
@@ -63,10 +63,11 @@ def estimate_cmd(
 
         extra = under_load(dep, load, est, rate, replicas)
     cond = conditions_of(dep).lines()
+    pricing = pricing_for(dep.gpu, tp=tp, replicas=replicas, usd_per_gpu_hour=price)
     if fmt == "json":
-        typer.echo(estimate_json(dep, load, est, extra, cond))
+        typer.echo(estimate_json(dep, load, est, extra, cond, pricing))
     else:
-        typer.echo(render_walkthrough(dep, load, est, replicas, price_for(dep.gpu, price), cond))
+        typer.echo(render_walkthrough(dep, load, est, replicas, pricing, cond))
         if extra:
             from recommender.units import fmt_seconds
 

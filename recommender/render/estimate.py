@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from recommender.estimator import Pricing
 from recommender.perf import memory as mem
 from recommender.perf.steady import Estimate, Load
 from recommender.perf.step import Deployment, StepCostModel
@@ -17,7 +18,7 @@ def _line(label: str, formula: str, value: str) -> str:
     return f"  {label:<18} {formula:<66} = {value}"
 
 
-def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int, usd_per_gpu_hour: float,
+def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int, pricing: Pricing,
                        conditions: list[str] | None = None) -> str:
     m, g, tp, p = dep.model, dep.gpu, dep.tp, dep.profile
     mb = est.memory
@@ -92,7 +93,9 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     out.append(_line("total tokens/s", "prompt + output tokens", f"{est.total_tokens_per_s:,.0f} tok/s"))
     out.append("")
     out.append("Cost")
-    out.append(_line("USD/hour", f"${usd_per_gpu_hour:g}/GPU-hour x {est.gpus_total} GPUs", f"${est.usd_per_hour:,.2f}/h"))
+    out.append(_line("USD/hour", pricing.basis, f"${est.usd_per_hour:,.2f}/h"))
+    out.append(f"  price from         {pricing.source}")
+    out += [f"  price note         {n}" for n in pricing.notes]
     out.append(_line("$/M output tokens", "USD/hour / (output tokens/s x 3600) x 1e6", f"${est.usd_per_million_output_tokens:,.3f}"))
     out.append(_line("$/M tokens", "USD/hour / (total tokens/s x 3600) x 1e6", f"${est.usd_per_million_tokens:,.3f}"))
     for n in est.notes:
@@ -112,13 +115,15 @@ def _describe(load: Load, est: Estimate) -> str:
 
 
 def estimate_json(dep: Deployment, load: Load, est: Estimate, extra: dict[str, Any] | None = None,
-                  conditions: list[str] | None = None) -> str:
+                  conditions: list[str] | None = None, pricing: Pricing | None = None) -> str:
     d = est.to_dict()
     d.update({"model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "weight_dtype": dep.weight_dtype,
               "kv_dtype": dep.kv_dtype, "engine": dep.profile.engine, "profile_family": dep.profile.family or None,
               "mode": str(load.mode)})
     if conditions:
         d["conditions"] = conditions
+    if pricing is not None:
+        d["pricing"] = pricing.to_dict()
     if extra:
         d.update(extra)
     return json.dumps(_finite(d), indent=2)

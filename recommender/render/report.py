@@ -64,7 +64,7 @@ def _percentile_table(row: PlanRow) -> str:
 
 def _walkthrough(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str:
     """The ``recommend estimate`` walkthrough of each pool at the workload's mean lengths, KV-capacity load."""
-    from recommender.estimator import EstimateRequest, conditions_of, estimate_request
+    from recommender.estimator import EstimateRequest, Pricing, conditions_of, estimate_request
     from recommender.render.estimate import render_walkthrough
 
     w = plan.workload
@@ -73,7 +73,8 @@ def _walkthrough(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str
     parts = []
     for pool in row.pools:
         role = pool.role.value
-        price = pool.usd_per_gpu_hour or 0.0
+        # the pool's own cost (whole instances of its rented offer), per GPU it runs
+        price = (pool.usd_per_hour or 0.0) / pool.gpus
         out_tokens = 1 if role == "prefill" else output
         req = EstimateRequest(model=w.model, gpu=pool.gpu, tp=pool.tp, replicas=pool.replicas,
                               weight_dtype=pool.weight_dtype, kv_dtype=pool.kv_dtype, concurrency="max",
@@ -89,7 +90,12 @@ def _walkthrough(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str
                f"--max-num-batched-tokens {pool.max_num_batched_tokens} --price {price:g}")
         try:
             dep, load, est = estimate_request(req, profile=profile)
-            text = render_walkthrough(dep, load, est, pool.replicas, price, conditions_of(dep).lines())
+            r = pool.rental
+            pricing = Pricing(usd_per_hour=est.usd_per_hour, gpus=pool.gpus, source="the plan's rented offer" + (
+                f": {r.provider} {r.offer.sku!r}, {r.gpus_per_instance}-GPU instances, {r.offer.date}" if r else ""),
+                basis=(f"{r.instances} x {r.provider} {r.gpus_per_instance}-GPU at ${r.usd_per_instance_hour:,.2f}/h" if r
+                       else f"${price:g}/GPU-hour x {pool.gpus} GPUs"))
+            text = render_walkthrough(dep, load, est, pool.replicas, pricing, conditions_of(dep).lines())
         except RecommenderError as e:
             text = f"(no walkthrough: {e})"
         title = {"both": "", "prefill": "Prefill pool: ", "decode": "Decode pool: "}.get(role, role)
