@@ -169,3 +169,28 @@ def test_plan_types_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.rows[0].rank = 2  # type: ignore[misc]
     assert isinstance(plan, Plan)
+
+
+def test_the_80_column_table_keeps_each_pools_replicas_and_tp_in_the_deployment_cell() -> None:
+    # examples/plans/long-context.plan.json: rank 1 is P/D on mi300x (prefill 4 replicas of TP1, decode 2 of TP1),
+    # ranks 2-5 aggregated; at 80 columns the TP and replicas columns are hidden, the deployment cell keeps them
+    path = Path(__file__).resolve().parents[1] / "examples" / "plans" / "long-context.plan.json"
+    doc = json.loads(path.read_text())
+    table = render_table(load_plan(path), width=80)
+    body = table.split("\n\n")[1].splitlines()
+    assert max(map(len, table.splitlines())) <= 80
+    assert "replicas" not in body[0] and " TP " not in body[0]
+    for row, line in zip(doc["plans"], body[2:]):
+        cells = [f"{p['replicas']}xTP{p['tp']}" for p in row["pools"]]
+        want = (f"{row['pools'][0]['gpu']} P {cells[0]} + D {cells[1]}" if len(cells) == 2
+                else f"{row['pools'][0]['gpu']} {cells[0]}")
+        assert line.split("  ")[0] == str(row["rank"]) and want in line, (want, line)
+    assert "mi300x P 4xTP1 + D 2xTP1" in body[2]
+
+
+def test_a_pd_row_across_gpu_types_names_each_pools_gpu() -> None:
+    doc = json.loads((DATA / "disagg-llama70b-h200.json").read_text())
+    doc["plans"][0]["pools"][0]["gpu"] = "h100-sxm"  # prefill on another GPU type than decode
+    doc["plans"][0].pop("gpu", None)
+    table = render_table(load_plan(doc), width=80)
+    assert "P h100-sxm 2xTP2 + D h200 1xTP4" in table

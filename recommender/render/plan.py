@@ -15,8 +15,9 @@ from recommender.units import fmt_seconds
 TABLE_HEADERS = ["rank", "deployment", "GPUs", "rent", "TP", "replicas", "weights/KV", "max seqs", "chunk",
                  "TTFT", "TPOT", "out tok/s", "util", "$/hour", "$/M out", "$/M tok", "binding", "note"]
 #: Columns a narrow terminal loses first (first listed goes first); what stays at 80 columns is the compact set:
-#: rank, deployment, GPUs, TP, replicas, weights/KV, TTFT, TPOT, $/M tok, binding.
-DROP_ORDER = ["note", "$/M out", "util", "max seqs", "chunk", "out tok/s", "$/hour", "rent", "binding", "replicas", "TP"]
+#: rank, deployment, GPUs, weights/KV, TTFT, TPOT, $/M tok. TP and replicas go first: the deployment cell
+#: holds them (:func:`deployment_cell`).
+DROP_ORDER = ["replicas", "TP", "note", "$/M out", "util", "max seqs", "chunk", "out tok/s", "$/hour", "rent", "binding"]
 
 
 def _pct_label(plan: Plan, metric: str) -> str:
@@ -43,12 +44,13 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
     rows = []
     tp_ttft, tp_tpot = _pct_label(plan, "ttft"), _pct_label(plan, "tpot")
     for r in plan.rows:
+        dep = deployment_cell(r.pools)
         if r.disaggregated:
             p, d = r.pools
-            dep, tp, reps = f"P/D: {p.gpu} | {d.gpu}", f"{p.tp}|{d.tp}", f"{p.replicas}|{d.replicas}"
+            tp, reps = f"{p.tp}|{d.tp}", f"{p.replicas}|{d.replicas}"
         else:
             p = r.pools[0]
-            dep, tp, reps = p.gpu, str(p.tp), str(p.replicas)
+            tp, reps = str(p.tp), str(p.replicas)
         first = r.pools[0]
         chunk = str(first.max_num_batched_tokens) if first.chunked_prefill else "off"
         pd = ""
@@ -68,6 +70,18 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
             _num(r.usd_per_million_output_tokens, ".3f"), _num(r.usd_per_million_tokens, ".3f"), r.binding, note,
         ])
     return rows
+
+
+def deployment_cell(pools: Sequence[Pool]) -> str:
+    """The deployment cell, whole in itself (a narrow terminal hides the TP and replicas columns): replicas x TP
+    per pool. ``b200 2xTP2``; P/D ``h100-sxm P 4xTP2 + D 1xTP4``, or ``P b200 4xTP1 + D b300 2xTP2`` across GPU types."""
+    if len(pools) == 1:
+        p = pools[0]
+        return f"{p.gpu} {p.replicas}xTP{p.tp}"
+    prefill, decode = pools[0], pools[-1]
+    if prefill.gpu == decode.gpu:
+        return f"{prefill.gpu} P {prefill.replicas}xTP{prefill.tp} + D {decode.replicas}xTP{decode.tp}"
+    return f"P {prefill.gpu} {prefill.replicas}xTP{prefill.tp} + D {decode.gpu} {decode.replicas}xTP{decode.tp}"
 
 
 def search_footer(m: SearchMeta) -> str:
