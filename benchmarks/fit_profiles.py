@@ -1,9 +1,10 @@
 """Fit the shipped engine profiles on the published measurements and report the error before and after.
 
-    python benchmarks/fit_profiles.py [--csv tests/data/measurements/published.csv] [--no-write] [--quick]
+    python benchmarks/fit_profiles.py [--csv tests/data/measurements/published.csv] [--no-write] [--quick] [--out FILE.md]
 
-Writes ``catalogs/profiles/{vllm,trtllm,lmdeploy,gpt-fast,sglang}.yaml`` and
-``benchmarks/results/fit_profiles.md`` (the table pasted into the README), and prints the table.
+Writes ``catalogs/profiles/{vllm,trtllm,lmdeploy,gpt-fast,sglang}.yaml`` and the Markdown report (the table
+pasted into the README) to ``--out`` (default ``$TMPDIR/recommender-benchmarks/fit_profiles.md``, outside the
+tracked tree, as ``bench_search.py``; ``benchmarks/results/fit_profiles.md`` is the committed copy), and prints the table.
 
 Per engine (a fit on one engine is no claim about another):
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -36,6 +38,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from recommender.atomic import atomic_write_text  # noqa: E402
 from recommender.calibrate.fit import (ErrorStats, FitOptions, FitResult, HeldOut, fit_family, fit_profile,  # noqa: E402
                                        held_out, split_error, summarize)
 from recommender.calibrate.measurements import Measurement, predict  # noqa: E402
@@ -129,13 +132,23 @@ def fit_engine(engine: str, ms: list[Measurement], prior: EngineProfile | None, 
     return res.with_held_out(*hos), hos
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+#: where the Markdown report goes unless --out says otherwise: outside the tracked tree
+DEFAULT_OUT = Path(tempfile.gettempdir()) / "recommender-benchmarks" / "fit_profiles.md"
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", default=str(ROOT / "tests/data/measurements/published.csv"))
     ap.add_argument("--no-write", action="store_true", help="print only; do not overwrite the profiles")
     ap.add_argument("--quick", action="store_true", help="held-out by model only")
     ap.add_argument("--no-families", action="store_true", help="engine profiles only (no per-GPU-family fits)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                    help="Markdown report (default outside the tracked tree: $TMPDIR/recommender-benchmarks/fit_profiles.md)")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     t0 = time.time()
     read = read_published_csv(args.csv)
     csv_name = str(Path(args.csv).resolve().relative_to(ROOT)) if Path(args.csv).resolve().is_relative_to(ROOT) else args.csv
@@ -203,9 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = "\n".join(md)
     print(text)
     if not args.no_write:
-        out_md = ROOT / "benchmarks/results/fit_profiles.md"
-        out_md.parent.mkdir(parents=True, exist_ok=True)
-        out_md.write_text(text)
+        atomic_write_text(args.out, text)
+        print(f"wrote {args.out}", file=sys.stderr)
         for engine, res in results.items():
             ms = [m for m in read.measurements if m.engine == engine]
             prov = [predict(m, provisional(engine)) for m in ms]

@@ -390,3 +390,21 @@ def test_predictions_are_finite_for_every_published_row(published):
     prof = EngineProfile()
     bad = [m.id for m in published.measurements if not (math.isfinite(predict(m, prof)) and predict(m, prof) > 0)]
     assert bad == []
+
+
+def test_fit_profiles_writes_its_report_outside_the_tree_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # benchmarks/fit_profiles.py wrote benchmarks/results/fit_profiles.md (tracked) on every run; like
+    # bench_search.py it now defaults to $TMPDIR/recommender-benchmarks/ and takes --out
+    import importlib.util
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what $TMPDIR sets, read once by gettempdir()
+    spec = importlib.util.spec_from_file_location("fit_profiles_under_test", root / "benchmarks" / "fit_profiles.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    default = mod.parser().parse_args([]).out
+    assert default == tmp_path / "recommender-benchmarks" / "fit_profiles.md"
+    assert not default.resolve().is_relative_to(root)
+    assert mod.parser().parse_args(["--out", "elsewhere/report.md"]).out == Path("elsewhere/report.md")
