@@ -1,7 +1,8 @@
 """The one crash-safe single-file writer: temp file in the target folder, fsync, ``os.replace``, fsync the folder.
 
 A reader (or a crash) sees either the old file or the complete new one, never half of it. Every file the
-package writes goes through here (deploy files, plan.json, calibrated profiles, replan state); several files
+package writes goes through here (deploy files, plan.json, calibrated profiles, replan state, the
+``--plot`` / ``--report`` pages and images, ``simulate --timeseries``); several files
 that belong together go through ``recommender.deploy.writer.write_file_set``.
 """
 
@@ -13,14 +14,19 @@ from pathlib import Path
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically and give it permission bits ``mode``."""
+    """Write ``text`` (UTF-8, ``\n`` line ends) to ``path`` atomically and give it permission bits ``mode``."""
+    return atomic_write_bytes(path, text.encode("utf-8"), mode)
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> Path:
+    """Write ``data`` to ``path`` atomically and give it permission bits ``mode``."""
     path = Path(path)
     directory = path.parent
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp_name, mode)

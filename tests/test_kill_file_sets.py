@@ -154,3 +154,98 @@ def test_replan_out_swaps_plan_json_in_with_its_deployment_files(tmp_path: Path)
     listed = set(json.loads((out / SET_MANIFEST).read_text())["files"])
     assert "plan.json" in listed and {Path(w).name for w in written} == listed
     assert json.loads((out / "plan.json").read_text())["plans"][0]["rank"] == 1
+
+
+# --------------------------------------------------------------------------- --plot FILE: one file, atomically
+
+CHAT_PLAN = ROOT / "examples" / "plans" / "chat.plan.json"
+
+
+def _fake_export(self: object, format: str) -> bytes:  # noqa: A002 - plotly's keyword
+    """Stands in for kaleido (optional, not installed in CI): a static image of the requested kind."""
+    return f"IMAGE {format}\n".encode() * 50_000
+
+
+@pytest.mark.parametrize("name", ["chart.html", "chart.png", "chart.svg"])
+def test_plot_interrupted_at_any_step_keeps_the_old_file_or_writes_the_new_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """The step-th file-system call of `--plot FILE` raises (as a kill would stop it there): the file is the old one
+    or the complete new one, never part of one, and no temp file stays. A writer straight into FILE (plotly's
+    write_image) never keeps the old file at any step, which fails the `kept` check."""
+    import plotly.graph_objects as go
+
+    import recommender.atomic as atomic
+    from recommender.plan import load_plan
+    from recommender.render.plot import render_chart_html, write_plot
+
+    monkeypatch.setattr(go.Figure, "to_image", _fake_export)
+    plan = load_plan(CHAT_PLAN)
+    path = tmp_path / name
+    new = render_chart_html(plan).encode() if name.endswith(".html") else _fake_export(None, name[-3:])
+    outcomes: dict[int, str] = {}
+    for step in range(12):
+        path.write_bytes(b"OLD")
+        calls = [0]
+
+        def counting(fn):  # type: ignore[no-untyped-def]
+            def wrapped(*a, **k):  # type: ignore[no-untyped-def]
+                calls[0] += 1
+                if calls[0] == step + 1:
+                    raise KeyboardInterrupt
+                return fn(*a, **k)
+            return wrapped
+
+        with monkeypatch.context() as m:
+            for fn in ("fdopen", "fsync", "chmod", "replace"):
+                m.setattr(atomic.os, fn, counting(getattr(os, fn)))
+            try:
+                write_plot(str(path), plan)
+                done = True
+            except KeyboardInterrupt:
+                done = False
+        got = path.read_bytes()
+        assert got in (b"OLD", new), (step, len(got))
+        assert [p.name for p in tmp_path.iterdir() if p.name != name] == [], step
+        outcomes[step] = "new" if got == new else "old"
+        if done:
+            break
+    kept = [s for s, o in outcomes.items() if o == "old"]
+    swapped = [s for s, o in outcomes.items() if o == "new"]
+    assert kept and swapped and max(kept) < min(swapped), outcomes
+
+
+PLOT_LOOP = """
+import sys
+import plotly.graph_objects as go
+from recommender.plan import load_plan
+from recommender.render.plot import write_plot
+sizes = {"A": 3_000_000, "B": 7_000_000}
+def export(self, format):
+    return (tag * sizes[tag]).encode()
+go.Figure.to_image = export  # kaleido stand-in: large images of two sizes
+plan = load_plan(sys.argv[2])
+print("ready", flush=True)
+i = 0
+while True:
+    tag = "AB"[i % 2]
+    write_plot(sys.argv[1], plan)
+    i += 1
+"""
+
+
+@pytest.mark.slow
+def test_killed_plot_writer_never_leaves_a_partial_image(tmp_path: Path) -> None:
+    out = tmp_path / "chart.png"
+    rng = random.Random(23)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    for _ in range(6):
+        child = subprocess.Popen([sys.executable, "-c", PLOT_LOOP, str(out), str(CHAT_PLAN)], stdout=subprocess.PIPE,
+                                 env=env, cwd=ROOT)
+        assert child.stdout is not None and child.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0.05, 0.4))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        if out.exists():
+            data = out.read_bytes()
+            assert data in (b"A" * 3_000_000, b"B" * 7_000_000), f"partial image: {len(data):,} bytes"
+    assert out.exists()

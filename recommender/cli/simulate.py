@@ -10,6 +10,7 @@ recorded arrivals instead of Poisson ones.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -249,10 +250,13 @@ def simulate_cmd(
         raise ConfigError(f"cannot simulate this configuration: {e}") from None
     doc = _doc(setup, ana, sim, requests, seed)
     if timeseries is not None:
+        from recommender.atomic import atomic_write_text
+
         ts = sim.timeseries
-        with Path(timeseries).open("w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(["t_s", "waiting", "running", "kv_usage"])
-            w.writerows(zip(ts.t_s, ts.queue_len, ts.running, (round(k, 4) for k in ts.kv_usage)))
+        buf = io.StringIO(newline="")
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["t_s", "waiting", "running", "kv_usage"])
+        w.writerows(zip(ts.t_s, ts.queue_len, ts.running, (round(k, 4) for k in ts.kv_usage)))
+        atomic_write_text(Path(timeseries), buf.getvalue())
         doc["timeseries_csv"] = str(timeseries)
     typer.echo(json.dumps(doc, indent=2) if fmt == "json" else _text(doc))

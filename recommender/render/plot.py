@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from recommender.atomic import atomic_write_bytes, atomic_write_text
 from recommender.errors import ConfigError
 from recommender.plan import Plan
 from recommender.render.figure import pareto_figure
@@ -24,17 +25,17 @@ def render_chart_html(plan: Plan, evaluations: Sequence[Evaluation] | None = Non
 
 
 def write_plot(path: str, plan: Plan, evaluations: Sequence[Evaluation] | None = None) -> None:
-    """Write the chart to ``path`` (.html, .svg or .png)."""
+    """Write the chart to ``path`` (.html, .svg or .png) atomically (:mod:`recommender.atomic`): the image is
+    rendered in memory first, so a failed export or a killed run leaves the old file or none, never part of one."""
     suffix = Path(path).suffix.lower()
     if suffix in (".html", ".htm"):
-        from recommender.deploy.writer import atomic_write_text
-
         atomic_write_text(Path(path), render_chart_html(plan, evaluations))
     elif suffix in (".svg", ".png"):
         try:
-            pareto_figure(plan, evaluations).write_image(path)
+            data: bytes = pareto_figure(plan, evaluations).to_image(format=suffix[1:])
         except (ImportError, ValueError, RuntimeError) as e:
             raise ConfigError(f"--plot {path}: static export failed ({str(e).splitlines()[0]}); "
                               "it needs kaleido and Chrome/Chromium; .html needs nothing") from None
+        atomic_write_bytes(Path(path), data)
     else:
         raise ConfigError(f"--plot {path}: use a .html, .svg or .png file name")

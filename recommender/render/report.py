@@ -162,6 +162,6 @@ def render_report(plan: Plan, *, profile: EngineProfile | None = None) -> str:
 
 def write_report(path: str, plan: Plan, *, profile: EngineProfile | None = None) -> None:
     """Write :func:`render_report` to ``path`` atomically."""
-    from recommender.deploy.writer import atomic_write_text
+    from recommender.atomic import atomic_write_text
 
     atomic_write_text(Path(path), render_report(plan, profile=profile))
