@@ -193,19 +193,19 @@ def test_real_catalog_facts() -> None:
 def test_chunked_prefill_off_needs_a_token_budget_of_max_model_len() -> None:
     # vLLM SchedulerConfig: without chunked prefill a whole prompt must fit one step
     doc = with_pool(agg(), chunked_prefill=False, max_num_batched_tokens=8192)  # max_model_len 8448
-    with pytest.raises(DeployError, match=r"max_num_batched_tokens \(8192\) >= max_model_len \(8448\)"):
+    with pytest.raises(ConfigError, match=r"max_num_batched_tokens \(8192\) >= max_model_len \(8448\)"):  # load_plan
         build_spec(doc)
     build_spec(with_pool(agg(), chunked_prefill=False, max_num_batched_tokens=8448))
 
 
 def test_token_budget_below_max_num_seqs_is_refused() -> None:
-    with pytest.raises(DeployError, match=r"max_num_batched_tokens \(64\) >= max_num_seqs \(128\)"):
+    with pytest.raises(ConfigError, match=r"max_num_batched_tokens \(64\) >= max_num_seqs \(128\)"):  # load_plan
         build_spec(with_pool(agg(), max_num_batched_tokens=64))
 
 
 @pytest.mark.parametrize("gmu", [0.0, 1.2, -0.5])
 def test_gpu_memory_utilization_outside_0_1_is_refused(gmu: float) -> None:
-    with pytest.raises(DeployError, match="gpu_memory_utilization"):
+    with pytest.raises(ConfigError, match="gpu_memory_utilization"):  # load_plan refuses it, before deploy
         build_spec(with_pool(agg(), gpu_memory_utilization=gmu))
 
 
@@ -225,9 +225,9 @@ def test_malformed_plans_name_the_problem() -> None:
     prefill_only["plans"][0]["pools"][0]["role"] = "prefill"
     with pytest.raises(ConfigError, match="pools \\['prefill'\\]"):
         build_spec(prefill_only)
-    with pytest.raises(DeployError, match="weight_dtype"):
+    with pytest.raises(ConfigError, match="unknown weight_dtype 'int3'"):  # load_plan, the one validator
         build_spec(with_pool(agg(), weight_dtype="int3"))
-    with pytest.raises(DeployError, match="kv_dtype"):
+    with pytest.raises(ConfigError, match="unknown kv_dtype 'int8'"):
         build_spec(with_pool(agg(), kv_dtype="int8"))
 
 

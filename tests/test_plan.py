@@ -89,6 +89,53 @@ def test_unknown_fields_and_wrong_types_name_the_field() -> None:
         load_plan(doc)
 
 
+# load_plan is the one validator of plan documents (deploy, simulate --plan and replan --current read through it):
+# what vLLM 0.33 would not start (its SchedulerConfig / CacheConfig checks) or no deployment has is refused here
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"weight_dtype": "int3"}, "pool both: unknown weight_dtype 'int3' (expected one of bf16, fp16, fp8, int8, int4"),
+    ({"kv_dtype": "fp16"}, "pool both: unknown kv_dtype 'fp16' (expected bf16 or fp8)"),
+    ({"tp": 0}, "tp must be in 1..1024 and replicas in 1..100,000 (got tp=0"),
+    ({"replicas": 100_001}, "tp must be in 1..1024 and replicas in 1..100,000 (got tp="),
+    ({"max_num_seqs": 0}, "max_num_seqs and max_model_len must be >= 1"),
+    ({"max_num_seqs": 2_000_000, "max_num_batched_tokens": 2_000_000}, "out of range"),
+    ({"max_num_batched_tokens": 8}, "vLLM requires max_num_batched_tokens (8) >= max_num_seqs"),
+    ({"gpu_memory_utilization": 1.01}, "gpu_memory_utilization must be in (0, 1], got 1.01"),
+])
+def test_engines_vllm_would_not_start_are_refused_by_the_reader(changes: dict, message: str) -> None:
+    doc = json.loads(GOLDEN_V2.read_text())
+    doc["plans"][0]["pools"][0].update(changes)
+    doc["plans"][0].update({k: v for k, v in changes.items() if k in ("tp", "replicas")})  # the summary agrees
+    with pytest.raises(ConfigError) as e:
+        load_plan(doc)
+    assert message in str(e.value) and f"plan {doc['plans'][0]['id']!r}" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_chunked_prefill_off_needs_the_workloads_max_model_len_in_one_step() -> None:
+    doc = json.loads(GOLDEN_V2.read_text())
+    pool = doc["plans"][0]["pools"][0]
+    limit = doc["workload"]["max_model_len"]  # the length vLLM is started with (deploy's --max-model-len)
+    pool.update(chunked_prefill=False, max_num_batched_tokens=limit - 1)
+    with pytest.raises(ConfigError, match=rf"max_num_batched_tokens \({limit - 1}\) >= max_model_len \({limit}\)"):
+        load_plan(doc)
+    pool.update(max_num_batched_tokens=limit)
+    assert load_plan(doc).rows[0].pools[0].chunked_prefill is False
+
+
+def test_simulate_plan_refuses_what_deploy_refuses(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from recommender.cli import app
+
+    doc = json.loads(GOLDEN_V2.read_text())
+    doc["plans"][0]["pools"][0]["gpu_memory_utilization"] = 1.2
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    res = CliRunner().invoke(app, ["simulate", "--plan", str(path), "--rate", "1", "-n", "50", "-q"])
+    err = res.stderr.strip()
+    assert res.exit_code == 2 and err.startswith("error: ") and "\n" not in err
+    assert "gpu_memory_utilization must be in (0, 1], got 1.2" in err
+
+
 def test_missing_and_directory_paths(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_plan(tmp_path / "nope.json")

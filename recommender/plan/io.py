@@ -7,7 +7,9 @@ pool's ``gpu``/``tp``/``replicas``/dtypes/limits and ``gpus_total`` for scripts 
 those summary keys are derived, so the reader ignores them. Version 1 files (row-level settings that
 pools may override, ``utilisation`` for the load utilisation) are still read. Anything else is refused
 with one line naming the file. Files are read through ``recommender.bounded`` (size limit, regular files only,
-finite numbers).
+finite numbers). :func:`load_plan` is the one validator of plan documents: besides the types it refuses
+unknown dtypes, engine limits vLLM 0.33 would not start with and absurd sizes, so ``deploy``, ``simulate --plan``
+and ``replan --current`` read only plans that can run.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from recommender.bounded import load_json_text, read_file_text
 from recommender.errors import ConfigError
-from recommender.plan.types import Plan, PlanRow
+from recommender.dtypes import KV_DTYPES, WEIGHT_DTYPES
+from recommender.plan.types import Plan, PlanRow, Pool
 from recommender.yamlfile import validation_message
 
 PLAN_VERSION = 2
@@ -212,13 +215,51 @@ def load_plan(source: str | Path | Mapping[str, Any]) -> Plan:
     return plan
 
 
+#: sizes no deployment has (a plan with more is corrupt or hostile): replicas per pool, GPUs per replica,
+#: sequences per engine, tokens per step / sequence
+MAX_REPLICAS = 100_000
+MAX_TP = 1024
+MAX_ENGINE_SEQS = 1_000_000
+MAX_ENGINE_TOKENS = 100_000_000
+
+
 def _check(plan: Plan, where: str) -> None:
-    """What types cannot say: pool roles match the layout, ranks are unique."""
+    """What types cannot say: pool roles match the layout, ranks are unique, and every pool is an engine vLLM 0.33
+    would start (:func:`_check_pool`). Every reader of plan files (deploy, simulate, replan) relies on this."""
     for row in plan.rows:
         roles = sorted(p.role.value for p in row.pools)
         if roles not in (["both"], ["decode", "prefill"]):
             raise ConfigError(f"{where}: plan {row.id!r} has pools {roles}; a plan has one 'both' pool or "
                               f"a 'prefill' and a 'decode' pool")
+        for pool in row.pools:
+            max_model_len = plan.workload.max_model_len if plan.workload.max_model_len is not None else row.max_model_len
+            _check_pool(pool, max_model_len, f"{where}: plan {row.id!r} pool {pool.role.value}")
     ranks = [r.rank for r in plan.rows]
     if len(set(ranks)) != len(ranks):
         raise ConfigError(f"{where}: duplicate plan ranks {sorted(ranks)}")
+
+
+def _check_pool(p: Pool, max_model_len: int, where: str) -> None:
+    """Known dtypes; vLLM's own start-up checks (SchedulerConfig / CacheConfig), so a refused engine is never
+    deployed or simulated; sizes within MAX_* (a corrupt plan must not become 1e30 replicas). What depends on
+    the GPU or the model (kernels, TP dividing the heads) is deploy's to check."""
+    if p.weight_dtype not in WEIGHT_DTYPES:
+        raise ConfigError(f"{where}: unknown weight_dtype {p.weight_dtype!r} (expected one of {', '.join(WEIGHT_DTYPES)}); {_HINT}")
+    if p.kv_dtype not in KV_DTYPES:
+        raise ConfigError(f"{where}: unknown kv_dtype {p.kv_dtype!r} (expected {' or '.join(KV_DTYPES)}); {_HINT}")
+    if not (1 <= p.tp <= MAX_TP and 1 <= p.replicas <= MAX_REPLICAS):
+        raise ConfigError(f"{where}: tp must be in 1..{MAX_TP} and replicas in 1..{MAX_REPLICAS:,} "
+                          f"(got tp={p.tp}, replicas={p.replicas})")
+    if p.max_num_seqs > MAX_ENGINE_SEQS or max(p.max_num_batched_tokens, max_model_len) > MAX_ENGINE_TOKENS:
+        raise ConfigError(f"{where}: max_num_seqs / max_num_batched_tokens / max_model_len out of range")
+    if p.max_num_seqs < 1 or max_model_len < 1:
+        raise ConfigError(f"{where}: max_num_seqs and max_model_len must be >= 1")
+    if p.max_num_batched_tokens < p.max_num_seqs:
+        raise ConfigError(f"{where}: vLLM requires max_num_batched_tokens ({p.max_num_batched_tokens}) "
+                          f">= max_num_seqs ({p.max_num_seqs})")
+    if not p.chunked_prefill and p.max_num_batched_tokens < max_model_len:
+        raise ConfigError(f"{where}: with chunked prefill off vLLM requires max_num_batched_tokens "
+                          f"({p.max_num_batched_tokens}) >= max_model_len ({max_model_len}); pick a plan with chunked "
+                          f"prefill or a larger token budget")
+    if not 0.0 < p.gpu_memory_utilization <= 1.0:
+        raise ConfigError(f"{where}: gpu_memory_utilization must be in (0, 1], got {p.gpu_memory_utilization}")
