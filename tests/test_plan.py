@@ -130,7 +130,7 @@ def test_simulate_plan_refuses_what_deploy_refuses(tmp_path: Path) -> None:
     doc["plans"][0]["pools"][0]["gpu_memory_utilization"] = 1.2
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(doc))
-    res = CliRunner().invoke(app, ["simulate", "--plan", str(path), "--rate", "1", "-n", "50", "-q"])
+    res = CliRunner().invoke(app, ["simulate", "--plan", str(path), "--rate", "1", "-n", "50"])
     err = res.stderr.strip()
     assert res.exit_code == 2 and err.startswith("error: ") and "\n" not in err
     assert "gpu_memory_utilization must be in (0, 1], got 1.2" in err
