@@ -220,6 +220,11 @@ def test_two_workers_on_a_journal_file_find_the_exhaustive_rank_one(tmp_path, ti
                      policy=TINY)
     assert plan.search.workers == 2 and plan.search.trials > plan.search.trials_run
     assert plan.rows[0].usd_per_million_tokens == pytest.approx(_cheapest(tiny_truth), rel=1e-9)
+    # the main process re-evaluates only the other worker's trials that can rank (front and cheapest), and
+    # the rows are the one-process search's
+    assert plan.search.evaluations is not None and plan.search.evaluations < plan.search.trials
+    one = recommend(CHAT, settings=SearchSettings(seed=0, verify=0), policy=TINY)
+    assert [r.id for r in plan.rows] == [r.id for r in one.rows]
 
 
 @pytest.mark.slow

@@ -299,15 +299,17 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
     record(study, ctx, ch, res.evaluations)
     for pr in procs:
         pr.join()
-    if settings.storage is not None:
-        for c in completed_candidates(study):  # other workers' and earlier runs' trials
+    verify = policy.verify if settings.verify is None else settings.verify
+    stored = 0
+    if settings.storage is not None:  # other workers' and earlier runs' trials that can rank
+        stored_cands, stored = completed_candidates(study, keep=3 * settings.top + 3 * verify + 10)
+        for c in stored_cands:
             if c.gpu in ctx.gpus and (not c.disaggregated or c.decode_gpu in ctx.gpus):
                 evaluate(ctx, c)
     all_evals = list(ctx.evaluator)
     rows = rank_rows(ctx, all_evals, settings.top)
     if not rows:
         raise InfeasibleError(infeasible_message(ctx, all_evals))
-    verify = policy.verify if settings.verify is None else settings.verify
     if verify:
         from recommender.search.verify import verify_rows
 
@@ -315,7 +317,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
         if not rows:
             raise InfeasibleError(infeasible_message(ctx, all_evals) + " (the simulator rejected every analytic plan)")
     elapsed = time.perf_counter() - t0
-    meta = {"seed": settings.seed, "trials": len(all_evals), "trials_run": len(res.evaluations), "trials_asked": trials,
+    meta = {"seed": settings.seed, "trials": max(stored, len(all_evals)), "trials_run": len(res.evaluations), "trials_asked": trials,
             "timeout_s": timeout, "stopped_by": res.stopped_by, "search_complete": res.complete, "rank1_proven": res.rank1_proven,
             "rank1_proven_after": res.rank1_proven_after,
             "shapes": res.shapes, "pruned": res.pruned, "workers": n, "evaluations": ctx.evaluations,

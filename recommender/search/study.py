@@ -86,15 +86,31 @@ def record(study: optuna.Study, ctx: SearchContext, ch: SpaceChoices, evaluation
     study.add_trials([frozen_trial(ctx, dists, ev) for ev in evaluations])
 
 
-def completed_candidates(study: optuna.Study) -> list[Candidate]:
-    """The candidate of every completed trial of the study (this run's and earlier runs')."""
-    out = []
+def completed_candidates(study: optuna.Study, *, keep: int | None = None) -> tuple[list[Candidate], int]:
+    """(candidates worth evaluating in this process, completed trials in the study: this run's, other
+    workers' and earlier runs').
+
+    With ``keep``, only what the ranking can use is returned: every feasible trial on the stored Pareto
+    front (by the stored objective values) and the ``keep`` cheapest feasible trials (ranked rows, the
+    verification's fallbacks); every trial when none is feasible (the error then names the closest plan).
+    Re-evaluating all of another worker's trials in the main process would cost what the worker saved."""
+    trials = []
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         try:
-            out.append(candidate_from_params(t.params))
+            trials.append((candidate_from_params(t.params), t))
         except (KeyError, TypeError, ValueError):
             continue  # a trial from another encoding; not ours to rank
-    return out
+    feasible = sorted(((tuple(t.values), c) for c, t in trials if t.user_attrs.get("feasible") and t.values),
+                      key=lambda vc: vc[0])
+    if keep is None or not feasible:
+        return [c for c, _ in trials], len(trials)
+    chosen = [c for _, c in feasible[:keep]]
+    front: list[tuple[float, ...]] = []
+    for v, c in feasible:  # lexicographic order: only an earlier point can dominate a later one
+        if not any(f != v and all(a <= b for a, b in zip(f, v)) for f in front):
+            front.append(v)
+            chosen.append(c)
+    return chosen, len(trials)
 
 
 def open_storage(url: str | None) -> Any:
