@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tabulate import tabulate  # noqa: E402
 
-from recommender.load import analyze, simulate  # noqa: E402
+from recommender.load import PoolSpec, Traffic, analyze, simulate  # noqa: E402
 from recommender.load.toy import LinearStepCost, LogNormalLength, ToyLimits  # noqa: E402
 
 
@@ -36,7 +36,8 @@ def _rate_for(cost: Any, limits: Any, prompt: Any, output: Any, target: float, f
     lo, hi = 1e-3, 1e4
     for _ in range(60):
         mid = (lo * hi) ** 0.5
-        r = analyze(cost, limits, mid, prompt, output, shared_prefix_fraction=fraction)
+        r = analyze(PoolSpec(cost=cost, limits=limits), Traffic(rate_per_s=mid, prompt=prompt, output=output,
+                                                                 shared_prefix_fraction=fraction))
         if r.stable and r.utilisation < target:
             lo = mid
         else:
@@ -77,13 +78,16 @@ def main() -> None:
     for name, cost, limits, prompt, output, fraction in _setups():
         for target in (0.5, 0.8):
             rate = _rate_for(cost, limits, prompt, output, target, fraction)
-            secs, res = _best(lambda: simulate(cost, limits, rate, prompt, output, n, seed=1, shared_prefix_fraction=fraction), 2)
+            pool = PoolSpec(cost=cost, limits=limits)
+            traffic = Traffic(rate_per_s=rate, prompt=prompt, output=output, shared_prefix_fraction=fraction)
+            secs, res = _best(lambda: simulate(pool, traffic, n_requests=n, seed=1), 2)
             sim_rows.append([name, f"{target:.1f}", f"{rate:.2f}", f"{res.mean_running_batch:.0f}", res.steps,
                              f"{secs:.2f}", f"{n / secs:,.0f}", f"{res.steps / secs:,.0f}"])
         rate = _rate_for(cost, limits, prompt, output, 0.5, fraction)
 
         def bare() -> Any:
-            return analyze(cost, limits, rate, prompt, output, shared_prefix_fraction=fraction)
+            return analyze(PoolSpec(cost=cost, limits=limits),
+                           Traffic(rate_per_s=rate, prompt=prompt, output=output, shared_prefix_fraction=fraction))
 
         def one_slo() -> float:
             return bare().ttft_s.p90

@@ -53,8 +53,21 @@ def estimate(*, model: str, gpu: str, tp: int = 1, replicas: int = 1, weight_dty
 
 def simulate(cost: StepCost, limits: Limits, *, arrival_rate_per_s: float | None, prompt: LengthDistribution | None,
              output: LengthDistribution | None, n_requests: int, seed: int = 0, **options: Any) -> SimResult:
-    """Replay ``n_requests`` seeded requests through the vLLM-like scheduler simulator (one aggregated pool);
-    ``options`` are :func:`recommender.load.simulate`'s (``replicas``, ``burstiness``, ``trace``, ...)."""
+    """Replay ``n_requests`` seeded requests through the vLLM-like scheduler simulator (one aggregated pool).
+    ``options``: ``replicas`` (1), ``shared_prefix_fraction`` (0), ``trace`` (rows ``(arrival_s,
+    prompt_tokens, output_tokens)`` replayed instead of the rate and lengths) and
+    :func:`recommender.load.simulate`'s keywords (``burstiness``, ``warmup_requests``, ``sample_interval_s``)."""
+    from recommender.errors import ConfigError
+    from recommender.load import PoolSpec, Replay, Traffic
     from recommender.load import simulate as _simulate
 
-    return _simulate(cost, limits, arrival_rate_per_s, prompt, output, n_requests, seed, **options)
+    pool = PoolSpec(cost=cost, limits=limits, replicas=int(options.pop("replicas", 1)))
+    fraction = float(options.pop("shared_prefix_fraction", 0.0))
+    trace = options.pop("trace", None)
+    if trace is not None:
+        load: Traffic | Replay = Replay(rows=tuple(trace), shared_prefix_fraction=fraction)
+    elif arrival_rate_per_s is None or prompt is None or output is None:
+        raise ConfigError("simulate needs arrival_rate_per_s, prompt and output length distributions (or a trace)")
+    else:
+        load = Traffic(rate_per_s=arrival_rate_per_s, prompt=prompt, output=output, shared_prefix_fraction=fraction)
+    return _simulate(pool, load, n_requests=n_requests, seed=seed, **options)

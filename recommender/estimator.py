@@ -293,7 +293,7 @@ def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, re
     (what ``vllm bench serve --request-rate R`` reports); an unstable configuration reports
     ``stable: false`` and no finite latency.
     """
-    from recommender.load import analyze
+    from recommender.load import PoolSpec, Traffic, analyze
     from recommender.perf.step import StepCostModel
     from recommender.workload import LengthDist
 
@@ -302,8 +302,9 @@ def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, re
     if load.mode == LoadMode.CONTEXT:
         raise ConfigError("--rate needs --prompt-tokens and --output-tokens (whole requests), not --context")
     cost = StepCostModel.build(dep)
-    res = analyze(cost, dep.limits, rate_per_s, LengthDist.constant(load.prompt_tokens),
-                  LengthDist.constant(load.output_tokens), replicas=replicas)
+    res = analyze(PoolSpec(cost=cost, limits=dep.limits, replicas=replicas),
+                  Traffic(rate_per_s=rate_per_s, prompt=LengthDist.constant(load.prompt_tokens),
+                          output=LengthDist.constant(load.output_tokens)))
     inf = float("inf")
     out: dict[str, object] = {"rate_per_s": rate_per_s, "stable": bool(res.stable), "utilisation": res.utilisation}
     for m in ("ttft", "tpot"):
@@ -440,13 +441,14 @@ def bench_run(dep: Deployment, load: Load, *, replicas: int = 1, seed: int = 0) 
                               "burstiness": load.burstiness, "max_concurrency": load.batch or None}
     capped = bool(load.batch) and load.batch * replicas < m
     if not capped:
-        from recommender.load import simulate
+        from recommender.load import PoolSpec, Traffic, simulate
         from recommender.perf.step import StepCostModel
         from recommender.workload import LengthDist
 
         sim_rate = rate if math.isfinite(rate) else 1e9   # all at once: arrivals 1 ns apart
-        res = simulate(StepCostModel.build(dep), dep.limits, sim_rate, LengthDist.constant(p_tok),
-                       LengthDist.constant(o_tok), m, seed, replicas=replicas, burstiness=load.burstiness)
+        res = simulate(PoolSpec(cost=StepCostModel.build(dep), limits=dep.limits, replicas=replicas),
+                       Traffic(rate_per_s=sim_rate, prompt=LengthDist.constant(p_tok), output=LengthDist.constant(o_tok)),
+                       n_requests=m, seed=seed, burstiness=load.burstiness)
         dist = {"ttft": res.ttft_s, "tpot": res.tpot_s, "itl": res.tpot_s, "e2el": res.e2e_s}
         out.update({"method": "simulated", "duration": res.duration_s, "completed": res.completed, "failed": 0,
                     "total_input_tokens": res.completed * p_tok, "total_output_tokens": res.completed * o_tok,

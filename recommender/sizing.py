@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from recommender.catalog import Gpu
 from recommender.hf_config import ModelArch
-from recommender.load import analyze, analyze_disaggregated
+from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
 from recommender.load.capacity import analytic_capacity_per_s, max_stable_rate
 from recommender.load.link import KvLink
 from recommender.offers import Offer, Rental, cheapest_rental, workload_offer
@@ -312,9 +312,11 @@ class Sizer:
             link = self.kv_link(c)
 
             def stable(x: float) -> bool:
-                res = analyze_disaggregated(costs[0], pp.limits, pp.replicas, costs[1], dp.limits, dp.replicas, 0.0, x,
-                                            w.prompt_tokens, w.output_tokens,
-                                            shared_prefix_fraction=w.shared_prefix_fraction, kv_link=link)
+                res = analyze_disaggregated(
+                    Disaggregated(prefill=PoolSpec(cost=costs[0], limits=pp.limits, replicas=pp.replicas),
+                                  decode=PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas), kv_link=link),
+                    Traffic(rate_per_s=x, prompt=w.prompt_tokens, output=w.output_tokens,
+                            shared_prefix_fraction=w.shared_prefix_fraction))
                 return bool(res.stable) and res.utilisation < 1.0
             sat = max_stable_rate(stable, rel_tol=5e-3, start_per_s=rate)
         return rate / sat if sat > 0 else math.inf
@@ -453,8 +455,9 @@ class Sizer:
             return self.infeasible(c, f"TP {c.tp} exceeds max_gpus {w.max_gpus}", True, "capacity")
 
         def run(r: int, at: float) -> Any:
-            return analyze(cost, limits, at, w.prompt_tokens, w.output_tokens, replicas=r,
-                           shared_prefix_fraction=w.shared_prefix_fraction)
+            return analyze(PoolSpec(cost=cost, limits=limits, replicas=r),
+                           Traffic(rate_per_s=at, prompt=w.prompt_tokens, output=w.output_tokens,
+                                   shared_prefix_fraction=w.shared_prefix_fraction))
 
         # capacity lower bound: decode throughput of one replica at its largest batch
         seq = int(w.prompt_tokens.mean + w.output_tokens.mean)
@@ -496,9 +499,11 @@ class Sizer:
         link = self.kv_link(c)
 
         def run(rp: int, rd: int, at: float) -> Any:
-            return analyze_disaggregated(p_cost, p_limits, rp, d_cost, d_limits, rd, 0.0, at,
-                                         w.prompt_tokens, w.output_tokens, shared_prefix_fraction=w.shared_prefix_fraction,
-                                         kv_link=link)
+            return analyze_disaggregated(
+                Disaggregated(prefill=PoolSpec(cost=p_cost, limits=p_limits, replicas=rp),
+                              decode=PoolSpec(cost=d_cost, limits=d_limits, replicas=rd), kv_link=link),
+                Traffic(rate_per_s=at, prompt=w.prompt_tokens, output=w.output_tokens,
+                        shared_prefix_fraction=w.shared_prefix_fraction))
 
         cap_p, cap_d = self.replica_cap(c.tp), self.replica_cap(c.decode_tp)
         if cap_p < 1 or cap_d < 1:

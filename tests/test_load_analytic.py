@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recommender.errors import ConfigError
-from recommender.load import analyze, analyze_disaggregated
+from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
 from recommender.load.pool import erlang_c
 from recommender.load.toy import FixedLength, LinearStepCost, LogNormalLength, RooflineStepCost, ToyLimits, UniformLength
 
@@ -32,7 +32,7 @@ def test_single_slot_is_md1_pollaczek_khinchine(rate: float) -> None:
     # wait is M/D/1's rho S / (2 (1 - rho)).
     rho = rate * SERVICE_100_11_S
     wait = rho * SERVICE_100_11_S / (2 * (1 - rho))
-    r = analyze(PLAIN, ToyLimits(max_num_seqs=1), rate, FixedLength(100), FixedLength(11))
+    r = analyze(PoolSpec(cost=PLAIN, limits=ToyLimits(max_num_seqs=1)), Traffic(rate_per_s=rate, prompt=FixedLength(100), output=FixedLength(11)))
     assert r.stable
     assert r.utilisation == pytest.approx(rho, rel=1e-9)
     assert r.queue_wait_mean_s == pytest.approx(wait, rel=1e-6)
@@ -43,7 +43,7 @@ def test_single_slot_is_md1_pollaczek_khinchine(rate: float) -> None:
 
 def test_single_slot_beyond_capacity_is_unstable() -> None:
     rate = 1.05 / SERVICE_100_11_S
-    r = analyze(PLAIN, ToyLimits(max_num_seqs=1), rate, FixedLength(100), FixedLength(11))
+    r = analyze(PoolSpec(cost=PLAIN, limits=ToyLimits(max_num_seqs=1)), Traffic(rate_per_s=rate, prompt=FixedLength(100), output=FixedLength(11)))
     assert not r.stable
     assert all(math.isinf(getattr(r, m).at(p)) for m in ("ttft_s", "tpot_s", "e2e_s") for p in ("mean", "p50", "p99"))
     assert r.utilisation >= 1.0
@@ -53,7 +53,7 @@ def test_single_slot_beyond_capacity_is_unstable() -> None:
 
 def test_low_load_latencies_are_one_request_alone() -> None:
     # At 0.01 req/s a request almost never meets another: TTFT = its prefill step, TPOT = a decode step.
-    r = analyze(PLAIN, ToyLimits(), 0.01, FixedLength(100), FixedLength(11))
+    r = analyze(PoolSpec(cost=PLAIN, limits=ToyLimits()), Traffic(rate_per_s=0.01, prompt=FixedLength(100), output=FixedLength(11)))
     assert r.ttft_s.p50 == pytest.approx(PREFILL_100_S, rel=1e-3)
     assert r.tpot_s.p50 == pytest.approx((SERVICE_100_11_S - PREFILL_100_S) / 10, rel=1e-3)
     assert r.e2e_s.p50 == pytest.approx(SERVICE_100_11_S, rel=2e-3)
@@ -62,11 +62,10 @@ def test_low_load_latencies_are_one_request_alone() -> None:
 def test_prefix_cache_hit_skips_whole_blocks() -> None:
     # 1000-token prompt, 30% shared prefix: floor(300 / 16) * 16 = 288 tokens are cached, so the
     # prefill computes 712 tokens after a 288-token prefix: 5 ms + 712 * 20 us + 288 MB / 2 TB/s.
-    r = analyze(PLAIN, ToyLimits(enable_prefix_caching=True), 0.01, FixedLength(1000), FixedLength(2),
-                shared_prefix_fraction=0.3)
+    r = analyze(PoolSpec(cost=PLAIN, limits=ToyLimits(enable_prefix_caching=True)), Traffic(rate_per_s=0.01, prompt=FixedLength(1000), output=FixedLength(2), shared_prefix_fraction=0.3))
     assert r.ttft_s.p50 == pytest.approx(5e-3 + 712 * 20e-6 + 288 * 1e6 / 2e12, rel=1e-3)
     # without prefix caching enabled the fraction is ignored
-    off = analyze(PLAIN, ToyLimits(), 0.01, FixedLength(1000), FixedLength(2), shared_prefix_fraction=0.3)
+    off = analyze(PoolSpec(cost=PLAIN, limits=ToyLimits()), Traffic(rate_per_s=0.01, prompt=FixedLength(1000), output=FixedLength(2), shared_prefix_fraction=0.3))
     assert off.ttft_s.p50 == pytest.approx(5e-3 + 1000 * 20e-6, rel=1e-3)
 
 
@@ -74,20 +73,20 @@ def test_chunked_prefill_runs_ceil_prompt_over_budget_steps() -> None:
     # 5000-token prompt, 2048-token budget: chunks 2048, 2048, 904 after 0, 2048, 4096 cached tokens.
     chunks = [(2048, 0), (2048, 2048), (904, 4096)]
     hand = sum(5e-3 + n * 20e-6 + p * 1e6 / 2e12 for n, p in chunks)
-    r = analyze(PLAIN, ToyLimits(max_num_batched_tokens=2048), 0.001, FixedLength(5000), FixedLength(2))
+    r = analyze(PoolSpec(cost=PLAIN, limits=ToyLimits(max_num_batched_tokens=2048)), Traffic(rate_per_s=0.001, prompt=FixedLength(5000), output=FixedLength(2)))
     assert r.ttft_s.p50 == pytest.approx(hand, rel=1e-3)
 
 
 def test_disaggregated_low_load_adds_transfer_and_first_decode_step() -> None:
     # Prefill pool: 7 ms for the 100-token prompt. Transfer: 100 tokens * 1 ms. Decode pool: the first
     # step computes one token after 99 remote ones (5 ms + 20 us + 99 MB / 2 TB/s) and emits token 1.
-    r = analyze_disaggregated(PLAIN, ToyLimits(), 1, PLAIN, ToyLimits(), 1, 1e-3, 0.01, FixedLength(100), FixedLength(11))
+    r = analyze_disaggregated(Disaggregated(prefill=PoolSpec(cost=PLAIN, limits=ToyLimits()), decode=PoolSpec(cost=PLAIN, limits=ToyLimits()), kv_transfer_s_per_token=1e-3), Traffic(rate_per_s=0.01, prompt=FixedLength(100), output=FixedLength(11)))
     first = 5e-3 + 20e-6 + 99 * 1e6 / 2e12
     assert r.ttft_s.p50 == pytest.approx(PREFILL_100_S + 0.1 + first, rel=2e-3)
     # no prefill interference in the decode pool: TPOT is the plain decode step
     assert r.tpot_s.p99 == pytest.approx((SERVICE_100_11_S - PREFILL_100_S) / 10, rel=5e-3)
     # the mean TTFT moves by exactly the extra transfer time of the mean prompt
-    r2 = analyze_disaggregated(PLAIN, ToyLimits(), 1, PLAIN, ToyLimits(), 1, 3e-3, 0.01, FixedLength(100), FixedLength(11))
+    r2 = analyze_disaggregated(Disaggregated(prefill=PoolSpec(cost=PLAIN, limits=ToyLimits()), decode=PoolSpec(cost=PLAIN, limits=ToyLimits()), kv_transfer_s_per_token=3e-3), Traffic(rate_per_s=0.01, prompt=FixedLength(100), output=FixedLength(11)))
     assert r2.ttft_s.mean - r.ttft_s.mean == pytest.approx(100 * 2e-3, rel=1e-9)
 
 
@@ -96,17 +95,17 @@ def test_latency_grows_with_rate_explodes_near_saturation_and_is_unstable_beyond
     prompt, output = work
     rates = []
     r = 0.01
-    while analyze(cost, ToyLimits(), r, prompt, output).stable:
+    while analyze(PoolSpec(cost=cost, limits=ToyLimits()), Traffic(rate_per_s=r, prompt=prompt, output=output)).stable:
         rates.append(r)
         r *= 1.15
     assert len(rates) > 10
-    res = [analyze(cost, ToyLimits(), x, prompt, output) for x in rates]
+    res = [analyze(PoolSpec(cost=cost, limits=ToyLimits()), Traffic(rate_per_s=x, prompt=prompt, output=output)) for x in rates]
     for metric in ("ttft_s", "e2e_s"):
         series = [getattr(x, metric).p90 for x in res]
         assert all(b >= a * 0.999 for a, b in zip(series, series[1:])), (metric, series)
     assert [x.utilisation for x in res] == sorted(x.utilisation for x in res)
     assert res[-1].e2e_s.p99 > 2.0 * res[0].e2e_s.p99  # near saturation the tail has blown up
-    beyond = analyze(cost, ToyLimits(), rates[-1] * 1.5, prompt, output)
+    beyond = analyze(PoolSpec(cost=cost, limits=ToyLimits()), Traffic(rate_per_s=rates[-1] * 1.5, prompt=prompt, output=output))
     assert not beyond.stable and math.isinf(beyond.ttft_s.p99) and beyond.requests_per_s < rates[-1] * 1.5
 
 
@@ -115,8 +114,8 @@ def test_round_robin_over_replicas_smooths_arrivals() -> None:
     # Erlang-2 gaps (squared CV 1/2), so queueing can only get better.
     prompt, output = RAG
     cost = LinearStepCost(s_per_token=5e-6)
-    one = analyze(cost, ToyLimits(), 2.5, prompt, output, replicas=1)
-    two = analyze(cost, ToyLimits(), 5.0, prompt, output, replicas=2)
+    one = analyze(PoolSpec(cost=cost, limits=ToyLimits()), Traffic(rate_per_s=2.5, prompt=prompt, output=output))
+    two = analyze(PoolSpec(cost=cost, limits=ToyLimits(), replicas=2), Traffic(rate_per_s=5.0, prompt=prompt, output=output))
     assert two.prefill_utilisation == pytest.approx(one.prefill_utilisation, rel=1e-9)
     assert two.mean_running_batch <= one.mean_running_batch  # smaller batch swings: faster steps
     assert two.utilisation <= one.utilisation  # less bunching: less KV headroom needed
@@ -150,7 +149,7 @@ def test_invariants(rate, replicas, seqs, budget, chunked, caching, prompt_media
                        enable_prefix_caching=caching)
     prompt = LogNormalLength(prompt_median, 0.6, 1, 12000)
     output = LogNormalLength(output_median, 0.6, 1, 2000)
-    r = analyze(cost, limits, rate, prompt, output, replicas=replicas, shared_prefix_fraction=0.3)
+    r = analyze(PoolSpec(cost=cost, limits=limits, replicas=replicas), Traffic(rate_per_s=rate, prompt=prompt, output=output, shared_prefix_fraction=0.3))
     assert r.requests_per_s <= rate * (1 + 1e-12)
     if not r.stable:
         assert math.isinf(r.ttft_s.p50) and math.isinf(r.e2e_s.mean) and r.utilisation >= 1.0
@@ -167,8 +166,8 @@ def test_invariants(rate, replicas, seqs, budget, chunked, caching, prompt_media
 
 def test_deterministic_and_picklable() -> None:
     prompt, output = CHAT
-    a = analyze(RooflineStepCost(), ToyLimits(), 2.0, prompt, output)
-    b = analyze(RooflineStepCost(), ToyLimits(), 2.0, prompt, output)
+    a = analyze(PoolSpec(cost=RooflineStepCost(), limits=ToyLimits()), Traffic(rate_per_s=2.0, prompt=prompt, output=output))
+    b = analyze(PoolSpec(cost=RooflineStepCost(), limits=ToyLimits()), Traffic(rate_per_s=2.0, prompt=prompt, output=output))
     assert a == b
     c = pickle.loads(pickle.dumps(a))
     assert c == a and c.tpot_s.to_dict() == a.tpot_s.to_dict()
@@ -177,12 +176,12 @@ def test_deterministic_and_picklable() -> None:
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
 def test_bad_rate_is_a_config_error(bad: float) -> None:
     with pytest.raises(ConfigError):
-        analyze(PLAIN, ToyLimits(), bad, FixedLength(10), FixedLength(10))
+        analyze(PoolSpec(cost=PLAIN, limits=ToyLimits()), Traffic(rate_per_s=bad, prompt=FixedLength(10), output=FixedLength(10)))
 
 
 def test_bad_replicas_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
-        analyze(PLAIN, ToyLimits(), 1.0, FixedLength(10), FixedLength(10), replicas=0)
+        analyze(PoolSpec(cost=PLAIN, limits=ToyLimits(), replicas=0), Traffic(rate_per_s=1.0, prompt=FixedLength(10), output=FixedLength(10)))
 
 
 def test_shipped_sobol_points_equal_scipys():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from recommender.load import analyze_disaggregated, simulate_disaggregated
+from recommender.load import Disaggregated, PoolSpec, Traffic, analyze_disaggregated, simulate_disaggregated
 from recommender.load.link import KvLink
 from recommender.load.toy import FixedLength, LinearStepCost, ToyLimits, UniformLength
 
@@ -15,8 +15,7 @@ PLAIN = LinearStepCost(attention_flops_per_token_pair=0.0, kv_bytes_per_token=1e
 def test_over_subscribed_link_is_unstable_and_named() -> None:
     # issue #13: 5.2 GB/s of KV pushed through a 4 GB/s NIC: 1,000-token prompts x 520 kB/token x 10 req/s.
     link = KvLink(bytes_per_token=520_000, nic_bytes_per_s=4e9)
-    r = analyze_disaggregated(PLAIN, ToyLimits(), 1, PLAIN, ToyLimits(), 1, 0.0, 10.0, FixedLength(1000), FixedLength(11),
-                              kv_link=link)
+    r = analyze_disaggregated(Disaggregated(prefill=PoolSpec(cost=PLAIN, limits=ToyLimits()), decode=PoolSpec(cost=PLAIN, limits=ToyLimits()), kv_link=link), Traffic(rate_per_s=10.0, prompt=FixedLength(1000), output=FixedLength(11)))
     assert not r.stable and r.bottleneck == "kv_link"
     assert r.utilisation == pytest.approx(5.2e9 / 4e9, rel=1e-6)
 
@@ -25,9 +24,10 @@ def test_link_queue_wait_is_md1_and_enters_ttft() -> None:
     # S = 1,000 tokens x 1e5 B / 1e9 B/s = 0.1 s per transfer; 7 req/s on one link: rho = 0.7,
     # M/D/1 mean wait = rho S / (2 (1 - rho)) = 0.1167 s. Without the link queue TTFT would miss it.
     link = KvLink(bytes_per_token=1e5, nic_bytes_per_s=1e9)
-    args = (PLAIN, ToyLimits(), 1, PLAIN, ToyLimits(), 1, 0.0, 7.0, FixedLength(1000), FixedLength(11))
-    with_link = analyze_disaggregated(*args, kv_link=link)
-    no_link = analyze_disaggregated(*args)
+    pools = {"prefill": PoolSpec(cost=PLAIN, limits=ToyLimits()), "decode": PoolSpec(cost=PLAIN, limits=ToyLimits())}
+    traffic = Traffic(rate_per_s=7.0, prompt=FixedLength(1000), output=FixedLength(11))
+    with_link = analyze_disaggregated(Disaggregated(**pools, kv_link=link), traffic)
+    no_link = analyze_disaggregated(Disaggregated(**pools), traffic)
     assert with_link.stable and with_link.link_utilisation == pytest.approx(0.7)
     wait = 0.7 * 0.1 / (2 * 0.3)
     assert with_link.ttft_s.mean - no_link.ttft_s.mean == pytest.approx(0.1 + wait, rel=0.02)
@@ -44,9 +44,11 @@ def test_analytic_link_matches_the_simulated_link_queue(link_util: float) -> Non
     prompt, output = UniformLength(500, 1500), UniformLength(5, 50)
     link = KvLink(bytes_per_token=1e5, nic_bytes_per_s=2e9, prefill_tp=2, decode_tp=4)  # min(2, 4) NICs: 4 GB/s
     rate = link_util / (prompt.mean * 1e5 / 4e9)
-    args = (FAST, ToyLimits(), 1, FAST, ToyLimits(), 1, 0.0, rate, prompt, output)
-    a = analyze_disaggregated(*args, kv_link=link)
-    s = simulate_disaggregated(*args, n_requests=6000, seed=3, warmup_requests=600, kv_link=link)
+    topology = Disaggregated(prefill=PoolSpec(cost=FAST, limits=ToyLimits()), decode=PoolSpec(cost=FAST, limits=ToyLimits()),
+                             kv_link=link)
+    traffic = Traffic(rate_per_s=rate, prompt=prompt, output=output)
+    a = analyze_disaggregated(topology, traffic)
+    s = simulate_disaggregated(topology, traffic, n_requests=6000, seed=3, warmup_requests=600)
     assert a.stable and s.stable and a.link_utilisation == pytest.approx(link_util, rel=0.02)
     assert a.ttft_s.mean == pytest.approx(s.ttft_s.mean, rel=0.10)
     assert a.ttft_s.p90 == pytest.approx(s.ttft_s.p90, rel=0.20)
@@ -54,6 +56,5 @@ def test_analytic_link_matches_the_simulated_link_queue(link_util: float) -> Non
 
 def test_simulated_link_over_capacity_grows_a_queue() -> None:
     link = KvLink(bytes_per_token=1e5, nic_bytes_per_s=1e9)  # 0.1 s per 1,000-token transfer: 10 req/s at most
-    s = simulate_disaggregated(PLAIN, ToyLimits(), 1, PLAIN, ToyLimits(), 1, 0.0, 12.0, FixedLength(1000), FixedLength(11),
-                               n_requests=3000, seed=1, kv_link=link)
+    s = simulate_disaggregated(Disaggregated(prefill=PoolSpec(cost=PLAIN, limits=ToyLimits()), decode=PoolSpec(cost=PLAIN, limits=ToyLimits()), kv_link=link), Traffic(rate_per_s=12.0, prompt=FixedLength(1000), output=FixedLength(11)), n_requests=3000, seed=1)
     assert not s.stable and s.requests_per_s == pytest.approx(10.0, rel=0.05)

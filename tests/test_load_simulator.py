@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recommender.errors import ConfigError
-from recommender.load import analyze, read_trace, simulate, simulate_disaggregated
+from recommender.load import Disaggregated, PoolSpec, Replay, Traffic, analyze, read_trace, simulate, simulate_disaggregated
 from recommender.load.toy import FixedLength, LinearStepCost, LogNormalLength, RooflineStepCost, ToyLimits, UniformLength
 
 DATA = Path(__file__).parent / "data" / "load"
@@ -36,7 +36,7 @@ def test_one_request_alone_step_by_step() -> None:
     # decode k = 1..4 at context 1000 + k: 5 ms + 20 us + (1000 + k) * (163840 B / 2e12 + 2.6e6 / 4e14).
     prefill = 5e-3 + 1000 * 20e-6 + 1000 * 500.5 * 2.6e6 / 4e14
     decode = sum(5e-3 + 20e-6 + (1000 + k) * (163840 / 2e12 + 2.6e6 / 4e14) for k in range(1, 5))
-    s = simulate(LinearStepCost(), ToyLimits(), None, None, None, 0, 0, trace=one_request(1000, 5, 3.0))
+    s = simulate(PoolSpec(cost=LinearStepCost(), limits=ToyLimits()), Replay(rows=one_request(1000, 5, 3.0)))
     assert s.completed == 1 and s.steps == 5 and s.preempted == 0
     assert s.ttft_s.p50 == pytest.approx(prefill, rel=1e-12)
     assert s.e2e_s.p50 == pytest.approx(prefill + decode, rel=1e-12)
@@ -47,13 +47,12 @@ def test_one_request_alone_step_by_step() -> None:
 def test_chunked_prefill_splits_the_prompt_over_the_budget() -> None:
     # 5000-token prompt, 2048-token budget: chunks of 2048, 2048, 904 tokens; each reads its prefix.
     hand = plain_step(2048, 0) + plain_step(2048, 2048) + plain_step(904, 4096)
-    s = simulate(PLAIN, ToyLimits(max_num_batched_tokens=2048), None, None, None, 0, 0, trace=one_request(5000, 1))
+    s = simulate(PoolSpec(cost=PLAIN, limits=ToyLimits(max_num_batched_tokens=2048)), Replay(rows=one_request(5000, 1)))
     assert s.steps == 3 and s.ttft_s.p50 == pytest.approx(hand, rel=1e-12)
 
 
 def test_without_chunked_prefill_a_long_prompt_runs_alone_in_one_step() -> None:
-    s = simulate(PLAIN, ToyLimits(max_num_batched_tokens=2048, chunked_prefill=False), None, None, None, 0, 0,
-                 trace=one_request(5000, 1))
+    s = simulate(PoolSpec(cost=PLAIN, limits=ToyLimits(max_num_batched_tokens=2048, chunked_prefill=False)), Replay(rows=one_request(5000, 1)))
     assert s.steps == 1 and s.ttft_s.p50 == pytest.approx(plain_step(5000, 0), rel=1e-12)
 
 
@@ -63,14 +62,14 @@ def test_decodes_come_first_and_the_next_prompt_fills_the_budget() -> None:
     # 5 ms + 101 tokens * 20 us + 101 KV tokens * 0.5 us. B's first token comes at the end of step 2.
     s1 = plain_step(100, 0)
     s2 = plain_step(101, 101)
-    s = simulate(PLAIN, ToyLimits(), None, None, None, 0, 0, trace=[(0.0, 100, 3), (0.001, 100, 1)])
+    s = simulate(PoolSpec(cost=PLAIN, limits=ToyLimits()), Replay(rows=[(0.0, 100, 3), (0.001, 100, 1)]))
     assert s.ttft_s.mean == pytest.approx((s1 + (s1 + s2 - 0.001)) / 2, rel=1e-12)
 
 
 def test_max_num_seqs_one_queues_the_second_request_for_the_whole_first() -> None:
     # Two identical requests at t = 0 with one slot: the second starts when the first finishes.
     service = plain_step(100, 0) + sum(plain_step(1, 100 + k) for k in range(1, 11))
-    s = simulate(PLAIN, ToyLimits(max_num_seqs=1), None, None, None, 0, 0, trace=[(0.0, 100, 11), (0.0, 100, 11)])
+    s = simulate(PoolSpec(cost=PLAIN, limits=ToyLimits(max_num_seqs=1)), Replay(rows=[(0.0, 100, 11), (0.0, 100, 11)]))
     assert s.e2e_s.mean == pytest.approx(1.5 * service, rel=1e-9)  # (S + 2 S) / 2
     assert s.queue_wait_mean_s == pytest.approx(service / 2, rel=1e-9)
 
@@ -80,14 +79,13 @@ def test_single_slot_mean_wait_is_md1(rate: float) -> None:
     # Deterministic service S with one slot and Poisson arrivals: M/D/1, mean wait rho S / (2 (1 - rho)).
     service = plain_step(100, 0) + sum(plain_step(1, 100 + k) for k in range(1, 11))
     rho = rate * service
-    s = simulate(PLAIN, ToyLimits(max_num_seqs=1), rate, FixedLength(100), FixedLength(11), 6000, seed=3)
+    s = simulate(PoolSpec(cost=PLAIN, limits=ToyLimits(max_num_seqs=1)), Traffic(rate_per_s=rate, prompt=FixedLength(100), output=FixedLength(11)), n_requests=6000, seed=3)
     assert s.queue_wait_mean_s == pytest.approx(rho * service / (2 * (1 - rho)), rel=0.1)
     assert s.busy_fraction == pytest.approx(rho, rel=0.05)
 
 
 def test_littles_law_on_the_simulators_own_counts() -> None:
-    s = simulate(RooflineStepCost(), ToyLimits(), 2.5, LogNormalLength(1000, 0.8, 16, 8000),
-                 LogNormalLength(200, 0.7, 4, 1500), 3000, seed=5)
+    s = simulate(PoolSpec(cost=RooflineStepCost(), limits=ToyLimits()), Traffic(rate_per_s=2.5, prompt=LogNormalLength(1000, 0.8, 16, 8000), output=LogNormalLength(200, 0.7, 4, 1500)), n_requests=3000, seed=5)
     # time-average number in system = completion rate * mean time in system
     assert s.mean_in_system == pytest.approx(s.requests_per_s * s.e2e_s.mean, rel=1e-9)
     assert s.mean_running_batch < s.mean_in_system
@@ -99,11 +97,11 @@ def test_throughput_never_exceeds_arrivals_or_capacity() -> None:
     # Decode capacity bound: at most 64 tokens per step, and a step takes at least 5 ms + 64 * 5 us.
     bound_tokens_per_s = 64 / (5e-3 + 64 * 5e-6)
     for rate in (1.0, 3.0, 10.0):
-        s = simulate(cost, limits, rate, prompt, output, 1500, seed=2)
+        s = simulate(PoolSpec(cost=cost, limits=limits), Traffic(rate_per_s=rate, prompt=prompt, output=output), n_requests=1500, seed=2)
         assert s.requests_per_s <= rate * 1.15  # finite-sample slack on the arrival rate itself
         assert s.output_tokens_per_s <= bound_tokens_per_s
         assert s.completed == 1500
-    overloaded = simulate(cost, limits, 10.0, prompt, output, 1500, seed=2)
+    overloaded = simulate(PoolSpec(cost=cost, limits=limits), Traffic(rate_per_s=10.0, prompt=prompt, output=output), n_requests=1500, seed=2)
     assert overloaded.requests_per_s < 5.0 and not overloaded.stable
 
 
@@ -113,10 +111,10 @@ def test_trace_replay_reproduces_the_given_arrivals() -> None:
     # 2023-11-16 18:15:50.9951690 - 18:15:46.6805900 = 4.314579 s (fraction cut to microseconds)
     assert rows[1][0] == pytest.approx(4.314579, abs=1e-6)
     assert all(a <= b for (a, _, _), (b, _, _) in zip(rows, rows[1:]))
-    s = simulate(RooflineStepCost(), ToyLimits(), None, None, None, 0, 0, trace=rows)
+    s = simulate(PoolSpec(cost=RooflineStepCost(), limits=ToyLimits()), Replay(rows=rows))
     assert s.completed == 200
     # the first request meets an idle engine: its TTFT is its own prefill step, 374 tokens
-    alone = simulate(RooflineStepCost(), ToyLimits(), None, None, None, 0, 0, trace=[rows[0]])
+    alone = simulate(PoolSpec(cost=RooflineStepCost(), limits=ToyLimits()), Replay(rows=[rows[0]]))
     roof = RooflineStepCost()
     assert alone.ttft_s.p50 == pytest.approx(roof.step_s(374, *roof.prefill_chunk_cost(374, 0)), rel=1e-12)
     # the replayed run spans the trace: duration >= last arrival - first arrival
@@ -124,8 +122,9 @@ def test_trace_replay_reproduces_the_given_arrivals() -> None:
 
 
 def test_deterministic_for_a_seed() -> None:
-    args = (RooflineStepCost(), ToyLimits(), 2.0, LogNormalLength(1000, 0.8, 16, 8000), LogNormalLength(200, 0.7, 4, 1500), 800)
-    a, b, c = simulate(*args, seed=9), simulate(*args, seed=9), simulate(*args, seed=10)
+    pool = PoolSpec(cost=RooflineStepCost(), limits=ToyLimits())
+    traffic = Traffic(rate_per_s=2.0, prompt=LogNormalLength(1000, 0.8, 16, 8000), output=LogNormalLength(200, 0.7, 4, 1500))
+    a, b, c = (simulate(pool, traffic, n_requests=800, seed=seed) for seed in (9, 9, 10))
     assert a == b
     assert a.ttft_s != c.ttft_s
 
@@ -134,28 +133,28 @@ def test_preemption_recomputes_and_everything_still_finishes() -> None:
     # 20 requests of 1000 + 400 tokens at once into 10,000 tokens of KV: admission packs ~9 prompts,
     # then growing decodes run out of blocks and the newest requests are preempted and recomputed.
     small = LinearStepCost(kv_capacity_tokens=10_000)
-    s = simulate(small, ToyLimits(), None, None, None, 0, 0, trace=[(0.0, 1000, 400)] * 20)
+    s = simulate(PoolSpec(cost=small, limits=ToyLimits()), Replay(rows=[(0.0, 1000, 400)] * 20))
     assert s.completed == 20 and s.preempted > 0
-    roomy = simulate(LinearStepCost(kv_capacity_tokens=1_000_000), ToyLimits(), None, None, None, 0, 0,
-                     trace=[(0.0, 1000, 400)] * 20)
+    roomy = simulate(PoolSpec(cost=LinearStepCost(kv_capacity_tokens=1_000_000), limits=ToyLimits()), Replay(rows=[(0.0, 1000, 400)] * 20))
     assert roomy.preempted == 0 and roomy.e2e_s.mean < s.e2e_s.mean
     assert max(s.timeseries.kv_usage) <= 1.0 and max(roomy.timeseries.kv_usage) < 0.05
 
 
 def test_a_request_larger_than_the_kv_cache_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
-        simulate(LinearStepCost(kv_capacity_tokens=1000), ToyLimits(), None, None, None, 0, 0, trace=one_request(900, 200))
+        simulate(PoolSpec(cost=LinearStepCost(kv_capacity_tokens=1000), limits=ToyLimits()), Replay(rows=one_request(900, 200)))
 
 
 def test_burstier_arrivals_wait_longer() -> None:
-    args = (LinearStepCost(s_per_token=5e-6), ToyLimits(), 2.0, UniformLength(4000, 8000), UniformLength(100, 300), 3000)
-    poisson = simulate(*args, seed=4)
-    bursty = simulate(*args, seed=4, burstiness=0.25)  # gamma gaps, squared CV 4
+    pool = PoolSpec(cost=LinearStepCost(s_per_token=5e-6), limits=ToyLimits())
+    traffic = Traffic(rate_per_s=2.0, prompt=UniformLength(4000, 8000), output=UniformLength(100, 300))
+    poisson = simulate(pool, traffic, n_requests=3000, seed=4)
+    bursty = simulate(pool, traffic, n_requests=3000, seed=4, burstiness=0.25)  # gamma gaps, squared CV 4
     assert bursty.ttft_s.p99 > 1.5 * poisson.ttft_s.p99
 
 
 def test_replicas_split_round_robin() -> None:
-    one = simulate(PLAIN, ToyLimits(), None, None, None, 0, 0, trace=[(0.0, 100, 11), (0.0, 100, 11)], replicas=2)
+    one = simulate(PoolSpec(cost=PLAIN, limits=ToyLimits(), replicas=2), Replay(rows=[(0.0, 100, 11), (0.0, 100, 11)]))
     # two requests at t = 0 on two replicas: both run alone, no queueing
     alone = plain_step(100, 0) + sum(plain_step(1, 100 + k) for k in range(1, 11))
     assert one.e2e_s.p99 == pytest.approx(alone, rel=1e-12)
@@ -183,15 +182,14 @@ class SlidingWindow:
 def test_non_affine_decode_cost_uses_exact_per_sequence_costs() -> None:
     # prompt 40, 41 outputs: decode contexts 41..80, KV read min(context, 64) MB each.
     hand_decode = sum(5e-3 + 20e-6 + min(40 + k, 64) * 0.5e-6 for k in range(1, 41))
-    s = simulate(SlidingWindow(), ToyLimits(), None, None, None, 0, 0, trace=one_request(40, 41))
+    s = simulate(PoolSpec(cost=SlidingWindow(), limits=ToyLimits()), Replay(rows=one_request(40, 41)))
     assert s.e2e_s.p50 - s.ttft_s.p50 == pytest.approx(hand_decode, rel=1e-12)
 
 
 def test_disaggregated_one_request() -> None:
     # prefill pool: one 7 ms step; transfer 100 tokens * 1 ms; decode pool: first step computes the
     # last prompt token after 99 remote ones (5 ms + 20 us + 99 * 0.5 us), then decodes at 101..110.
-    s = simulate_disaggregated(PLAIN, ToyLimits(), 1, PLAIN, ToyLimits(), 1, 1e-3, None, None, None, 0, 0,
-                               trace=one_request(100, 11))
+    s = simulate_disaggregated(Disaggregated(prefill=PoolSpec(cost=PLAIN, limits=ToyLimits()), decode=PoolSpec(cost=PLAIN, limits=ToyLimits()), kv_transfer_s_per_token=1e-3), Replay(rows=one_request(100, 11)))
     first = plain_step(1, 99)
     assert s.ttft_s.p50 == pytest.approx(plain_step(100, 0) + 0.1 + first, rel=1e-12)
     assert s.tpot_s.p50 == pytest.approx(sum(plain_step(1, 100 + k) for k in range(1, 11)) / 10, rel=1e-12)
@@ -212,8 +210,7 @@ def test_disaggregated_one_request() -> None:
 def test_invariants(rate, seqs, budget, chunked, caching, replicas, kv_tokens, seed) -> None:
     cost = LinearStepCost(s_per_token=5e-6, kv_capacity_tokens=kv_tokens)
     limits = ToyLimits(max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked, enable_prefix_caching=caching)
-    s = simulate(cost, limits, rate, LogNormalLength(500, 0.8, 1, 4000), LogNormalLength(50, 0.8, 1, 400), 150, seed,
-                 replicas=replicas, shared_prefix_fraction=0.4)
+    s = simulate(PoolSpec(cost=cost, limits=limits, replicas=replicas), Traffic(rate_per_s=rate, prompt=LogNormalLength(500, 0.8, 1, 4000), output=LogNormalLength(50, 0.8, 1, 400), shared_prefix_fraction=0.4), n_requests=150, seed=seed)
     assert s.completed == 150
     for m in ("ttft_s", "tpot_s", "e2e_s"):
         p = getattr(s, m)
@@ -247,7 +244,7 @@ def _rate_at(cost, limits, prompt, output, utilisation: float) -> float:
     lo, hi = 1e-3, 1e4
     for _ in range(50):
         mid = (lo * hi) ** 0.5
-        r = analyze(cost, limits, mid, prompt, output, shared_prefix_fraction=0.5)
+        r = analyze(PoolSpec(cost=cost, limits=limits), Traffic(rate_per_s=mid, prompt=prompt, output=output, shared_prefix_fraction=0.5))
         lo, hi = (mid, hi) if r.stable and _load(r) < utilisation else (lo, mid)
     return lo
 
@@ -262,9 +259,9 @@ def test_analytic_matches_simulated_tails(cost_name, work_name, limits_name, uti
     cost, limits = COSTS[cost_name], LIMITS[limits_name]
     prompt, output = WORKLOADS[work_name]
     rate = _rate_at(cost, limits, prompt, output, utilisation)
-    a = analyze(cost, limits, rate, prompt, output, shared_prefix_fraction=0.5)
+    a = analyze(PoolSpec(cost=cost, limits=limits), Traffic(rate_per_s=rate, prompt=prompt, output=output, shared_prefix_fraction=0.5))
     assert a.stable and _load(a) == pytest.approx(utilisation, abs=0.01)
-    s = simulate(cost, limits, rate, prompt, output, 5000, seed=1, shared_prefix_fraction=0.5, warmup_requests=500)
+    s = simulate(PoolSpec(cost=cost, limits=limits), Traffic(rate_per_s=rate, prompt=prompt, output=output, shared_prefix_fraction=0.5), n_requests=5000, seed=1, warmup_requests=500)
     for metric in ("ttft_s", "tpot_s", "e2e_s"):
         for q in ("p90", "p99"):
             assert getattr(a, metric).at(q) == pytest.approx(getattr(s, metric).at(q), rel=0.2), (metric, q)

@@ -114,7 +114,17 @@ def _with_prefix_caching(dep: Any) -> Any:
 
 
 def _run(setup: dict[str, Any], requests: int, seed: int, burstiness: float, trace: Optional[Path], warmup: int) -> tuple[Any, Any]:
-    from recommender.load import analyze, analyze_disaggregated, read_trace, simulate, simulate_disaggregated
+    from recommender.load import (
+        Disaggregated,
+        PoolSpec,
+        Replay,
+        Traffic,
+        analyze,
+        analyze_disaggregated,
+        read_trace,
+        simulate,
+        simulate_disaggregated,
+    )
 
     rows = read_trace(trace) if trace is not None else None
     rate = setup["rate"]
@@ -123,21 +133,22 @@ def _run(setup: dict[str, Any], requests: int, seed: int, burstiness: float, tra
         rate = (len(rows) - 1) / span if span > 0 else rate
     if rate is None:
         raise ConfigError("give --rate R (requests/s), a --workload with an arrival rate, or a --trace")
-    common = dict(shared_prefix_fraction=setup["shared_prefix_fraction"])
+    frac = setup["shared_prefix_fraction"]
+    traffic = Traffic(rate_per_s=rate, prompt=setup["prompt"], output=setup["output"], shared_prefix_fraction=frac)
+    load: Traffic | Replay = traffic if rows is None else Replay(rows=tuple(rows), shared_prefix_fraction=frac)
     pools = setup["pools"]
     if len(pools) == 1:
-        _, _, cost, reps = pools[0]
-        limits = pools[0][1].limits
-        ana = analyze(cost, limits, rate, setup["prompt"], setup["output"], replicas=reps, **common)
-        sim = simulate(cost, limits, rate, setup["prompt"], setup["output"], requests, seed, replicas=reps,
-                       burstiness=burstiness, trace=rows, warmup_requests=warmup, **common)
-        return ana, sim
+        _, dep, cost, reps = pools[0]
+        pool = PoolSpec(cost=cost, limits=dep.limits, replicas=reps)
+        sim = simulate(pool, load, n_requests=requests, seed=seed, burstiness=burstiness, warmup_requests=warmup)
+        return analyze(pool, traffic), sim
     (_, dp, cp, rp), (_, dd, cd, rd) = pools
-    x = setup["kv_transfer_s_per_token"]
-    ana = analyze_disaggregated(cp, dp.limits, rp, cd, dd.limits, rd, x, rate, setup["prompt"], setup["output"], **common)
-    sim = simulate_disaggregated(cp, dp.limits, rp, cd, dd.limits, rd, x, rate, setup["prompt"], setup["output"],
-                                 requests, seed, burstiness=burstiness, trace=rows, warmup_requests=warmup, **common)
-    return ana, sim
+    topology = Disaggregated(prefill=PoolSpec(cost=cp, limits=dp.limits, replicas=rp),
+                             decode=PoolSpec(cost=cd, limits=dd.limits, replicas=rd),
+                             kv_transfer_s_per_token=setup["kv_transfer_s_per_token"])
+    sim = simulate_disaggregated(topology, load, n_requests=requests, seed=seed, burstiness=burstiness,
+                                 warmup_requests=warmup)
+    return analyze_disaggregated(topology, traffic), sim
 
 
 def _doc(setup: dict[str, Any], ana: Any, sim: Any, requests: int, seed: int) -> dict[str, Any]:

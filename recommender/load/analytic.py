@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, overload
 
 import numpy as np
 from scipy.special import ndtri
 
-from recommender.errors import ConfigError
-from recommender.load.link import KvLink, solve_link
+from recommender.load.link import solve_link
 from recommender.load.percentiles import QUANTILES, LazyPercentiles, Percentiles
 from recommender.load.pool import PoolInputs, PoolSolution, pool_inputs, solve_pool
-from recommender.load.protocols import LengthDistribution, Limits, StepCost
+from recommender.load.positional import aggregated_from_positional, disaggregated_from_positional
+from recommender.load.protocols import Limits, StepCost
 from recommender.load.summaries import _mean, qmc_exponentials, qmc_points
+from recommender.load.topology import Disaggregated, PoolSpec, Traffic
 
 
 @dataclass(frozen=True)
@@ -79,14 +80,6 @@ def _unstable(util: float, capacity_per_s: float, arrival_rate_per_s: float, mea
     )
 
 
-def _check(arrival_rate_per_s: float, *replicas: int) -> None:
-    if not (arrival_rate_per_s > 0.0) or not math.isfinite(arrival_rate_per_s):
-        raise ConfigError(f"arrival rate must be a positive number of requests per second, got {arrival_rate_per_s!r}")
-    for r in replicas:
-        if int(r) < 1:
-            raise ConfigError(f"replicas must be at least 1, got {r!r}")
-
-
 class _Deferred:
     """Per-point TTFT / TPOT / E2E of a solved deployment, computed once on first use."""
 
@@ -134,50 +127,62 @@ class _Deferred:
         return LazyPercentiles(self.ttft_p), LazyPercentiles(self.tpot_p), LazyPercentiles(self.e2e_p)
 
 
-def analyze(
-    cost: StepCost,
-    limits: Limits,
-    arrival_rate_per_s: float,
-    prompt: LengthDistribution,
-    output: LengthDistribution,
-    replicas: int = 1,
-    shared_prefix_fraction: float = 0.0,
-) -> LoadResult:
-    """Aggregated serving: Poisson arrivals at ``arrival_rate_per_s`` split round-robin over ``replicas``
-    identical replicas that each prefill and decode (formulas: ``recommender.load.pool``)."""
-    _check(arrival_rate_per_s, replicas)
+@overload
+def analyze(pool: PoolSpec, traffic: Traffic, /) -> LoadResult: ...
+
+
+@overload
+def analyze(pool: StepCost, traffic: Limits, /, *positional: Any, **keywords: Any) -> LoadResult: ...
+
+
+def analyze(pool: PoolSpec | StepCost, traffic: Traffic | Limits, /, *positional: Any, **keywords: Any) -> LoadResult:
+    """Aggregated serving: ``traffic`` (Poisson arrivals) split round-robin over the ``pool.replicas``
+    identical replicas of ``pool``, each of which prefills and decodes (formulas: ``recommender.load.pool``).
+
+    ``analyze(cost, limits, rate, prompt, output, replicas=, shared_prefix_fraction=)`` is the old
+    positional form, kept only until ``recommender/replan/predict.py`` moves to ``PoolSpec`` / ``Traffic``
+    (``recommender.load.positional``)."""
+    if not isinstance(pool, PoolSpec):
+        assert not isinstance(traffic, Traffic), "analyze(pool: PoolSpec, traffic: Traffic)"
+        pool, traffic = aggregated_from_positional(pool, traffic, *positional, **keywords)
+    elif positional or keywords or not isinstance(traffic, Traffic):
+        raise TypeError("analyze(pool: PoolSpec, traffic: Traffic) takes exactly two arguments")
+    cost, limits, replicas = pool.cost, pool.limits, pool.replicas
+    arrival_rate_per_s = traffic.rate_per_s
     lam = arrival_rate_per_s / replicas
-    inp = pool_inputs(prompt, output, shared_prefix_fraction, int(cost.kv_block_tokens), bool(limits.enable_prefix_caching), "both")
-    pool = solve_pool(cost, limits, lam, inp, 1.0 / replicas, "both")
-    if not pool.stable:
-        return _unstable(pool.utilisation, pool.capacity_per_s * replicas, arrival_rate_per_s, inp.E_O, pool.bottleneck, pool.rho_lane, pool.rho_slots)
-    own = pool.own
+    inp = pool_inputs(traffic.prompt, traffic.output, traffic.shared_prefix_fraction, int(cost.kv_block_tokens),
+                      bool(limits.enable_prefix_caching), "both")
+    sol = solve_pool(cost, limits, lam, inp, 1.0 / replicas, "both")
+    if not sol.stable:
+        return _unstable(sol.utilisation, sol.capacity_per_s * replicas, arrival_rate_per_s, inp.E_O, sol.bottleneck,
+                         sol.rho_lane, sol.rho_slots)
+    own = sol.own
     assert own is not None
 
     def ttft_parts() -> tuple[np.ndarray, float, np.ndarray]:
         u, e = qmc_points(), qmc_exponentials()
-        queue, resid = pool.ttft_wait(e[:, 2], u[:, 3])
-        extra, uncovered = pool.co_scheduled(queue * pool.lane_share, resid)
+        queue, resid = sol.ttft_wait(e[:, 2], u[:, 3])
+        extra, uncovered = sol.co_scheduled(queue * sol.lane_share, resid)
         fixed = float(getattr(cost, "request_overhead_s", 0.0))
-        mean = pool.wait_total_mean_s + _mean(own) + _mean(extra) + fixed
+        mean = sol.wait_total_mean_s + _mean(own) + _mean(extra) + fixed
         return queue + resid + own + extra + fixed, mean, uncovered + own + extra
 
-    ttft_p, tpot_p, e2e_p = _Deferred(ttft_parts, pool, inp).percentiles()
+    ttft_p, tpot_p, e2e_p = _Deferred(ttft_parts, sol, inp).percentiles()
     return LoadResult(
         stable=True,
-        utilisation=pool.utilisation,
-        mean_running_batch=pool.running,
-        queue_wait_mean_s=pool.wait_total_mean_s,
+        utilisation=sol.utilisation,
+        mean_running_batch=sol.running,
+        queue_wait_mean_s=sol.wait_total_mean_s,
         ttft_s=ttft_p,
         tpot_s=tpot_p,
         e2e_s=e2e_p,
         output_tokens_per_s=arrival_rate_per_s * inp.E_O,
         requests_per_s=arrival_rate_per_s,
-        decode_step_s=pool.t_bar,
-        prefill_utilisation=pool.rho_lane,
-        slot_utilisation=pool.rho_slots,
-        bottleneck=pool.bottleneck,
-        kv_peak_utilisation=pool.kv_peak,
+        decode_step_s=sol.t_bar,
+        prefill_utilisation=sol.rho_lane,
+        slot_utilisation=sol.rho_slots,
+        bottleneck=sol.bottleneck,
+        kv_peak_utilisation=sol.kv_peak,
     )
 
 
@@ -190,22 +195,18 @@ def _normal(u: np.ndarray) -> np.ndarray:
     return _normal_cache[0]
 
 
+@overload
+def analyze_disaggregated(topology: Disaggregated, traffic: Traffic, /) -> LoadResult: ...
+
+
+@overload
+def analyze_disaggregated(topology: StepCost, traffic: Limits, /, *positional: Any, **keywords: Any) -> LoadResult: ...
+
+
 def analyze_disaggregated(
-    prefill_cost: StepCost,
-    prefill_limits: Limits,
-    prefill_replicas: int,
-    decode_cost: StepCost,
-    decode_limits: Limits,
-    decode_replicas: int,
-    kv_transfer_s_per_token: float,
-    arrival_rate_per_s: float,
-    prompt: LengthDistribution,
-    output: LengthDistribution,
-    shared_prefix_fraction: float = 0.0,
-    *,
-    kv_link: KvLink | None = None,
+    topology: Disaggregated | StepCost, traffic: Traffic | Limits, /, *positional: Any, **keywords: Any
 ) -> LoadResult:
-    """Disaggregated prefill/decode (vLLM P/D behind a proxy).
+    """Disaggregated prefill/decode (vLLM P/D behind a proxy) under ``traffic``.
 
     Prefill pool: each request is prefilled with ``max_tokens=1`` (the pool is solved with ``O = 1``).
     Its KV moves to a decode replica in ``kv_transfer_s_per_token * P`` seconds. Decode pool: the
@@ -216,10 +217,21 @@ def analyze_disaggregated(
     With ``kv_link`` the transfer is a queue with a capacity (``recommender.load.link``): its wait and
     ``S(P)`` replace ``kv_transfer_s_per_token * P``, its utilisation counts like any pool's, and an
     over-subscribed link makes the deployment unstable (bottleneck ``kv_link``).
+
+    ``analyze_disaggregated(prefill_cost, prefill_limits, prefill_replicas, decode_cost, decode_limits,
+    decode_replicas, kv_transfer_s_per_token, rate, prompt, output, shared_prefix_fraction=)`` is the old
+    positional form, kept only until ``recommender/replan/predict.py`` moves to the typed one.
     """
-    _check(arrival_rate_per_s, prefill_replicas, decode_replicas)
-    if kv_transfer_s_per_token < 0.0:
-        raise ConfigError(f"kv_transfer_s_per_token must be >= 0, got {kv_transfer_s_per_token!r}")
+    if not isinstance(topology, Disaggregated):
+        assert not isinstance(traffic, Traffic), "analyze_disaggregated(topology: Disaggregated, traffic: Traffic)"
+        topology, traffic = disaggregated_from_positional(topology, traffic, *positional, **keywords)
+    elif positional or keywords or not isinstance(traffic, Traffic):
+        raise TypeError("analyze_disaggregated(topology: Disaggregated, traffic: Traffic) takes exactly two arguments")
+    prefill_cost, prefill_limits, prefill_replicas = topology.prefill.cost, topology.prefill.limits, topology.prefill.replicas
+    decode_cost, decode_limits, decode_replicas = topology.decode.cost, topology.decode.limits, topology.decode.replicas
+    kv_transfer_s_per_token, kv_link = topology.kv_transfer_s_per_token, topology.kv_link
+    arrival_rate_per_s, prompt, output = traffic.rate_per_s, traffic.prompt, traffic.output
+    shared_prefix_fraction = traffic.shared_prefix_fraction
     pin = pool_inputs(prompt, output, shared_prefix_fraction, int(prefill_cost.kv_block_tokens), bool(prefill_limits.enable_prefix_caching), "prefill")
     din = pool_inputs(prompt, output, 0.0, int(decode_cost.kv_block_tokens), False, "decode")
     pre = solve_pool(prefill_cost, prefill_limits, arrival_rate_per_s / prefill_replicas, pin, 1.0 / prefill_replicas, "prefill")

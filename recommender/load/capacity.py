@@ -23,6 +23,7 @@ import numpy as np
 from recommender.errors import ConfigError
 from recommender.load.analytic import analyze
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
+from recommender.load.topology import PoolSpec, Traffic
 
 
 def max_stable_rate(stable: Callable[[float], bool], *, rel_tol: float = 1e-3, start_per_s: float = 1.0) -> float:
@@ -55,9 +56,10 @@ def analytic_capacity_per_s(
 ) -> float:
     """Largest arrival rate (requests/s) at which one replica is stable in the analytic model
     (``start_per_s``: a guess, which only changes how many load-model calls the bracket takes)."""
+    pool = PoolSpec(cost=cost, limits=limits)
 
     def stable(rate: float) -> bool:
-        r = analyze(cost, limits, rate, prompt, output, shared_prefix_fraction=shared_prefix_fraction)
+        r = analyze(pool, Traffic(rate_per_s=rate, prompt=prompt, output=output, shared_prefix_fraction=shared_prefix_fraction))
         return bool(r.stable) and r.utilisation < 1.0
 
     return max_stable_rate(stable, rel_tol=rel_tol, start_per_s=start_per_s)

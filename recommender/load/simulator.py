@@ -47,8 +47,9 @@ from recommender import progress
 from recommender.errors import ConfigError
 from recommender.load.link import KvLink
 from recommender.load.percentiles import Percentiles
-from recommender.load.protocols import LengthDistribution, Limits, StepCost
+from recommender.load.protocols import Limits, StepCost
 from recommender.load.summaries import cost_summary
+from recommender.load.topology import Disaggregated, PoolSpec, Replay, Traffic
 
 
 @dataclass(frozen=True)
@@ -381,32 +382,25 @@ def _arrivals(rng: random.Random, rate_per_s: float, n: int, burstiness: float) 
 
 
 def _workload(
-    arrival_rate_per_s: float | None,
-    prompt: LengthDistribution | None,
-    output: LengthDistribution | None,
-    n_requests: int,
-    seed: int,
-    burstiness: float,
-    trace: Sequence[tuple[float, int, int]] | None,
+    load: Traffic | Replay, n_requests: int, seed: int, burstiness: float
 ) -> tuple[list[float], list[int], list[int]]:
-    if trace is not None:
-        rows = sorted((float(a), int(p), int(o)) for a, p, o in trace)
+    """(arrival times s, prompt tokens, output tokens) per request: the ``Replay`` rows sorted by arrival
+    (the first ``n_requests`` if > 0), or ``n_requests`` seeded requests of the ``Traffic``."""
+    if isinstance(load, Replay):
+        rows = sorted((float(a), int(p), int(o)) for a, p, o in load.rows)
         if n_requests > 0:
             rows = rows[:n_requests]
         if not rows:
             raise ConfigError("the trace has no requests")
         return [r[0] for r in rows], [max(1, r[1]) for r in rows], [max(1, r[2]) for r in rows]
-    if arrival_rate_per_s is None or not (arrival_rate_per_s > 0.0) or not math.isfinite(arrival_rate_per_s):
-        raise ConfigError(f"arrival rate must be a positive number of requests per second, got {arrival_rate_per_s!r}")
-    if prompt is None or output is None:
-        raise ConfigError("simulate needs prompt and output length distributions (or a trace)")
     if n_requests < 1:
         raise ConfigError(f"the number of requests must be at least 1, got {n_requests}")
     if not (burstiness > 0.0):
         raise ConfigError(f"burstiness (gamma shape) must be > 0, got {burstiness!r}; 1.0 is Poisson")
     rng = random.Random(seed)
-    arr = _arrivals(rng, arrival_rate_per_s, n_requests, burstiness)
-    return arr, [max(1, int(x)) for x in prompt.sample(rng, n_requests)], [max(1, int(x)) for x in output.sample(rng, n_requests)]
+    arr = _arrivals(rng, load.rate_per_s, n_requests, burstiness)
+    prompts = [max(1, int(x)) for x in load.prompt.sample(rng, n_requests)]
+    return arr, prompts, [max(1, int(x)) for x in load.output.sample(rng, n_requests)]
 
 
 def _hits(prompts: list[int], fraction: float, block: int, enabled: bool) -> list[int]:
@@ -531,27 +525,23 @@ def _interval(arr: list[float], sample_interval_s: float | None) -> float:
 
 
 def simulate(
-    cost: StepCost,
-    limits: Limits,
-    arrival_rate_per_s: float | None,
-    prompt: LengthDistribution | None,
-    output: LengthDistribution | None,
-    n_requests: int,
-    seed: int,
-    replicas: int = 1,
+    pool: PoolSpec,
+    load: Traffic | Replay,
+    *,
+    n_requests: int = 0,
+    seed: int = 0,
     burstiness: float = 1.0,
-    trace: Sequence[tuple[float, int, int]] | None = None,
-    shared_prefix_fraction: float = 0.0,
     warmup_requests: int = 0,
     sample_interval_s: float | None = None,
 ) -> SimResult:
-    """Simulate ``n_requests`` (or the ``trace`` rows ``(arrival_s, prompt_tokens, output_tokens)``) on
-    ``replicas`` aggregated replicas; deterministic for a seed. ``warmup_requests`` first requests are
-    left out of the latency percentiles (not out of throughput). Time series are sampled every
-    ``sample_interval_s`` (default: 1/500 of the arrival span, coarsened to keep <= 4000 points)."""
-    if replicas < 1:
-        raise ConfigError(f"replicas must be at least 1, got {replicas!r}")
-    arr, prompts, outputs = _workload(arrival_rate_per_s, prompt, output, n_requests, seed, burstiness, trace)
+    """Simulate ``n_requests`` requests of ``load`` (a ``Traffic``: seeded arrivals with gamma gaps of shape
+    ``burstiness``, 1 = Poisson; or a ``Replay``: its rows, the first ``n_requests`` if > 0) on the
+    ``pool.replicas`` aggregated replicas of ``pool``; deterministic for a seed. ``warmup_requests`` first
+    requests are left out of the latency percentiles (not out of throughput). Time series are sampled
+    every ``sample_interval_s`` (default: 1/500 of the arrival span, coarsened to keep <= 4000 points)."""
+    cost, limits, replicas = pool.cost, pool.limits, pool.replicas
+    shared_prefix_fraction = load.shared_prefix_fraction
+    arr, prompts, outputs = _workload(load, n_requests, seed, burstiness)
     _check_fits(cost, prompts, outputs, "replica")
     n = len(arr)
     hits = _hits(prompts, shared_prefix_fraction, int(cost.kv_block_tokens), bool(limits.enable_prefix_caching))
@@ -575,37 +565,26 @@ def _link_fifo(link: KvLink, ready: list[float], prompts: list[int], replicas: i
 
 
 def simulate_disaggregated(
-    prefill_cost: StepCost,
-    prefill_limits: Limits,
-    prefill_replicas: int,
-    decode_cost: StepCost,
-    decode_limits: Limits,
-    decode_replicas: int,
-    kv_transfer_s_per_token: float,
-    arrival_rate_per_s: float | None,
-    prompt: LengthDistribution | None,
-    output: LengthDistribution | None,
-    n_requests: int,
-    seed: int,
+    topology: Disaggregated,
+    load: Traffic | Replay,
+    *,
+    n_requests: int = 0,
+    seed: int = 0,
     burstiness: float = 1.0,
-    trace: Sequence[tuple[float, int, int]] | None = None,
-    shared_prefix_fraction: float = 0.0,
     warmup_requests: int = 0,
     sample_interval_s: float | None = None,
-    *,
-    kv_link: KvLink | None = None,
 ) -> SimResult:
     """Prefill pool (each request prefilled with one output token), KV transfer of
     ``kv_transfer_s_per_token * prompt`` seconds, then a decode pool where the request's first step
     computes one token (the rest of its KV is remote) and emits the first token the client sees.
     With ``kv_link`` the transfers queue FIFO on their prefill replica's link, each holding it for
-    ``kv_link.transfer_s(prompt)`` (instead of the fixed delay).
+    ``kv_link.transfer_s(prompt)`` (instead of the fixed delay). Requests and keywords as ``simulate``.
     ``timeseries`` is the decode pool, ``prefill_timeseries`` the prefill pool."""
-    if prefill_replicas < 1 or decode_replicas < 1:
-        raise ConfigError(f"replicas must be at least 1, got {prefill_replicas!r} prefill / {decode_replicas!r} decode")
-    if kv_transfer_s_per_token < 0.0:
-        raise ConfigError(f"kv_transfer_s_per_token must be >= 0, got {kv_transfer_s_per_token!r}")
-    arr, prompts, outputs = _workload(arrival_rate_per_s, prompt, output, n_requests, seed, burstiness, trace)
+    prefill_cost, prefill_limits, prefill_replicas = topology.prefill.cost, topology.prefill.limits, topology.prefill.replicas
+    decode_cost, decode_limits, decode_replicas = topology.decode.cost, topology.decode.limits, topology.decode.replicas
+    kv_transfer_s_per_token, kv_link = topology.kv_transfer_s_per_token, topology.kv_link
+    shared_prefix_fraction = load.shared_prefix_fraction
+    arr, prompts, outputs = _workload(load, n_requests, seed, burstiness)
     n = len(arr)
     _check_fits(prefill_cost, prompts, [1] * n, "prefill")
     _check_fits(decode_cost, prompts, outputs, "decode")

@@ -47,11 +47,12 @@ def verify_run_length(*, utilisation: float, percentiles: Sequence[str], max_req
 
 def simulate_evaluation(ctx: SearchContext, ev: Evaluation, n_requests: int, seed: int, warmup_requests: int = 0) -> Any:
     """Run the simulator for one evaluated plan at the workload's rate."""
-    from recommender.load import simulate, simulate_disaggregated
+    from recommender.load import Disaggregated, PoolSpec, Traffic, simulate, simulate_disaggregated
 
     w = ctx.workload
     c = ev.candidate
-    rate = w.effective_rate_per_s
+    traffic = Traffic(rate_per_s=w.effective_rate_per_s, prompt=w.prompt_tokens, output=w.output_tokens,
+                      shared_prefix_fraction=w.shared_prefix_fraction)
     costs: list[Any] = []
     for p in ev.pools:
         cost, why = ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)
@@ -59,13 +60,13 @@ def simulate_evaluation(ctx: SearchContext, ev: Evaluation, n_requests: int, see
         costs.append(cost)
     if c.disaggregated:
         pp, dp = ev.pools
-        return simulate_disaggregated(costs[0], pp.limits, pp.replicas, costs[1], dp.limits, dp.replicas,
-                                      0.0, rate, w.prompt_tokens, w.output_tokens, kv_link=kv_link(ctx, c),
-                                      n_requests=n_requests, seed=seed, shared_prefix_fraction=w.shared_prefix_fraction,
-                                      warmup_requests=warmup_requests)
+        return simulate_disaggregated(
+            Disaggregated(prefill=PoolSpec(cost=costs[0], limits=pp.limits, replicas=pp.replicas),
+                          decode=PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas), kv_link=kv_link(ctx, c)),
+            traffic, n_requests=n_requests, seed=seed, warmup_requests=warmup_requests)
     p = ev.pools[0]
-    return simulate(costs[0], p.limits, rate, w.prompt_tokens, w.output_tokens, n_requests=n_requests, seed=seed,
-                    replicas=p.replicas, shared_prefix_fraction=w.shared_prefix_fraction, warmup_requests=warmup_requests)
+    return simulate(PoolSpec(cost=costs[0], limits=p.limits, replicas=p.replicas), traffic, n_requests=n_requests,
+                    seed=seed, warmup_requests=warmup_requests)
 
 
 OFFLINE_SLICE_REQUESTS = 5000
@@ -79,7 +80,7 @@ def simulate_offline_job(ctx: SearchContext, ev: Evaluation, n_requests: int, se
     scaled to the job (conservative: it includes the slice's fill and drain)."""
     import random
 
-    from recommender.load import simulate, simulate_disaggregated
+    from recommender.load import Disaggregated, PoolSpec, Replay, simulate, simulate_disaggregated
     from recommender.load.capacity import simulated_capacity_per_s
 
     w = ctx.workload
@@ -87,21 +88,23 @@ def simulate_offline_job(ctx: SearchContext, ev: Evaluation, n_requests: int, se
     n = min(n_requests, w.offline_requests)
     rng = random.Random(seed)
     rows = list(zip([0.0] * n, w.prompt_tokens.sample(rng, n), w.output_tokens.sample(rng, n)))
+    replay = Replay(rows=tuple(rows), shared_prefix_fraction=w.shared_prefix_fraction)
     costs: list[Any] = [ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
     assert all(c is not None for c in costs), "an evaluated plan has cost models"
     if ev.candidate.disaggregated:
         pp, dp = ev.pools
-        res = simulate_disaggregated(costs[0], pp.limits, pp.replicas, costs[1], dp.limits, dp.replicas, 0.0, None, None,
-                                     None, 0, seed, trace=rows, shared_prefix_fraction=w.shared_prefix_fraction,
-                                     kv_link=kv_link(ctx, ev.candidate))
+        res = simulate_disaggregated(
+            Disaggregated(prefill=PoolSpec(cost=costs[0], limits=pp.limits, replicas=pp.replicas),
+                          decode=PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas),
+                          kv_link=kv_link(ctx, ev.candidate)),
+            replay, seed=seed)
         return res, res.duration_s * w.offline_requests / n
     # aggregated: identical replicas behind round-robin; each runs its share of the burst at the completion
     # rate of its middle (30th-70th percentile of completions: past the fill, before the drain). The run
     # holds at least 6 x max_num_seqs requests: with fewer, that middle is the first wave of admitted
     # requests finishing together (512 slots, 1,000 requests read 61% above the sustained rate).
     p = ev.pools[0]
-    res = simulate(costs[0], p.limits, None, None, None, 0, seed, trace=rows, replicas=p.replicas,
-                   shared_prefix_fraction=w.shared_prefix_fraction)
+    res = simulate(PoolSpec(cost=costs[0], limits=p.limits, replicas=p.replicas), replay, seed=seed)
     per_replica = simulated_capacity_per_s(cost=costs[0], limits=p.limits, prompt=w.prompt_tokens, output=w.output_tokens,
                                            shared_prefix_fraction=w.shared_prefix_fraction, n_requests=max(n // p.replicas, 6 * p.limits.max_num_seqs, 2000),
                                            seed=seed)
