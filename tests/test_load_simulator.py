@@ -168,6 +168,7 @@ class SlidingWindow:
     window: int = 64
     kv_capacity_tokens: int = 100_000
     kv_block_tokens: int = 16
+    request_overhead_s: float = 0.0
 
     def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float) -> float:
         return 5e-3 + new_tokens * 20e-6 + kv_read_bytes / 2e12

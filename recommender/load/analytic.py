@@ -24,11 +24,11 @@ from scipy.special import ndtri
 
 from recommender.load.link import solve_link
 from recommender.load.percentiles import QUANTILES, LazyPercentiles, Percentiles
-from recommender.load.pool import PoolInputs, PoolSolution, pool_inputs, solve_pool
+from recommender.load.pool import PoolInputs, PoolSolution, pool_inputs_of, solve_pool
 from recommender.load.positional import aggregated_from_positional, disaggregated_from_positional
 from recommender.load.protocols import Limits, StepCost
 from recommender.load.summaries import _mean, qmc_exponentials, qmc_points
-from recommender.load.topology import Disaggregated, PoolSpec, Traffic
+from recommender.load.topology import Disaggregated, PoolKind, PoolSpec, Traffic
 
 
 @dataclass(frozen=True)
@@ -150,9 +150,8 @@ def analyze(pool: PoolSpec | StepCost, traffic: Traffic | Limits, /, *positional
     cost, limits, replicas = pool.cost, pool.limits, pool.replicas
     arrival_rate_per_s = traffic.rate_per_s
     lam = arrival_rate_per_s / replicas
-    inp = pool_inputs(traffic.prompt, traffic.output, traffic.shared_prefix_fraction, int(cost.kv_block_tokens),
-                      bool(limits.enable_prefix_caching), "both")
-    sol = solve_pool(cost, limits, lam, inp, 1.0 / replicas, "both")
+    inp = pool_inputs_of(pool, traffic, PoolKind.AGGREGATED)
+    sol = solve_pool(cost, limits, lam, inp, 1.0 / replicas, PoolKind.AGGREGATED)
     if not sol.stable:
         return _unstable(sol.utilisation, sol.capacity_per_s * replicas, arrival_rate_per_s, inp.E_O, sol.bottleneck,
                          sol.rho_lane, sol.rho_slots)
@@ -163,7 +162,7 @@ def analyze(pool: PoolSpec | StepCost, traffic: Traffic | Limits, /, *positional
         u, e = qmc_points(), qmc_exponentials()
         queue, resid = sol.ttft_wait(e[:, 2], u[:, 3])
         extra, uncovered = sol.co_scheduled(queue * sol.lane_share, resid)
-        fixed = float(getattr(cost, "request_overhead_s", 0.0))
+        fixed = float(cost.request_overhead_s)
         mean = sol.wait_total_mean_s + _mean(own) + _mean(extra) + fixed
         return queue + resid + own + extra + fixed, mean, uncovered + own + extra
 
@@ -230,12 +229,13 @@ def analyze_disaggregated(
     prefill_cost, prefill_limits, prefill_replicas = topology.prefill.cost, topology.prefill.limits, topology.prefill.replicas
     decode_cost, decode_limits, decode_replicas = topology.decode.cost, topology.decode.limits, topology.decode.replicas
     kv_transfer_s_per_token, kv_link = topology.kv_transfer_s_per_token, topology.kv_link
-    arrival_rate_per_s, prompt, output = traffic.rate_per_s, traffic.prompt, traffic.output
-    shared_prefix_fraction = traffic.shared_prefix_fraction
-    pin = pool_inputs(prompt, output, shared_prefix_fraction, int(prefill_cost.kv_block_tokens), bool(prefill_limits.enable_prefix_caching), "prefill")
-    din = pool_inputs(prompt, output, 0.0, int(decode_cost.kv_block_tokens), False, "decode")
-    pre = solve_pool(prefill_cost, prefill_limits, arrival_rate_per_s / prefill_replicas, pin, 1.0 / prefill_replicas, "prefill")
-    dec = solve_pool(decode_cost, decode_limits, arrival_rate_per_s / decode_replicas, din, 1.0 / decode_replicas, "decode")
+    arrival_rate_per_s = traffic.rate_per_s
+    pin = pool_inputs_of(topology.prefill, traffic, PoolKind.PREFILL)
+    din = pool_inputs_of(topology.decode, traffic, PoolKind.DECODE)
+    pre = solve_pool(prefill_cost, prefill_limits, arrival_rate_per_s / prefill_replicas, pin, 1.0 / prefill_replicas,
+                     PoolKind.PREFILL)
+    dec = solve_pool(decode_cost, decode_limits, arrival_rate_per_s / decode_replicas, din, 1.0 / decode_replicas,
+                     PoolKind.DECODE)
     link = None
     if kv_link is not None:
         link = solve_link(kv_link, arrival_rate_per_s=arrival_rate_per_s, prefill_replicas=prefill_replicas,
@@ -262,7 +262,7 @@ def analyze_disaggregated(
         pre_queue, _ = pre.ttft_wait(e[:, 2], u[:, 3])
         pre_extra, _ = pre.co_scheduled(pre_queue * pre.lane_share, np.zeros_like(pre_queue))
         dec_queue, dec_resid = dec.ttft_wait(e[:, 5], u[:, 3])
-        fixed = float(getattr(decode_cost, "request_overhead_s", 0.0))
+        fixed = float(decode_cost.request_overhead_s)
         # the link queue shares the prefill wait's quasi-random column: both are high together (conservative)
         link_wait = link.wait(e[:, 2]) if link is not None else 0.0
         ttft = pre_queue + pre_own + pre_extra + transfer_pts + link_wait + dec_queue + dec_resid + dec_own + fixed

@@ -23,7 +23,7 @@ import numpy as np
 from recommender.errors import ConfigError
 from recommender.load.analytic import analyze
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
-from recommender.load.topology import PoolSpec, Traffic
+from recommender.load.topology import PoolKind, PoolSpec, Traffic
 
 
 def max_stable_rate(stable: Callable[[float], bool], *, rel_tol: float = 1e-3, start_per_s: float = 1.0) -> float:
@@ -70,7 +70,7 @@ def simulated_capacity_per_s(
     shared_prefix_fraction: float = 0.0, n_requests: int = 3000, seed: int = 0,
 ) -> float:
     """Completion rate (requests/s) of one simulated replica with ``n_requests`` queued at time 0."""
-    from recommender.load.simulator import _check_fits, _hits, _Requests, _run_replica
+    from recommender.load.simulator import _check_fits, _Requests, _run_replica, _tokens_in_kv
 
     if n_requests < 100:
         raise ConfigError(f"a capacity run needs at least 100 requests, got {n_requests}")
@@ -78,7 +78,7 @@ def simulated_capacity_per_s(
     prompts = [max(1, int(x)) for x in prompt.sample(rng, n_requests)]
     outputs = [max(1, int(x)) for x in output.sample(rng, n_requests)]
     _check_fits(cost, prompts, outputs, "replica")
-    hits = _hits(prompts, shared_prefix_fraction, int(cost.kv_block_tokens), bool(limits.enable_prefix_caching))
+    hits = _tokens_in_kv(PoolSpec(cost=cost, limits=limits), PoolKind.AGGREGATED, prompts, shared_prefix_fraction)
     n = n_requests
     req = _Requests([0.0] * n, prompts, outputs, hits, hits, [-1.0] * n, [-1.0] * n, [-1.0] * n)
     _run_replica(cost, limits, req, list(range(n)), 1.0, 16)

@@ -88,6 +88,7 @@ from scipy.special import gammaincc, ndtri
 from recommender.load.percentiles import IdentityCache
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
 from recommender.load.summaries import _basis, _mean, cost_summary, lengths
+from recommender.load.topology import PoolKind, PoolSpec, Traffic, prompt_tokens_in_kv
 
 GRID = 6  # prompt-length quantile levels at which a prefill step is timed exactly
 KV_HEADROOM_SD = 3.0  # KV demand counted as mean + 3 standard deviations of the running batch's KV
@@ -126,19 +127,17 @@ _inputs_cache = IdentityCache(64)
 
 
 def pool_inputs(
-    prompt: LengthDistribution, output: LengthDistribution, fraction: float, block: int, caching: bool, mode: str
+    prompt: LengthDistribution, output: LengthDistribution, *, kind: PoolKind, shared_prefix_fraction: float,
+    block_tokens: int, prefix_caching: bool,
 ) -> PoolInputs:
-    """Workload arrays for ``mode`` "both" (aggregated), "prefill" (O = 1) or "decode" (KV arrives, 1 token computed)."""
+    """Workload arrays for a ``kind`` pool: ``AGGREGATED``, ``PREFILL`` (O = 1) or ``DECODE`` (KV arrives,
+    1 token computed); ``h`` per ``prompt_tokens_in_kv``."""
 
     def make() -> PoolInputs:
         P = lengths(prompt, 0)
-        O = np.ones_like(P) if mode == "prefill" else lengths(output, 1)
-        if mode == "decode":
-            hit = P - 1.0
-        elif caching and fraction > 0.0:
-            hit = np.minimum(np.floor(fraction * P / block) * block, P - 1.0)
-        else:
-            hit = np.zeros_like(P)
+        O = np.ones_like(P) if kind is PoolKind.PREFILL else lengths(output, 1)
+        hit = prompt_tokens_in_kv(P, kind=kind, shared_prefix_fraction=shared_prefix_fraction, block_tokens=block_tokens,
+                                  prefix_caching=prefix_caching)
         Pc = P - hit
         basis = np.array(_basis(Pc, hit))
         E_P, E_O = float(_mean(P)), float(_mean(O))
@@ -164,7 +163,14 @@ def pool_inputs(
             else np.ones(1),
         )
 
-    return _inputs_cache.get((prompt, output, float(fraction), int(block), bool(caching), mode), make)
+    key = (prompt, output, kind, float(shared_prefix_fraction), int(block_tokens), bool(prefix_caching))
+    return _inputs_cache.get(key, make)
+
+
+def pool_inputs_of(pool: PoolSpec, traffic: Traffic, kind: PoolKind) -> PoolInputs:
+    """``pool_inputs`` of ``traffic`` for ``pool`` serving as ``kind``."""
+    return pool_inputs(traffic.prompt, traffic.output, kind=kind, shared_prefix_fraction=traffic.shared_prefix_fraction,
+                       block_tokens=int(pool.cost.kv_block_tokens), prefix_caching=bool(pool.limits.enable_prefix_caching))
 
 
 @dataclass
@@ -335,7 +341,7 @@ def _chunk_bases(inp: PoolInputs, C: float) -> tuple[np.ndarray, np.ndarray, np.
     return n, full, last
 
 
-def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2: float, mode: str) -> PoolSolution:
+def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2: float, mode: PoolKind) -> PoolSolution:
     """Solve one replica at arrival rate ``lam`` (formulas in the module docstring)."""
     cs = cost_summary(cost)
     step = cost.step_s
@@ -351,7 +357,7 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
     kv_d, fl_d = cs.decode_cost(inp.mean_ctx) if inp.mean_ctx >= cs.decode_affine_from_tokens else cost.decode_seq_cost(int(round(inp.mean_ctx)))
     pkv = np.array(cs.prefill_kv)
     pfl = np.array(cs.prefill_fl)
-    decodes = mode != "prefill" and inp.E_O > 1.0
+    decodes = mode is not PoolKind.PREFILL and inp.E_O > 1.0
     E_Om1 = inp.E_O - 1.0
     ref_hit = float(inp.E_basis[2])
 
@@ -499,12 +505,12 @@ def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2:
     p_w = erlang_c(c / d_run, a / d_run)
     w_slots = p_w * E_H * d_run / (c - a) * (ca2 + max(0.0, E_H2 / (E_H * E_H) - 1.0)) / 2.0
     p_lane = w_lane = 0.0
-    if c >= 2 and mode != "decode" and rho_l > 0.0:
+    if c >= 2 and mode is not PoolKind.DECODE and rho_l > 0.0:
         cs2_s = max(0.0, float(S @ S) / S.size / (E_S * E_S) - 1.0)
         p_lane = (1.0 - p_w) * rho_l
         w_lane = (1.0 - p_w) * rho_l / (1.0 - rho_l) * E_S * (ca2 + cs2_s) / 2.0
     wait_p = 1.0 - (1.0 - p_w) * (1.0 - p_lane)
-    resid_q = 0.0 if mode == "prefill" else max(0.0, 1.0 - math.exp(-a) - p_w) * (1.0 - rho_l)
+    resid_q = 0.0 if mode is PoolKind.PREFILL else max(0.0, 1.0 - math.exp(-a) - p_w) * (1.0 - rho_l)
     sol = PoolSolution(
         True, util, rho_l, rho_s, neck, cap, kv_peak=kv_peak, running=a, decoders=decoders, wait_p=wait_p,
         wait_mean_s=w_slots + w_lane, resid_q=resid_q, lane_share=w_lane / (w_lane + w_slots) if w_lane > 0.0 else 0.0, t_d=t_d, t_bar=t_bar, own=own, rho_d=rho_d,

@@ -17,7 +17,8 @@ class StepCost(Protocol):
     """Time of one engine iteration of ONE replica (a TP group).
 
     Costs add up: a step with decodes at contexts ``c_i`` and one prefill chunk takes
-    ``step_s(len(c) + chunk, sum(kv_i) + kv_p, sum(fl_i) + fl_p)`` seconds.
+    ``step_s(len(c) + chunk, sum(kv_i) + kv_p, sum(fl_i) + fl_p)`` seconds. A request's TTFT and E2E
+    also carry ``request_overhead_s`` once (both fronts add it to the same place).
     """
 
     @property
@@ -28,6 +29,12 @@ class StepCost(Protocol):
     @property
     def kv_block_tokens(self) -> int:
         """Paged-attention block size in tokens (vLLM default 16)."""
+        ...
+
+    @property
+    def request_overhead_s(self) -> float:
+        """Fixed time (s) every request adds to its first token, and so to its end-to-end latency, outside
+        the engine steps (API server, tokenisation, detokenising the first chunk); 0 for a bare engine."""
         ...
 
     def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float) -> float:

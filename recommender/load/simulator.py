@@ -49,7 +49,7 @@ from recommender.load.link import KvLink
 from recommender.load.percentiles import Percentiles
 from recommender.load.protocols import Limits, StepCost
 from recommender.load.summaries import cost_summary
-from recommender.load.topology import Disaggregated, PoolSpec, Replay, Traffic
+from recommender.load.topology import Disaggregated, PoolKind, PoolSpec, Replay, Traffic
 
 
 @dataclass(frozen=True)
@@ -403,10 +403,11 @@ def _workload(
     return arr, prompts, [max(1, int(x)) for x in load.output.sample(rng, n_requests)]
 
 
-def _hits(prompts: list[int], fraction: float, block: int, enabled: bool) -> list[int]:
-    if not enabled or fraction <= 0.0:
-        return [0] * len(prompts)
-    return [min(int(fraction * p) // block * block, p - 1) for p in prompts]
+def _tokens_in_kv(pool: PoolSpec, kind: PoolKind, prompts: list[int], shared_prefix_fraction: float) -> list[int]:
+    """``prompt_tokens_in_kv`` per request, as ints."""
+    hits = pool.tokens_in_kv(np.asarray(prompts, dtype=float), kind=kind, shared_prefix_fraction=shared_prefix_fraction)
+    out: list[int] = hits.astype(np.int64).tolist()
+    return out
 
 
 def _check_fits(cost: StepCost, prompts: list[int], outputs: list[int], what: str) -> None:
@@ -544,12 +545,12 @@ def simulate(
     arr, prompts, outputs = _workload(load, n_requests, seed, burstiness)
     _check_fits(cost, prompts, outputs, "replica")
     n = len(arr)
-    hits = _hits(prompts, shared_prefix_fraction, int(cost.kv_block_tokens), bool(limits.enable_prefix_caching))
+    hits = _tokens_in_kv(pool, PoolKind.AGGREGATED, prompts, shared_prefix_fraction)
     req = _Requests(arr, prompts, outputs, hits, hits, [-1.0] * n, [-1.0] * n, [-1.0] * n)
     stats, ts = _run_pool(cost, limits, req, list(range(n)), replicas, _interval(arr, sample_interval_s))
     waits = [req.admitted[i] - arr[i] for i in range(n)]
     return _result(arr, req.first_token, req.finish, outputs, waits, stats, replicas, warmup_requests, 0.0, ts, None,
-                   float(getattr(cost, "request_overhead_s", 0.0)))
+                   float(cost.request_overhead_s))
 
 
 def _link_fifo(link: KvLink, ready: list[float], prompts: list[int], replicas: int) -> list[float]:
@@ -589,7 +590,7 @@ def simulate_disaggregated(
     _check_fits(prefill_cost, prompts, [1] * n, "prefill")
     _check_fits(decode_cost, prompts, outputs, "decode")
     interval = _interval(arr, sample_interval_s)
-    hits = _hits(prompts, shared_prefix_fraction, int(prefill_cost.kv_block_tokens), bool(prefill_limits.enable_prefix_caching))
+    hits = _tokens_in_kv(topology.prefill, PoolKind.PREFILL, prompts, shared_prefix_fraction)
     pre = _Requests(arr, prompts, [1] * n, hits, hits, [-1.0] * n, [-1.0] * n, [-1.0] * n)
     pre_stats, pre_ts = _run_pool(prefill_cost, prefill_limits, pre, list(range(n)), prefill_replicas, interval,
                                   "simulate prefill pool")
@@ -599,15 +600,16 @@ def simulate_disaggregated(
     else:
         arr_d = _link_fifo(kv_link, pre.finish, prompts, prefill_replicas)
         transfer = [arr_d[i] - pre.finish[i] for i in range(n)]
-    dec_hits = _hits(prompts, shared_prefix_fraction, int(decode_cost.kv_block_tokens), bool(decode_limits.enable_prefix_caching))
-    dec = _Requests(arr_d, prompts, outputs, [p - 1 for p in prompts], dec_hits, [-1.0] * n, [-1.0] * n, [-1.0] * n)
+    remote = _tokens_in_kv(topology.decode, PoolKind.DECODE, prompts, shared_prefix_fraction)
+    recompute = _tokens_in_kv(topology.decode, PoolKind.AGGREGATED, prompts, shared_prefix_fraction)  # after a preemption
+    dec = _Requests(arr_d, prompts, outputs, remote, recompute, [-1.0] * n, [-1.0] * n, [-1.0] * n)
     order = sorted(range(n), key=lambda i: arr_d[i])
     dec_stats, dec_ts = _run_pool(decode_cost, decode_limits, dec, order, decode_replicas, interval)
     waits = [(pre.admitted[i] - arr[i]) + (dec.admitted[i] - arr_d[i]) for i in range(n)]
     res = _result(
         arr, dec.first_token, dec.finish, outputs, waits, dec_stats, decode_replicas, warmup_requests,
         sum(s.in_system_integral for s in pre_stats) + sum(transfer), dec_ts, pre_ts,
-        float(getattr(decode_cost, "request_overhead_s", 0.0)),
+        float(decode_cost.request_overhead_s),
     )
     return SimResult(**{**res.__dict__, "preempted": res.preempted + sum(s.preempted for s in pre_stats),
                         "steps": res.steps + sum(s.steps for s in pre_stats)})

@@ -14,8 +14,10 @@ accept and refuse exactly the same inputs:
 * ``Replay(rows, shared_prefix_fraction)``: recorded ``(arrival_s, prompt_tokens, output_tokens)``
   rows (simulator only).
 
-The rules both fronts share live here too: which prompt tokens a prefix-cache hit skips
-(``prefix_hit_tokens``) and what each pool of a split computes (``PoolKind``).
+The rules both fronts share live here too: what each pool of a split computes (``PoolKind``) and
+which prompt tokens are already in KV when a request is scheduled (``prompt_tokens_in_kv``: the
+prefix-cache hit, or the KV a prefill pool pushed). The per-request fixed overhead is part of the
+step-cost protocol (``StepCost.request_overhead_s``).
 """
 
 from __future__ import annotations
@@ -57,11 +59,11 @@ class PoolSpec:
         if int(self.replicas) < 1:
             raise ConfigError(f"replicas must be at least 1, got {self.replicas!r}")
 
-    def prefix_hits(self, prompt_tokens: np.ndarray, shared_prefix_fraction: float) -> np.ndarray:
-        """Tokens of each prompt this pool's prefix cache already holds (``prefix_hit_tokens``)."""
-        return prefix_hit_tokens(prompt_tokens, shared_prefix_fraction=shared_prefix_fraction,
-                                 block_tokens=int(self.cost.kv_block_tokens),
-                                 enabled=bool(self.limits.enable_prefix_caching))
+    def tokens_in_kv(self, prompt_tokens: np.ndarray, *, kind: PoolKind, shared_prefix_fraction: float) -> np.ndarray:
+        """``prompt_tokens_in_kv`` with this pool's KV block size and prefix-caching switch."""
+        return prompt_tokens_in_kv(prompt_tokens, kind=kind, shared_prefix_fraction=shared_prefix_fraction,
+                                   block_tokens=int(self.cost.kv_block_tokens),
+                                   prefix_caching=bool(self.limits.enable_prefix_caching))
 
 
 @dataclass(frozen=True)
@@ -122,15 +124,25 @@ def check_fraction(shared_prefix_fraction: float) -> None:
         raise ConfigError(f"shared_prefix_fraction must be in [0, 1], got {shared_prefix_fraction!r}")
 
 
-def prefix_hit_tokens(
-    prompt_tokens: np.ndarray, *, shared_prefix_fraction: float, block_tokens: int, enabled: bool
+def prompt_tokens_in_kv(
+    prompt_tokens: np.ndarray, *, kind: PoolKind, shared_prefix_fraction: float, block_tokens: int,
+    prefix_caching: bool,
 ) -> np.ndarray:
-    """Prompt tokens a prefix-cache hit skips, per prompt of ``P`` tokens (float array):
-    ``h = min(floor(floor(f P) / block) x block, P - 1)``: whole KV blocks of the shared prefix
-    ``f P``, and never the whole prompt (vLLM recomputes at least the last token to get its logits).
-    0 without prefix caching or without a shared prefix."""
+    """Tokens of each prompt (``P`` tokens, float array) already in KV when a replica of a ``kind`` pool
+    schedules it, so not computed again (both fronts use this one rule):
+
+    * ``DECODE``: ``P - 1``, the KV the prefill pool pushed; the last prompt token is computed again
+      and yields the first output token;
+    * otherwise the prefix-cache hit ``h = min(floor(floor(f P) / block) x block, P - 1)``: whole KV
+      blocks of the shared prefix ``f P``, never the whole prompt (vLLM recomputes at least the last
+      token to get its logits); 0 without prefix caching or without a shared prefix.
+
+    (A decode replica that preempts a request recomputes it as an ``AGGREGATED`` replica would.)"""
     p = np.asarray(prompt_tokens, dtype=float)
-    if not enabled or shared_prefix_fraction <= 0.0:
+    if kind is PoolKind.DECODE:
+        remote: np.ndarray = p - 1.0
+        return remote
+    if not prefix_caching or shared_prefix_fraction <= 0.0:
         return np.zeros_like(p)
     hits: np.ndarray = np.minimum(np.floor(shared_prefix_fraction * p) // block_tokens * block_tokens, p - 1.0)
     return hits

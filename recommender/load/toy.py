@@ -33,6 +33,7 @@ class LinearStepCost:
     attention_flops_per_token_pair: float = 2.6e6  # 4 * 64 heads * 128 dims * 80 layers
     kv_capacity_tokens: int = 400_000
     kv_block_tokens: int = 16
+    request_overhead_s: float = 0.0
 
     def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float) -> float:
         return (
@@ -67,6 +68,7 @@ class RooflineStepCost:
     attention_flops_per_token_pair: float = 2.6e6
     kv_capacity_tokens: int = 300_000
     kv_block_tokens: int = 16
+    request_overhead_s: float = 0.0
 
     def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float) -> float:
         compute_s = (new_tokens * self.flops_per_token + attention_flops) / self.flops_per_s

@@ -43,6 +43,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from recommender.load.pool import pool_inputs
+from recommender.load.topology import PoolKind
 from recommender.offers import cheapest_rental
 from recommender.perf.step import EngineLimits, StepCostModel
 from recommender.sizing import Candidate, Sizer
@@ -72,8 +73,11 @@ class Bounds:
         w = sizer.workload
         self.target_req_s = w.effective_rate_per_s * (1 + sizer.headroom)
         caching = w.shared_prefix_fraction > 0
-        self._both = pool_inputs(w.prompt_tokens, w.output_tokens, w.shared_prefix_fraction, 16, caching, "both")
-        self._pre = pool_inputs(w.prompt_tokens, w.output_tokens, w.shared_prefix_fraction, 16, caching, "prefill")
+        frac = w.shared_prefix_fraction
+        self._both = pool_inputs(w.prompt_tokens, w.output_tokens, kind=PoolKind.AGGREGATED, shared_prefix_fraction=frac,
+                                 block_tokens=16, prefix_caching=caching)
+        self._pre = pool_inputs(w.prompt_tokens, w.output_tokens, kind=PoolKind.PREFILL, shared_prefix_fraction=frac,
+                                block_tokens=16, prefix_caching=caching)
         self._slos = w.slos
         # the loosest TPOT bound on the mean decode step: the limit, doubled at p50 (see the module docstring)
         tpots = [s.limit_s * (2.0 if s.percentile == "p50" else 1.0) for s in w.slos if s.metric == "tpot"]
@@ -154,7 +158,7 @@ class Bounds:
         pc = self._pre.Pc
         per_tok = cost.linear_flops_per_token / cost.group_flops_per_s
         own = np.maximum(pc * per_tok, np.ceil(pc / max(chunk, 1)) * self._weights_s(cost))
-        own = own + self._pre.P * extra_s_per_prompt_token + float(getattr(cost, "request_overhead_s", 0.0))
+        own = own + self._pre.P * extra_s_per_prompt_token + cost.request_overhead_s
         s = np.sort(own)
         k = s.size - 1
         out = {"mean": float(own.mean())}
