@@ -70,18 +70,20 @@ def simulated_capacity_per_s(
     shared_prefix_fraction: float = 0.0, n_requests: int = 3000, seed: int = 0,
 ) -> float:
     """Completion rate (requests/s) of one simulated replica with ``n_requests`` queued at time 0."""
-    from recommender.load.simulator import _check_fits, _Requests, _run_replica, _tokens_in_kv
+    from recommender.load.scheduler import ReplicaScheduler, Requests
+    from recommender.load.simulator import _check_fits, _tokens_in_kv
 
     if n_requests < 100:
         raise ConfigError(f"a capacity run needs at least 100 requests, got {n_requests}")
     rng = random.Random(seed)
     prompts = [max(1, int(x)) for x in prompt.sample(rng, n_requests)]
     outputs = [max(1, int(x)) for x in output.sample(rng, n_requests)]
-    _check_fits(cost, prompts, outputs, "replica")
-    hits = _tokens_in_kv(PoolSpec(cost=cost, limits=limits), PoolKind.AGGREGATED, prompts, shared_prefix_fraction)
+    pool = PoolSpec(cost=cost, limits=limits)
+    _check_fits(pool, prompts, outputs, "replica")
+    hits = _tokens_in_kv(pool, PoolKind.AGGREGATED, prompts, shared_prefix_fraction)
     n = n_requests
-    req = _Requests([0.0] * n, prompts, outputs, hits, hits, [-1.0] * n, [-1.0] * n, [-1.0] * n)
-    _run_replica(cost, limits, req, list(range(n)), 1.0, 16)
+    req = Requests.new([0.0] * n, prompts, outputs, hits, hits)
+    ReplicaScheduler(cost, limits, req, list(range(n)), sample_interval_s=1.0, max_samples=16).run()
     done = np.sort(np.asarray(req.finish))
     i, j = int(0.3 * n), int(0.7 * n)
     return (j - i) / max(float(done[j] - done[i]), 1e-12)

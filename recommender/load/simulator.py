@@ -1,31 +1,8 @@
-"""Discrete-event simulator of a vLLM-v1-like scheduler, one engine step at a time.
+"""Discrete-event simulator of vLLM-like replicas: requests, pools, P/D, and what the runs add up to.
 
-Per replica, each step (``vllm/v1/core/sched/scheduler.py`` order):
-
-1. running requests first: every decoding sequence gets one token; a sequence whose next token
-   starts a new KV block (``computed % block == 0``) needs a free block, and while there are too few,
-   the most recently admitted running request is preempted (recompute: its blocks are freed, it goes
-   back to the front of the waiting queue, and later prefills prompt + generated tokens again);
-2. the (at most one) partially prefilled request continues with ``min(remaining, budget left)``
-   tokens (preempting from the tail if its blocks do not fit);
-3. if nothing was preempted in this step, waiting requests are admitted FCFS while the token budget
-   (``max_num_batched_tokens``), ``max_num_seqs`` and free KV blocks allow. With chunked prefill the
-   last admitted prompt may be cut to the remaining budget; without it a prompt must fit whole in the
-   remaining budget (decodes and whole prefills share steps, as in vLLM v1), or run alone in an
-   otherwise empty step. A prefix-cache hit skips whole blocks of the shared prefix (at most
-   ``prompt - 1`` tokens); every sequence still holds its own KV blocks. An engine with nothing to do
-   starts a step as soon as a request arrives.
-4. the step takes ``cost.step_s(tokens, kv_read_bytes, attention_flops)``; a request whose prefill
-   completes emits a token at the end of the step (its first token, or the next one after a
-   recompute); decoders finishing their output leave at the end of the step.
-
-Speed: decoders are kept as aggregates, not walked every step. Where ``decode_seq_cost`` is affine in
-the context (checked once; from the window on for sliding-window attention), the step's decode KV
-bytes / FLOPs follow from the number of decoders and the sum of their contexts, which grows by the
-number of decoders per step; decoders below that context are costed one by one until they reach
-it. Block needs come from a histogram of ``(context - step) mod block`` (a decoder needs a new block
-exactly when ``(key + step) % block == 0``); finish steps sit in a heap; per-sequence state is only
-touched on admission, completion and preemption. About 1-2 us of Python per step.
+Each replica is a ``recommender.load.scheduler.ReplicaScheduler``: a vLLM-v1-like scheduler stepping
+one engine iteration at a time (decodes, the partial prefill, FCFS admission with chunking, preemption
+by recompute, finishes; the phases are documented there).
 
 Requests are routed round-robin over replicas (each replica is simulated on its own, since routing
 does not depend on state). Arrivals: Poisson (gamma gaps with shape ``burstiness``, the
@@ -34,12 +11,10 @@ does not depend on state). Arrivals: Poisson (gamma gaps with shape ``burstiness
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
-from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -47,8 +22,7 @@ from recommender import progress
 from recommender.errors import ConfigError
 from recommender.load.link import KvLink
 from recommender.load.percentiles import Percentiles
-from recommender.load.protocols import Limits, StepCost
-from recommender.load.summaries import cost_summary
+from recommender.load.scheduler import ReplicaScheduler, ReplicaStats, Requests
 from recommender.load.topology import Disaggregated, PoolKind, PoolSpec, Replay, Traffic
 
 
@@ -101,274 +75,6 @@ class SimResult:
     warmup_requests: int = 0
 
 
-@dataclass
-class _Requests:
-    """Per-request arrays shared by all replicas (indexed by request id)."""
-
-    arrival: list[float]
-    prompt: list[int]
-    output: list[int]
-    hit_first: list[int]  # tokens already in KV at first admission (prefix-cache hit, or remote KV)
-    hit_again: list[int]  # the same after a preemption
-    first_token: list[float]
-    finish: list[float]
-    admitted: list[float]
-
-
-@dataclass
-class _ReplicaStats:
-    preempted: int = 0
-    steps: int = 0
-    busy_s: float = 0.0
-    in_system_integral: float = 0.0
-    running_integral: float = 0.0
-    samples: list[tuple[int, int, float]] | None = None
-    interval_s: float = 0.0
-
-
-def _run_replica(
-    cost: StepCost,
-    limits: Limits,
-    req: _Requests,
-    ids: Sequence[int],
-    sample_interval_s: float,
-    max_samples: int,
-    tick: Callable[[int], object] | None = None,
-) -> _ReplicaStats:
-    """Simulate one replica serving requests ``ids`` (in arrival order); fills ``req`` times in place.
-    ``tick(1)`` is called per finished request (progress)."""
-    cs = cost_summary(cost)
-    step_s = cost.step_s
-    chunk_cost = cost.prefill_chunk_cost
-    seq_cost = cost.decode_seq_cost
-    affine_from = cs.decode_affine_from_tokens
-    kv0, kv1, fl0, fl1 = cs.kv0, cs.kv1, cs.fl0, cs.fl1
-    bs = int(cost.kv_block_tokens)
-    total_blocks = int(cost.kv_capacity_tokens) // bs
-    budget_max = int(limits.max_num_batched_tokens)
-    max_seqs = max(1, int(limits.max_num_seqs))
-    chunked = bool(limits.chunked_prefill)
-    arrival, prompt, output = req.arrival, req.prompt, req.output
-    first_token, finish, admitted = req.first_token, req.finish, req.admitted
-
-    st = _ReplicaStats(samples=[])
-    samples = st.samples
-    assert samples is not None
-    free = total_blocks
-    waiting: deque[int] = deque()
-    running: dict[int, None] = {}
-    # Per-request scheduler state (dicts: only this replica's requests).
-    gen: dict[int, int] = {}  # tokens generated so far
-    computed: dict[int, int] = {}  # tokens in KV (prefilling requests)
-    blocks: dict[int, int] = {}  # blocks held (prefilling requests)
-    key: dict[int, int] = {}  # decoders: context - step at registration
-    epoch: dict[int, int] = {}
-    dec_n = 0  # all decoders (block accounting)
-    dec_key_sum = 0
-    old_n = 0  # decoders whose context is in the affine range of decode_seq_cost (cost by aggregate)
-    old_key_sum = 0
-    young: dict[int, int] = {}  # the others: rid -> key, costed one by one until promoted
-    promote: list[tuple[int, int, int]] = []  # (step at which the context reaches affine_from, rid, epoch)
-    phase = [0] * bs
-    heap: list[tuple[int, int, int]] = []
-    pref = -1  # the partially prefilled request, if any
-    t = 0
-    now = arrival[ids[0]] if ids else 0.0
-    next_sample = 0.0
-    i_next, m = 0, len(ids)
-    empty_steps = 0
-
-    def sample_until(time_s: float) -> None:
-        nonlocal next_sample, sample_interval_s
-        while next_sample <= time_s:
-            samples.append((len(waiting), len(running), (total_blocks - free) / total_blocks))
-            next_sample += sample_interval_s
-
-    def remove_decoder(r: int) -> int:
-        """Drop decoder ``r`` from the aggregates; returns its KV blocks."""
-        nonlocal dec_n, dec_key_sum, old_n, old_key_sum
-        k = key.pop(r)
-        dec_n -= 1
-        dec_key_sum -= k
-        if young.pop(r, None) is None:
-            old_n -= 1
-            old_key_sum -= k
-        phase[k % bs] -= 1
-        return -(-(k + t) // bs)
-
-    def preempt_tail() -> None:
-        nonlocal free, pref
-        v = next(reversed(running))
-        del running[v]
-        if v == pref:
-            free += blocks.pop(v)
-            pref = -1
-            computed.pop(v, None)
-        else:
-            ctx = key[v] + t
-            free += remove_decoder(v)
-            gen[v] = ctx - prompt[v] + 1
-        epoch[v] = epoch.get(v, 0) + 1
-        waiting.appendleft(v)
-        st.preempted += 1
-
-    while True:
-        while i_next < m and arrival[ids[i_next]] <= now:
-            r = ids[i_next]
-            waiting.append(r)
-            st.in_system_integral += now - arrival[r]
-            i_next += 1
-        if not running and not waiting:
-            if i_next >= m:
-                break
-            sample_until(arrival[ids[i_next]])
-            now = arrival[ids[i_next]]
-            continue
-        sample_until(now)
-        budget = budget_max
-        preempted = False
-        tokens = 0
-        kv = fl = 0.0
-        # 1. decodes (and the KV blocks their next token needs)
-        if dec_n:
-            need = phase[(-t) % bs]
-            while free < need:
-                preempt_tail()
-                preempted = True
-                need = phase[(-t) % bs]
-            free -= need
-        if dec_n:
-            tokens = dec_n
-            budget -= dec_n
-            while promote and promote[0][0] <= t:
-                _, r, ep = heapq.heappop(promote)
-                if epoch.get(r, 0) == ep and r in young:
-                    k = young.pop(r)
-                    old_n += 1
-                    old_key_sum += k
-            if old_n:
-                ctx_sum = old_key_sum + old_n * (t + 1)  # contexts of this step's tokens
-                kv = old_n * kv0 + kv1 * ctx_sum
-                fl = old_n * fl0 + fl1 * ctx_sum
-            for k in young.values():
-                a, b = seq_cost(k + t + 1)
-                kv += a
-                fl += b
-        done: list[int] = []
-        # 2. the partial prefill continues
-        if pref >= 0 and budget > 0:
-            r = pref
-            target = prompt[r] + gen[r]
-            chunk = min(target - computed[r], budget)
-            need = -(-(computed[r] + chunk) // bs) - blocks[r]
-            while free < need and pref == r:
-                preempt_tail()
-                preempted = True
-            if pref == r:
-                free -= need
-                blocks[r] += need
-                a, b = chunk_cost(chunk, computed[r])
-                kv += a
-                fl += b
-                computed[r] += chunk
-                budget -= chunk
-                tokens += chunk
-                if computed[r] == target:
-                    done.append(r)
-                    pref = -1
-        # 3. admit waiting requests (FCFS)
-        if not preempted:
-            while waiting and budget > 0 and len(running) < max_seqs:
-                r = waiting[0]
-                g = gen.get(r, 0)
-                base = req.hit_first[r] if r not in epoch else req.hit_again[r]
-                target = prompt[r] + g
-                todo = target - base
-                if chunked:
-                    chunk = min(todo, budget)
-                elif todo <= budget:
-                    chunk = todo
-                elif tokens == 0:
-                    chunk = todo  # alone in the step
-                else:
-                    break
-                need = -(-(base + chunk) // bs)
-                if need > free:
-                    break
-                waiting.popleft()
-                running[r] = None
-                if admitted[r] < 0.0:
-                    admitted[r] = now
-                gen[r] = g
-                free -= need
-                blocks[r] = need
-                a, b = chunk_cost(chunk, base)
-                kv += a
-                fl += b
-                computed[r] = base + chunk
-                budget -= chunk
-                tokens += chunk
-                if chunk == todo:
-                    done.append(r)
-                else:
-                    pref = r
-        if tokens == 0:  # everything was preempted: reschedule at once
-            empty_steps += 1
-            if empty_steps > 3:
-                raise RuntimeError("simulator made no progress (a request larger than the KV cache?)")
-            continue
-        empty_steps = 0
-        dt = step_s(tokens, kv, fl)
-        st.in_system_integral += (len(waiting) + len(running)) * dt
-        st.running_integral += len(running) * dt
-        st.busy_s += dt
-        now += dt
-        t += 1
-        st.steps += 1
-        # 4. finishes, then prefills that completed emit a token
-        while heap and heap[0][0] <= t:
-            _, r, ep = heapq.heappop(heap)
-            if epoch.get(r, 0) != ep or r not in key:
-                continue
-            free += remove_decoder(r)
-            del running[r]
-            finish[r] = now
-            if tick is not None:
-                tick(1)
-        for r in done:
-            g = gen[r] + 1
-            gen[r] = g
-            if first_token[r] < 0.0:
-                first_token[r] = now
-            c = computed.pop(r)
-            nb = blocks.pop(r)
-            if g >= output[r]:
-                free += nb
-                del running[r]
-                finish[r] = now
-                continue
-            k = c - t
-            key[r] = k
-            dec_n += 1
-            dec_key_sum += k
-            if c + 1 >= affine_from:
-                old_n += 1
-                old_key_sum += k
-            else:
-                young[r] = k
-                heapq.heappush(promote, (affine_from - 1 - k, r, epoch.get(r, 0)))
-            phase[k % bs] += 1
-            heapq.heappush(heap, (t + output[r] - g, r, epoch.get(r, 0)))
-        if len(samples) > max_samples:
-            del samples[1::2]
-            sample_interval_s *= 2.0
-            next_sample = len(samples) * sample_interval_s
-    sample_until(now)
-    st.samples = samples
-    st.interval_s = sample_interval_s
-    return st
-
-
 def _arrivals(rng: random.Random, rate_per_s: float, n: int, burstiness: float) -> list[float]:
     """Gamma-distributed gaps with shape ``burstiness`` and mean ``1 / rate`` (exponential at 1)."""
     t, out = 0.0, []
@@ -410,8 +116,10 @@ def _tokens_in_kv(pool: PoolSpec, kind: PoolKind, prompts: list[int], shared_pre
     return out
 
 
-def _check_fits(cost: StepCost, prompts: list[int], outputs: list[int], what: str) -> None:
-    cap = int(cost.kv_capacity_tokens) // int(cost.kv_block_tokens) * int(cost.kv_block_tokens)
+def _check_fits(pool: PoolSpec, prompts: list[int], outputs: list[int], what: str) -> None:
+    """Refuse a request whose prompt + output tokens exceed one replica's KV cache (whole blocks)."""
+    block = int(pool.cost.kv_block_tokens)
+    cap = int(pool.cost.kv_capacity_tokens) // block * block
     worst = max(p + o for p, o in zip(prompts, outputs))
     if worst > cap:
         raise ConfigError(
@@ -421,18 +129,22 @@ def _check_fits(cost: StepCost, prompts: list[int], outputs: list[int], what: st
 
 
 def _run_pool(
-    cost: StepCost, limits: Limits, req: _Requests, order: list[int], replicas: int, interval_s: float,
-    what: str = "simulate",
-) -> tuple[list[_ReplicaStats], TimeSeries]:
+    pool: PoolSpec, req: Requests, order: list[int], interval_s: float, what: str = "simulate",
+) -> tuple[list[ReplicaStats], TimeSeries]:
+    """Run ``order``'s requests round-robin over the pool's replicas (request ``order[i]`` on replica
+    ``i mod R``); the time series of all replicas together (on the coarsest replica's sample grid)."""
+    replicas = pool.replicas
     with progress.bar(what, total=len(order), unit="req") as bar:
         stats = [
-            _run_replica(cost, limits, req, order[k::replicas], interval_s, 4000, bar.update) for k in range(replicas)
+            ReplicaScheduler(pool.cost, pool.limits, req, order[k::replicas], sample_interval_s=interval_s,
+                             max_samples=MAX_SAMPLES, tick=bar.update).run()
+            for k in range(replicas)
         ]
     coarse = max(s.interval_s for s in stats)
     series = []
     for s in stats:
         stride = int(round(coarse / s.interval_s)) if s.interval_s > 0 else 1
-        series.append((s.samples or [])[::stride])
+        series.append(s.samples[::stride])
     n = max(len(x) for x in series)
     q = [0] * n
     run = [0] * n
@@ -447,19 +159,14 @@ def _run_pool(
 
 
 def _result(
-    arr: list[float],
-    first: list[float],
-    finish: list[float],
-    outputs: list[int],
-    waits: list[float],
-    stats: list[_ReplicaStats],
-    replicas: int,
-    warmup_requests: int,
-    extra_in_system_s: float,
-    ts: TimeSeries,
-    prefill_ts: TimeSeries | None,
-    request_overhead_s: float = 0.0,
+    *, arrival_s: list[float], req: Requests, waits: list[float], stats: list[ReplicaStats], replicas: int, warmup_requests: int,
+    ts: TimeSeries, request_overhead_s: float, upstream: Sequence[ReplicaStats] = (), extra_in_system_s: float = 0.0,
+    prefill_ts: TimeSeries | None = None,
 ) -> SimResult:
+    """Percentiles and counts of requests that arrived at ``arrival_s`` and were served as ``req`` by the
+    last pool (``stats``, ``replicas``); ``upstream`` (a prefill pool) adds its preemptions and steps,
+    ``extra_in_system_s`` its request-seconds (and the KV transfers')."""
+    arr, first, finish, outputs = arrival_s, req.first_token, req.finish, req.output
     n = len(arr)
     start = min(arr)
     end = max(finish)
@@ -479,7 +186,7 @@ def _result(
         e2e_s=Percentiles.from_samples(fin[keep] - a[keep]),
         queue_wait_mean_s=float(np.mean(np.asarray(waits)[keep])),
         completed=n,
-        preempted=sum(s.preempted for s in stats),
+        preempted=sum(s.preempted for s in stats) + sum(s.preempted for s in upstream),
         duration_s=duration,
         output_tokens_per_s=float(out.sum()) / duration,
         requests_per_s=n / duration,
@@ -487,7 +194,7 @@ def _result(
         mean_in_system=in_system / duration,
         busy_fraction=sum(s.busy_s for s in stats) / duration / replicas,
         stable=served >= STABLE_SERVED_FRACTION and served_late >= STABLE_LATE_FRACTION,
-        steps=sum(s.steps for s in stats),
+        steps=sum(s.steps for s in stats) + sum(s.steps for s in upstream),
         timeseries=ts,
         prefill_timeseries=prefill_ts,
         served_fraction=served,
@@ -497,6 +204,7 @@ def _result(
 
 
 STABLE_SERVED_FRACTION = 0.98
+MAX_SAMPLES = 4000  # time-series points per replica: past this the interval doubles
 STABLE_LATE_FRACTION = 0.95  # a quarter of the run: the number in system alone moves it by a few percent
 
 
@@ -540,17 +248,14 @@ def simulate(
     ``pool.replicas`` aggregated replicas of ``pool``; deterministic for a seed. ``warmup_requests`` first
     requests are left out of the latency percentiles (not out of throughput). Time series are sampled
     every ``sample_interval_s`` (default: 1/500 of the arrival span, coarsened to keep <= 4000 points)."""
-    cost, limits, replicas = pool.cost, pool.limits, pool.replicas
-    shared_prefix_fraction = load.shared_prefix_fraction
     arr, prompts, outputs = _workload(load, n_requests, seed, burstiness)
-    _check_fits(cost, prompts, outputs, "replica")
-    n = len(arr)
-    hits = _tokens_in_kv(pool, PoolKind.AGGREGATED, prompts, shared_prefix_fraction)
-    req = _Requests(arr, prompts, outputs, hits, hits, [-1.0] * n, [-1.0] * n, [-1.0] * n)
-    stats, ts = _run_pool(cost, limits, req, list(range(n)), replicas, _interval(arr, sample_interval_s))
-    waits = [req.admitted[i] - arr[i] for i in range(n)]
-    return _result(arr, req.first_token, req.finish, outputs, waits, stats, replicas, warmup_requests, 0.0, ts, None,
-                   float(cost.request_overhead_s))
+    _check_fits(pool, prompts, outputs, "replica")
+    hits = _tokens_in_kv(pool, PoolKind.AGGREGATED, prompts, load.shared_prefix_fraction)
+    req = Requests.new(arr, prompts, outputs, hits, hits)
+    stats, ts = _run_pool(pool, req, list(range(len(arr))), _interval(arr, sample_interval_s))
+    waits = [req.admitted[i] - arr[i] for i in range(len(arr))]
+    return _result(arrival_s=arr, req=req, waits=waits, stats=stats, replicas=pool.replicas,
+                   warmup_requests=warmup_requests, ts=ts, request_overhead_s=float(pool.cost.request_overhead_s))
 
 
 def _link_fifo(link: KvLink, ready: list[float], prompts: list[int], replicas: int) -> list[float]:
@@ -581,35 +286,28 @@ def simulate_disaggregated(
     With ``kv_link`` the transfers queue FIFO on their prefill replica's link, each holding it for
     ``kv_link.transfer_s(prompt)`` (instead of the fixed delay). Requests and keywords as ``simulate``.
     ``timeseries`` is the decode pool, ``prefill_timeseries`` the prefill pool."""
-    prefill_cost, prefill_limits, prefill_replicas = topology.prefill.cost, topology.prefill.limits, topology.prefill.replicas
-    decode_cost, decode_limits, decode_replicas = topology.decode.cost, topology.decode.limits, topology.decode.replicas
-    kv_transfer_s_per_token, kv_link = topology.kv_transfer_s_per_token, topology.kv_link
-    shared_prefix_fraction = load.shared_prefix_fraction
+    prefill, decode, fraction = topology.prefill, topology.decode, load.shared_prefix_fraction
     arr, prompts, outputs = _workload(load, n_requests, seed, burstiness)
     n = len(arr)
-    _check_fits(prefill_cost, prompts, [1] * n, "prefill")
-    _check_fits(decode_cost, prompts, outputs, "decode")
+    _check_fits(prefill, prompts, [1] * n, "prefill")
+    _check_fits(decode, prompts, outputs, "decode")
     interval = _interval(arr, sample_interval_s)
-    hits = _tokens_in_kv(topology.prefill, PoolKind.PREFILL, prompts, shared_prefix_fraction)
-    pre = _Requests(arr, prompts, [1] * n, hits, hits, [-1.0] * n, [-1.0] * n, [-1.0] * n)
-    pre_stats, pre_ts = _run_pool(prefill_cost, prefill_limits, pre, list(range(n)), prefill_replicas, interval,
-                                  "simulate prefill pool")
-    if kv_link is None:
-        transfer = [kv_transfer_s_per_token * p for p in prompts]
+    hits = _tokens_in_kv(prefill, PoolKind.PREFILL, prompts, fraction)
+    pre = Requests.new(arr, prompts, [1] * n, hits, hits)
+    pre_stats, pre_ts = _run_pool(prefill, pre, list(range(n)), interval, "simulate prefill pool")
+    if topology.kv_link is None:
+        transfer = [topology.kv_transfer_s_per_token * p for p in prompts]
         arr_d = [pre.finish[i] + transfer[i] for i in range(n)]
     else:
-        arr_d = _link_fifo(kv_link, pre.finish, prompts, prefill_replicas)
+        arr_d = _link_fifo(topology.kv_link, pre.finish, prompts, prefill.replicas)
         transfer = [arr_d[i] - pre.finish[i] for i in range(n)]
-    remote = _tokens_in_kv(topology.decode, PoolKind.DECODE, prompts, shared_prefix_fraction)
-    recompute = _tokens_in_kv(topology.decode, PoolKind.AGGREGATED, prompts, shared_prefix_fraction)  # after a preemption
-    dec = _Requests(arr_d, prompts, outputs, remote, recompute, [-1.0] * n, [-1.0] * n, [-1.0] * n)
+    remote = _tokens_in_kv(decode, PoolKind.DECODE, prompts, fraction)
+    recompute = _tokens_in_kv(decode, PoolKind.AGGREGATED, prompts, fraction)  # after a preemption
+    dec = Requests.new(arr_d, prompts, outputs, remote, recompute)
     order = sorted(range(n), key=lambda i: arr_d[i])
-    dec_stats, dec_ts = _run_pool(decode_cost, decode_limits, dec, order, decode_replicas, interval)
+    dec_stats, dec_ts = _run_pool(decode, dec, order, interval)
     waits = [(pre.admitted[i] - arr[i]) + (dec.admitted[i] - arr_d[i]) for i in range(n)]
-    res = _result(
-        arr, dec.first_token, dec.finish, outputs, waits, dec_stats, decode_replicas, warmup_requests,
-        sum(s.in_system_integral for s in pre_stats) + sum(transfer), dec_ts, pre_ts,
-        float(decode_cost.request_overhead_s),
-    )
-    return SimResult(**{**res.__dict__, "preempted": res.preempted + sum(s.preempted for s in pre_stats),
-                        "steps": res.steps + sum(s.steps for s in pre_stats)})
+    return _result(arrival_s=arr, req=dec, waits=waits, stats=dec_stats, replicas=decode.replicas,
+                   warmup_requests=warmup_requests, ts=dec_ts, request_overhead_s=float(decode.cost.request_overhead_s),
+                   upstream=pre_stats, extra_in_system_s=sum(s.in_system_integral for s in pre_stats) + sum(transfer),
+                   prefill_ts=pre_ts)
