@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from recommender.errors import ConfigError
 from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
-from recommender.load.pool import erlang_c
+from recommender.load.queueing import erlang_c
 from recommender.load.toy import FixedLength, LinearStepCost, LogNormalLength, RooflineStepCost, ToyLimits, UniformLength
 
 # No attention FLOPs, 1 MB of KV per context token read at 2 TB/s: every step time is hand-computable.

@@ -24,7 +24,8 @@ from scipy.special import ndtri
 
 from recommender.load.link import solve_link
 from recommender.load.percentiles import QUANTILES, LazyPercentiles, Percentiles
-from recommender.load.pool import PoolInputs, PoolSolution, pool_inputs_of, solve_pool
+from recommender.load.pool import PoolSolution, solve_pool
+from recommender.load.pool_inputs import PoolInputs, pool_inputs_of
 from recommender.load.positional import aggregated_from_positional, disaggregated_from_positional
 from recommender.load.protocols import Limits, StepCost
 from recommender.load.summaries import _mean, qmc_exponentials, qmc_points
@@ -97,7 +98,7 @@ class _Deferred:
         return self._ttft
 
     def tpot(self) -> tuple[np.ndarray, np.ndarray] | None:
-        if self._dec.base_sigma is None:
+        if self._dec.window is None:
             return None
         if self._tpot is None:
             u = qmc_points()

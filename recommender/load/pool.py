@@ -74,108 +74,37 @@ of a long prompt without chunked prefill, KV-block sharing of prefix-cache hits 
 (a hit saves compute only; every sequence holds its own KV). Against the simulator (toy linear and
 roofline cost models, rag- and chat-like workloads) p90 / p99 agree within ~10-20% up to
 utilisation ~0.7; the model is optimistic by up to ~25% in the tails at higher load.
+
+Code: ``pool_inputs`` (the rate-independent workload arrays), ``pool_steps`` (step times and the fixed
+point), ``queueing`` (Erlang C, the root finder), and here ``solve_pool``: one function per phase of a
+step of the vLLM scheduler as the model sees it (``_prefill_lane``: prefill chunking; ``_decode_batch``:
+decoding; ``_capacity``: the busiest resource and the KV headroom against preemption;
+``_admission_wait``: admission; ``_decode_window``: a request's decode steps until it finishes).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import NamedTuple
 
 import numpy as np
-from scipy.special import gammaincc, ndtri
+from scipy.special import ndtri
 
-from recommender.load.percentiles import IdentityCache
-from recommender.load.protocols import LengthDistribution, Limits, StepCost
-from recommender.load.summaries import _basis, _mean, cost_summary, lengths
-from recommender.load.topology import PoolKind, PoolSpec, Traffic, prompt_tokens_in_kv
+from recommender.load.pool_inputs import PoolInputs
+from recommender.load.pool_steps import StepIterate, StepModel
+from recommender.load.protocols import Limits, StepCost
+from recommender.load.queueing import erlang_c, least_root
+from recommender.load.summaries import CostSummary, _mean, cost_summary
+from recommender.load.topology import PoolKind
 
-GRID = 6  # prompt-length quantile levels at which a prefill step is timed exactly
 KV_HEADROOM_SD = 3.0  # KV demand counted as mean + 3 standard deviations of the running batch's KV
 
 
 @dataclass(frozen=True)
-class PoolInputs:
-    """Rate-independent arrays and moments of a workload for one pool kind (cached)."""
-
-    P: np.ndarray
-    O: np.ndarray
-    Pc: np.ndarray
-    basis: np.ndarray  # (6, N): [1, Pc, h, Pc^2, Pc h, h^2]
-    E_basis: np.ndarray
-    E_P: float
-    E_Pc: float
-    E_O: float
-    mean_ctx: float  # time-averaged context of a decoding sequence
-    ctx2_ratio: float  # E[ctx^2] / E[ctx]^2 over running decoders (time-weighted)
-    min_pc: float
-    i_min: int  # index of the point with the shortest prompt
-    max_pc: float
-    Om1: np.ndarray  # max(O - 1, 1)
-    E_Om1_2: float  # E[(O - 1)^2]
-    E_ov: np.ndarray  # per point: E[min(O' - 1, n U)], steps another request's decode overlaps a window of n
-    E_ov2: np.ndarray  # its second moment
-    E_Pc2: float
-    multi: np.ndarray  # O > 1
-    grid_p: np.ndarray  # prompt lengths at GRID quantile levels (ascending), with their
-    grid_pc: np.ndarray  # tokens to prefill
-    grid_h: np.ndarray  # and prefix-cache hits
-    grid_weights: np.ndarray  # mean over points of each grid value's linear-interpolation weight
-
-
-_inputs_cache = IdentityCache(64)
-
-
-def pool_inputs(
-    prompt: LengthDistribution, output: LengthDistribution, *, kind: PoolKind, shared_prefix_fraction: float,
-    block_tokens: int, prefix_caching: bool,
-) -> PoolInputs:
-    """Workload arrays for a ``kind`` pool: ``AGGREGATED``, ``PREFILL`` (O = 1) or ``DECODE`` (KV arrives,
-    1 token computed); ``h`` per ``prompt_tokens_in_kv``."""
-
-    def make() -> PoolInputs:
-        P = lengths(prompt, 0)
-        O = np.ones_like(P) if kind is PoolKind.PREFILL else lengths(output, 1)
-        hit = prompt_tokens_in_kv(P, kind=kind, shared_prefix_fraction=shared_prefix_fraction, block_tokens=block_tokens,
-                                  prefix_caching=prefix_caching)
-        Pc = P - hit
-        basis = np.array(_basis(Pc, hit))
-        E_P, E_O = float(_mean(P)), float(_mean(O))
-        E_O2 = float(_mean(O * O))
-        mean_ctx = E_P + E_O2 / (2.0 * E_O)
-        E_ctx2 = (float(_mean(P * P)) * E_O + E_P * E_O2 + float(_mean(O**3)) / 3.0) / E_O
-        nn, M = np.maximum(O - 1.0, 1.0), max(E_O - 1.0, 1e-9)
-        short = nn <= M
-        order = np.argsort(P, kind="stable")
-        idx = np.unique(order[np.round(np.linspace(0, P.size - 1, GRID)).astype(int)])
-        idx = idx[np.argsort(P[idx], kind="stable")]
-        gp, keep = np.unique(P[idx], return_index=True)
-        idx = idx[keep]
-        return PoolInputs(
-            P=P, O=O, Pc=Pc, basis=basis, E_basis=basis.mean(axis=1), E_P=E_P, E_Pc=float(_mean(Pc)), E_O=E_O,
-            mean_ctx=mean_ctx, ctx2_ratio=E_ctx2 / (mean_ctx * mean_ctx), min_pc=float(Pc.min()),
-            max_pc=float(Pc.max()), i_min=int(np.argmin(P)), Om1=np.maximum(O - 1.0, 1.0), multi=O > 1.0,
-            E_Om1_2=_mean((O - 1.0) ** 2), E_Pc2=_mean(Pc * Pc),
-            E_ov=np.where(short, nn / 2.0, M - M * M / (2.0 * nn)),
-            E_ov2=np.where(short, nn * nn / 3.0, M * M - 2.0 * M**3 / (3.0 * nn)),
-            grid_p=gp, grid_pc=Pc[idx], grid_h=hit[idx],
-            grid_weights=np.array([_mean(np.interp(P, gp, np.eye(gp.size)[j])) for j in range(gp.size)]) if gp.size > 1
-            else np.ones(1),
-        )
-
-    key = (prompt, output, kind, float(shared_prefix_fraction), int(block_tokens), bool(prefix_caching))
-    return _inputs_cache.get(key, make)
-
-
-def pool_inputs_of(pool: PoolSpec, traffic: Traffic, kind: PoolKind) -> PoolInputs:
-    """``pool_inputs`` of ``traffic`` for ``pool`` serving as ``kind``."""
-    return pool_inputs(traffic.prompt, traffic.output, kind=kind, shared_prefix_fraction=traffic.shared_prefix_fraction,
-                       block_tokens=int(pool.cost.kv_block_tokens), prefix_caching=bool(pool.limits.enable_prefix_caching))
-
-
-@dataclass
 class PoolSolution:
-    """Solved replica (fields per the module docstring); ``own`` and ``lane`` are per quasi-random point."""
+    """Solved replica (fields per the module docstring); ``own`` and ``spare_tokens`` are per
+    quasi-random point; ``window`` holds the TPOT model (None without decodes, or unstable)."""
 
     stable: bool
     utilisation: float
@@ -197,13 +126,8 @@ class PoolSolution:
     co_tokens_per_s: float = 0.0  # lam * E[Pc]
     prefill_s_per_token: float = 0.0  # marginal step time of one more prefill token
     spare_tokens: np.ndarray | None = None  # per point: budget left in its last prefill step(s)
-    # TPOT model pieces (see ``tpot``)
     rho_d: float = 0.0
-    backlog_rate_s: float = 0.0  # phi * lam * E[D]
-    backlog_var_rate_s2: float = 0.0  # phi * lam * E[D^2]
-    arrival_rate_s: float = 0.0  # phi * lam
-    interference_var_s2: np.ndarray | None = None  # per point: busy-period variance of the window
-    base_sigma: np.ndarray | None = None  # per point: lognormal sigma of the batch-noise factor on T_d
+    window: DecodeWindow | None = None  # TPOT model pieces (see ``tpot``)
 
     def ttft_wait(self, e_wait: np.ndarray, u_resid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(queue wait, step residual) per point, from ``e_wait = -ln(1 - u)`` (a unit exponential) and a
@@ -247,295 +171,245 @@ class PoolSolution:
         ``exp(-phi lam (n T_d + L))``), otherwise lognormal with the remaining mean and variance;
         ``E[Y] = (n T_d rho_D + K) / (1 - rho_D)`` with backlog ``K = phi lam E[D] L``.
         """
-        assert self.interference_var_s2 is not None and self.base_sigma is not None
+        win = self.window
+        assert win is not None
         n = inputs.Om1
         one = 1.0 - self.rho_d
-        backlog = self.backlog_rate_s * lane_sojourn_s
+        backlog = win.backlog_rate_s * lane_sojourn_s
         mean_y = (n * self.t_d * self.rho_d + backlog) / one
-        var_y = self.interference_var_s2 + self.backlog_var_rate_s2 * lane_sojourn_s / (one * one)
-        p0 = np.exp(-self.arrival_rate_s * (n * self.t_d + lane_sojourn_s))
+        var_y = win.interference_var_s2 + win.backlog_var_rate_s2 * lane_sojourn_s / (one * one)
+        p0 = np.exp(-win.arrival_rate_s * (n * self.t_d + lane_sojourn_s))
         busy = np.maximum(1.0 - p0, 1e-12)
         m1 = np.maximum(mean_y / busy, 1e-150)
         cond_var = np.maximum((var_y + mean_y * mean_y) / busy - m1 * m1, 0.0)
         s2 = np.log1p(cond_var / (m1 * m1))
         v = np.clip((u_interf - p0) / busy, 1e-12, 1.0 - 1e-12)
         y = np.where(u_interf > p0, m1 * np.exp(np.sqrt(s2) * ndtri(v) - 0.5 * s2), 0.0)
-        sb = self.base_sigma
+        sb = win.base_sigma
         samples = self.t_d * np.exp(sb * z_base - 0.5 * sb * sb) + y / n
         return samples, self.t_d + mean_y / n
 
 
-def erlang_c(c: float, a: float) -> float:
-    """Probability of waiting in M/M/c at offered load ``a`` Erlangs, for real ``c >= 1``:
-    Erlang B = ``a^c e^-a / Gamma(c + 1) / Q(c + 1, a)`` (Poisson pmf / cdf at ``c`` for integer ``c``),
-    Erlang C = ``c B / (c - a (1 - B))``."""
-    if a <= 0.0:
-        return 0.0
-    if a >= c:
-        return 1.0
-    log_pmf = c * math.log(a) - a - math.lgamma(c + 1.0)
-    if log_pmf < -700.0:
-        return 0.0
-    erlang_b = math.exp(log_pmf) / float(gammaincc(c + 1.0, a))
-    return c * erlang_b / (c - a * (1.0 - erlang_b))
+@dataclass(frozen=True)
+class _Slots:
+    """Running slots of one replica: ``c = min(max_num_seqs, max_num_batched_tokens, kv_capacity / held)``
+    with ``held = mean decode context + block / 2`` KV tokens per sequence, and which limit binds."""
+
+    c: int
+    held: float
+    neck: str
+
+    @staticmethod
+    def of(limits: Limits, cs: CostSummary, inp: PoolInputs) -> _Slots:
+        held = inp.mean_ctx + cs.kv_block_tokens / 2.0
+        seqs = max(1, min(int(limits.max_num_seqs), int(limits.max_num_batched_tokens)))
+        kv_slots = cs.kv_capacity_tokens / held
+        return _Slots(int(min(seqs, kv_slots)), held, "kv_cache" if kv_slots < seqs else "max_num_seqs")
 
 
-def least_root(evaluate: Callable[[float], dict], broken: Callable[[dict], bool], cap: float) -> tuple[dict, bool]:
-    """Least ``x`` in ``[0, cap]`` with ``f(x) = x`` (``f = evaluate(x)["x_new"]``, increasing), or ok=False.
+class _Lane(NamedTuple):
+    """Prefill chunking at the fixed point: per point the interference ``D = own - n T_d0`` and the lane
+    service ``S = D + max(Pc / C, 1 / k) T_d0`` (``k = 1 + lam (T_d0 + E[D])``); ``rho_l = lam E[S]``."""
 
-    Safeguarded secant: extrapolate while below the root (for a convex ``f`` the secant undershoots,
-    so iterates stay below it), regula falsi / bisection once bracketed; a ``broken`` (unstable)
-    evaluation is an upper bracket, and a secant that points past it proves there is no stable root.
-    """
-    s = evaluate(0.0)
-    if broken(s):
-        return s, False
-    lo, h_lo = 0.0, float(s["x_new"])
-    if h_lo <= 0.0:
-        return s, True
-    hi, h_hi = math.inf, None
-    x = h_lo
-    for _ in range(60):
-        s = evaluate(x)
-        h = float(s["x_new"]) - x
-        if broken(s) or not math.isfinite(h):
-            hi, h_hi = x, None
-            x_new = math.nan
-        elif abs(h) <= 1e-6 * max(1.0, x):
-            return s, True
-        elif h > 0.0:
-            x_new = x + h * (x - lo) / (h_lo - h) if h < h_lo else math.nan
-            lo, h_lo = x, h
-            if h_hi is None and math.isfinite(hi) and (not math.isfinite(x_new) or x_new >= hi):
-                return s, False
-        else:
-            x_new = x + h * (x - lo) / (h_lo - h) if x > lo else math.nan
-            hi, h_hi = x, h
-        if math.isfinite(hi):
-            if hi - lo <= 1e-9 * max(1.0, hi):
-                return s, h_hi is not None
-            if h_hi is not None and not (lo < x_new < hi):
-                x_new = lo + h_lo * (hi - lo) / (h_lo - h_hi)
-            if not (lo < x_new < hi) or not math.isfinite(x_new):
-                x_new = 0.5 * (lo + hi)
-        elif not math.isfinite(x_new) or x_new <= lo:
-            x_new = 2.0 * lo + 1.0
-        x = min(x_new, cap)
-    return s, False
+    own: np.ndarray
+    n: np.ndarray | float
+    delta: np.ndarray
+    E_delta: float
+    E_D2: float
+    S: np.ndarray
+    E_S: float
+    rho_l: float
 
 
-def _chunk_bases(inp: PoolInputs, C: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Chunks of a prompt under a budget of ``C`` tokens: (number of chunks, summed fit basis of the
-    ``n - 1`` full chunks, basis of the last chunk), per point. Full chunk k has ``C`` tokens after
-    ``h + k C`` tokens, so its basis ``[1, C, p, C^2, C p, p^2]`` sums in closed form; the prefix is
-    re-read by every chunk (KV bytes), which a single-chunk cost would miss."""
-    Pc, h = inp.Pc, inp.basis[2]
-    n = np.ceil(Pc / C)
-    m = n - 1.0
-    s_p = m * h + C * m * (m - 1.0) / 2.0
-    s_p2 = m * h * h + h * C * m * (m - 1.0) + C * C * (m - 1.0) * m * (2.0 * m - 1.0) / 6.0
-    full = np.array([m, m * C, s_p, m * C * C, C * s_p, s_p2])
-    c_last = Pc - m * C
-    p_last = h + m * C
-    last = np.array([np.ones_like(Pc), c_last, p_last, c_last * c_last, c_last * p_last, p_last * p_last])
-    return n, full, last
-
-
-def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2: float, mode: PoolKind) -> PoolSolution:
-    """Solve one replica at arrival rate ``lam`` (formulas in the module docstring)."""
-    cs = cost_summary(cost)
-    step = cost.step_s
-    budget = int(limits.max_num_batched_tokens)
-    chunked = bool(limits.chunked_prefill)
-    held = inp.mean_ctx + cs.kv_block_tokens / 2.0
-    seqs = max(1, min(int(limits.max_num_seqs), budget))
-    kv_slots = cs.kv_capacity_tokens / held
-    c = int(min(seqs, kv_slots))
-    neck_slots = "kv_cache" if kv_slots < seqs else "max_num_seqs"
-    if c < 1:
-        return PoolSolution(False, math.inf, 0.0, math.inf, "kv_cache", 0.0)
-    kv_d, fl_d = cs.decode_cost(inp.mean_ctx) if inp.mean_ctx >= cs.decode_affine_from_tokens else cost.decode_seq_cost(int(round(inp.mean_ctx)))
-    pkv = np.array(cs.prefill_kv)
-    pfl = np.array(cs.prefill_fl)
-    decodes = mode is not PoolKind.PREFILL and inp.E_O > 1.0
-    E_Om1 = inp.E_O - 1.0
-    ref_hit = float(inp.E_basis[2])
-
-    def dstep(n: float) -> float:
-        return step(n, n * kv_d, n * fl_d)
-
-    slopes: list[float] = []
-
-    g_kv, g_fl = cs.prefill_cost(inp.grid_pc, inp.grid_h)
-    g_basis = np.array(_basis(inp.grid_pc, inp.grid_h))
-
-    def one_step_error(b: float, C: float, w: np.ndarray, const: float) -> tuple[np.ndarray, np.ndarray]:
-        """(grid points whose whole prompt fits the ``C`` tokens left, ``step_s`` minus the affine
-        expansion there) for a step carrying ``b`` decoders and one whole (uncached part of a) prompt.
-        The roofline kinks of the GEMMs and of attention are where an expansion around a full chunk
-        goes wrong; the error is interpolated in the prompt length between ``GRID`` prompt quantiles."""
-        sel = inp.grid_pc <= C
-        if not sel.any():
-            return sel, np.zeros(0)
-        bkv, bfl = b * kv_d, b * fl_d
-        exact = [step(b + float(pc), bkv + float(k), bfl + float(f))
-                 for pc, k, f in zip(inp.grid_pc[sel], g_kv[sel], g_fl[sel])]
-        return sel, np.asarray(exact) - (const + w @ g_basis[:, sel])
-
-    def one_step_times(sel: np.ndarray, err: np.ndarray, affine: np.ndarray) -> np.ndarray | None:
-        """Per point, the affine time of a one-step prefill corrected by the interpolated error."""
-        if not sel.any():
-            return None
-        if err.size == 1:
-            return affine + err[0]
-        return affine + np.interp(inp.P, inp.grid_p[sel], err)
-
-    def evaluate(x: float, arrays: bool = False) -> dict:  # arrays: refresh the slopes
-        b = min(x, c - 1.0)
-        t_d0 = dstep(b)
-        C = max(1.0, budget - b)
-        kv_c, fl_c = cost.prefill_chunk_cost(int(C), int(ref_hit + max(0.0, (inp.E_Pc - C) / 2.0)))
-        tok0, kv0, fl0 = b + C, b * kv_d + kv_c, b * fl_d + fl_c
-        t_full = step(tok0, kv0, fl0)
-        if arrays or not slopes:  # finite-difference slopes: first and final evaluations only
-            h_t = max(1.0, C / 4.0)
-            g_t = (t_full - step(tok0 - h_t, kv0, fl0)) / h_t
-            if kv0 > 0.0:
-                g_kv = (t_full - step(tok0, 0.75 * kv0, fl0)) / (0.25 * kv0)
-            else:
-                g_kv = (step(tok0, 1e9, fl0) - t_full) / 1e9
-            if fl0 > 0.0:
-                g_fl = (t_full - step(tok0, kv0, 0.75 * fl0)) / (0.25 * fl0)
-            else:
-                g_fl = (step(tok0, kv0, 1e12) - t_full) / 1e12
-            slopes[:] = [g_t, g_kv, g_fl]
-        g_t, g_kv, g_fl = slopes
-        const = t_full - g_t * C - g_kv * kv_c - g_fl * fl_c  # affine step time of a chunk: const + w . basis
-        w = g_kv * pkv + g_fl * pfl
-        w[1] += g_t
-        sel, err = one_step_error(b, C, w, const)
-        if not arrays and sel.all() and not (chunked and inp.max_pc > C):
-            # one step each: the mean is linear in the basis means and the grid errors
-            E_own = max(t_d0, const + float(w @ inp.E_basis) + float(err @ inp.grid_weights))
-            return dict(x=x, b=b, t_d0=t_d0, C=C, E_own=E_own, E_n=1.0, own=None, n=1.0, **_fixed_point(E_own, 1.0, t_d0))
-        affine = const + w @ inp.basis
-        single = one_step_times(sel, err, affine)
-        if chunked and inp.max_pc > C:
-            n, full, last = _chunk_bases(inp, C)
-            own = (n - 1.0) * const + w @ full + np.maximum(t_d0, const + w @ last)
-            if single is not None:
-                own = np.where(inp.Pc <= C, np.maximum(t_d0, single), own)
-            E_n = _mean(n)
-        else:
-            n = 1.0
-            own = np.maximum(t_d0, single if single is not None else affine)
-            E_n = 1.0
-        E_own = _mean(own)
-        return dict(x=x, b=b, t_d0=t_d0, C=C, E_own=E_own, E_n=E_n, own=own, n=n, **_fixed_point(E_own, E_n, t_d0))
-
-    def _fixed_point(E_own: float, E_n: float, t_d0: float) -> dict:
-        E_delta = E_own - E_n * t_d0
-        m = lam * E_delta  # fraction of time that is prefill work on top of the decode steps
-        if decodes and m < 1.0:
-            x_new = lam * E_Om1 * t_d0 / (1.0 - m)
-        else:
-            x_new = 0.0 if m < 1.0 else math.inf
-        return dict(m=m, E_delta=E_delta, x_new=x_new)
-
-    def lane_share(s: dict) -> float:  # scalar approximation of E[max(Pc / C, 1 / k)] T_d0 (see below)
-        k = 1.0 + lam * (s["t_d0"] + s["E_delta"])
-        return max(inp.E_Pc / s["C"], 1.0 / k) * s["t_d0"]
-
-    def broken(s: dict) -> bool:
-        return bool(s["m"] >= 1.0 or lam * (s["E_delta"] + lane_share(s)) >= 1.0)
-
-    s, ok = least_root(evaluate, broken, float(c)) if decodes else (evaluate(0.0), not broken(evaluate(0.0)))
-    s = evaluate(float(s["x"]), arrays=True)
-    x, b, t_d0, C = float(s["x"]), float(s["b"]), float(s["t_d0"]), float(s["C"])
-    own, n = s["own"], s["n"]
+def _prefill_lane(it: StepIterate, inp: PoolInputs, lam: float) -> _Lane:
+    assert it.own is not None  # a final (arrays) evaluation
+    own, n, t_d0 = it.own, it.n, it.t_d0
     delta = own - n * t_d0
     E_delta = float(_mean(delta))
     # Lane service: the prompt's own prefill work plus its share of the decode-only part of the
     # steps it rides: a full budget carries C / Pc prompts, a lightly loaded lane the k = 1 + lam T
     # prompts that arrive during one prefill step; each step pays T_d0 once.
     k_light = 1.0 + lam * (t_d0 + E_delta)
-    S = delta + np.maximum(inp.Pc / C, 1.0 / k_light) * t_d0
+    S = delta + np.maximum(inp.Pc / it.C, 1.0 / k_light) * t_d0
     E_S = _mean(S)
-    rho_l = lam * E_S
-    # Batch seen by a decoder, interference, Little.
-    d_seq = dstep(b + 1.0) - t_d0
+    return _Lane(own=own, n=n, delta=delta, E_delta=E_delta, E_D2=float(delta @ delta) / delta.size, S=S, E_S=E_S,
+                 rho_l=lam * E_S)
+
+
+class _Batch(NamedTuple):
+    """Decoding at the fixed point (module docstring, "Batch seen by a decoder"): one more decoder's step
+    time ``d_seq``, feedback ``beta``, step-clock cluster index ``d_cluster`` and decoder-count dispersion
+    ``d_s``, the decode step ``t_d`` at the batch a decoder sees, the share ``phi`` of arrivals admitted
+    while it decodes, interference ``rho_d``, ``t_bar = t_d / (1 - rho_d)``, decoders ``B`` and running
+    requests ``a`` (Little), and slot utilisation ``a / c``."""
+
+    d_seq: float
+    beta: float
+    d_cluster: float
+    d_s: float
+    t_d: float
+    phi: float
+    rho_d: float
+    t_bar: float
+    decoders: float
+    running: float
+    rho_s: float
+
+
+def _decode_batch(steps: StepModel, it: StepIterate, lane: _Lane, c: int, ca2: float) -> _Batch:
+    lam, decodes, E_Om1 = steps.lam, steps.decodes, steps.E_Om1
+    x, b, t_d0 = float(it.x), float(it.b), float(it.t_d0)
+    d_seq = steps.dstep(b + 1.0) - t_d0
     beta = lam * E_Om1 * d_seq if decodes else 0.0
     # Step-clock clusters: a prefill adds D to its step, during which lam * D more requests arrive.
-    m_c = lam * E_delta
+    m_c = lam * lane.E_delta
     one_m = max(1.0 - m_c, 1e-12)
-    E_D2 = float(delta @ delta) / delta.size
-    d_cluster = (m_c * one_m + lam * lam * E_D2) / (one_m * one_m) + 1.0 / one_m
+    d_cluster = (m_c * one_m + lam * lam * lane.E_D2) / (one_m * one_m) + 1.0 / one_m
     d_cluster = 1.0 + ca2 * (d_cluster - 1.0)  # renewal arrivals (round-robin): less bunching
     d_s = d_cluster / (1.0 - beta) ** 2 if beta < 1.0 else math.inf
     b_seen = min(float(c), x + d_s * max(0.0, 1.0 - x / c))  # E[B^2]/E[B], compressed near the cap
-    t_d = dstep(b_seen) if decodes else dstep(1.0)
+    t_d = steps.dstep(b_seen) if decodes else steps.dstep(1.0)
     B_guess = max(lam * E_Om1 * t_d, 1e-12)
     phi = (1.0 if c >= 2 else 0.0) if not decodes else min(1.0, (c - 1.0) / B_guess)
-    rho_d = phi * lam * E_delta if decodes else 0.0
+    rho_d = phi * lam * lane.E_delta if decodes else 0.0
     t_bar = t_d / (1.0 - rho_d) if rho_d < 1.0 else math.inf
     decoders = lam * E_Om1 * t_bar if decodes else 0.0
-    a = lam * (_mean(own) + E_Om1 * t_bar) if decodes else lam * _mean(own)
-    rho_s = a / c
+    a = lam * (_mean(lane.own) + E_Om1 * t_bar) if decodes else lam * _mean(lane.own)
+    return _Batch(d_seq=d_seq, beta=beta, d_cluster=d_cluster, d_s=d_s, t_d=t_d, phi=phi, rho_d=rho_d, t_bar=t_bar,
+                  decoders=decoders, running=a, rho_s=a / c)
+
+
+class _Capacity(NamedTuple):
+    """The busiest resource: ``utilisation`` (>= 1: unstable), its name, the rate at which it reaches 1,
+    and the KV cache at the running batch's mean + ``KV_HEADROOM_SD`` sd (over 1: expect preemptions)."""
+
+    utilisation: float
+    bottleneck: str
+    capacity_per_s: float
+    kv_peak: float
+    finite: bool
+
+
+def _capacity(lam: float, slots: _Slots, cs: CostSummary, inp: PoolInputs, lane: _Lane, batch: _Batch) -> _Capacity:
+    a, d_s = batch.running, batch.d_s
     # KV headroom: running KV tokens have mean a * held and variance d_s * a * E[ctx^2]; vLLM preempts
     # when they exceed the cache, so count the mean plus KV_HEADROOM_SD standard deviations.
     kv_sd = math.sqrt(max(d_s, 1.0) * a * inp.ctx2_ratio) * inp.mean_ctx if math.isfinite(d_s) else math.inf
-    u_kv = a * held / cs.kv_capacity_tokens
-    kv_peak = (a * held + KV_HEADROOM_SD * kv_sd) / cs.kv_capacity_tokens
+    u_kv = a * slots.held / cs.kv_capacity_tokens
+    kv_peak = (a * slots.held + KV_HEADROOM_SD * kv_sd) / cs.kv_capacity_tokens
+    rho_l, rho_s, rho_d, beta = lane.rho_l, batch.rho_s, batch.rho_d, batch.beta
     parts = (rho_l, rho_s, rho_d, beta, u_kv)
     util = max(parts)
-    if not math.isfinite(util):  # report the finite evidence of overload, at least 1
+    finite = math.isfinite(util)
+    if not finite:  # report the finite evidence of overload, at least 1
         util = max([p for p in parts if math.isfinite(p)] + [1.0])
-        ok = False
-    neck = max((rho_l, "prefill"), (rho_s, neck_slots), (u_kv, "kv_cache"), (max(rho_d, beta), "decode"))[1]
-    cap = lam / util if util > 0.0 else math.inf
-    if not ok or util >= 1.0 or not math.isfinite(t_bar):
-        return PoolSolution(False, max(util, 1.0), rho_l, rho_s, neck, min(cap, lam), kv_peak=kv_peak)
+    neck = max((rho_l, "prefill"), (rho_s, slots.neck), (u_kv, "kv_cache"), (max(rho_d, beta), "decode"))[1]
+    return _Capacity(util, neck, lam / util if util > 0.0 else math.inf, kv_peak, finite)
 
+
+class _Wait(NamedTuple):
+    """Waiting before the first chunk (module docstring, "Waiting"): P(wait) and mean wait, the share of
+    it spent in the prefill lane, the probability of waiting for the running step, and ``E[H]``, ``E[H^2]``
+    of the holding time ``H = own + (O - 1) T_bar`` and the probability ``p_w`` that all slots are busy."""
+
+    wait_p: float
+    wait_mean_s: float
+    lane_share: float
+    resid_q: float
+    E_H: float
+    E_H2: float
+    p_w: float
+
+
+def _admission_wait(kind: PoolKind, lam: float, ca2: float, c: int, inp: PoolInputs, lane: _Lane, batch: _Batch) -> _Wait:
+    t_bar, a, rho_l, E_Om1 = batch.t_bar, batch.running, lane.rho_l, inp.E_O - 1.0
     # holding time H = own + (O - 1) T_bar; own and O sit on independent quasi-random columns
-    E_own = _mean(own)
+    E_own = _mean(lane.own)
     E_H = E_own + E_Om1 * t_bar
-    E_H2 = _mean(own * own) + 2.0 * t_bar * E_own * E_Om1 + t_bar * t_bar * inp.E_Om1_2
+    E_H2 = _mean(lane.own * lane.own) + 2.0 * t_bar * E_own * E_Om1 + t_bar * t_bar * inp.E_Om1_2
     # Clustered arrivals: treat clusters of d_run requests as single customers of c / d_run servers.
-    d_run = min(max(d_cluster, 1.0), float(c))
+    d_run = min(max(batch.d_cluster, 1.0), float(c))
     p_w = erlang_c(c / d_run, a / d_run)
     w_slots = p_w * E_H * d_run / (c - a) * (ca2 + max(0.0, E_H2 / (E_H * E_H) - 1.0)) / 2.0
     p_lane = w_lane = 0.0
-    if c >= 2 and mode is not PoolKind.DECODE and rho_l > 0.0:
+    S, E_S = lane.S, lane.E_S
+    if c >= 2 and kind is not PoolKind.DECODE and rho_l > 0.0:
         cs2_s = max(0.0, float(S @ S) / S.size / (E_S * E_S) - 1.0)
         p_lane = (1.0 - p_w) * rho_l
         w_lane = (1.0 - p_w) * rho_l / (1.0 - rho_l) * E_S * (ca2 + cs2_s) / 2.0
     wait_p = 1.0 - (1.0 - p_w) * (1.0 - p_lane)
-    resid_q = 0.0 if mode is PoolKind.PREFILL else max(0.0, 1.0 - math.exp(-a) - p_w) * (1.0 - rho_l)
-    sol = PoolSolution(
-        True, util, rho_l, rho_s, neck, cap, kv_peak=kv_peak, running=a, decoders=decoders, wait_p=wait_p,
-        wait_mean_s=w_slots + w_lane, resid_q=resid_q, lane_share=w_lane / (w_lane + w_slots) if w_lane > 0.0 else 0.0, t_d=t_d, t_bar=t_bar, own=own, rho_d=rho_d,
-        co_tokens_per_s=lam * inp.E_Pc, prefill_s_per_token=max(E_delta / inp.E_Pc, 0.0),
-        spare_tokens=np.maximum((n * C if chunked else max(budget - b, 0.0)) - inp.Pc, 0.0),
+    resid_q = 0.0 if kind is PoolKind.PREFILL else max(0.0, 1.0 - math.exp(-a) - p_w) * (1.0 - rho_l)
+    return _Wait(wait_p=wait_p, wait_mean_s=w_slots + w_lane, lane_share=w_lane / (w_lane + w_slots) if w_lane > 0.0 else 0.0,
+                 resid_q=resid_q, E_H=E_H, E_H2=E_H2, p_w=p_w)
+
+
+@dataclass(frozen=True)
+class DecodeWindow:
+    """TPOT pieces of a request's window of ``n = O - 1`` decode steps (module docstring, "TPOT")."""
+
+    interference_var_s2: np.ndarray
+    backlog_rate_s: float
+    backlog_var_rate_s2: float
+    arrival_rate_s: float
+    base_sigma: np.ndarray
+
+
+def _decode_window(lam: float, ca2: float, c: int, x: float, inp: PoolInputs, lane: _Lane, batch: _Batch, wait: _Wait) -> DecodeWindow:
+    # Window of n = O - 1 steps. Interference: requests arriving in it add their prefill D and,
+    # as co-decoders, d_seq per shared step for ov = min(O' - 1, n U) steps (O' - 1 ~ M).
+    nn, d_seq, phi, rho_d, t_bar, t_d = inp.Om1, batch.d_seq, batch.phi, batch.rho_d, batch.t_bar, batch.t_d
+    E_delta, E_D2, p_w = lane.E_delta, lane.E_D2, wait.p_w
+    E_S2 = E_D2 + 2.0 * E_delta * d_seq * inp.E_ov + d_seq * d_seq * inp.E_ov2
+    # renewal arrivals with squared CV ca2: E[S^2] -> Var(S) + ca2 E[S]^2 (diffusion approximation)
+    E_S2 = E_S2 - (1.0 - ca2) * (E_delta + d_seq * inp.E_ov) ** 2
+    one_p = np.maximum(1.0 - (rho_d + phi * lam * d_seq * inp.E_ov), 0.05)
+    # With slots saturated, admissions are paced by departures (squared CV ~ 1 / c), not Poisson.
+    smooth = (1.0 - p_w) + p_w / c
+    # Batch noise: decoders already running when the window opens, fading with residual holding time.
+    var_b = np.zeros_like(nn)
+    if x > 0.0 and d_seq > 0.0:
+        tau = max(wait.E_H2 / (2.0 * wait.E_H), 1e-12)
+        y = np.maximum(nn * t_bar / tau, 1e-9)
+        var_b = d_seq * d_seq * batch.d_s * x * inp.ctx2_ratio * ((1.0 - np.exp(-y)) / y) ** 2
+    return DecodeWindow(
+        interference_var_s2=smooth * nn * t_bar * phi * lam * E_S2 / (one_p * one_p),
+        backlog_rate_s=phi * lam * E_delta,
+        backlog_var_rate_s2=smooth * phi * lam * (E_D2 - (1.0 - ca2) * E_delta * E_delta),
+        arrival_rate_s=phi * lam,
+        base_sigma=np.sqrt(np.log1p(var_b / (t_d * t_d))),
     )
-    if decodes:
-        # Window of n = O - 1 steps. Interference: requests arriving in it add their prefill D and,
-        # as co-decoders, d_seq per shared step for ov = min(O' - 1, n U) steps (O' - 1 ~ M).
-        nn = inp.Om1
-        E_S2 = E_D2 + 2.0 * E_delta * d_seq * inp.E_ov + d_seq * d_seq * inp.E_ov2
-        # renewal arrivals with squared CV ca2: E[S^2] -> Var(S) + ca2 E[S]^2 (diffusion approximation)
-        E_S2 = E_S2 - (1.0 - ca2) * (E_delta + d_seq * inp.E_ov) ** 2
-        one_p = np.maximum(1.0 - (rho_d + phi * lam * d_seq * inp.E_ov), 0.05)
-        # With slots saturated, admissions are paced by departures (squared CV ~ 1 / c), not Poisson.
-        smooth = (1.0 - p_w) + p_w / c
-        sol.interference_var_s2 = smooth * nn * t_bar * phi * lam * E_S2 / (one_p * one_p)
-        sol.backlog_rate_s = phi * lam * E_delta
-        sol.backlog_var_rate_s2 = smooth * phi * lam * (E_D2 - (1.0 - ca2) * E_delta * E_delta)
-        sol.arrival_rate_s = phi * lam
-        # Batch noise: decoders already running when the window opens, fading with residual holding time.
-        var_b = np.zeros_like(nn)
-        if x > 0.0 and d_seq > 0.0:
-            tau = max(E_H2 / (2.0 * E_H), 1e-12)
-            y = np.maximum(nn * t_bar / tau, 1e-9)
-            var_b = d_seq * d_seq * d_s * x * inp.ctx2_ratio * ((1.0 - np.exp(-y)) / y) ** 2
-        sol.base_sigma = np.sqrt(np.log1p(var_b / (t_d * t_d)))
-    return sol
+
+
+def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2: float, kind: PoolKind) -> PoolSolution:
+    """Solve one replica of a ``kind`` pool at arrival rate ``lam`` (requests/s) with renewal arrivals of
+    squared coefficient of variation ``ca2`` (formulas in the module docstring), phase by phase: slots,
+    the step-time fixed point (decoders per step), prefill chunking (lane), decoding (batch), the busiest
+    resource (capacity, KV headroom against preemption), admission wait, and the decode window (TPOT)."""
+    cs = cost_summary(cost)
+    slots = _Slots.of(limits, cs, inp)
+    c = slots.c
+    if c < 1:
+        return PoolSolution(False, math.inf, 0.0, math.inf, "kv_cache", 0.0)
+    steps = StepModel(cost, limits, cs, inp, lam, kind is not PoolKind.PREFILL and inp.E_O > 1.0, c)
+    if steps.decodes:
+        s, ok = least_root(steps.evaluate, steps.broken, float(c))
+    else:
+        s, ok = steps.evaluate(0.0), not steps.broken(steps.evaluate(0.0))
+    it = steps.evaluate(float(s.x), arrays=True)
+    lane = _prefill_lane(it, inp, lam)
+    batch = _decode_batch(steps, it, lane, c, ca2)
+    cap = _capacity(lam, slots, cs, inp, lane, batch)
+    if not (ok and cap.finite) or cap.utilisation >= 1.0 or not math.isfinite(batch.t_bar):
+        return PoolSolution(False, max(cap.utilisation, 1.0), lane.rho_l, batch.rho_s, cap.bottleneck,
+                            min(cap.capacity_per_s, lam), kv_peak=cap.kv_peak)
+    wait = _admission_wait(kind, lam, ca2, c, inp, lane, batch)
+    window = _decode_window(lam, ca2, c, float(it.x), inp, lane, batch, wait) if steps.decodes else None
+    budget, C, b = steps.budget, float(it.C), float(it.b)
+    return PoolSolution(
+        True, cap.utilisation, lane.rho_l, batch.rho_s, cap.bottleneck, cap.capacity_per_s, kv_peak=cap.kv_peak,
+        running=batch.running, decoders=batch.decoders, wait_p=wait.wait_p, wait_mean_s=wait.wait_mean_s,
+        resid_q=wait.resid_q, lane_share=wait.lane_share, t_d=batch.t_d, t_bar=batch.t_bar, own=lane.own,
+        rho_d=batch.rho_d, co_tokens_per_s=lam * inp.E_Pc, prefill_s_per_token=max(lane.E_delta / inp.E_Pc, 0.0),
+        spare_tokens=np.maximum((lane.n * C if steps.chunked else max(budget - b, 0.0)) - inp.Pc, 0.0),
+        window=window,
+    )

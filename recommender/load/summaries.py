@@ -33,7 +33,8 @@ def sobol_points_fresh() -> np.ndarray:
     """The points computed with scipy (slow to import: ~0.5 s); the shipped file holds exactly these."""
     from scipy.stats import qmc
 
-    return qmc.Sobol(d=_DIMS, scramble=True, seed=20240611).random_base2(int(np.log2(N_POINTS)))
+    pts: np.ndarray = qmc.Sobol(d=_DIMS, scramble=True, seed=20240611).random_base2(int(np.log2(N_POINTS)))
+    return pts
 
 
 def _sobol_points() -> np.ndarray:
@@ -43,7 +44,7 @@ def _sobol_points() -> np.ndarray:
 
     try:
         with resources.files("recommender").joinpath("data", SOBOL_FILE).open("rb") as f:
-            pts = np.load(f)
+            pts: np.ndarray = np.load(f)
         if pts.shape == (N_POINTS, _DIMS):
             return pts
     except (FileNotFoundError, OSError, ValueError):
@@ -73,7 +74,8 @@ _PROBE_P = (0.0, 4096.0, 16384.0)
 
 
 def _basis(n: np.ndarray | float, p: np.ndarray | float) -> list[np.ndarray | float]:
-    return [np.ones_like(np.asarray(n, dtype=float)), n, p, n * n, n * p, p * p]  # type: ignore[operator]
+    """The prefill-cost fit basis ``[1, n, p, n^2, n p, p^2]`` (scalars or arrays, broadcast together)."""
+    return [np.ones_like(np.asarray(n, dtype=float)), n, p, n * n, n * p, p * p]
 
 
 def _probe_pinv() -> np.ndarray:
@@ -177,7 +179,8 @@ def lengths(dist: LengthDistribution, column: int) -> np.ndarray:
     def make() -> np.ndarray:
         values = np.array([float(dist.quantile(float(q))) for q in _LEVELS])
         values = np.maximum.accumulate(np.maximum(values, 1.0))
-        return np.interp(qmc_points()[:, column], _LEVELS, values)
+        out: np.ndarray = np.interp(qmc_points()[:, column], _LEVELS, values)
+        return out
 
     return _length_cache.get((dist, column), make)
 

@@ -2,7 +2,7 @@
 
 The shape search (``recommender.search.shapes``) evaluates candidates in order of their cost bound and
 skips any whose bounds are already dominated by a plan it has found. Bounds use only the step-cost
-model's roofline floors and the workload's length arrays (``recommender.load.pool.pool_inputs``):
+model's roofline floors and the workload's length arrays (``recommender.load.pool_inputs.pool_inputs``):
 
 Throughput of one replica (requests/s), ``u = max_utilisation``:
 
@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from recommender.load.pool import pool_inputs
+from recommender.load.pool_inputs import pool_inputs
 from recommender.load.topology import PoolKind
 from recommender.offers import cheapest_rental
 from recommender.perf.step import EngineLimits, StepCostModel

@@ -1,0 +1,78 @@
+"""Two numerical tools of the analytic pool model: the Erlang C waiting probability and a safeguarded
+fixed-point search."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Protocol, TypeVar
+
+from scipy.special import gammaincc
+
+
+class Iterate(Protocol):
+    """An evaluation of ``f`` at some ``x``: ``x_new = f(x)``."""
+
+    @property
+    def x_new(self) -> float: ...
+
+
+T = TypeVar("T", bound=Iterate)
+
+
+def erlang_c(c: float, a: float) -> float:
+    """Probability of waiting in M/M/c at offered load ``a`` Erlangs, for real ``c >= 1``:
+    Erlang B = ``a^c e^-a / Gamma(c + 1) / Q(c + 1, a)`` (Poisson pmf / cdf at ``c`` for integer ``c``),
+    Erlang C = ``c B / (c - a (1 - B))``."""
+    if a <= 0.0:
+        return 0.0
+    if a >= c:
+        return 1.0
+    log_pmf = c * math.log(a) - a - math.lgamma(c + 1.0)
+    if log_pmf < -700.0:
+        return 0.0
+    erlang_b = math.exp(log_pmf) / float(gammaincc(c + 1.0, a))
+    return c * erlang_b / (c - a * (1.0 - erlang_b))
+
+
+def least_root(evaluate: Callable[[float], T], broken: Callable[[T], bool], cap: float) -> tuple[T, bool]:
+    """Least ``x`` in ``[0, cap]`` with ``f(x) = x`` (``f = evaluate(x).x_new``, increasing), or ok=False.
+
+    Safeguarded secant: extrapolate while below the root (for a convex ``f`` the secant undershoots,
+    so iterates stay below it), regula falsi / bisection once bracketed; a ``broken`` (unstable)
+    evaluation is an upper bracket, and a secant that points past it proves there is no stable root.
+    """
+    s = evaluate(0.0)
+    if broken(s):
+        return s, False
+    lo, h_lo = 0.0, s.x_new
+    if h_lo <= 0.0:
+        return s, True
+    hi, h_hi = math.inf, None
+    x = h_lo
+    for _ in range(60):
+        s = evaluate(x)
+        h = s.x_new - x
+        if broken(s) or not math.isfinite(h):
+            hi, h_hi = x, None
+            x_new = math.nan
+        elif abs(h) <= 1e-6 * max(1.0, x):
+            return s, True
+        elif h > 0.0:
+            x_new = x + h * (x - lo) / (h_lo - h) if h < h_lo else math.nan
+            lo, h_lo = x, h
+            if h_hi is None and math.isfinite(hi) and (not math.isfinite(x_new) or x_new >= hi):
+                return s, False
+        else:
+            x_new = x + h * (x - lo) / (h_lo - h) if x > lo else math.nan
+            hi, h_hi = x, h
+        if math.isfinite(hi):
+            if hi - lo <= 1e-9 * max(1.0, hi):
+                return s, h_hi is not None
+            if h_hi is not None and not (lo < x_new < hi):
+                x_new = lo + h_lo * (hi - lo) / (h_lo - h_hi)
+            if not (lo < x_new < hi) or not math.isfinite(x_new):
+                x_new = 0.5 * (lo + hi)
+        elif not math.isfinite(x_new) or x_new <= lo:
+            x_new = 2.0 * lo + 1.0
+        x = min(x_new, cap)
+    return s, False
