@@ -70,13 +70,27 @@ def _summary(values: np.ndarray, mean: float) -> Percentiles:
     return Percentiles(float(mean), *(float(s[min(k, int(round(q * k)))]) for q in QUANTILES))
 
 
-def _unstable(util: float, capacity_per_s: float, arrival_rate_per_s: float, mean_output: float, neck: str, rho_l: float, rho_s: float) -> LoadResult:
+def _solve(pool: PoolSpec, traffic: Traffic, kind: PoolKind) -> tuple[PoolInputs, PoolSolution]:
+    """One replica of ``pool`` serving its round-robin share of ``traffic``: rate ``lam / R`` with
+    Erlang-R gaps (``ca2 = 1 / R``)."""
+    inp = pool_inputs_of(pool, traffic, kind)
+    replicas = pool.replicas
+    sol = solve_pool(pool.cost, pool.limits, rate_per_s=traffic.rate_per_s / replicas, inputs=inp, ca2=1.0 / replicas,
+                     kind=kind)
+    return inp, sol
+
+
+def _unstable(
+    *, utilisation: float, capacity_per_s: float, arrival_rate_per_s: float, mean_output: float, bottleneck: str,
+    rho_lane: float, rho_slots: float,
+) -> LoadResult:
+    """An overloaded deployment: every latency ``inf``, throughputs at the estimated capacity (req/s)."""
     inf = Percentiles.unbounded()
     rate = min(capacity_per_s, arrival_rate_per_s)
     return LoadResult(
-        stable=False, utilisation=util, mean_running_batch=math.inf, queue_wait_mean_s=math.inf,
+        stable=False, utilisation=utilisation, mean_running_batch=math.inf, queue_wait_mean_s=math.inf,
         ttft_s=inf, tpot_s=inf, e2e_s=inf, output_tokens_per_s=rate * mean_output, requests_per_s=rate,
-        decode_step_s=math.inf, prefill_utilisation=rho_l, slot_utilisation=rho_s, bottleneck=neck,
+        decode_step_s=math.inf, prefill_utilisation=rho_lane, slot_utilisation=rho_slots, bottleneck=bottleneck,
         kv_peak_utilisation=math.inf,
     )
 
@@ -148,14 +162,12 @@ def analyze(pool: PoolSpec | StepCost, traffic: Traffic | Limits, /, *positional
         pool, traffic = aggregated_from_positional(pool, traffic, *positional, **keywords)
     elif positional or keywords or not isinstance(traffic, Traffic):
         raise TypeError("analyze(pool: PoolSpec, traffic: Traffic) takes exactly two arguments")
-    cost, limits, replicas = pool.cost, pool.limits, pool.replicas
     arrival_rate_per_s = traffic.rate_per_s
-    lam = arrival_rate_per_s / replicas
-    inp = pool_inputs_of(pool, traffic, PoolKind.AGGREGATED)
-    sol = solve_pool(cost, limits, lam, inp, 1.0 / replicas, PoolKind.AGGREGATED)
+    inp, sol = _solve(pool, traffic, PoolKind.AGGREGATED)
     if not sol.stable:
-        return _unstable(sol.utilisation, sol.capacity_per_s * replicas, arrival_rate_per_s, inp.E_O, sol.bottleneck,
-                         sol.rho_lane, sol.rho_slots)
+        return _unstable(utilisation=sol.utilisation, capacity_per_s=sol.capacity_per_s * pool.replicas,
+                         arrival_rate_per_s=arrival_rate_per_s, mean_output=inp.E_O, bottleneck=sol.bottleneck,
+                         rho_lane=sol.rho_lane, rho_slots=sol.rho_slots)
     own = sol.own
     assert own is not None
 
@@ -163,7 +175,7 @@ def analyze(pool: PoolSpec | StepCost, traffic: Traffic | Limits, /, *positional
         u, e = qmc_points(), qmc_exponentials()
         queue, resid = sol.ttft_wait(e[:, 2], u[:, 3])
         extra, uncovered = sol.co_scheduled(queue * sol.lane_share, resid)
-        fixed = float(cost.request_overhead_s)
+        fixed = float(pool.cost.request_overhead_s)
         mean = sol.wait_total_mean_s + _mean(own) + _mean(extra) + fixed
         return queue + resid + own + extra + fixed, mean, uncovered + own + extra
 
@@ -227,16 +239,11 @@ def analyze_disaggregated(
         topology, traffic = disaggregated_from_positional(topology, traffic, *positional, **keywords)
     elif positional or keywords or not isinstance(traffic, Traffic):
         raise TypeError("analyze_disaggregated(topology: Disaggregated, traffic: Traffic) takes exactly two arguments")
-    prefill_cost, prefill_limits, prefill_replicas = topology.prefill.cost, topology.prefill.limits, topology.prefill.replicas
-    decode_cost, decode_limits, decode_replicas = topology.decode.cost, topology.decode.limits, topology.decode.replicas
+    prefill_replicas, decode_replicas = topology.prefill.replicas, topology.decode.replicas
     kv_transfer_s_per_token, kv_link = topology.kv_transfer_s_per_token, topology.kv_link
     arrival_rate_per_s = traffic.rate_per_s
-    pin = pool_inputs_of(topology.prefill, traffic, PoolKind.PREFILL)
-    din = pool_inputs_of(topology.decode, traffic, PoolKind.DECODE)
-    pre = solve_pool(prefill_cost, prefill_limits, arrival_rate_per_s / prefill_replicas, pin, 1.0 / prefill_replicas,
-                     PoolKind.PREFILL)
-    dec = solve_pool(decode_cost, decode_limits, arrival_rate_per_s / decode_replicas, din, 1.0 / decode_replicas,
-                     PoolKind.DECODE)
+    _, pre = _solve(topology.prefill, traffic, PoolKind.PREFILL)
+    din, dec = _solve(topology.decode, traffic, PoolKind.DECODE)
     link = None
     if kv_link is not None:
         link = solve_link(kv_link, arrival_rate_per_s=arrival_rate_per_s, prefill_replicas=prefill_replicas,
@@ -250,7 +257,8 @@ def analyze_disaggregated(
         util, neck = max(pre.utilisation, dec.utilisation), label + worst.bottleneck
         if link_util >= util:
             util, neck = link_util, "kv_link"
-        return _unstable(util, cap, arrival_rate_per_s, din.E_O, neck, pre.rho_lane, dec.rho_slots)
+        return _unstable(utilisation=util, capacity_per_s=cap, arrival_rate_per_s=arrival_rate_per_s, mean_output=din.E_O,
+                         bottleneck=neck, rho_lane=pre.rho_lane, rho_slots=dec.rho_slots)
     assert pre.own is not None and dec.own is not None
     pre_own, dec_own = pre.own, dec.own
     if link is not None:
@@ -263,7 +271,7 @@ def analyze_disaggregated(
         pre_queue, _ = pre.ttft_wait(e[:, 2], u[:, 3])
         pre_extra, _ = pre.co_scheduled(pre_queue * pre.lane_share, np.zeros_like(pre_queue))
         dec_queue, dec_resid = dec.ttft_wait(e[:, 5], u[:, 3])
-        fixed = float(decode_cost.request_overhead_s)
+        fixed = float(topology.decode.cost.request_overhead_s)
         # the link queue shares the prefill wait's quasi-random column: both are high together (conservative)
         link_wait = link.wait(e[:, 2]) if link is not None else 0.0
         ttft = pre_queue + pre_own + pre_extra + transfer_pts + link_wait + dec_queue + dec_resid + dec_own + fixed

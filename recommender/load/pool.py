@@ -380,11 +380,15 @@ def _decode_window(lam: float, ca2: float, c: int, x: float, inp: PoolInputs, la
     )
 
 
-def solve_pool(cost: StepCost, limits: Limits, lam: float, inp: PoolInputs, ca2: float, kind: PoolKind) -> PoolSolution:
-    """Solve one replica of a ``kind`` pool at arrival rate ``lam`` (requests/s) with renewal arrivals of
-    squared coefficient of variation ``ca2`` (formulas in the module docstring), phase by phase: slots,
+def solve_pool(
+    cost: StepCost, limits: Limits, *, rate_per_s: float, inputs: PoolInputs, ca2: float, kind: PoolKind
+) -> PoolSolution:
+    """Solve one replica of a ``kind`` pool at arrival rate ``lam = rate_per_s`` (requests/s per replica)
+    with renewal arrivals of squared coefficient of variation ``ca2`` (formulas in the module docstring),
+    phase by phase: slots,
     the step-time fixed point (decoders per step), prefill chunking (lane), decoding (batch), the busiest
     resource (capacity, KV headroom against preemption), admission wait, and the decode window (TPOT)."""
+    lam, inp = rate_per_s, inputs
     cs = cost_summary(cost)
     slots = _Slots.of(limits, cs, inp)
     c = slots.c
