@@ -71,7 +71,7 @@ def simulated_capacity_per_s(
 ) -> float:
     """Completion rate (requests/s) of one simulated replica with ``n_requests`` queued at time 0."""
     from recommender.load.scheduler import ReplicaScheduler, Requests
-    from recommender.load.simulator import _check_fits, _tokens_in_kv
+    from recommender.load.simulator import check_fits, tokens_in_kv
 
     if n_requests < 100:
         raise ConfigError(f"a capacity run needs at least 100 requests, got {n_requests}")
@@ -79,8 +79,8 @@ def simulated_capacity_per_s(
     prompts = [max(1, int(x)) for x in prompt.sample(rng, n_requests)]
     outputs = [max(1, int(x)) for x in output.sample(rng, n_requests)]
     pool = PoolSpec(cost=cost, limits=limits)
-    _check_fits(pool, prompts, outputs, "replica")
-    hits = _tokens_in_kv(pool, PoolKind.AGGREGATED, prompts, shared_prefix_fraction)
+    check_fits(pool, prompts, outputs, "replica")
+    hits = tokens_in_kv(pool, PoolKind.AGGREGATED, prompts, shared_prefix_fraction)
     n = n_requests
     req = Requests.new([0.0] * n, prompts, outputs, hits, hits)
     ReplicaScheduler(cost, limits, req, list(range(n)), sample_interval_s=1.0, max_samples=16).run()

@@ -109,14 +109,14 @@ def _workload(
     return arr, prompts, [max(1, int(x)) for x in load.output.sample(rng, n_requests)]
 
 
-def _tokens_in_kv(pool: PoolSpec, kind: PoolKind, prompts: list[int], shared_prefix_fraction: float) -> list[int]:
+def tokens_in_kv(pool: PoolSpec, kind: PoolKind, prompts: list[int], shared_prefix_fraction: float) -> list[int]:
     """``prompt_tokens_in_kv`` per request, as ints."""
     hits = pool.tokens_in_kv(np.asarray(prompts, dtype=float), kind=kind, shared_prefix_fraction=shared_prefix_fraction)
     out: list[int] = hits.astype(np.int64).tolist()
     return out
 
 
-def _check_fits(pool: PoolSpec, prompts: list[int], outputs: list[int], what: str) -> None:
+def check_fits(pool: PoolSpec, prompts: list[int], outputs: list[int], what: str) -> None:
     """Refuse a request whose prompt + output tokens exceed one replica's KV cache (whole blocks)."""
     block = int(pool.cost.kv_block_tokens)
     cap = int(pool.cost.kv_capacity_tokens) // block * block
@@ -249,8 +249,8 @@ def simulate(
     requests are left out of the latency percentiles (not out of throughput). Time series are sampled
     every ``sample_interval_s`` (default: 1/500 of the arrival span, coarsened to keep <= 4000 points)."""
     arr, prompts, outputs = _workload(load, n_requests, seed, burstiness)
-    _check_fits(pool, prompts, outputs, "replica")
-    hits = _tokens_in_kv(pool, PoolKind.AGGREGATED, prompts, load.shared_prefix_fraction)
+    check_fits(pool, prompts, outputs, "replica")
+    hits = tokens_in_kv(pool, PoolKind.AGGREGATED, prompts, load.shared_prefix_fraction)
     req = Requests.new(arr, prompts, outputs, hits, hits)
     stats, ts = _run_pool(pool, req, list(range(len(arr))), _interval(arr, sample_interval_s))
     waits = [req.admitted[i] - arr[i] for i in range(len(arr))]
@@ -289,10 +289,10 @@ def simulate_disaggregated(
     prefill, decode, fraction = topology.prefill, topology.decode, load.shared_prefix_fraction
     arr, prompts, outputs = _workload(load, n_requests, seed, burstiness)
     n = len(arr)
-    _check_fits(prefill, prompts, [1] * n, "prefill")
-    _check_fits(decode, prompts, outputs, "decode")
+    check_fits(prefill, prompts, [1] * n, "prefill")
+    check_fits(decode, prompts, outputs, "decode")
     interval = _interval(arr, sample_interval_s)
-    hits = _tokens_in_kv(prefill, PoolKind.PREFILL, prompts, fraction)
+    hits = tokens_in_kv(prefill, PoolKind.PREFILL, prompts, fraction)
     pre = Requests.new(arr, prompts, [1] * n, hits, hits)
     pre_stats, pre_ts = _run_pool(prefill, pre, list(range(n)), interval, "simulate prefill pool")
     if topology.kv_link is None:
@@ -301,8 +301,8 @@ def simulate_disaggregated(
     else:
         arr_d = _link_fifo(topology.kv_link, pre.finish, prompts, prefill.replicas)
         transfer = [arr_d[i] - pre.finish[i] for i in range(n)]
-    remote = _tokens_in_kv(decode, PoolKind.DECODE, prompts, fraction)
-    recompute = _tokens_in_kv(decode, PoolKind.AGGREGATED, prompts, fraction)  # after a preemption
+    remote = tokens_in_kv(decode, PoolKind.DECODE, prompts, fraction)
+    recompute = tokens_in_kv(decode, PoolKind.AGGREGATED, prompts, fraction)  # after a preemption
     dec = Requests.new(arr_d, prompts, outputs, remote, recompute)
     order = sorted(range(n), key=lambda i: arr_d[i])
     dec_stats, dec_ts = _run_pool(decode, dec, order, interval)
