@@ -1,5 +1,5 @@
 """One front for the analytic model and the simulator: the topology and traffic types both take, their
-validation, and the old positional form kept for recommender/replan only."""
+validation; the old positional form is gone."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from recommender.load import (
     analyze_disaggregated,
     simulate,
 )
-from recommender.load.link import KvLink
 from recommender.load.topology import prompt_tokens_in_kv
 from recommender.load.toy import FixedLength, LinearStepCost, LogNormalLength, ToyLimits
 
@@ -45,31 +44,24 @@ def _positional_calls(path: Path) -> list[str]:
     return out
 
 
-def test_only_replan_still_calls_the_positional_form() -> None:
-    # recommender/load/positional.py goes when recommender/replan/predict.py moves to PoolSpec / Traffic.
+def test_no_caller_uses_the_old_positional_form() -> None:
+    # the last one, recommender/replan/predict.py, moved to PoolSpec / Traffic (and the search's KV link)
     files = [p for d in ("recommender", "benchmarks", "tests") for p in sorted((ROOT / d).rglob("*.py"))]
     calls = [c for p in files if p.name != "test_load_front.py" for c in _positional_calls(p)]
-    assert all(c.startswith("recommender/replan/") for c in calls), calls
+    assert calls == []
 
 
-def test_positional_form_equals_the_typed_form() -> None:
-    limits = ToyLimits(enable_prefix_caching=True)
-    typed = analyze(PoolSpec(cost=COST, limits=limits, replicas=2),
-                    Traffic(rate_per_s=6.0, prompt=PROMPT, output=OUTPUT, shared_prefix_fraction=0.3))
-    old = analyze(COST, limits, 6.0, PROMPT, OUTPUT, replicas=2, shared_prefix_fraction=0.3)
-    assert old == typed and old.ttft_s.to_dict() == typed.ttft_s.to_dict()
-    link = KvLink(bytes_per_token=1e5, nic_bytes_per_s=4e9)
-    topology = Disaggregated(prefill=PoolSpec(cost=COST, limits=limits), decode=PoolSpec(cost=COST, limits=limits, replicas=2),
-                             kv_transfer_s_per_token=1e-5, kv_link=link)
-    typed = analyze_disaggregated(topology, Traffic(rate_per_s=3.0, prompt=PROMPT, output=OUTPUT, shared_prefix_fraction=0.3))
-    old = analyze_disaggregated(COST, limits, 1, COST, limits, 2, 1e-5, 3.0, PROMPT, OUTPUT, 0.3, kv_link=link)
-    assert old == typed and old.e2e_s.to_dict() == typed.e2e_s.to_dict()
+def test_the_old_positional_form_is_refused() -> None:
+    with pytest.raises(TypeError):
+        analyze(COST, ToyLimits(), 6.0, PROMPT, OUTPUT)  # type: ignore[arg-type, call-arg]
+    with pytest.raises(TypeError):
+        analyze_disaggregated(COST, ToyLimits(), 1, COST, ToyLimits(), 2, 1e-5, 3.0, PROMPT, OUTPUT)  # type: ignore[arg-type, call-arg]
 
 
 def test_typed_form_takes_exactly_two_arguments() -> None:
     pool, traffic = PoolSpec(cost=COST, limits=ToyLimits()), Traffic(rate_per_s=1.0, prompt=PROMPT, output=OUTPUT)
     with pytest.raises(TypeError):
-        analyze(pool, traffic, 2)  # type: ignore[call-overload]
+        analyze(pool, traffic, 2)  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         simulate(pool, traffic, 100)  # type: ignore[misc]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, overload
+from typing import Callable
 
 import numpy as np
 from scipy.special import ndtri
@@ -26,8 +26,6 @@ from recommender.load.link import solve_link
 from recommender.load.percentiles import QUANTILES, LazyPercentiles, Percentiles
 from recommender.load.pool import PoolSolution, solve_pool
 from recommender.load.pool_inputs import PoolInputs, pool_inputs_of
-from recommender.load.positional import aggregated_from_positional, disaggregated_from_positional
-from recommender.load.protocols import Limits, StepCost
 from recommender.load.summaries import _mean, qmc_exponentials, qmc_points
 from recommender.load.topology import Disaggregated, PoolKind, PoolSpec, Traffic
 
@@ -142,26 +140,11 @@ class _Deferred:
         return LazyPercentiles(self.ttft_p), LazyPercentiles(self.tpot_p), LazyPercentiles(self.e2e_p)
 
 
-@overload
-def analyze(pool: PoolSpec, traffic: Traffic, /) -> LoadResult: ...
-
-
-@overload
-def analyze(pool: StepCost, traffic: Limits, /, *positional: Any, **keywords: Any) -> LoadResult: ...
-
-
-def analyze(pool: PoolSpec | StepCost, traffic: Traffic | Limits, /, *positional: Any, **keywords: Any) -> LoadResult:
+def analyze(pool: PoolSpec, traffic: Traffic, /) -> LoadResult:
     """Aggregated serving: ``traffic`` (Poisson arrivals) split round-robin over the ``pool.replicas``
-    identical replicas of ``pool``, each of which prefills and decodes (formulas: ``recommender.load.pool``).
-
-    ``analyze(cost, limits, rate, prompt, output, replicas=, shared_prefix_fraction=)`` is the old
-    positional form, kept only until ``recommender/replan/predict.py`` moves to ``PoolSpec`` / ``Traffic``
-    (``recommender.load.positional``)."""
-    if not isinstance(pool, PoolSpec):
-        assert not isinstance(traffic, Traffic), "analyze(pool: PoolSpec, traffic: Traffic)"
-        pool, traffic = aggregated_from_positional(pool, traffic, *positional, **keywords)
-    elif positional or keywords or not isinstance(traffic, Traffic):
-        raise TypeError("analyze(pool: PoolSpec, traffic: Traffic) takes exactly two arguments")
+    identical replicas of ``pool``, each of which prefills and decodes (formulas: ``recommender.load.pool``)."""
+    if not isinstance(pool, PoolSpec) or not isinstance(traffic, Traffic):
+        raise TypeError("analyze(pool: PoolSpec, traffic: Traffic) takes a PoolSpec and a Traffic")
     arrival_rate_per_s = traffic.rate_per_s
     inp, sol = _solve(pool, traffic, PoolKind.AGGREGATED)
     if not sol.stable:
@@ -207,17 +190,7 @@ def _normal(u: np.ndarray) -> np.ndarray:
     return _normal_cache[0]
 
 
-@overload
-def analyze_disaggregated(topology: Disaggregated, traffic: Traffic, /) -> LoadResult: ...
-
-
-@overload
-def analyze_disaggregated(topology: StepCost, traffic: Limits, /, *positional: Any, **keywords: Any) -> LoadResult: ...
-
-
-def analyze_disaggregated(
-    topology: Disaggregated | StepCost, traffic: Traffic | Limits, /, *positional: Any, **keywords: Any
-) -> LoadResult:
+def analyze_disaggregated(topology: Disaggregated, traffic: Traffic, /) -> LoadResult:
     """Disaggregated prefill/decode (vLLM P/D behind a proxy) under ``traffic``.
 
     Prefill pool: each request is prefilled with ``max_tokens=1`` (the pool is solved with ``O = 1``).
@@ -229,15 +202,8 @@ def analyze_disaggregated(
     With ``kv_link`` the transfer is a queue with a capacity (``recommender.load.link``): its wait and
     ``S(P)`` replace ``kv_transfer_s_per_token * P``, its utilisation counts like any pool's, and an
     over-subscribed link makes the deployment unstable (bottleneck ``kv_link``).
-
-    ``analyze_disaggregated(prefill_cost, prefill_limits, prefill_replicas, decode_cost, decode_limits,
-    decode_replicas, kv_transfer_s_per_token, rate, prompt, output, shared_prefix_fraction=)`` is the old
-    positional form, kept only until ``recommender/replan/predict.py`` moves to the typed one.
     """
-    if not isinstance(topology, Disaggregated):
-        assert not isinstance(traffic, Traffic), "analyze_disaggregated(topology: Disaggregated, traffic: Traffic)"
-        topology, traffic = disaggregated_from_positional(topology, traffic, *positional, **keywords)
-    elif positional or keywords or not isinstance(traffic, Traffic):
+    if not isinstance(topology, Disaggregated) or not isinstance(traffic, Traffic):
         raise TypeError("analyze_disaggregated(topology: Disaggregated, traffic: Traffic) takes exactly two arguments")
     prefill_replicas, decode_replicas = topology.prefill.replicas, topology.decode.replicas
     kv_transfer_s_per_token, kv_link = topology.kv_transfer_s_per_token, topology.kv_link

@@ -21,6 +21,8 @@ from typing import Any, Mapping
 from recommender.catalog import Catalog, default_catalog
 from recommender.errors import RecommenderError
 from recommender.load import analyze, analyze_disaggregated
+from recommender.load.link import KvLink
+from recommender.load.topology import Disaggregated, PoolSpec, Traffic
 from recommender.perf import memory as mem
 from recommender.perf.step import Deployment, EngineLimits, StepCostModel
 from recommender.plan import Plan, Pool
@@ -98,15 +100,21 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
         costs.append((StepCostModel.build(dep), limits, dep))
     rate = float(workload.effective_rate_per_s)
     sfx = workload.shared_prefix_fraction
+    traffic = Traffic(rate_per_s=rate, prompt=workload.prompt_tokens, output=workload.output_tokens,
+                      shared_prefix_fraction=sfx)
     if len(costs) == 1:
-        res = analyze(costs[0][0], costs[0][1], rate, workload.prompt_tokens, workload.output_tokens,
-                      replicas=int(reps[0]), shared_prefix_fraction=sfx)
+        res = analyze(PoolSpec(cost=costs[0][0], limits=costs[0][1], replicas=int(reps[0])), traffic)
     else:
+        # the KV link as the search sizes it (recommender.sizing.Sizer.kv_link): the slower end's NICs
         (pc, pl, pdep), (dc, dl, ddep) = costs[0], costs[-1]
         per_tok = mem.kv_cache_bytes_per_token(model, pdep.kv_dtype, 1)
-        xfer = per_tok / (min(pdep.tp, ddep.tp) * policy.kv_transfer_bandwidth_bytes_per_s)
-        res = analyze_disaggregated(pc, pl, int(reps[0]), dc, dl, int(reps[-1]), xfer, rate,
-                                    workload.prompt_tokens, workload.output_tokens, shared_prefix_fraction=sfx)
+        default_nic = policy.kv_transfer_bandwidth_bytes_per_s
+        nic = min(getattr(d.gpu, "nic_bandwidth_bytes_per_s", None) or default_nic for d in (pdep, ddep))
+        link = KvLink(bytes_per_token=per_tok, nic_bytes_per_s=nic, prefill_tp=pdep.tp, decode_tp=ddep.tp,
+                      latency_s=policy.kv_transfer_latency_s)
+        topology = Disaggregated(prefill=PoolSpec(cost=pc, limits=pl, replicas=int(reps[0])),
+                                 decode=PoolSpec(cost=dc, limits=dl, replicas=int(reps[-1])), kv_link=link)
+        res = analyze_disaggregated(topology, traffic)
     lat = {m: {p: float(getattr(res, f"{m}_s").at(p)) for p in ("mean", "p50", "p90", "p95", "p99")}
            for m in ("ttft", "tpot", "e2e")}
     misses = []
