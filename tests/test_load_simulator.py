@@ -266,3 +266,18 @@ def test_analytic_matches_simulated_tails(cost_name, work_name, limits_name, uti
     for metric in ("ttft_s", "tpot_s", "e2e_s"):
         for q in ("p90", "p99"):
             assert getattr(a, metric).at(q) == pytest.approx(getattr(s, metric).at(q), rel=0.2), (metric, q)
+
+
+def test_served_fractions_count_the_second_half_and_its_last_quarter() -> None:
+    # hand-made: 1,000 arrivals one per second; each finishes 5 s later except the last 40, never served
+    from recommender.load.simulator import served_fractions
+
+    arrivals = [float(i) for i in range(1000)]
+    finishes = [a + 5.0 if i < 960 else float("inf") for i, a in enumerate(arrivals)]
+    half, late, came_late = served_fractions(arrivals, finishes)
+    # half window (500, 999]: arrivals 501..999 (499); completions in it are the finishes 501..964 of
+    # arrivals 496..959 (464)
+    assert came_late == 249  # late window (750, 999]: arrivals 751..999
+    assert half == pytest.approx(464 / 499)
+    # late window: completions are the finishes 751..964 of arrivals 746..959 (214)
+    assert late == pytest.approx(214 / 249)

@@ -84,3 +84,15 @@ def test_offline_rank1_finishes_before_its_deadline_and_one_replica_fewer_loses_
     fewer = dataclasses.replace(ev, pools=(dataclasses.replace(ev.pools[0], replicas=ev.pools[0].replicas - 1),))
     _, finish_fewer = simulate_offline_job(ctx, fewer, 5000, 0)
     assert finish_fewer > 0.95 * w.deadline_s, (row.label(), finish, finish_fewer)
+
+
+def test_verification_does_not_drop_rank_1_for_queue_noise() -> None:
+    # benchmarks/bench_search.py, seeds 0-9 (2026-12-01): chat seed 3 dropped the proven-cheapest h100-pcie plan
+    # (0.79 of its capacity) for one 2.6x dearer: 3,556 simulated requests, last quarter 62 requests behind
+    # arrivals (served 0.930 < 0.95) with ~100 in the system, a fluctuation, not a growing queue; rag seed 7
+    # likewise (1.25x). Runs now last (1 + rho) / (1 - rho) at rho = the fraction of capacity in use, and a late
+    # deficit within the mean number in system is not a trend.
+    w = load_workload(EXAMPLES / "chat.yaml")
+    plan = recommend(w, settings=SearchSettings(seed=3, top=1, verify=1))
+    assert plan.rows[0].id.startswith("h100-pcie-tp1-fp8")
+    assert plan.rows[0].simulated is not None and plan.rows[0].simulated["requests"] > 10_000

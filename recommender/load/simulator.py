@@ -50,8 +50,10 @@ class SimResult:
     ``served_fraction`` = requests completed in that window / requests that arrived in it, for the
     whole window and for its last half (``served_fraction_late``). Completions minus arrivals is the
     change of the number in system, so a growing queue shows as a fraction below 1. ``stable``:
-    at least ``STABLE_SERVED_FRACTION`` (98%) over the half and ``STABLE_LATE_FRACTION`` (95%) over its
-    last half (shorter, so the number in system moves it more: chat at 80 req/s, stable, reads 0.978).
+    at least ``STABLE_SERVED_FRACTION`` (98%) over the half, and over its last half (shorter, so the number
+    in system moves it more: chat at 80 req/s, stable, reads 0.978) ``STABLE_LATE_FRACTION`` (95%) or a
+    deficit (arrivals - completions) within the mean number in system (chat on one H100 at 0.79 of its
+    capacity, 3,556 requests, seed 3, read 0.930: 62 requests behind with ~100 in the system).
     """
 
     ttft_s: Percentiles
@@ -179,7 +181,11 @@ def _result(
     multi = keep & (out > 1)
     tpot = (fin[multi] - f1[multi]) / (out[multi] - 1.0)
     in_system = sum(s.in_system_integral for s in stats) + extra_in_system_s
-    served, served_late = served_fractions(arr, finish)
+    served, served_late, came_late = served_fractions(arr, finish)
+    mean_in_system = in_system / duration
+    # the late quarter's deficit (arrivals - completions) is the change of the number in system over it: a
+    # stable queue moves by about its mean, so a deficit within the mean number in system is not a trend
+    late_ok = served_late >= STABLE_LATE_FRACTION or (1.0 - served_late) * came_late <= mean_in_system
     return SimResult(
         ttft_s=Percentiles.from_samples(f1[keep] - a[keep]),
         tpot_s=Percentiles.from_samples(tpot),
@@ -191,9 +197,9 @@ def _result(
         output_tokens_per_s=float(out.sum()) / duration,
         requests_per_s=n / duration,
         mean_running_batch=sum(s.running_integral for s in stats) / duration / replicas,
-        mean_in_system=in_system / duration,
+        mean_in_system=mean_in_system,
         busy_fraction=sum(s.busy_s for s in stats) / duration / replicas,
-        stable=served >= STABLE_SERVED_FRACTION and served_late >= STABLE_LATE_FRACTION,
+        stable=served >= STABLE_SERVED_FRACTION and late_ok,
         steps=sum(s.steps for s in stats) + sum(s.steps for s in upstream),
         timeseries=ts,
         prefill_timeseries=prefill_ts,
@@ -208,13 +214,14 @@ MAX_SAMPLES = 4000  # time-series points per replica: past this the interval dou
 STABLE_LATE_FRACTION = 0.95  # a quarter of the run: the number in system alone moves it by a few percent
 
 
-def served_fractions(arrivals: Sequence[float], finishes: Sequence[float]) -> tuple[float, float]:
-    """(completions / arrivals over [median arrival, last arrival], the same over its last half)."""
+def served_fractions(arrivals: Sequence[float], finishes: Sequence[float]) -> tuple[float, float, int]:
+    """(completions / arrivals over [median arrival, last arrival], the same over its last half, arrivals in
+    that last half)."""
     a = np.sort(np.asarray(arrivals, dtype=float))
     f = np.asarray(finishes, dtype=float)
     n = a.size
     if n < 40:
-        return 1.0, 1.0
+        return 1.0, 1.0, 0
 
     def frac(t0: float, t1: float) -> float:
         came = np.count_nonzero((a > t0) & (a <= t1))
@@ -222,7 +229,7 @@ def served_fractions(arrivals: Sequence[float], finishes: Sequence[float]) -> tu
         return done / came if came else 1.0
 
     t_mid, t_late, t_end = float(a[n // 2]), float(a[(3 * n) // 4]), float(a[-1])
-    return float(frac(t_mid, t_end)), float(frac(t_late, t_end))
+    return float(frac(t_mid, t_end)), float(frac(t_late, t_end)), int(np.count_nonzero((a > t_late) & (a <= t_end)))
 
 
 def _interval(arr: list[float], sample_interval_s: float | None) -> float:

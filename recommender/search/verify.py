@@ -151,8 +151,10 @@ def verify_rows(ctx: SearchContext, rows: Sequence[RankedRow], evaluations: Sequ
                 res, finish = simulate_offline_job(ctx, r.evaluation, OFFLINE_SLICE_REQUESTS, seed)
                 sim = {**sim_summary(res), "job_finish_s": finish, "warmup_requests": 0}
             else:
-                n, warm = verify_run_length(utilisation=r.evaluation.utilisation, percentiles=pcts,
-                                            max_requests=ctx.policy.verify_requests)
+                # the queue's correlation time follows the fraction of capacity in use (the row's
+                # load_utilisation), not the busiest resource's utilisation, which is lower until saturation
+                rho = r.load_utilisation if r.load_utilisation is not None else r.evaluation.utilisation
+                n, warm = verify_run_length(utilisation=rho, percentiles=pcts, max_requests=ctx.policy.verify_requests)
                 sim = sim_summary(simulate_evaluation(ctx, r.evaluation, n, seed, warm))
             tried += 1
             if not meets(ctx, sim):
