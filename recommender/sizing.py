@@ -285,9 +285,14 @@ class Sizer:
         key = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
         if key not in self._capacities:
             w = self.workload
-            self._capacities[key] = analytic_capacity_per_s(
+            # another limits of the same shape is the better guess: capacities differ by tens of percent
+            sibling = self._capacities.get(key[:4])
+            self._capacities[key] = cap = analytic_capacity_per_s(
                 cost=cost, limits=limits, prompt=w.prompt_tokens, output=w.output_tokens,
-                shared_prefix_fraction=w.shared_prefix_fraction, rel_tol=5e-3, start_per_s=guess_per_s)
+                shared_prefix_fraction=w.shared_prefix_fraction, rel_tol=5e-3,
+                start_per_s=sibling if sibling else guess_per_s, step=1.25 if sibling else 4.0)
+            if math.isfinite(cap) and cap > 0:
+                self._capacities[key[:4]] = cap
         return self._capacities[key]
 
     def capacity_utilisation(self, ev: Evaluation) -> float:
@@ -318,7 +323,7 @@ class Sizer:
                     Traffic(rate_per_s=x, prompt=w.prompt_tokens, output=w.output_tokens,
                             shared_prefix_fraction=w.shared_prefix_fraction))
                 return bool(res.stable) and res.utilisation < 1.0
-            sat = max_stable_rate(stable, rel_tol=5e-3, start_per_s=rate)
+            sat = max_stable_rate(stable, rel_tol=5e-3, start_per_s=rate, step=1.25)
         return rate / sat if sat > 0 else math.inf
 
     @property
@@ -538,7 +543,7 @@ class Sizer:
             def stable(x: float) -> bool:
                 res = run(rp, rd, x)
                 return bool(res.stable) and res.utilisation < 1.0
-            sat = max_stable_rate(stable, rel_tol=1e-2, start_per_s=rate)  # sized for the rate: sat is near it
+            sat = max_stable_rate(stable, rel_tol=1e-2, start_per_s=rate, step=1.25)  # sized for the rate: sat is near
             if ok and rate > OFFLINE_MAX_UTILISATION * sat:
                 ok, reason = False, f"the job would end after {OFFLINE_MAX_UTILISATION:.0%} of its deadline"
         return self.price(c, pools_of(rp, rd, rent_p, rent_d), run(rp, rd, rate), ok=ok, reason=reason,

@@ -26,22 +26,24 @@ from recommender.load.protocols import LengthDistribution, Limits, StepCost
 from recommender.load.topology import PoolKind, PoolSpec, Traffic
 
 
-def max_stable_rate(stable: Callable[[float], bool], *, rel_tol: float = 1e-3, start_per_s: float = 1.0) -> float:
+def max_stable_rate(stable: Callable[[float], bool], *, rel_tol: float = 1e-3, start_per_s: float = 1.0,
+                    step: float = 4.0) -> float:
     """Largest arrival rate (requests/s) with ``stable(rate)``, assuming stability is monotone in the rate:
-    steps of 4x from ``start_per_s`` (up while stable, down while not) bracket it, then bisection in
+    steps of ``step`` x from ``start_per_s`` (up while stable, down while not) bracket it, then bisection in
     log-rate to ``rel_tol``; the stable end of the bracket is returned. ``inf`` past 1e7 req/s, 0 when even
-    1e-6 req/s is unstable."""
+    1e-6 req/s is unstable. A good guess with a small ``step`` saves calls: bisecting a 1.25x bracket to
+    0.5% takes 6, a 4x one 9."""
     x = min(max(start_per_s, 1e-6), 1e7)
     if stable(x):
-        lo, hi = x, x * 4.0
+        lo, hi = x, x * step
         while stable(hi):
-            lo, hi = hi, hi * 4.0
+            lo, hi = hi, hi * step
             if hi > 1e7:
                 return math.inf
     else:
-        lo, hi = x / 4.0, x
+        lo, hi = x / step, x
         while not stable(lo):
-            lo, hi = lo / 4.0, lo
+            lo, hi = lo / step, lo
             if lo < 1e-6:
                 return 0.0
     while hi / lo > 1.0 + rel_tol:
@@ -52,7 +54,7 @@ def max_stable_rate(stable: Callable[[float], bool], *, rel_tol: float = 1e-3, s
 
 def analytic_capacity_per_s(
     *, cost: StepCost, limits: Limits, prompt: LengthDistribution, output: LengthDistribution,
-    shared_prefix_fraction: float = 0.0, rel_tol: float = 1e-3, start_per_s: float = 1.0,
+    shared_prefix_fraction: float = 0.0, rel_tol: float = 1e-3, start_per_s: float = 1.0, step: float = 4.0,
 ) -> float:
     """Largest arrival rate (requests/s) at which one replica is stable in the analytic model
     (``start_per_s``: a guess, which only changes how many load-model calls the bracket takes)."""
@@ -62,7 +64,7 @@ def analytic_capacity_per_s(
         r = analyze(pool, Traffic(rate_per_s=rate, prompt=prompt, output=output, shared_prefix_fraction=shared_prefix_fraction))
         return bool(r.stable) and r.utilisation < 1.0
 
-    return max_stable_rate(stable, rel_tol=rel_tol, start_per_s=start_per_s)
+    return max_stable_rate(stable, rel_tol=rel_tol, start_per_s=start_per_s, step=step)
 
 
 def simulated_capacity_per_s(
