@@ -36,7 +36,7 @@ def main_job(
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Search time limit in seconds."),
     storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL to keep the study (sqlite:///study.db, postgresql://..., or a .log journal file)."),
     study_name: Optional[str] = typer.Option(None, "--study-name", help="Study name in --storage (default: recommend-<workload name>)."),
-    workers: int = typer.Option(1, "--workers", help="Processes sharing --storage (point them at one PostgreSQL to scale out)."),
+    workers: int = typer.Option(1, "--workers", help="Processes sharing --storage (a .log journal file or PostgreSQL); the branch and bound is split by shape."),
     engine: str = typer.Option("vllm", "--engine", help="Efficiency profile name."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Calibrated profile YAML (from recommend calibrate)."),
     policy: Optional[str] = typer.Option(None, "--policy", help="Search policy YAML (default policies/search.yaml)."),
