@@ -225,8 +225,8 @@ class Sizer:
     profile: EngineProfile
     rules: SizingRules = field(default_factory=SizingRules)
     offers: dict[str, tuple[Offer, ...]] = field(default_factory=dict)  # per GPU; none: per-GPU prices
-    _costs: dict[tuple, tuple[StepCostModel | None, str]] = field(default_factory=dict, repr=False)
-    _capacities: dict[tuple, float] = field(default_factory=dict, repr=False)
+    _costs: dict[tuple[Any, ...], tuple[StepCostModel | None, str]] = field(default_factory=dict, repr=False)
+    _capacities: dict[tuple[Any, ...], float] = field(default_factory=dict, repr=False)
 
     @property
     def slo_names(self) -> list[str]:
@@ -306,12 +306,13 @@ class Sizer:
         if not ev.pools or not ev.feasible or rate <= 0:
             return ev.utilisation
         c = ev.candidate
-        costs = [self.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
-        if any(cost is None for cost in costs):
+        maybe = [self.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
+        costs = [cost for cost in maybe if cost is not None]
+        if len(costs) != len(maybe):
             return ev.utilisation
         if not c.disaggregated:
             p = ev.pools[0]
-            sat = p.replicas * self.replica_capacity_per_s(c, costs[0], p.limits, rate / p.replicas)  # type: ignore[arg-type]
+            sat = p.replicas * self.replica_capacity_per_s(c, costs[0], p.limits, rate / p.replicas)
         else:
             pp, dp = ev.pools
             link = self.kv_link(c)
@@ -526,7 +527,8 @@ class Sizer:
         if rd is None:
             return self.price(c, pools_of(cap_p, cap_d), run(cap_p, cap_d, rate), ok=False,
                               reason="decode pool misses its SLOs at its cap")
-        rp = min_replicas(lambda k: self.ok(run(k, rd, target)), max([1, *hint[:1]]), cap_p)
+        decode_replicas: int = rd
+        rp = min_replicas(lambda k: self.ok(run(k, decode_replicas, target)), max([1, *hint[:1]]), cap_p)
         ok = rp is not None
         rp = rp or cap_p
         rent_p, why_p = self.rent_pool(c.gpu, c.tp, rp)

@@ -53,6 +53,7 @@ from recommender.sizing import Candidate, Sizer
 # of h100-pcie TP1 (batch-summarization) saturates at 27.5 req/s per replica where the FLOP bound says
 # 25.8. The throughput bound is loosened by this factor so that it stays a bound.
 BUSY_SLACK = 0.9
+ShapeKey = tuple[str, int, str, str]  # (gpu, tp, weight dtype, kv dtype)
 _QUANTILE = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
 
@@ -86,9 +87,11 @@ class Bounds:
         self._min_budget = min([b for b in budgets if b > 0] or [max(w.max_model_len, 2048)])
         self._max_seqs = max(seqs)
         self._max_budget = max(self._eff_budget(b) for b in budgets)
-        self._cache: dict[tuple, Any] = {}
-        self._generous: dict[tuple, StepCostModel | None] = {}
-        self._ttft_cache: dict[tuple, dict[str, float]] = {}
+        self._agg_cache: dict[tuple[Any, ...], Bound | None] = {}
+        self._pre_cache: dict[tuple[Any, ...], tuple[float, dict[str, float], int] | None] = {}
+        self._dec_cache: dict[tuple[Any, ...], tuple[float, float, int] | None] = {}
+        self._generous: dict[tuple[Any, ...], StepCostModel | None] = {}
+        self._ttft_cache: dict[tuple[Any, ...], dict[str, float]] = {}
 
     # -- pieces -------------------------------------------------------------------------------------
 
@@ -198,7 +201,7 @@ class Bounds:
         offers = self.sizer.offers.get(gpu)
         return not offers or cheapest_rental(offers, tp, 1) is not None
 
-    def _seqs_refused(self, key: tuple, seqs: int) -> bool:
+    def _seqs_refused(self, key: ShapeKey, seqs: int) -> bool:
         """``seqs`` above the grid's floor and above the sequences even the largest KV cache of ``key`` holds
         at the mean context, so that every limits with it are refused by the sizer."""
         cost = self.generous_cost(*key)
@@ -206,7 +209,7 @@ class Bounds:
             return False
         return seqs > self.sizer.kv_sequences(cost)
 
-    def _ttft_cached(self, cost: StepCostModel, key: tuple, chunk: int, xfer: float) -> dict[str, float]:
+    def _ttft_cached(self, cost: StepCostModel, key: ShapeKey, chunk: int, xfer: float) -> dict[str, float]:
         k = (key, chunk, xfer)
         if k not in self._ttft_cache:
             self._ttft_cache[k] = self._ttft(cost, chunk, xfer)
@@ -228,46 +231,46 @@ class Bounds:
     def _eff_budget(self, b: int) -> int:
         return b if b > 0 else max(self.sizer.workload.max_model_len, 2048)
 
-    def _agg(self, key: tuple, seqs: int, budget: int) -> Bound | None:
-        k = ("agg", key, seqs, budget)
-        if k not in self._cache:
+    def _agg(self, key: ShapeKey, seqs: int, budget: int) -> Bound | None:
+        k = (key, seqs, budget)
+        if k not in self._agg_cache:
             cost = self.generous_cost(*key)
             if cost is None:
-                self._cache[k] = None
+                self._agg_cache[k] = None
             else:
                 r = self._replicas(cost, seqs, budget, True, True)
                 ttft = self._ttft_cached(cost, key, budget, 0.0)
                 usd = self._usd(key[0], key[1], r, self._lam(cost, seqs, budget, True, True, 1.0))
-                self._cache[k] = Bound(usd, self._latencies(ttft, self._decode_floor_s(cost)), (r,))
-        return self._cache[k]
+                self._agg_cache[k] = Bound(usd, self._latencies(ttft, self._decode_floor_s(cost)), (r,))
+        return self._agg_cache[k]
 
-    def _prefill(self, key: tuple, budget: int) -> tuple[float, dict[str, float], int] | None:
+    def _prefill(self, key: ShapeKey, budget: int) -> tuple[float, dict[str, float], int] | None:
         """(usd_per_hour bound, TTFT bounds incl. KV transfer) of a prefill pool."""
-        k = ("pre", key, budget)
-        if k not in self._cache:
+        k = (key, budget)
+        if k not in self._pre_cache:
             cost = self.generous_cost(*key)
             if cost is None:
-                self._cache[k] = None
+                self._pre_cache[k] = None
             else:
                 r = self._replicas(cost, 1, budget, False, True)
                 # KV transfer runs on min(tp_p, tp_d) NICs: at least the time over the prefill pool's tp NICs
                 xfer = self.sizer.kv_transfer_s_per_token(Candidate(key[0], key[1], key[2], key[3], 1, 0, True, key[0], key[1]))
                 usd = self._usd(key[0], key[1], r, self._lam(cost, 1, budget, False, True, 1.0))
-                self._cache[k] = (usd, self._ttft_cached(cost, key, budget, xfer), r)
-        return self._cache[k]
+                self._pre_cache[k] = (usd, self._ttft_cached(cost, key, budget, xfer), r)
+        return self._pre_cache[k]
 
-    def _decode(self, key: tuple, seqs: int) -> tuple[float, float, int] | None:
+    def _decode(self, key: ShapeKey, seqs: int) -> tuple[float, float, int] | None:
         """(usd_per_hour bound, per-step seconds bound) of a decode pool."""
-        k = ("dec", key, seqs)
-        if k not in self._cache:
+        k = (key, seqs)
+        if k not in self._dec_cache:
             cost = self.generous_cost(*key)
             if cost is None:
-                self._cache[k] = None
+                self._dec_cache[k] = None
             else:
                 r = self._replicas(cost, seqs, max(2048, seqs), True, False)
                 usd = self._usd(key[0], key[1], r, self._lam(cost, seqs, max(2048, seqs), True, False, 1.0))
-                self._cache[k] = (usd, self._decode_floor_s(cost), r)
-        return self._cache[k]
+                self._dec_cache[k] = (usd, self._decode_floor_s(cost), r)
+        return self._dec_cache[k]
 
     def of(self, c: Candidate) -> Bound | None:
         """Lower bounds for ``c``, or None when it cannot fit. ``max_num_seqs`` / ``max_num_batched_tokens``

@@ -23,7 +23,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from recommender.search.bounds import Bound, Bounds
 from recommender.search.evaluate import SearchContext, evaluate
@@ -58,7 +58,7 @@ class _Queues:
     _CYCLE = ("agg", "pd", "agg", "lat")
 
     def __init__(self, usd_to_objective: float) -> None:
-        self._heaps: dict[str, list[tuple]] = {"agg": [], "pd": [], "lat": []}
+        self._heaps: dict[str, list[tuple[Any, ...]]] = {"agg": [], "pd": [], "lat": []}
         self._taken: set[int] = set()
         self._n = itertools.count()
         self._turn = 0
@@ -90,7 +90,8 @@ class _Queues:
             self._turn += 1
             while heap:
                 item = heapq.heappop(heap)
-                i, e = item[-2], item[-1]
+                i, e = int(item[-2]), item[-1]
+                assert isinstance(e, _Entry)
                 if i not in self._taken:
                     self._taken.add(i)
                     return e
