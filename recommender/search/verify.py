@@ -138,6 +138,14 @@ def meets(ctx: SearchContext, sim: dict[str, Any]) -> bool:
     return True
 
 
+def _simulated_alike(ctx: SearchContext, ev: Evaluation) -> tuple[Any, ...]:
+    """What a simulation of ``ev`` depends on: each pool's step-cost model (numbers only), limits and replicas,
+    and the KV link of a P/D pair. Two rows equal here simulate identically under one seed."""
+    pools = tuple((ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0], p.limits, p.replicas)
+                  for p in ev.pools)
+    return pools, (kv_link(ctx, ev.candidate) if ev.candidate.disaggregated else None)
+
+
 def verify_rows(ctx: SearchContext, rows: Sequence[RankedRow], evaluations: Sequence[Evaluation], k: int, seed: int,
                 top: int) -> list[RankedRow]:
     """Simulate rows in rank order until ``k`` pass (at most ``3 k`` tried); drop failures, re-rank."""
@@ -145,17 +153,21 @@ def verify_rows(ctx: SearchContext, rows: Sequence[RankedRow], evaluations: Sequ
     kept: list[RankedRow] = []
     passed = tried = 0
     pcts = [s.percentile for s in ctx.workload.slos] or ["p90"]
+    done: dict[tuple[Any, ...], dict[str, Any]] = {}  # rows that simulate alike (e.g. fp8 / int8 weights on H100)
     for r in pool:
         if passed < k and tried < 3 * k:
-            if ctx.workload.is_offline:
-                res, finish = simulate_offline_job(ctx, r.evaluation, OFFLINE_SLICE_REQUESTS, seed)
-                sim = {**sim_summary(res), "job_finish_s": finish, "warmup_requests": 0}
-            else:
-                # the queue's correlation time follows the fraction of capacity in use (the row's
-                # load_utilisation), not the busiest resource's utilisation, which is lower until saturation
-                rho = r.load_utilisation if r.load_utilisation is not None else r.evaluation.utilisation
-                n, warm = verify_run_length(utilisation=rho, percentiles=pcts, max_requests=ctx.policy.verify_requests)
-                sim = sim_summary(simulate_evaluation(ctx, r.evaluation, n, seed, warm))
+            # the queue's correlation time follows the fraction of capacity in use (the row's
+            # load_utilisation), not the busiest resource's utilisation, which is lower until saturation
+            rho = r.load_utilisation if r.load_utilisation is not None else r.evaluation.utilisation
+            n, warm = verify_run_length(utilisation=rho, percentiles=pcts, max_requests=ctx.policy.verify_requests)
+            key = (_simulated_alike(ctx, r.evaluation), n, warm)
+            if key not in done:
+                if ctx.workload.is_offline:
+                    res, finish = simulate_offline_job(ctx, r.evaluation, OFFLINE_SLICE_REQUESTS, seed)
+                    done[key] = {**sim_summary(res), "job_finish_s": finish, "warmup_requests": 0}
+                else:
+                    done[key] = sim_summary(simulate_evaluation(ctx, r.evaluation, n, seed, warm))
+            sim = done[key]
             tried += 1
             if not meets(ctx, sim):
                 continue
