@@ -70,6 +70,9 @@ def test_offline_rank1_finishes_before_its_deadline_and_one_replica_fewer_loses_
     ev = next(e for e in plan.evaluations if e.candidate.key == row.id)  # the search's evaluation of the row
     _, finish = simulate_offline_job(ctx, ev, 5000, 0)
     assert finish <= w.deadline_s
+    # a job without SLOs is verified by its finish time alone (the burst's latencies are not simulated)
+    assert row.simulated is not None and "ttft_s" not in row.simulated
+    assert row.simulated["job_finish_s"] == pytest.approx(finish)
     # the analytic finish (utilisation = rate / capacity, x deadline) is the simulated one within 3%
     assert ev.utilisation * w.deadline_s == pytest.approx(finish, rel=0.03)
     # the job pays for the hours it runs: $/M tokens x tokens = $/h x finish

@@ -34,6 +34,8 @@ def _num(v: float | None, fmt: str) -> str:
 def _sim_note(r: PlanRow, pct_ttft: str, pct_tpot: str) -> str:
     if not r.simulated:
         return ""
+    if "ttft_s" not in r.simulated and r.simulated.get("job_finish_s") is not None:
+        return f"(sim finish {fmt_seconds(r.simulated['job_finish_s'])})"
     sim_ttft = r.simulated.get("ttft_s", {}).get(pct_ttft)
     sim_tpot = r.simulated.get("tpot_s", {}).get(pct_tpot)
     return "(sim {} / {})".format(fmt_seconds(sim_ttft) if sim_ttft is not None else "-",
