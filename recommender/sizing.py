@@ -31,7 +31,7 @@ from typing import Any, Callable
 from recommender.catalog import Gpu
 from recommender.hf_config import ModelArch
 from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
-from recommender.load.capacity import analytic_capacity_per_s, max_stable_rate
+from recommender.load.capacity import analytic_capacity_per_s, saturation_rate_per_s
 from recommender.load.link import KvLink
 from recommender.offers import Offer, Rental, cheapest_rental, workload_offer
 from recommender.perf import memory as mem
@@ -227,6 +227,7 @@ class Sizer:
     offers: dict[str, tuple[Offer, ...]] = field(default_factory=dict)  # per GPU; none: per-GPU prices
     _costs: dict[tuple[Any, ...], tuple[StepCostModel | None, str]] = field(default_factory=dict, repr=False)
     _capacities: dict[tuple[Any, ...], float] = field(default_factory=dict, repr=False)
+    _shape_capacity: dict[tuple[Any, ...], float] = field(default_factory=dict, repr=False)  # the latest per shape
 
     @property
     def slo_names(self) -> list[str]:
@@ -265,14 +266,15 @@ class Sizer:
         w = self.workload
         return max(1.0, w.prompt_tokens.mean * (1.0 - w.shared_prefix_fraction) + w.output_tokens.mean / 2.0)
 
-    def kv_sequences(self, cost: StepCostModel) -> int:
-        """Sequences the KV cache of one replica holds at the workload's mean context."""
-        return max(1, int(cost.kv_capacity_tokens // self.held_tokens_per_sequence()))
+    def kv_sequences(self, kv_capacity_tokens: int) -> int:
+        """Sequences a replica's KV cache of ``kv_capacity_tokens`` holds at the workload's mean context."""
+        return max(1, int(kv_capacity_tokens // self.held_tokens_per_sequence()))
 
     def seqs_above_kv(self, cost: StepCostModel, limits: EngineLimits) -> str:
         """Why ``max_num_seqs`` is refused ("" if not): above the sequences the KV cache holds at the mean
-        context, unless it is the grid's smallest value (then the plan says so: :meth:`kv_note`)."""
-        held = self.kv_sequences(cost)
+        context, unless it is the grid's smallest value (then the plan says so:
+        ``recommender.search.recommend_rows.kv_note``)."""
+        held = self.kv_sequences(cost.kv_capacity_tokens)
         if limits.max_num_seqs <= held or limits.max_num_seqs <= self.rules.max_num_seqs_floor:
             return ""
         return (f"max_num_seqs {limits.max_num_seqs} is above the {held} sequences its KV cache holds at the "
@@ -286,13 +288,13 @@ class Sizer:
         if key not in self._capacities:
             w = self.workload
             # another limits of the same shape is the better guess: capacities differ by tens of percent
-            sibling = self._capacities.get(key[:4])
+            sibling = self._shape_capacity.get(key[:4])
             self._capacities[key] = cap = analytic_capacity_per_s(
                 cost=cost, limits=limits, prompt=w.prompt_tokens, output=w.output_tokens,
                 shared_prefix_fraction=w.shared_prefix_fraction, rel_tol=5e-3,
                 start_per_s=sibling if sibling else guess_per_s, step=1.25 if sibling else 4.0)
             if math.isfinite(cap) and cap > 0:
-                self._capacities[key[:4]] = cap
+                self._shape_capacity[key[:4]] = cap
         return self._capacities[key]
 
     def capacity_utilisation(self, ev: Evaluation) -> float:
@@ -315,17 +317,20 @@ class Sizer:
             sat = p.replicas * self.replica_capacity_per_s(c, costs[0], p.limits, rate / p.replicas)
         else:
             pp, dp = ev.pools
-            link = self.kv_link(c)
-
-            def stable(x: float) -> bool:
-                res = analyze_disaggregated(
-                    Disaggregated(prefill=PoolSpec(cost=costs[0], limits=pp.limits, replicas=pp.replicas),
-                                  decode=PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas), kv_link=link),
-                    Traffic(rate_per_s=x, prompt=w.prompt_tokens, output=w.output_tokens,
-                            shared_prefix_fraction=w.shared_prefix_fraction))
-                return bool(res.stable) and res.utilisation < 1.0
-            sat = max_stable_rate(stable, rel_tol=5e-3, start_per_s=rate, step=1.25)
+            sat = saturation_rate_per_s(
+                lambda x: self.analyze_pd(c, PoolSpec(cost=costs[0], limits=pp.limits, replicas=pp.replicas),
+                                          PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas), x),
+                rel_tol=5e-3, start_per_s=rate, step=1.25)
         return rate / sat if sat > 0 else math.inf
+
+    def analyze_pd(self, c: Candidate, prefill: PoolSpec, decode: PoolSpec, rate_per_s: float) -> Any:
+        """The analytic model of a P/D pair at ``rate_per_s`` with the workload's lengths and the pair's
+        KV link (:meth:`kv_link`)."""
+        w = self.workload
+        return analyze_disaggregated(
+            Disaggregated(prefill=prefill, decode=decode, kv_link=self.kv_link(c)),
+            Traffic(rate_per_s=rate_per_s, prompt=w.prompt_tokens, output=w.output_tokens,
+                    shared_prefix_fraction=w.shared_prefix_fraction))
 
     @property
     def headroom(self) -> float:
@@ -502,14 +507,10 @@ class Sizer:
             return self.infeasible(c, "decode pool: " + above, True, "KV capacity")
         rate = w.effective_rate_per_s
         target = rate * (1 + self.headroom)
-        link = self.kv_link(c)
 
         def run(rp: int, rd: int, at: float) -> Any:
-            return analyze_disaggregated(
-                Disaggregated(prefill=PoolSpec(cost=p_cost, limits=p_limits, replicas=rp),
-                              decode=PoolSpec(cost=d_cost, limits=d_limits, replicas=rd), kv_link=link),
-                Traffic(rate_per_s=at, prompt=w.prompt_tokens, output=w.output_tokens,
-                        shared_prefix_fraction=w.shared_prefix_fraction))
+            return self.analyze_pd(c, PoolSpec(cost=p_cost, limits=p_limits, replicas=rp),
+                                   PoolSpec(cost=d_cost, limits=d_limits, replicas=rd), at)
 
         cap_p, cap_d = self.replica_cap(c.tp), self.replica_cap(c.decode_tp)
         if cap_p < 1 or cap_d < 1:
@@ -541,11 +542,8 @@ class Sizer:
         if w.max_gpus and rp * c.tp + rd * c.decode_tp > w.max_gpus:
             ok = False
         sat = None
-        if w.is_offline:
-            def stable(x: float) -> bool:
-                res = run(rp, rd, x)
-                return bool(res.stable) and res.utilisation < 1.0
-            sat = max_stable_rate(stable, rel_tol=1e-2, start_per_s=rate, step=1.25)  # sized for the rate: sat is near
+        if w.is_offline:  # sized for the rate: the saturation rate is near it
+            sat = saturation_rate_per_s(lambda x: run(rp, rd, x), rel_tol=1e-2, start_per_s=rate, step=1.25)
             if ok and rate > OFFLINE_MAX_UTILISATION * sat:
                 ok, reason = False, f"the job would end after {OFFLINE_MAX_UTILISATION:.0%} of its deadline"
         return self.price(c, pools_of(rp, rd, rent_p, rent_d), run(rp, rd, rate), ok=ok, reason=reason,

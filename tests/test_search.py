@@ -241,7 +241,7 @@ def test_max_num_seqs_above_what_the_kv_cache_holds_is_refused_except_at_the_gri
     base = Candidate("h100-sxm", 4, "fp8", "fp8", 16, 8192)
     cost, _ = ctx.cost_model("h100-sxm", 4, "fp8", "fp8", limits_of(base, w.max_model_len, w.shared_prefix_fraction > 0))
     assert cost is not None
-    held = ctx.kv_sequences(cost)
+    held = ctx.kv_sequences(cost.kv_capacity_tokens)
     # hand check: sequences = KV tokens // (mean prompt x (1 - shared prefix) + mean output / 2)
     per_seq = w.prompt_tokens.mean * (1 - w.shared_prefix_fraction) + w.output_tokens.mean / 2
     assert held == int(cost.kv_capacity_tokens // per_seq)

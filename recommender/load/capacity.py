@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from recommender.errors import ConfigError
-from recommender.load.analytic import analyze
+from recommender.load.analytic import LoadResult, analyze
 from recommender.load.protocols import LengthDistribution, Limits, StepCost
 from recommender.load.topology import PoolKind, PoolSpec, Traffic
 
@@ -52,6 +52,18 @@ def max_stable_rate(stable: Callable[[float], bool], *, rel_tol: float = 1e-3, s
     return lo
 
 
+def saturation_rate_per_s(analyze_at: Callable[[float], LoadResult], *, rel_tol: float = 1e-3,
+                          start_per_s: float = 1.0, step: float = 4.0) -> float:
+    """Largest arrival rate (requests/s) at which ``analyze_at(rate)`` (the analytic model of some pools)
+    is stable with utilisation below 1: :func:`max_stable_rate` over that rule."""
+
+    def stable(rate: float) -> bool:
+        r = analyze_at(rate)
+        return bool(r.stable) and r.utilisation < 1.0
+
+    return max_stable_rate(stable, rel_tol=rel_tol, start_per_s=start_per_s, step=step)
+
+
 def analytic_capacity_per_s(
     *, cost: StepCost, limits: Limits, prompt: LengthDistribution, output: LengthDistribution,
     shared_prefix_fraction: float = 0.0, rel_tol: float = 1e-3, start_per_s: float = 1.0, step: float = 4.0,
@@ -60,11 +72,11 @@ def analytic_capacity_per_s(
     (``start_per_s``: a guess, which only changes how many load-model calls the bracket takes)."""
     pool = PoolSpec(cost=cost, limits=limits)
 
-    def stable(rate: float) -> bool:
-        r = analyze(pool, Traffic(rate_per_s=rate, prompt=prompt, output=output, shared_prefix_fraction=shared_prefix_fraction))
-        return bool(r.stable) and r.utilisation < 1.0
+    def analyze_at(rate: float) -> LoadResult:
+        return analyze(pool, Traffic(rate_per_s=rate, prompt=prompt, output=output,
+                                     shared_prefix_fraction=shared_prefix_fraction))
 
-    return max_stable_rate(stable, rel_tol=rel_tol, start_per_s=start_per_s, step=step)
+    return saturation_rate_per_s(analyze_at, rel_tol=rel_tol, start_per_s=start_per_s, step=step)
 
 
 def simulated_capacity_per_s(

@@ -207,7 +207,7 @@ class Bounds:
         cost = self.generous_cost(*key)
         if cost is None or seqs <= self.sizer.rules.max_num_seqs_floor:
             return False
-        return seqs > self.sizer.kv_sequences(cost)
+        return seqs > self.sizer.kv_sequences(cost.kv_capacity_tokens)
 
     def _ttft_cached(self, cost: StepCostModel, key: ShapeKey, chunk: int, xfer: float) -> dict[str, float]:
         k = (key, chunk, xfer)

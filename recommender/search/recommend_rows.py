@@ -57,7 +57,7 @@ def kv_note(ev: Evaluation, ctx: SearchContext) -> str:
     for p in ev.pools:
         if p.role == "prefill" or not p.kv_capacity_tokens:
             continue
-        held = max(1, int(p.kv_capacity_tokens // ctx.held_tokens_per_sequence()))
+        held = ctx.kv_sequences(p.kv_capacity_tokens)
         if p.limits.max_num_seqs > held:
             return (f"max_num_seqs {p.limits.max_num_seqs} (the grid's smallest) is above the ~{held} sequences "
                     "the KV cache holds at the mean context: the KV cache limits the batch")
