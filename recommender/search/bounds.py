@@ -201,6 +201,10 @@ class Bounds:
         offers = self.sizer.offers.get(gpu)
         return not offers or cheapest_rental(offers, tp, 1) is not None
 
+    def rentable_shape(self, c: Candidate) -> bool:
+        """Every pool of ``c`` can be rented (:meth:`rentable`)."""
+        return self.rentable(c.gpu, c.tp) and (not c.disaggregated or self.rentable(c.decode_gpu, c.decode_tp))
+
     def _seqs_refused(self, key: ShapeKey, seqs: int) -> bool:
         """``seqs`` above the grid's floor and above the sequences even the largest KV cache of ``key`` holds
         at the mean context, so that every limits with it are refused by the sizer."""
@@ -277,7 +281,7 @@ class Bounds:
         of 0 stand for "any": the bound then holds for every choice of ``seqs`` / ``budgets``."""
         pkey = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype)
         dkey = (c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype) if c.disaggregated else pkey
-        if not self.rentable(c.gpu, c.tp) or not self.rentable(dkey[0], dkey[1]):
+        if not self.rentable_shape(c):
             return None  # the sizer cannot rent a TP group of it: every combo is infeasible
         if c.max_num_seqs and self._seqs_refused(dkey, c.max_num_seqs):
             return None  # the sizer refuses it (recommender.sizing.Sizer.seqs_above_kv): not worth a trial

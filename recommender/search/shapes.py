@@ -168,7 +168,7 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
         if b is not None:
             q.push(_Entry(s, b, True))
             n_shapes += 1
-        elif not (bounds.rentable(s.gpu, s.tp) and bounds.rentable(s.decode_gpu or s.gpu, s.decode_tp or s.tp)):
+        elif not bounds.rentable_shape(s):
             unrentable.append(s)
     front: list[tuple[float, ...]] = []
     best = math.inf
