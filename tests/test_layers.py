@@ -123,3 +123,32 @@ def test_a_violation_is_reported() -> None:
     # plan (6) importing search (7) is exactly what must fail
     tree = ast.parse("from recommender.search import recommend")
     assert all(LAYERS[t] > LAYERS["plan"] for t in _imported_tops(tree))
+
+
+def test_every_third_party_import_is_a_declared_dependency() -> None:
+    # On a fresh machine `pip install -e .` installs only pyproject's dependencies: the main job once failed
+    # there with "No module named 'click'" (typer 0.29 vendors click; click came from another package here).
+    import ast
+    import importlib.metadata as md
+    import re
+    import sys
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    declared = {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower().replace("_", "-")
+                for r in project["dependencies"] + [r for rs in project["optional-dependencies"].values() for r in rs]}
+    owners = md.packages_distributions()
+    undeclared = set()
+    for path in (root / "recommender").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top == "recommender":
+                    continue
+                dists = {d.lower().replace("_", "-") for d in owners.get(top, [top])}
+                if not dists & declared:
+                    undeclared.add(f"{path.relative_to(root)}: {top} ({', '.join(sorted(dists))})")
+    assert not undeclared, sorted(undeclared)

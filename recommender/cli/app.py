@@ -7,7 +7,6 @@ import os
 import sys
 from typing import Any, Callable, TypeVar
 
-import click
 import typer
 
 from recommender.errors import RecommenderError
@@ -101,7 +100,8 @@ def one_line_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except (typer.Exit, typer.Abort, click.exceptions.ClickException):
+        # typer exits and usage errors (typer >= 0.29 vendors click: its ClickException is a TyperException)
+        except (typer.Exit, typer.Abort, typer.exceptions.TyperException):
             raise
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
