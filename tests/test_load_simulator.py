@@ -187,6 +187,33 @@ def test_non_affine_decode_cost_uses_exact_per_sequence_costs() -> None:
     assert s.e2e_s.p50 - s.ttft_s.p50 == pytest.approx(hand_decode, rel=1e-12)
 
 
+def test_a_long_decode_run_is_summed_exactly() -> None:
+    # One request, prompt 1000, 2001 outputs: 2000 decode steps, taken as runs (recommender.load.scheduler,
+    # fast_forward) instead of one by one. PLAIN's decode step at context 1000 + k: 5 ms + 20 us + (1000 + k) x 0.5 us.
+    hand_decode = sum(plain_step(1, 1000 + k) for k in range(1, 2001))
+    s = simulate(PoolSpec(cost=PLAIN, limits=ToyLimits()), Replay(rows=one_request(1000, 2001)), sample_interval_s=100.0)
+    assert s.steps == 2001
+    assert s.e2e_s.p50 - s.ttft_s.p50 == pytest.approx(hand_decode, rel=1e-12)
+
+
+@pytest.mark.parametrize("cost", [PLAIN, RooflineStepCost()], ids=["linear", "roofline"])
+def test_decode_runs_match_stepping_one_by_one(cost: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same seeded workload with runs taken at once and with every step taken alone: the same schedule
+    # (steps, preemptions, samples) and times within float rounding
+    from recommender.load import scheduler
+
+    pool = PoolSpec(cost=cost, limits=ToyLimits(max_num_seqs=16, max_num_batched_tokens=2048), replicas=2)
+    load = Traffic(rate_per_s=1.0, prompt=LogNormalLength(600, 0.5, 16, 4000), output=LogNormalLength(300, 0.8, 1, 3000))
+    fast = simulate(pool, load, n_requests=400, seed=3)
+    monkeypatch.setattr(scheduler, "MIN_RUN_STEPS", 1 << 60)
+    slow = simulate(pool, load, n_requests=400, seed=3)
+    assert fast.steps == slow.steps and fast.preempted == slow.preempted
+    assert fast.timeseries.running == slow.timeseries.running and fast.timeseries.queue_len == slow.timeseries.queue_len
+    for a, b in ((fast.ttft_s, slow.ttft_s), (fast.e2e_s, slow.e2e_s), (fast.tpot_s, slow.tpot_s)):
+        assert a.p50 == pytest.approx(b.p50, rel=1e-9) and a.p99 == pytest.approx(b.p99, rel=1e-9)
+    assert fast.timeseries.kv_usage == pytest.approx(slow.timeseries.kv_usage, rel=1e-12)
+
+
 def test_disaggregated_one_request() -> None:
     # prefill pool: one 7 ms step; transfer 100 tokens * 1 ms; decode pool: first step computes the
     # last prompt token after 99 remote ones (5 ms + 20 us + 99 * 0.5 us), then decodes at 101..110.

@@ -160,6 +160,26 @@ def test_the_realistic_step_is_never_faster_than_the_floor(dep: Deployment, batc
     assert floor["memory_s"] == pytest.approx(floor["bytes_per_gpu"] / dep.gpu.hbm_bandwidth_bytes_per_s, rel=1e-12)
 
 
+@SETTINGS
+@given(deployments(), batches, contexts, st.integers(min_value=2, max_value=4096))
+def test_a_run_of_decode_steps_is_non_decreasing_and_convex(dep: Deployment, batch: int, context: int, run: int) -> None:
+    # the StepCost contract the simulator's decode fast-forward rests on (recommender.load.scheduler): with the
+    # tokens fixed, the step time along a run of decode steps (every context one token longer per step) is
+    # non-decreasing and convex, so a run's time is summed exactly from a few step times
+    cost = StepCostModel.build(dep)
+    kv0, fl0 = cost.decode_seq_cost(context)
+    kv1, fl1 = cost.decode_seq_cost(context + 1)
+    dkv, dfl = batch * (kv1 - kv0), batch * (fl1 - fl0)
+
+    def f(i: int) -> float:
+        return cost.step_s(batch, batch * kv0 + dkv * i, batch * fl0 + dfl * i)
+
+    a, m, b = f(0), f(run // 2), f(run)
+    assert a <= m * (1 + 1e-12) and m <= b * (1 + 1e-12)
+    chord = a + (b - a) * (run // 2) / run
+    assert m <= chord * (1 + 1e-12)
+
+
 # =========================================================================== rooflines
 loads = st.one_of(
     st.builds(lambda b, c: Load("context", b, c), batches, contexts),

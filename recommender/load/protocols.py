@@ -38,7 +38,9 @@ class StepCost(Protocol):
         ...
 
     def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float) -> float:
-        """Wall time (s) of one iteration computing ``new_tokens`` tokens."""
+        """Wall time (s) of one iteration computing ``new_tokens`` tokens. For fixed ``new_tokens``,
+        non-decreasing and convex along any ray on which both byte and FLOP counts grow (the simulator
+        sums runs of decode-only steps by that; docs/ARCHITECTURE.md, "Step cost contract")."""
         ...
 
     def decode_seq_cost(self, context_tokens: int) -> tuple[float, float]:
