@@ -33,6 +33,10 @@ class StepIterate(NamedTuple):  # NamedTuples here: built ~20 times per solve; a
     m: float
     E_delta: float
     x_new: float
+    # a whole prompt in a step shared with other prompts (arrays evaluations only): per point the slope part
+    # of its affine step time (``w . basis``; nan where the prompt takes several chunks), and the intercept
+    marginal: np.ndarray | None = None
+    intercept_s: float = 0.0
 
 
 def _chunk_bases(inp: PoolInputs, C: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -158,7 +162,8 @@ class StepModel:
             # one step each: the mean is linear in the basis means and the grid errors
             E_own = max(t_d0, const + float(w @ inp.E_basis) + float(err @ inp.grid_weights))
             return self.iterate(x, b, t_d0, C, E_own, 1.0, None, 1.0)
-        affine = const + w @ inp.basis
+        slope_part = w @ inp.basis
+        affine = const + slope_part
         single = self.one_step_times(sel, err, affine)
         n: np.ndarray | float
         if long_prompts:
@@ -171,7 +176,8 @@ class StepModel:
             n = 1.0
             own = np.maximum(t_d0, single if single is not None else affine)
             E_n = 1.0
-        return self.iterate(x, b, t_d0, C, _mean(own), E_n, own, n)
+        marginal = np.where(inp.Pc <= C, slope_part, np.nan)
+        return self.iterate(x, b, t_d0, C, _mean(own), E_n, own, n)._replace(marginal=marginal, intercept_s=const)
 
     def iterate(self, x: float, b: float, t_d0: float, C: float, E_own: float, E_n: float, own: np.ndarray | None,
                 n: np.ndarray | float) -> StepIterate:
