@@ -113,6 +113,61 @@ def test_bounds_never_exceed_the_evaluations_of_the_default_search(example: str,
     assert checked > 100
 
 
+# Offline jobs whose cost bound rests on the busy-time bound alone (no latency SLO): decode-heavy on a 70B
+# model (long outputs: the KV read per decode token dominates) and prefill-heavy with one output token.
+DECODE_HEAVY_JOB = """
+name: decode-heavy
+model: llama-3.1-70b
+traffic: {offline: {requests: 1M, deadline: 10h}}
+prompt_tokens: {dist: lognormal, mean: 300, std: 100, min: 16, max: 2000}
+output_tokens: {dist: lognormal, mean: 1500, std: 500, min: 100, max: 4000}
+"""
+PREFILL_HEAVY_JOB = """
+name: prefill-heavy
+model: gpt-oss-20b
+traffic: {offline: {requests: 20M, deadline: 10h}}
+prompt_tokens: {dist: lognormal, mean: 6000, std: 2000, min: 500, max: 16000}
+output_tokens: {dist: constant, value: 2}
+shared_prefix_fraction: 0.3
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["batch-summarization", "code-completion", "chat", DECODE_HEAVY_JOB, PREFILL_HEAVY_JOB],
+                         ids=["batch-summarization", "code-completion", "chat", "decode-heavy-job", "prefill-heavy-job"])
+def test_bounds_never_exceed_random_evaluations_of_the_full_space(source: str, tmp_path) -> None:
+    # the search evaluates what its bounds rank first; here 150 combos drawn uniformly from the whole default
+    # space (every GPU, dtype, TP, P/D pair and engine limits) must lie above their bounds as well
+    import random
+    from pathlib import Path
+
+    from recommender.search.evaluate import evaluate
+    from recommender.search.shapes import _combos, shapes, usd_per_hour_to_objective
+    from recommender.workload import load_workload
+
+    if "\n" in source:
+        path = tmp_path / "job.yaml"
+        path.write_text(source)
+    else:
+        path = Path(__file__).resolve().parents[1] / "examples" / f"{source}.yaml"
+    ctx = build_context(load_workload(path), load_search_policy(), engine_profile("vllm"), default_catalog())
+    ch = space_choices(ctx)
+    bounds, k = Bounds(ctx, ch.max_num_seqs, ch.budgets), usd_per_hour_to_objective(ctx)
+    candidates = [s for s in shapes(ctx, ch) if bounds.of(s) is not None]
+    rng = random.Random(1)
+    checked = 0
+    for _ in range(150):
+        c = rng.choice(_combos(ch, rng.choice(candidates)))
+        b = bounds.of(c)
+        ev = evaluate(ctx, c)
+        if b is None or not ev.feasible:
+            continue
+        assert b.usd_per_hour * k <= ev.objectives[0] * (1 + 1e-9), c.key
+        assert all(lb <= lat * (1 + 1e-9) for lb, lat in zip(b.latencies_s, ev.objectives[1:])), c.key
+        checked += 1
+    assert checked > 50
+
+
 def test_rank_one_and_front_equal_exhaustive_on_a_tiny_full_space(tiny_truth):
     ctx = _ctx(CHAT, TINY)
     res = shape_search(ctx, space_choices(ctx), max_evaluations=10_000)
