@@ -57,6 +57,9 @@ from recommender.sizing import Candidate, Sizer
 # 1.06x the busy-time bound (code-completion, h100-sxm TP1 fp8, 64 sequences, 8k budget). The throughput
 # bound is loosened by this factor so that it stays a bound.
 BUSY_SLACK = 0.9
+# The load model times a prompt's chunks by an affine expansion around a full chunk (a tangent of the convex
+# step time), which can sit a little under the exact sum of its steps.
+TTFT_SLACK = 0.95
 ShapeKey = tuple[str, int, str, str]  # (gpu, tp, weight dtype, kv dtype)
 _QUANTILE = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
@@ -96,6 +99,10 @@ class Bounds:
         self._dec_cache: dict[tuple[Any, ...], tuple[float, float, int] | None] = {}
         self._generous: dict[tuple[Any, ...], StepCostModel | None] = {}
         self._ttft_cache: dict[tuple[Any, ...], dict[str, float]] = {}
+        # keyed by id(cost model); the value holds the model too, so the id is not reused while cached
+        self._tpot_lam: dict[int, tuple[StepCostModel, float]] = {}
+        self._per_request_cache: dict[tuple[int, bool, bool], tuple[StepCostModel, tuple[float, float, float]]] = {}
+        self._rentals: dict[tuple[str, int, int], float | None] = {}  # (gpu, tp, replicas; 0: rentable at all)
 
     # -- pieces -------------------------------------------------------------------------------------
 
@@ -118,10 +125,20 @@ class Bounds:
         if busy_s > 0:  # the load model's prefill lane fits a prompt's cost on a grid: up to ~7% below it
             lam = min(lam, 1.0 / (BUSY_SLACK * busy_s))
         if decodes and inp.E_O > 1.0 and self._tpot_limit_s is not None:
-            b_max = self._largest_batch_within(cost, int(inp.mean_ctx), self._tpot_limit_s)
-            if b_max >= 1:
-                lam = min(lam, b_max / cost.decode_step_s(b_max, int(inp.mean_ctx)) / (inp.E_O - 1.0))
+            lam = min(lam, self._tpot_capped_lam(cost))
         return lam
+
+    def _tpot_capped_lam(self, cost: StepCostModel) -> float:
+        """``b_max / decode_step_s(b_max) / (E[O] - 1)`` for the TPOT limit (inf when no batch meets it:
+        the latency bound prunes those); cached per cost model (the limits do not change it)."""
+        key = id(cost)
+        if key not in self._tpot_lam:
+            inp = self._both
+            assert self._tpot_limit_s is not None
+            b_max = self._largest_batch_within(cost, int(inp.mean_ctx), self._tpot_limit_s)
+            self._tpot_lam[key] = (cost, b_max / cost.decode_step_s(b_max, int(inp.mean_ctx)) / (inp.E_O - 1.0)
+                                   if b_max >= 1 else math.inf)
+        return self._tpot_lam[key][1]
 
     @staticmethod
     def _largest_batch_within(cost: StepCostModel, ctx: int, limit_s: float, cap: int = 1 << 16) -> int:
@@ -148,27 +165,37 @@ class Bounds:
         per decode token. So ``busy >= max(S W / hbm, (T + S m_half) lf / flops) + max(KV / (tp hbm), FL /
         flops) + T x allreduce per token + S x (fixed all-reduce latency + step overhead)``, plus the
         prefill-step overhead on ``Pc / budget`` steps."""
-        inp = self._both
-        P, Pc, O = inp.P, inp.Pc, inp.O
-        lf, fpp, flops_s = cost.linear_flops_per_token, cost.attn_flops_per_pair_full, cost.group_flops_per_s
-        attn_fl = np.zeros_like(P)
-        kv = np.zeros_like(P)
-        prompt_tokens = decode_tokens = 0.0
-        if prefills:
-            attn_fl = attn_fl + fpp * (Pc * (P - Pc) + Pc * (Pc + 1) / 2.0)
-            prompt_tokens = float(np.mean(Pc))
-        if decodes:
-            kv_p, fl_p = self._decode_cost_at(cost, P)
-            attn_fl = attn_fl + (O - 1.0) * fl_p
-            kv = kv + (O - 1.0) * kv_p
-            decode_tokens = max(inp.E_O - 1.0, 0.0)
+        prompt_tokens, decode_tokens, attention_s = self._per_request(cost, prefills, decodes)
+        lf, flops_s = cost.linear_flops_per_token, cost.group_flops_per_s
         tokens = prompt_tokens + decode_tokens
         steps = max(decode_tokens / max(seqs, 1), tokens / max(budget, 1))
         gemm_s = max(steps * self._weights_s(cost), (tokens + steps * cost.gemm_m_half_tokens) * lf / flops_s)
-        attention_s = max(float(kv.mean()) / (cost.tp * cost.hbm_bytes_per_s), float(attn_fl.mean()) / flops_s)
         ar0 = cost.allreduce_s(0)
         fixed_s = steps * (ar0 + cost.overhead_s) + prompt_tokens / max(budget, 1) * cost.prefill_step_overhead_s
         return gemm_s + attention_s + tokens * (cost.allreduce_s(1) - ar0) + fixed_s
+
+    def _per_request(self, cost: StepCostModel, prefills: bool, decodes: bool) -> tuple[float, float, float]:
+        """(prompt tokens, decode tokens, attention seconds) one request computes on average (see
+        :meth:`_busy_s_per_request`); cached per cost model."""
+        key = (id(cost), prefills, decodes)
+        if key not in self._per_request_cache:
+            inp = self._both
+            P, Pc, O = inp.P, inp.Pc, inp.O
+            fpp, flops_s = cost.attn_flops_per_pair_full, cost.group_flops_per_s
+            attn_fl = np.zeros_like(P)
+            kv = np.zeros_like(P)
+            prompt_tokens = decode_tokens = 0.0
+            if prefills:
+                attn_fl = attn_fl + fpp * (Pc * (P - Pc) + Pc * (Pc + 1) / 2.0)
+                prompt_tokens = float(np.mean(Pc))
+            if decodes:
+                kv_p, fl_p = self._decode_cost_at(cost, P)
+                attn_fl = attn_fl + (O - 1.0) * fl_p
+                kv = kv + (O - 1.0) * kv_p
+                decode_tokens = max(inp.E_O - 1.0, 0.0)
+            attention_s = max(float(kv.mean()) / (cost.tp * cost.hbm_bytes_per_s), float(attn_fl.mean()) / flops_s)
+            self._per_request_cache[key] = (cost, (prompt_tokens, decode_tokens, attention_s))
+        return self._per_request_cache[key][1]
 
     @staticmethod
     def _decode_cost_at(cost: StepCostModel, context: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -188,10 +215,21 @@ class Bounds:
         return max(self._weights_s(cost), one)
 
     def _ttft(self, cost: StepCostModel, chunk: int, extra_s_per_prompt_token: float) -> dict[str, float]:
-        pc = self._pre.Pc
-        per_tok = cost.linear_flops_per_token / cost.group_flops_per_s
-        own = np.maximum(pc * per_tok, np.ceil(pc / max(chunk, 1)) * self._weights_s(cost))
-        own = own + self._pre.P * extra_s_per_prompt_token + cost.request_overhead_s
+        """TTFT bounds per percentile: a prompt's own prefill steps, at least ``n = ceil(Pc / chunk)``, each
+        no faster than with its chunk alone (``step_s`` grows with every argument): GEMMs ``max(n W / hbm,
+        (Pc + n m_half) lf / flops)``, attention FLOPs ``fpp (Pc h + Pc (Pc + 1) / 2) / flops``, all-reduces
+        ``Pc`` tokens and ``n`` latencies, ``n`` step and prefill-step overheads; plus the request overhead
+        and ``extra_s_per_prompt_token x P`` (the KV transfer of P/D)."""
+        pre = self._pre
+        pc, h = pre.Pc, pre.P - pre.Pc
+        flops_s = cost.group_flops_per_s
+        n = np.ceil(pc / max(chunk, 1))
+        gemm = np.maximum(n * self._weights_s(cost), (pc + n * cost.gemm_m_half_tokens) * cost.linear_flops_per_token / flops_s)
+        attention = cost.attn_flops_per_pair_full * (pc * h + pc * (pc + 1) / 2.0) / flops_s
+        ar0 = cost.allreduce_s(0)
+        steps = gemm + attention + pc * (cost.allreduce_s(1) - ar0)
+        fixed = n * (ar0 + cost.overhead_s + cost.prefill_step_overhead_s)
+        own = TTFT_SLACK * steps + fixed + pre.P * extra_s_per_prompt_token + cost.request_overhead_s
         s = np.sort(own)
         k = s.size - 1
         out = {"mean": float(own.mean())}
@@ -228,8 +266,11 @@ class Bounds:
 
     def rentable(self, gpu: str, tp: int) -> bool:
         """Some offer of ``gpu`` holds a TP group of ``tp`` (or the sizer prices per GPU, without offers)."""
-        offers = self.sizer.offers.get(gpu)
-        return not offers or cheapest_rental(offers, tp, 1) is not None
+        key = (gpu, tp, 0)
+        if key not in self._rentals:
+            offers = self.sizer.offers.get(gpu)
+            self._rentals[key] = 0.0 if not offers or cheapest_rental(offers, tp, 1) is not None else None
+        return self._rentals[key] is not None
 
     def rentable_shape(self, c: Candidate) -> bool:
         """Every pool of ``c`` can be rented (:meth:`rentable`)."""
@@ -258,9 +299,13 @@ class Bounds:
             return self.sizer.prices[gpu] * tp * self.target_req_s / lam_full
         # whole instances: the cheapest rental of r TP groups (the sizer rents R >= r the same way, and renting
         # more groups never costs less); per GPU when the sizer has no offers for the GPU
-        offers = self.sizer.offers.get(gpu)
-        rental = cheapest_rental(offers, tp, r) if offers else None
-        return rental.usd_per_hour if rental is not None else self.sizer.prices[gpu] * tp * r
+        key = (gpu, tp, r)
+        if key not in self._rentals:
+            offers = self.sizer.offers.get(gpu)
+            rental = cheapest_rental(offers, tp, r) if offers else None
+            self._rentals[key] = rental.usd_per_hour if rental is not None else None
+        usd = self._rentals[key]
+        return usd if usd is not None else self.sizer.prices[gpu] * tp * r
 
     def _eff_budget(self, b: int) -> int:
         return b if b > 0 else max(self.sizer.workload.max_model_len, 2048)

@@ -6,9 +6,10 @@ dtype, KV dtype), or for P/D a (prefill GPU, TP; decode GPU, TP; dtypes) pair. I
 ``recommender.sizing`` for each combo evaluated.
 
 Every shape and every combo has lower bounds on cost and on each latency objective
-(``recommender.search.bounds``). Entries are taken from three priority queues in turn (aggregated by
-cost bound, P/D by cost bound, all by latency bounds), so the cheapest plans of both kinds and the
-fast end of the Pareto front are found early; a
+(``recommender.search.bounds``). Entries are taken from priority queues in turn: aggregated by cost
+bound, P/D by cost bound, and one queue per direction of the Pareto front (weights over the objectives,
+Chebyshev distance from the ideal point in log space), so the cheapest plans of both kinds and every
+part of the front are found early; once rank 1 is proven the directions get most turns. A
 shape is expanded into its combos, a combo is evaluated, unless a plan already found is at least as
 cheap as its cost bound and at least as fast as each of its latency bounds (then no plan in it can
 enter the front). When both queues are empty the front and rank 1 are exact (for the space, given
@@ -50,25 +51,63 @@ class _Entry:
     is_shape: bool
 
 
+def _directions(n_objectives: int, divisions: int = 3) -> list[tuple[float, ...]]:
+    """Weight vectors of the simplex lattice with ``divisions`` steps over ``n_objectives`` objectives, except
+    pure cost (the cost queues go there): 9 for cost and two latencies, 19 for three."""
+    out: list[tuple[float, ...]] = []
+    for combo in itertools.product(range(divisions + 1), repeat=n_objectives):
+        if sum(combo) == divisions and combo[0] != divisions:
+            out.append(tuple(c / divisions for c in combo))
+    return out
+
+
+#: extra log-distance per combo of the same shape already ahead in a direction (see ``_Queues.push_combos``)
+DIVERSITY = 0.1
+
+
 class _Queues:
-    """Three heaps over the entries: aggregated by cost bound, P/D by cost bound, all by latency bounds;
-    an entry is taken once. ``pop`` cycles aggregated-cost, P/D-cost, aggregated-cost, latency, so the
-    cheapest plans of both kinds and the fast end of the front are all found early."""
+    """Heaps over the entries: aggregated by cost bound, P/D by cost bound, and one per direction of the
+    front; an entry is taken once. ``pop`` cycles aggregated-cost, P/D-cost, aggregated-cost, direction
+    (the next direction each time), so the cheapest plans of both kinds and every part of the front, from
+    cheap to fast, are found early. A direction ``w`` ranks entries by the augmented Chebyshev distance of
+    their bounds from the ideal point in log space, ``max_i w_i d_i + 0.01 sum_i d_i``, ``d_i = ln(b_i /
+    ideal_i)`` (the ideal: the smallest bound of each objective over the shapes)."""
 
-    _CYCLE = ("agg", "pd", "agg", "lat")
+    _CYCLE = ("agg", "pd", "agg", "dir")
+    #: once rank 1 is proven the cost heaps only refine the cheap end of the front: the directions get more turns
+    _CYCLE_PROVEN = ("agg", "dir", "pd", "dir", "dir", "dir")
 
-    def __init__(self, usd_to_objective: float) -> None:
-        self._heaps: dict[str, list[tuple[Any, ...]]] = {"agg": [], "pd": [], "lat": []}
+    def __init__(self, usd_to_objective: float, ideal: Sequence[float]) -> None:
+        self.k = usd_to_objective
+        self._ideal = [math.log(max(v, 1e-300)) for v in ideal]
+        self._dirs = _directions(len(ideal)) if len(ideal) > 1 else []
+        self._heaps: dict[str, list[tuple[Any, ...]]] = {"agg": [], "pd": []}
+        for j in range(len(self._dirs)):
+            self._heaps[f"dir{j}"] = []
         self._taken: set[int] = set()
         self._n = itertools.count()
         self._turn = 0
-        self.k = usd_to_objective
+        self._dir_turn = 0
+        self.proven = False
 
     def push(self, e: _Entry) -> None:
-        i = next(self._n)
-        obj = self.objectives(e.bound)
-        heapq.heappush(self._heaps["pd" if e.candidate.disaggregated else "agg"], (obj, i, e))
-        heapq.heappush(self._heaps["lat"], (obj[1:], obj[0], i, e))
+        self.push_combos([e])
+
+    def push_combos(self, entries: Sequence[_Entry]) -> None:
+        """Push entries (a shape, or the combos of one shape). In each direction the ``r``-th best of them
+        waits ``DIVERSITY x r`` longer: the combos of one shape mostly share its bounds, and a direction
+        that took them all in a row would explore one shape per few dozen evaluations."""
+        keyed = []
+        for e in entries:
+            i = next(self._n)
+            obj = self.objectives(e.bound)
+            heapq.heappush(self._heaps["pd" if e.candidate.disaggregated else "agg"], (obj, i, e))
+            d = [math.log(max(v, 1e-300)) - z for v, z in zip(obj, self._ideal)]
+            keyed.append((i, e, d, 0.01 * sum(d)))
+        for j, w in enumerate(self._dirs):
+            ranked = sorted((max(wi * di for wi, di in zip(w, d)) + tail, i, e) for i, e, d, tail in keyed)
+            for r, (key, i, e) in enumerate(ranked):
+                heapq.heappush(self._heaps[f"dir{j}"], (key + DIVERSITY * r, i, e))
 
     def objectives(self, b: Bound) -> tuple[float, ...]:
         return (b.usd_per_hour * self.k, *b.latencies_s)
@@ -84,10 +123,20 @@ class _Queues:
                 out = min(out, heap[0][0][0])
         return out
 
+    def _next_heap(self) -> list[tuple[Any, ...]]:
+        cycle = self._CYCLE_PROVEN if self.proven else self._CYCLE
+        name = cycle[self._turn % len(cycle)]
+        self._turn += 1
+        if name == "dir":
+            if not self._dirs:
+                return []
+            name = f"dir{self._dir_turn % len(self._dirs)}"
+            self._dir_turn += 1
+        return self._heaps[name]
+
     def pop(self) -> _Entry | None:
-        for _ in range(len(self._CYCLE)):
-            heap = self._heaps[self._CYCLE[self._turn % len(self._CYCLE)]]
-            self._turn += 1
+        for _ in range(len(self._CYCLE_PROVEN) + len(self._dirs)):
+            heap = self._next_heap()
             while heap:
                 item = heapq.heappop(heap)
                 i, e = int(item[-2]), item[-1]
@@ -95,6 +144,12 @@ class _Queues:
                 if i not in self._taken:
                     self._taken.add(i)
                     return e
+        for heap in self._heaps.values():  # every direction came up empty this cycle: drain what is left
+            while heap:
+                item = heapq.heappop(heap)
+                if int(item[-2]) not in self._taken:
+                    self._taken.add(int(item[-2]))
+                    return item[-1]  # type: ignore[no-any-return]
         return None
 
 
@@ -157,19 +212,23 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
     budget would only refine the expensive or slow end of the front)."""
     t0 = time.perf_counter()
     bounds = Bounds(ctx, ch.max_num_seqs, ch.budgets)
-    q = _Queues(usd_per_hour_to_objective(ctx))
+    k = usd_per_hour_to_objective(ctx)
     limits = [s.limit_s for s in ctx.workload.slos]
-    n_shapes = 0
+    first_entries: list[_Entry] = []
     unrentable: list[Candidate] = []
     for j, s in enumerate(shapes(ctx, ch)):
         if j % shard[1] != shard[0]:
             continue
         b = bounds.of(s)  # seqs = budget = 0: a bound for every combo of the shape
         if b is not None:
-            q.push(_Entry(s, b, True))
-            n_shapes += 1
+            first_entries.append(_Entry(s, b, True))
         elif not bounds.rentable_shape(s):
             unrentable.append(s)
+    n_shapes = len(first_entries)
+    points = [(e.bound.usd_per_hour * k, *e.bound.latencies_s) for e in first_entries]
+    q = _Queues(k, [min(col) for col in zip(*points)] if points else [1.0])
+    for entry in first_entries:
+        q.push(entry)
     front: list[tuple[float, ...]] = []
     best = math.inf
     done: list[Evaluation] = []
@@ -199,6 +258,7 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
             break
         if not proven_after and q.cheapest_bound() >= best:
             proven_after = len(done)
+            q.proven = True
         if proven_after and min_evaluations is not None and len(done) >= min_evaluations:
             break
         e = q.pop()
@@ -213,10 +273,7 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
             slo_pruned.append(e)
             continue
         if e.is_shape:
-            for c in _combos(ch, e.candidate):
-                b = bounds.of(c)
-                if b is not None:
-                    q.push(_Entry(c, b, False))
+            q.push_combos([_Entry(c, b, False) for c in _combos(ch, e.candidate) if (b := bounds.of(c)) is not None])
         else:
             run(e.candidate, e.bound.replicas)
     if not done and unrentable:  # nothing else to evaluate: the largest TP groups say why (no offer holds them)
