@@ -183,12 +183,16 @@ def _finite_or_inf(v: float) -> float:
 
 
 def min_replicas(ok: Callable[[int], bool], lower: int, cap: int) -> int | None:
-    """Fewest R in [lower, cap] with ok(R), assuming ok is monotone in R; None if even cap fails."""
+    """Fewest R in [lower, cap] with ok(R), assuming ok is monotone in R; None if even cap fails. ``lower`` is
+    usually the answer or one short of it (a bound), so ``lower + 1`` is tried before the cap."""
     lower = max(1, min(lower, cap))
     if ok(lower):
         return lower
-    if lower >= cap or not ok(cap):  # monotone: failing at the cap fails everywhere (one call, not a doubling)
+    if lower < cap and ok(lower + 1):
+        return lower + 1
+    if lower + 1 >= cap or not ok(cap):  # monotone: failing at the cap fails everywhere (one call, not a doubling)
         return None
+    lower += 1
     lo, hi = lower, lower
     while True:
         hi = min(cap, hi * 2)

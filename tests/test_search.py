@@ -252,3 +252,22 @@ def test_max_num_seqs_above_what_the_kv_cache_holds_is_refused_except_at_the_gri
     ok = evaluate(ctx, dc.replace(base, max_num_seqs=floor))
     assert "is above" not in ok.reason
 
+
+
+def test_min_replicas_is_the_fewest_that_pass_and_asks_twice_when_the_bound_is_one_short() -> None:
+    # against a linear scan, for every monotone threshold predicate on small ranges
+    from recommender.sizing import min_replicas
+
+    for cap in range(1, 25):
+        for lower in range(0, 28):
+            for threshold in [*range(0, 27), 10**9]:
+                calls: list[int] = []
+
+                def ok(r: int, calls: list[int] = calls, threshold: int = threshold) -> bool:
+                    calls.append(r)
+                    return r >= threshold
+
+                want = next((r for r in range(max(1, min(lower, cap)), cap + 1) if r >= threshold), None)
+                assert min_replicas(ok, lower, cap) == want, (cap, lower, threshold)
+                if want is not None and lower >= 1 and want == lower + 1:
+                    assert calls == [lower, lower + 1]  # the bound is usually the answer or one short of it
