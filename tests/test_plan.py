@@ -241,3 +241,26 @@ def test_a_pd_row_across_gpu_types_names_each_pools_gpu() -> None:
     doc["plans"][0].pop("gpu", None)
     table = render_table(load_plan(doc), width=80)
     assert "P h100-sxm 2xTP2 + D h200 1xTP4" in table
+
+
+def test_an_offline_plan_says_when_its_job_ends_and_what_it_costs() -> None:
+    # examples/batch-summarization.yaml: 10M requests, deadline 10 h = 36,000 s. The job runs flat out, so it
+    # ends at load_utilisation (rate / capacity) x deadline and pays $/h for that long.
+    from recommender.render.plan import render_csv
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "plans" / "batch-summarization.plan.json"
+    doc = json.loads(path.read_text())
+    assert doc["workload"]["deadline_s"] == 36_000.0
+    for row in doc["plans"]:
+        finish = min(row["load_utilisation"], 1.0) * 36_000.0
+        assert row["job"]["finish_s"] == pytest.approx(finish, rel=1e-12)
+        assert row["job"]["margin_s"] == pytest.approx(36_000.0 - finish, rel=1e-12)
+        assert row["job"]["usd"] == pytest.approx(row["usd_per_hour"] * finish / 3600.0, rel=1e-12)
+    plan = load_plan(path)  # the job figures are derived: read back, the plan is the same
+    assert load_plan(dump_plan(plan)) == plan
+    assert json.loads(dump_plan(plan))["plans"][0]["job"] == doc["plans"][0]["job"]
+    lines = render_csv(plan).splitlines()
+    header, first = lines[0].split(","), lines[1].split(",")
+    assert float(first[header.index("job_usd")]) == pytest.approx(doc["plans"][0]["job"]["usd"], rel=1e-9)
+    online = json.loads((path.parent / "chat.plan.json").read_text())
+    assert all("job" not in row for row in online["plans"])

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from recommender.plan.types import Plan, Pool
+from recommender.plan.types import Plan, PlanRow, Pool, WorkloadEcho
 
 
 def pools_usd_per_hour(pools: tuple[Pool, ...]) -> float | None:
@@ -82,3 +82,22 @@ def with_replicas(plan: Plan, new: tuple[int, ...], note: str) -> Plan:
     if wl.arrival_rate_per_s is not None:
         wl = dataclasses.replace(wl, arrival_rate_per_s=round(wl.arrival_rate_per_s * scale, 6))
     return dataclasses.replace(plan, rows=(out,), workload=wl, evaluations=())
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """An offline job on one plan row: it runs flat out, ``finish_s = min(load_utilisation, 1) x deadline_s``
+    (``load_utilisation`` = rate / capacity), and pays ``usd = usd_per_hour x finish_s / 3600``."""
+
+    finish_s: float
+    margin_s: float
+    usd: float
+
+
+def job_of(row: PlanRow, workload: WorkloadEcho) -> Job | None:
+    """The job figures of ``row`` for an offline workload (None for online traffic)."""
+    if not (workload.offline_requests and workload.deadline_s):
+        return None
+    util = row.load_utilisation if row.load_utilisation is not None else 1.0
+    finish = min(util, 1.0) * workload.deadline_s
+    return Job(finish_s=finish, margin_s=workload.deadline_s - finish, usd=(row.usd_per_hour or 0.0) * finish / 3600.0)

@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from recommender.bounded import load_json_text, read_file_text
 from recommender.errors import ConfigError
 from recommender.dtypes import KV_DTYPES, WEIGHT_DTYPES
-from recommender.plan.types import Plan, PlanRow, Pool
+from recommender.plan.cost import job_of
+from recommender.plan.types import Plan, PlanRow, Pool, WorkloadEcho
 from recommender.yamlfile import validation_message
 
 PLAN_VERSION = 2
@@ -33,7 +34,7 @@ READABLE_VERSIONS = (1, 2)
 #: row keys written for scripts, derived from the pools (ignored when reading)
 SUMMARY_KEYS = ("gpu", "gpus_total", "tp", "replicas", "weight_dtype", "kv_dtype", "max_num_seqs",
                 "max_num_batched_tokens", "chunked_prefill", "enable_prefix_caching", "cuda_graphs",
-                "gpu_memory_utilization", "disaggregated", "providers", "instances")
+                "gpu_memory_utilization", "disaggregated", "providers", "instances", "job")
 #: version-1 pool keys of the rented offer (flat), nested under ``rental`` in version 2
 _V1_RENTAL = ("provider", "instances", "gpus_per_instance", "usd_per_instance_hour", "usd_per_hour", "offer")
 _HINT = "regenerate it with `recommend --workload FILE --format json`"
@@ -61,14 +62,18 @@ def _clean(x: Any) -> Any:
     return x
 
 
-def _row_summary(row: PlanRow) -> dict[str, Any]:
+def _row_summary(row: PlanRow, workload: WorkloadEcho) -> dict[str, Any]:
     m, first = row.main_pool, row.pools[0]
-    return {"gpu": m.gpu, "gpus_total": row.gpus_total, "tp": m.tp, "replicas": m.replicas,
-            "weight_dtype": m.weight_dtype, "kv_dtype": m.kv_dtype, "max_num_seqs": m.max_num_seqs,
-            "max_num_batched_tokens": first.max_num_batched_tokens, "chunked_prefill": first.chunked_prefill,
-            "enable_prefix_caching": any(p.enable_prefix_caching for p in row.pools),
-            "cuda_graphs": all(p.cuda_graphs for p in row.pools), "gpu_memory_utilization": m.gpu_memory_utilization,
-            "disaggregated": row.disaggregated, "providers": list(row.providers), "instances": row.instances}
+    out = {"gpu": m.gpu, "gpus_total": row.gpus_total, "tp": m.tp, "replicas": m.replicas,
+           "weight_dtype": m.weight_dtype, "kv_dtype": m.kv_dtype, "max_num_seqs": m.max_num_seqs,
+           "max_num_batched_tokens": first.max_num_batched_tokens, "chunked_prefill": first.chunked_prefill,
+           "enable_prefix_caching": any(p.enable_prefix_caching for p in row.pools),
+           "cuda_graphs": all(p.cuda_graphs for p in row.pools), "gpu_memory_utilization": m.gpu_memory_utilization,
+           "disaggregated": row.disaggregated, "providers": list(row.providers), "instances": row.instances}
+    job = job_of(row, workload)
+    if job is not None:  # an offline job: when it ends and what it costs (recommender.plan.cost.job_of)
+        out["job"] = {"finish_s": job.finish_s, "margin_s": job.margin_s, "usd": job.usd}
+    return out
 
 
 def plan_document(plan: Plan) -> dict[str, Any]:
@@ -77,7 +82,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
     rows = []
     for row, d in zip(plan.rows, raw["rows"]):
         head = {"rank": d.pop("rank"), "id": d.pop("id")}
-        rows.append({**head, **_row_summary(row), **d})
+        rows.append({**head, **_row_summary(row, plan.workload), **d})
     known = {"version": PLAN_VERSION, "workload": raw["workload"], "slo": raw["slos"], "engine": raw["engine"],
              "profile": raw["profile"], "why": raw["why"], "search": raw["search"], "plans": rows}
     # plan-level fields added later (e.g. the re-planner's stamp) follow, when set

@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from recommender.plan import Plan, PlanRow, Pool, SearchMeta, dump_plan, plan_document
+from recommender.plan.cost import job_of
 from recommender.render.table import fit_table, wrap_text
 from recommender.units import fmt_seconds
 
@@ -141,18 +142,15 @@ def render_table(plan: Plan, *, width: int | None = None) -> str:
 def job_line(plan: Plan) -> str:
     """Offline job: rank 1's finish time (utilisation x deadline: it runs at capacity), margin and cost."""
     w = plan.workload
-    if not (w.offline_requests and w.deadline_s and plan.rows):
+    job = job_of(plan.rows[0], w) if plan.rows else None
+    if job is None or w.deadline_s is None:
         return ""
     r = plan.rows[0]
-    util = r.load_utilisation if r.load_utilisation is not None else 1.0
-    finish = min(util, 1.0) * w.deadline_s
     sim = (r.simulated or {}).get("job_finish_s")
-    usd_h = r.usd_per_hour or 0.0
-    usd = usd_h * finish / 3600.0
-    return (f"Job (rank 1): {w.offline_requests:,} requests finish in {fmt_seconds(finish)}"
+    return (f"Job (rank 1): {w.offline_requests:,} requests finish in {fmt_seconds(job.finish_s)}"
             + (f" (simulated {fmt_seconds(sim)})" if sim else "")
-            + f", deadline {fmt_seconds(w.deadline_s)}, margin {fmt_seconds(w.deadline_s - finish)}; "
-            f"job cost ${usd:,.0f} ({r.gpus_total} GPUs at ${usd_h:,.2f}/h while running).")
+            + f", deadline {fmt_seconds(w.deadline_s)}, margin {fmt_seconds(job.margin_s)}; "
+            f"job cost ${job.usd:,.0f} ({r.gpus_total} GPUs at ${r.usd_per_hour or 0.0:,.2f}/h while running).")
 
 
 def verified_line(plan: Plan) -> str:
@@ -191,7 +189,7 @@ CSV_COLUMNS = ["rank", "id", "gpu", "role", "tp", "replicas", "pool_gpus", "weig
                "max_num_batched_tokens", "chunked_prefill", "enable_prefix_caching", "gpu_memory_utilization",
                "usd_per_gpu_hour", "provider", "instances", "gpus_total", "ttft_s", "tpot_s", "e2e_s", "percentile", "output_tokens_per_s",
                "load_utilisation", "usd_per_hour", "usd_per_million_output_tokens", "usd_per_million_tokens", "pareto",
-               "binding", "quality_note"]
+               "binding", "quality_note", "job_finish_s", "job_usd"]
 
 
 def render_csv(plan: Plan) -> str:
@@ -201,6 +199,7 @@ def render_csv(plan: Plan) -> str:
     wr = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     wr.writeheader()
     for r in plan.rows:
+        job = job_of(r, plan.workload)  # offline jobs only: when it ends and what it costs
         for p in r.pools:
             wr.writerow({
                 "rank": r.rank, "id": r.id, "gpu": p.gpu, "role": p.role.value, "tp": p.tp, "replicas": p.replicas,
@@ -213,7 +212,7 @@ def render_csv(plan: Plan) -> str:
                 "output_tokens_per_s": r.output_tokens_per_s, "load_utilisation": r.load_utilisation,
                 "usd_per_hour": r.usd_per_hour, "usd_per_million_output_tokens": r.usd_per_million_output_tokens,
                 "usd_per_million_tokens": r.usd_per_million_tokens, "pareto": r.pareto, "binding": r.binding,
-                "quality_note": r.quality_note,
+                "quality_note": r.quality_note, "job_finish_s": job.finish_s if job else "", "job_usd": job.usd if job else "",
             })
     return buf.getvalue()
 
