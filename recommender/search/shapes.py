@@ -134,22 +134,26 @@ class _Queues:
             self._dir_turn += 1
         return self._heaps[name]
 
+    def _take(self, heap: list[tuple[Any, ...]]) -> _Entry | None:
+        """The best entry of ``heap`` not yet taken (None when it holds none)."""
+        while heap:
+            item = heapq.heappop(heap)
+            i, e = int(item[-2]), item[-1]
+            assert isinstance(e, _Entry)
+            if i not in self._taken:
+                self._taken.add(i)
+                return e
+        return None
+
     def pop(self) -> _Entry | None:
         for _ in range(len(self._CYCLE_PROVEN) + len(self._dirs)):
-            heap = self._next_heap()
-            while heap:
-                item = heapq.heappop(heap)
-                i, e = int(item[-2]), item[-1]
-                assert isinstance(e, _Entry)
-                if i not in self._taken:
-                    self._taken.add(i)
-                    return e
-        for heap in self._heaps.values():  # every direction came up empty this cycle: drain what is left
-            while heap:
-                item = heapq.heappop(heap)
-                if int(item[-2]) not in self._taken:
-                    self._taken.add(int(item[-2]))
-                    return item[-1]  # type: ignore[no-any-return]
+            e = self._take(self._next_heap())
+            if e is not None:
+                return e
+        for heap in self._heaps.values():  # every heap of a whole cycle came up empty: drain what is left
+            e = self._take(heap)
+            if e is not None:
+                return e
         return None
 
 
