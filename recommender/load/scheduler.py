@@ -209,17 +209,7 @@ class ReplicaScheduler:
                     raise RuntimeError("simulator made no progress (a request larger than the KV cache?)")
                 continue
             empty_steps = 0
-            dt = step_s(tokens, self.kv, self.fl)
-            running = len(self.running)
-            st.in_system_integral += (len(self.waiting) + running) * dt
-            st.running_integral += running * dt
-            st.busy_s += dt
-            self.now += dt
-            self.t += 1
-            st.steps += 1
-            heap = self.heap
-            if self.done or (heap and heap[0][0] <= self.t):
-                self.finish()
+            self.advance(step_s(tokens, self.kv, self.fl), 1)
         self.sample_until(self.now)
         st.interval_s = self.interval_s
         return st
@@ -291,7 +281,12 @@ class ReplicaScheduler:
         if steps < MIN_RUN_STEPS:
             return False
         self.free -= blocks
-        dt = _run_s(f, 0, steps)
+        self.advance(_run_s(f, 0, steps), steps)
+        return True
+
+    def advance(self, dt: float, steps: int) -> None:
+        """``steps`` steps that took ``dt`` seconds together ended: the time integrals (nobody joined or left
+        during them), the clock, and then ``finish``."""
         st = self.stats
         running = len(self.running)
         st.in_system_integral += (len(self.waiting) + running) * dt
@@ -299,10 +294,10 @@ class ReplicaScheduler:
         st.busy_s += dt
         st.steps += steps
         self.now += dt
-        self.t = t + steps
-        if heap and heap[0][0] <= self.t:
+        self.t += steps
+        heap = self.heap
+        if self.done or (heap and heap[0][0] <= self.t):
             self.finish()
-        return True
 
     def _blocks_allow(self, steps: int) -> tuple[int, int]:
         """(the most of the next ``steps`` decode steps whose new KV blocks fit the free ones, those blocks)."""
