@@ -33,8 +33,8 @@ class StepIterate(NamedTuple):  # NamedTuples here: built ~20 times per solve; a
     m: float
     E_delta: float
     x_new: float
-    # a whole prompt in a step shared with other prompts (arrays evaluations only): per point the slope part
-    # of its affine step time (``w . basis``; nan where the prompt takes several chunks), and the intercept
+    # a prompt in a step shared with other prompts (arrays evaluations only): per point the slope part of its
+    # affine step time (``w . basis``; meaningful where the prompt fits the ``C`` tokens), and the intercept
     marginal: np.ndarray | None = None
     intercept_s: float = 0.0
 
@@ -176,8 +176,7 @@ class StepModel:
             n = 1.0
             own = np.maximum(t_d0, single if single is not None else affine)
             E_n = 1.0
-        marginal = np.where(inp.Pc <= C, slope_part, np.nan)
-        return self.iterate(x, b, t_d0, C, _mean(own), E_n, own, n)._replace(marginal=marginal, intercept_s=const)
+        return self.iterate(x, b, t_d0, C, _mean(own), E_n, own, n)._replace(marginal=slope_part, intercept_s=const)
 
     def iterate(self, x: float, b: float, t_d0: float, C: float, E_own: float, E_n: float, own: np.ndarray | None,
                 n: np.ndarray | float) -> StepIterate:
