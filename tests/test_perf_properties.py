@@ -161,6 +161,17 @@ def test_the_realistic_step_is_never_faster_than_the_floor(dep: Deployment, batc
 
 
 @SETTINGS
+@given(deployments(), st.lists(contexts, min_size=1, max_size=20))
+def test_vectorised_decode_costs_are_the_scalar_ones(dep: Deployment, context_list: list[int]) -> None:
+    # the search's bounds read decode costs for whole arrays of prompt lengths: the same numbers, exactly
+    import numpy as np
+
+    cost = StepCostModel.build(dep)
+    kv, fl = cost.decode_seq_costs(np.asarray(context_list, dtype=float))
+    assert [(float(a), float(b)) for a, b in zip(kv, fl)] == [cost.decode_seq_cost(c) for c in context_list]
+
+
+@SETTINGS
 @given(deployments(), batches, contexts, st.integers(min_value=2, max_value=4096))
 def test_a_run_of_decode_steps_is_non_decreasing_and_convex(dep: Deployment, batch: int, context: int, run: int) -> None:
     # the StepCost contract the simulator's decode fast-forward rests on (recommender.load.scheduler): with the

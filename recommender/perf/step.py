@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from recommender.catalog import Gpu
 from recommender.errors import ConfigError
 from recommender.hf_config import ModelArch
@@ -197,6 +199,13 @@ class StepCostModel:
     def decode_seq_cost(self, context_tokens: int) -> tuple[float, float]:
         """(KV bytes read, attention FLOPs) one decoding sequence at ``context_tokens`` adds to a step."""
         slide = min(context_tokens, self.sliding_window) * self.num_sliding_layers
+        kv = context_tokens * self.kv_bytes_per_token_full + slide * self.kv_bytes_per_token_sliding_layer
+        fl = context_tokens * self.attn_flops_per_pair_full + slide * self.attn_flops_per_pair_sliding
+        return kv, fl
+
+    def decode_seq_costs(self, context_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`decode_seq_cost` at each of ``context_tokens`` (arrays; the same formula, vectorised)."""
+        slide = np.minimum(context_tokens, self.sliding_window) * self.num_sliding_layers
         kv = context_tokens * self.kv_bytes_per_token_full + slide * self.kv_bytes_per_token_sliding_layer
         fl = context_tokens * self.attn_flops_per_pair_full + slide * self.attn_flops_per_pair_sliding
         return kv, fl

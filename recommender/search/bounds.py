@@ -30,8 +30,9 @@ job pays ``usd_per_gpu_hour x tp x R x running`` with ``running = rate / (R x ca
 (per pool for P/D: each pool's capacity bounds the job's rate).
 
 Latency at percentile ``p`` (TTFT = queue + residual + own prefill + co-scheduled + fixed, all >= 0):
-``TTFT_p >= q_p(max(Pc x linear_flops_per_token / group_flops_per_s, ceil(Pc / C) x W / hbm)) + fixed``
-(each chunk step reads the weights ``W`` once); TPOT ``>=`` the shortest decode step, ``max(W / hbm,
+``TTFT_p >= q_p(own)`` with ``own`` the prompt's own ``n = ceil(Pc / C)`` chunk steps, each no faster than
+with its chunk alone: ``max(n W / hbm, (Pc + n m_half) lf / flops)`` GEMMs (each chunk step reads the
+weights ``W`` once), its attention FLOPs, all-reduces and ``n`` step overheads, plus fixed (``_ttft``); TPOT ``>=`` the shortest decode step, ``max(W / hbm,
 decode_step_s(1, 0.9 x mean_ctx))`` (every decode step reads the weights; the load model's step is at a mean
 batch of at least one; halved at p50, where the batch-noise factor may be below 1); E2E ``>=`` TTFT's bound (plus
 ``E[O - 1] x W / hbm`` for the mean). P/D: prefill's TTFT bound plus the KV transfer, decode's TPOT.
@@ -102,7 +103,8 @@ class Bounds:
         # keyed by id(cost model); the value holds the model too, so the id is not reused while cached
         self._tpot_lam: dict[int, tuple[StepCostModel, float]] = {}
         self._per_request_cache: dict[tuple[int, bool, bool], tuple[StepCostModel, tuple[float, float, float]]] = {}
-        self._rentals: dict[tuple[str, int, int], float | None] = {}  # (gpu, tp, replicas; 0: rentable at all)
+        self._rentals: dict[tuple[str, int, int], float | None] = {}  # (gpu, tp, replicas) -> USD/h of the rental
+        self._rentable: dict[tuple[str, int], bool] = {}
 
     # -- pieces -------------------------------------------------------------------------------------
 
@@ -181,15 +183,15 @@ class Bounds:
         if key not in self._per_request_cache:
             inp = self._both
             P, Pc, O = inp.P, inp.Pc, inp.O
-            fpp, flops_s = cost.attn_flops_per_pair_full, cost.group_flops_per_s
+            flops_s = cost.group_flops_per_s
             attn_fl = np.zeros_like(P)
             kv = np.zeros_like(P)
             prompt_tokens = decode_tokens = 0.0
             if prefills:
-                attn_fl = attn_fl + fpp * (Pc * (P - Pc) + Pc * (Pc + 1) / 2.0)
+                attn_fl = attn_fl + self._prompt_attention_flops(cost, Pc, P - Pc)
                 prompt_tokens = float(np.mean(Pc))
             if decodes:
-                kv_p, fl_p = self._decode_cost_at(cost, P)
+                kv_p, fl_p = cost.decode_seq_costs(P)
                 attn_fl = attn_fl + (O - 1.0) * fl_p
                 kv = kv + (O - 1.0) * kv_p
                 decode_tokens = max(inp.E_O - 1.0, 0.0)
@@ -198,12 +200,11 @@ class Bounds:
         return self._per_request_cache[key][1]
 
     @staticmethod
-    def _decode_cost_at(cost: StepCostModel, context: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(KV bytes, attention FLOPs) of one decode token at each ``context`` (``decode_seq_cost``, vectorised)."""
-        slide = np.minimum(context, cost.sliding_window) * cost.num_sliding_layers
-        kv = context * cost.kv_bytes_per_token_full + slide * cost.kv_bytes_per_token_sliding_layer
-        fl = context * cost.attn_flops_per_pair_full + slide * cost.attn_flops_per_pair_sliding
-        return kv, fl
+    def _prompt_attention_flops(cost: StepCostModel, pc: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+        """Full-attention FLOPs of prefilling ``pc`` tokens after ``prefix`` cached ones, in any chunking:
+        ``fpp x (pc x prefix + pc (pc + 1) / 2)`` token pairs (sliding-window layers left out: a bound)."""
+        pairs: np.ndarray = pc * prefix + pc * (pc + 1) / 2.0
+        return cost.attn_flops_per_pair_full * pairs
 
     def _weights_s(self, cost: StepCostModel) -> float:
         return cost.weight_bytes_read_per_gpu(1) / cost.hbm_bytes_per_s
@@ -225,7 +226,7 @@ class Bounds:
         flops_s = cost.group_flops_per_s
         n = np.ceil(pc / max(chunk, 1))
         gemm = np.maximum(n * self._weights_s(cost), (pc + n * cost.gemm_m_half_tokens) * cost.linear_flops_per_token / flops_s)
-        attention = cost.attn_flops_per_pair_full * (pc * h + pc * (pc + 1) / 2.0) / flops_s
+        attention = self._prompt_attention_flops(cost, pc, h) / flops_s
         ar0 = cost.allreduce_s(0)
         steps = gemm + attention + pc * (cost.allreduce_s(1) - ar0)
         fixed = n * (ar0 + cost.overhead_s + cost.prefill_step_overhead_s)
@@ -266,11 +267,11 @@ class Bounds:
 
     def rentable(self, gpu: str, tp: int) -> bool:
         """Some offer of ``gpu`` holds a TP group of ``tp`` (or the sizer prices per GPU, without offers)."""
-        key = (gpu, tp, 0)
-        if key not in self._rentals:
+        key = (gpu, tp)
+        if key not in self._rentable:
             offers = self.sizer.offers.get(gpu)
-            self._rentals[key] = 0.0 if not offers or cheapest_rental(offers, tp, 1) is not None else None
-        return self._rentals[key] is not None
+            self._rentable[key] = not offers or cheapest_rental(offers, tp, 1) is not None
+        return self._rentable[key]
 
     def rentable_shape(self, c: Candidate) -> bool:
         """Every pool of ``c`` can be rented (:meth:`rentable`)."""
