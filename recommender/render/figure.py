@@ -20,6 +20,7 @@ from recommender.units import fmt_seconds
 
 #: Trace names the browser test and readers rely on.
 PLANS_TRACE = "ranked plans"
+RANK1_TRACE = "rank 1"
 MAX_GREY_POINTS = 3000  # cheapest feasible configurations drawn per panel (SVG stays light)
 _LABEL_RADIUS_PX = 38
 _LABEL_DIRECTIONS = tuple((math.cos(math.radians(a)), -math.sin(math.radians(a))) for a in (45, -45, 135, -135, 90, -90, 0, 180))
@@ -90,6 +91,26 @@ def _label_offsets(xy: Sequence[tuple[float, float]], x_max: float, y_log_range:
     return out
 
 
+def dollar_ticks(lo_usd: float, hi_usd: float) -> list[float]:
+    """Tick values for a log cost axis: 1, 2 and 5 x 10^k inside [lo_usd, hi_usd] (every decade labelled and two
+    steps between; with under three such values in range, 1-9 x 10^k)."""
+    if not (math.isfinite(lo_usd) and math.isfinite(hi_usd)) or lo_usd <= 0 or hi_usd <= lo_usd:
+        return []
+    decades = range(math.floor(math.log10(lo_usd)), math.ceil(math.log10(hi_usd)) + 1)
+    for steps in ((1, 2, 5), tuple(range(1, 10))):
+        ticks = [round(m * 10.0 ** k, 12) for k in decades for m in steps if lo_usd <= m * 10.0 ** k <= hi_usd]
+        if len(ticks) >= 3:
+            return ticks
+    return ticks
+
+
+def fmt_usd_tick(usd: float) -> str:
+    """'$0.02', '$0.5', '$1', '$20', '$1,000': as few digits as the value needs."""
+    if usd >= 1:
+        return f"${usd:,.0f}"
+    return "$" + f"{usd:.6f}".rstrip("0").rstrip(".")
+
+
 def pareto_figure(plan: Plan, evaluations: Sequence[Evaluation] | None = None) -> Any:
     """The plotly Figure (one panel per metric of :func:`chart_metrics`)."""
     import plotly.graph_objects as go
@@ -123,10 +144,15 @@ def pareto_figure(plan: Plan, evaluations: Sequence[Evaluation] | None = None) -
             x=[r.latency(metric, pct) * 1e3 for r in rows],
             y=[(r.usd_per_million_tokens or math.inf) for r in rows],
             mode="markers", name=PLANS_TRACE, legendgroup="plans", showlegend=first,
-            marker={"color": "#1f6feb", "size": [16 if r.rank == 1 else 11 for r in rows],
-                    "symbol": ["star" if r.rank == 1 else "circle" for r in rows], "line": {"color": "white", "width": 1}},
+            marker={"color": "#1f6feb", "size": 11, "symbol": "circle", "line": {"color": "white", "width": 1}},
             hovertemplate="%{customdata}<extra></extra>",
             customdata=[_row_hover(r, f"#{r.rank} {r.label()}") for r in rows]), row=1, col=col)
+        best = [r for r in rows if r.rank == 1]  # drawn over its circle, in a legend entry of its own
+        fig.add_trace(go.Scatter(
+            x=[r.latency(metric, pct) * 1e3 for r in best], y=[(r.usd_per_million_tokens or math.inf) for r in best],
+            mode="markers", name=RANK1_TRACE, legendgroup="rank1", showlegend=first and bool(best),
+            marker={"color": "#0b3d91", "size": 17, "symbol": "star", "line": {"color": "white", "width": 1}},
+            hoverinfo="skip"), row=1, col=col)
         xs = [p[0] for p in pts] + [r.latency(metric, pct) * 1e3 for r in rows]
         hi = max(xs + ([limit * 1e3] if limit else []), default=1.0)
         fig.update_xaxes(title_text=f"{metric.upper()} {pct} (ms)", range=[0, hi * 1.08], row=1, col=col)
@@ -141,8 +167,9 @@ def pareto_figure(plan: Plan, evaluations: Sequence[Evaluation] | None = None) -
             fig.add_annotation(x=limit * 1e3, y=1, xref=f"x{axis}", yref=f"y{axis} domain",
                                text=f"SLO {fmt_seconds(limit)}", showarrow=False, xanchor="right", yanchor="top",
                                font={"color": "#d1242f"}, bgcolor="rgba(255,255,255,0.8)")
-    fig.update_yaxes(type="log", range=list(y_range))
-    fig.update_yaxes(title_text="USD per million tokens (log)", row=1, col=1)
+    tick_usd = dollar_ticks(10 ** y_range[0], 10 ** y_range[1])
+    fig.update_yaxes(type="log", range=list(y_range), tickvals=tick_usd, ticktext=[fmt_usd_tick(v) for v in tick_usd])
+    fig.update_yaxes(title_text="USD per million tokens (log scale)", row=1, col=1)
     w = plan.workload
     fig.update_layout(
         title={"text": f"{w.model} / {w.name}: cost against each SLO metric", "x": 0.01},
