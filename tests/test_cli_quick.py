@@ -159,3 +159,31 @@ def test_csv_has_one_row_per_pool() -> None:
         assert [r["role"] for r in mine] == [p["role"] for p in plan["pools"]]
         assert [r["gpu"] for r in mine] == [p["gpu"] for p in plan["pools"]]
         assert sum(int(r["pool_gpus"]) for r in mine) == plan["gpus_total"]
+
+
+def test_csv_booleans_are_lowercase_and_there_is_no_trailing_blank_line() -> None:
+    res = run("--model", "llama-3.1-8b", "--gpus", "h100", "--rate", "2", "--prompt-tokens", "1000",
+              "--output-tokens", "100", *FAST, "--format", "csv")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.endswith("\n") and not res.stdout.endswith("\n\n")
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    for col in ("chunked_prefill", "enable_prefix_caching", "pareto"):
+        assert {r[col] for r in rows} <= {"true", "false"}, col
+
+
+def test_version_prints_the_package_version() -> None:
+    from recommender import __version__
+
+    res = run("--version")
+    assert res.exit_code == 0 and res.stdout.strip() == f"recommend {__version__}"
+
+
+def test_a_comma_separated_slo_list_is_two_slos() -> None:
+    args = ["--model", "llama-3.1-8b", "--gpus", "h100", "--rate", "2", "--prompt-tokens", "1000",
+            "--output-tokens", "100", *FAST, "--format", "json"]
+    listed = json.loads(run(*args, "--slo", "ttft=500ms,tpot=30ms").stdout)
+    repeated = json.loads(run(*args, "--slo", "ttft=500ms", "--slo", "tpot=30ms").stdout)
+    assert listed["slo"] == repeated["slo"] and len(listed["slo"]) == 2

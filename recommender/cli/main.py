@@ -15,6 +15,14 @@ if TYPE_CHECKING:
     from recommender.plan import Plan
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from recommender import __version__
+
+        typer.echo(f"recommend {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback(invoke_without_command=True)
 @one_line_errors
 def main_job(
@@ -25,7 +33,7 @@ def main_job(
     rate: Optional[float] = typer.Option(None, "--rate", help="Arrival rate, requests/s."),
     prompt_tokens: Optional[str] = typer.Option(None, "--prompt-tokens", help="Prompt tokens per request (constant; 2000 or 2k)."),
     output_tokens: Optional[str] = typer.Option(None, "--output-tokens", help="Output tokens per request (constant)."),
-    slo: List[str] = typer.Option([], "--slo", help="SLO, repeatable: tpot=30ms, ttft=2s@p99, e2e=20s@p90. A unit is required (us, ms, s, min); percentile p50|p90|p95|p99|mean, default p90. Overrides the file's SLO for the same metric."),
+    slo: List[str] = typer.Option([], "--slo", help="SLO, repeatable or comma-separated: tpot=30ms, ttft=2s@p99, e2e=20s@p90, 'ttft=500ms,tpot=30ms'. A unit is required (us, ms, s, min); percentile p50|p90|p95|p99|mean, default p90. Overrides the file's SLO for the same metric."),
     top: int = typer.Option(5, "--top", help="Plans to show."),
     fmt: str = typer.Option("table", "--format", "-f", help="table|json|yaml|csv"),
     wide: bool = typer.Option(False, "--wide", help="Every table column, whatever the terminal width."),
@@ -45,6 +53,8 @@ def main_job(
     emit: Optional[str] = typer.Option(None, "--emit", help="Write the plan JSON and rank 1's deployment files (vllm cmd, k8s, helm) to DIR."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr (any command)."),
     debug: bool = typer.Option(False, "--debug", help="Show the Python traceback of an unexpected error (any command)."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print the version and exit."),
 ) -> None:
     """Plan LLM serving deployments. Without a subcommand: the ranked Pareto plan for --workload or the quick flags."""
     from recommender import progress
@@ -70,7 +80,7 @@ def main_job(
 
     check_main_options(fmt=fmt, formats=RENDERERS, top=top, workers=workers, storage=storage, trials=trials,
                        seed=seed, timeout=timeout, plot=plot, report=report, emit=emit)
-    slos = [Slo.parse(s) for s in slo]
+    slos = [Slo.parse(part) for s in slo for part in s.split(",") if part.strip()]  # tpot=30ms,ttft=2s
     base = load_workload(workload) if workload else None
     w = workload_from_flags(
         base, model=model, gpus=[g for g in (gpus or "").split(",") if g.strip()] or None, rate_per_s=rate,
@@ -88,7 +98,8 @@ def main_job(
     if fmt == "table":
         typer.echo(render_table(plan, width=None if wide else terminal_width()))
     else:
-        typer.echo(RENDERERS[fmt](plan))
+        text = RENDERERS[fmt](plan)
+        typer.echo(text, nl=not text.endswith("\n"))  # CSV ends in its own newline: no blank line after it
     if plot:
         from recommender.render.plot import write_plot
 

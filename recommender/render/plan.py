@@ -201,7 +201,7 @@ def render_csv(plan: Plan) -> str:
     for r in plan.rows:
         job = job_of(r, plan.workload)  # offline jobs only: when it ends and what it costs
         for p in r.pools:
-            wr.writerow({
+            wr.writerow(_csv_cells({
                 "rank": r.rank, "id": r.id, "gpu": p.gpu, "role": p.role.value, "tp": p.tp, "replicas": p.replicas,
                 "pool_gpus": p.gpus, "weight_dtype": p.weight_dtype, "kv_dtype": p.kv_dtype, "max_num_seqs": p.max_num_seqs,
                 "max_num_batched_tokens": p.max_num_batched_tokens, "chunked_prefill": p.chunked_prefill,
@@ -213,8 +213,13 @@ def render_csv(plan: Plan) -> str:
                 "usd_per_hour": r.usd_per_hour, "usd_per_million_output_tokens": r.usd_per_million_output_tokens,
                 "usd_per_million_tokens": r.usd_per_million_tokens, "pareto": r.pareto, "binding": r.binding,
                 "quality_note": r.quality_note, "job_finish_s": job.finish_s if job else "", "job_usd": job.usd if job else "",
-            })
+            }))
     return buf.getvalue()
+
+
+def _csv_cells(row: dict[str, object]) -> dict[str, object]:
+    """Booleans as ``true``/``false`` (what CSV readers and spreadsheets parse), not Python's ``True``."""
+    return {k: ("true" if v else "false") if isinstance(v, bool) else v for k, v in row.items()}
 
 
 RENDERERS: dict[str, Callable[[Plan], str]] = {"table": render_table, "json": render_json, "yaml": render_yaml,
