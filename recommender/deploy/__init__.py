@@ -23,8 +23,9 @@ from recommender.errors import DeployError
 from recommender.plan import Plan, load_plan
 
 FORMATS = ("cmd", "k8s", "helm")
-#: formats only rendered when named (not part of 'all'): the re-planner CronJob (recommender.deploy.replan_job)
-EXTRA_FORMATS = ("replan-cronjob",)
+#: formats only rendered when named (not part of 'all'): the re-planner CronJob (recommender.deploy.replan_job),
+#: the vllm bench serve runs that check the deployment (recommender.deploy.bench)
+EXTRA_FORMATS = ("replan-cronjob", "bench")
 _RENDERERS = {"cmd": render_cmd, "k8s": render_k8s, "helm": render_helm}
 
 __all__ = [
@@ -45,9 +46,9 @@ def normalise_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
             elif part in FORMATS or part in EXTRA_FORMATS:
                 names.append(part)
             else:
-                raise DeployError(f"unknown deploy format {part!r}; use cmd, k8s, helm, all or replan-cronjob")
+                raise DeployError(f"unknown deploy format {part!r}; use cmd, k8s, helm, all, replan-cronjob or bench")
     if not names:
-        raise DeployError("no deploy format given; use cmd, k8s, helm, all or replan-cronjob")
+        raise DeployError("no deploy format given; use cmd, k8s, helm, all, replan-cronjob or bench")
     return tuple(f for f in FORMATS + EXTRA_FORMATS if f in names)
 
 
@@ -74,6 +75,10 @@ def render_deploy(plan: Plan | Mapping[str, Any], rank: int = 1, formats: str | 
             from recommender.plan import dump_plan
 
             files.update(render_replan_cronjob(spec, dump_plan(plan), replan))
+        elif fmt == "bench":
+            from recommender.deploy.bench import render_bench
+
+            files.update(render_bench(spec, plan))
         else:
             files.update(_RENDERERS[fmt](spec))
     return files
