@@ -144,7 +144,9 @@ def render_report(plan: Plan, *, profile: EngineProfile | None = None) -> str:
     ranked = _table(table_headers(plan), plan_table_rows(plan), "ranked")
     m = plan.search
     foot = (f"{m.trials} trials, {m.evaluations} configurations evaluated in {m.seconds} s "
-            f"(seed {m.seed}); replicas sized for +{m.headroom:.0%} headroom.")
+            f"(seed {m.seed}); replicas sized for +{m.headroom:.0%} headroom. Check a plan on your cluster: "
+            f"recommend deploy PLAN.json --rank N --format bench writes the vllm bench serve runs and the "
+            f"recommend calibrate command that feeds the results back.")
     details = "".join(_plan_details(plan, r, profile) for r in plan.rows)
     title = f"{plan.workload.model} / {plan.workload.name}: deployment plan"
     return (
