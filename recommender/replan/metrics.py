@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from recommender.atomic import atomic_write_text
 from recommender.bounded import fetch_url_bytes, load_json_text, read_file_text
 from recommender.errors import ConfigError, TrafficSourceError
+from recommender.replan.filelock import locked
 from recommender.replan.observation import (
     EMPTY_HISTOGRAM, Histogram, InsufficientDataError, LengthObservation, Observation, RatePoint,
 )
@@ -168,14 +169,21 @@ def load_state(path: Path) -> dict[str, Scrape]:
 
 
 def save_state(path: Path, scrapes: Mapping[str, Scrape]) -> None:
-    """Write the state atomically (``recommender.atomic``); keeps other URLs."""
-    old = {}
+    """Write the state atomically (``recommender.atomic``); keeps other URLs.
+
+    The read-merge-write runs under the state file's lock (:mod:`recommender.replan.filelock`), so
+    concurrent runs sharing one state file each add their URLs and none is lost."""
     try:
-        old = load_json_text(read_file_text(path, "replan state file"), str(path)).get("scrapes", {})
-    except (OSError, ValueError, AttributeError):
-        old = {}
-    old.update({url: s.to_json() for url, s in scrapes.items()})
-    atomic_write_text(path, json.dumps({"version": STATE_VERSION, "scrapes": old}, indent=1))
+        with locked(path):
+            old = {}
+            try:
+                old = load_json_text(read_file_text(path, "replan state file"), str(path)).get("scrapes", {})
+            except (OSError, ValueError, AttributeError):
+                old = {}
+            old.update({url: s.to_json() for url, s in scrapes.items()})
+            atomic_write_text(path, json.dumps({"version": STATE_VERSION, "scrapes": old}, indent=1))
+    except ConfigError as e:
+        raise TrafficSourceError(f"replan state file {path} cannot be updated: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------
