@@ -13,8 +13,7 @@ import json
 import os
 import socket
 import stat
-import subprocess
-import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -122,15 +121,18 @@ def test_collisions_are_refused_in_one_line_and_every_byte_stays(case: str, tmp_
 
 
 def test_a_fifo_manifest_is_refused_without_blocking(tmp_path: Path) -> None:
-    """Opening a FIFO to read it would wait forever for a writer; the writer looks before it reads."""
+    """Opening a FIFO to read it would wait forever for a writer; the writer looks before it reads (run in a
+    thread so a regression fails the test instead of hanging it)."""
     out = tmp_path / "out"
     out.mkdir()
     os.mkfifo(out / writer.SET_MANIFEST)
     before = snapshot(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "recommender", "deploy", str(PLAN), "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0
-    assert proc.stderr.splitlines() == [proc.stderr.strip()] and "a FIFO named .recommender-files.json" in proc.stderr
+    result: list[Any] = []
+    t = threading.Thread(target=lambda: result.append(deploy(out)), daemon=True)
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive(), "the writer blocked on the FIFO manifest"
+    assert "a FIFO named .recommender-files.json" in one_line_error(result[0])
     assert snapshot(tmp_path) == before
 
 
