@@ -15,6 +15,7 @@ the wheel under test.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import shutil
 import site
@@ -79,8 +80,12 @@ def test_wheel_in_a_fresh_venv_lists_the_catalog_and_plans_from_another_folder(t
     purelib = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                   capture_output=True, text=True, check=True).stdout.strip())
     (purelib / "system-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index",
-                           "--quiet", str(wheel)], capture_output=True, text=True, timeout=600)
+    install = ["install", "--no-deps", "--no-index", "--quiet", str(wheel)]
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), *install], capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode != 0 and "no such option" in proc.stderr:  # pip < 22.3 has no --python: give the venv a pip
+        subprocess.run([str(py), "-m", "ensurepip", "--default-pip"], check=True, capture_output=True, timeout=600)
+        proc = subprocess.run([str(py), "-m", "pip", *install], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     elsewhere = tmp_path / "elsewhere"
@@ -113,7 +118,5 @@ def test_wheel_in_a_fresh_venv_lists_the_catalog_and_plans_from_another_folder(t
 
     plan = run(str(venv / "bin" / "recommend"), "--workload", "rag.yaml", "--format", "json")
     assert plan.returncode == 0, plan.stderr[-3000:]
-    import json
-
     doc = json.loads(plan.stdout)
     assert doc["workload"]["model"] == "llama-3.1-70b" and doc["plans"][0]["rank"] == 1

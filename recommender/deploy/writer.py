@@ -111,8 +111,8 @@ def _kind(st: os.stat_result) -> str:
 
 
 def _refuse(out: Path, what: str) -> ConfigError:
-    return ConfigError(f"output folder {out} holds {what}, which recommender did not write; nothing was written "
-                       f"(the whole folder is replaced): give a new or empty folder, or move it away")
+    return ConfigError(f"output folder {out} holds {what}, which recommender did not write; nothing was written: "
+                       f"the output replaces the whole folder, so give a new or empty folder or move that away")
 
 
 def _recorded_names(out: Path) -> set[str]:
