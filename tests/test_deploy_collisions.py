@@ -4,7 +4,8 @@
 below puts something the user owns where an output would go (a folder named ``k8s.yaml`` holding notes, a
 symlink, a FIFO, a socket, a file no manifest records, a forged or special manifest); ``recommend deploy
 --out`` must exit non-zero with one line, write nothing, and leave every pre-existing byte, link target and
-file type as it was (checked by a full ``lstat`` walk of the folder and the files outside it).
+file type as it was (checked by a full ``lstat`` walk of the folder and the files outside it). A file the
+manifest records but the user edited since (its SHA-256 differs) is the user's too.
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ CASES: dict[str, tuple[Callable[[Path, Path], None], tuple[str, ...]]] = {
     "earlier set whose script became a symlink": (
         lambda o, x: (earlier_set(o), (o / "vllm-serve.sh").unlink(), (o / "vllm-serve.sh").symlink_to(x / "precious.txt")),
         ("vllm-serve.sh (a symlink)",)),
+    "earlier set whose k8s.yaml the user edited": (
+        lambda o, x: (earlier_set(o), (o / "k8s.yaml").write_text((o / "k8s.yaml").read_text() + "# my change\n")),
+        ("k8s.yaml (edited since recommender wrote it)",)),
     "earlier set plus a user's file": (lambda o, x: (earlier_set(o), (o / "notes.txt").write_text("mine\n")), ("notes.txt",)),
     "manifest is a symlink": (
         lambda o, x: (o.mkdir(), (x / "forged.json").write_text(json.dumps({"written_by": "recommender", "files": ["k8s.yaml"]})),
@@ -147,6 +151,11 @@ def test_own_sets_are_still_replaced(tmp_path: Path) -> None:
     assert snapshot(out)["vllm-serve.sh"] == first["vllm-serve.sh"]
     (tmp_path / "empty").mkdir()
     assert deploy(tmp_path / "empty").exit_code == 0
+    # a manifest from before the hashes (names only) still lets its own files be replaced
+    manifest = json.loads((out / writer.SET_MANIFEST).read_text())
+    assert set(manifest["sha256"]) == set(manifest["files"])
+    (out / writer.SET_MANIFEST).write_text(json.dumps({k: v for k, v in manifest.items() if k != "sha256"}))
+    assert deploy(out).exit_code == 0
 
 
 def test_an_entry_arriving_after_the_check_puts_the_folder_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

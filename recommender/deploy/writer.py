@@ -5,13 +5,15 @@
 * ``write_file_set``: several files that belong together (a plan and its deployment files): written into a temp
   folder and swapped in as a whole, so a reader never sees files of two plans side by side. It never removes
   or replaces what it did not write: an existing folder is replaced only when every entry in it is a regular
-  file its manifest (:data:`SET_MANIFEST`) records; a directory, symlink, FIFO, socket or device there (say a
-  folder named ``k8s.yaml``), or an unrecorded file, is refused in one line before anything is written.
+  file its manifest (:data:`SET_MANIFEST`) records, unchanged (the manifest keeps each file's SHA-256); a
+  directory, symlink, FIFO, socket or device there (say a folder named ``k8s.yaml``), an unrecorded file, or
+  an edited one, is refused in one line before anything is written.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -92,6 +94,8 @@ def _remove_stale_temps(parent: Path, name: str) -> None:
 
 #: largest manifest read (it lists a handful of names; anything bigger was not written by us)
 _MANIFEST_MAX_BYTES = 1 << 20
+#: largest recorded file hashed to see whether it was edited (deployment files are kilobytes)
+_FILE_MAX_BYTES = 256 << 20
 
 
 def _kind(st: os.stat_result) -> str:
@@ -115,36 +119,54 @@ def _refuse(out: Path, what: str) -> ConfigError:
                        f"the output replaces the whole folder, so give a new or empty folder or move that away")
 
 
-def _recorded_names(out: Path) -> set[str]:
-    """The names the folder's manifest records ({} when there is none); a manifest that is not a regular
-    file, or not one we wrote, is refused (reading a FIFO would block, a symlink could point anywhere)."""
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file (no symlink followed, no FIFO waited on); OSError/ValueError otherwise."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit:,} bytes")
+    return data
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _recorded(out: Path) -> dict[str, str | None]:
+    """What the folder's manifest records: name -> SHA-256 of the bytes written (None in manifests older than
+    the hashes); {} without a manifest. A manifest that is not a regular file, or not one we wrote, is refused
+    (reading a FIFO would block, a symlink could point anywhere)."""
     path = out / SET_MANIFEST
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return set()
+        return {}
     if not stat.S_ISREG(st.st_mode):
         raise _refuse(out, f"{_kind(st)} named {SET_MANIFEST}")
     if st.st_size > _MANIFEST_MAX_BYTES:
         raise _refuse(out, f"a {st.st_size:,}-byte {SET_MANIFEST}")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as f:
-            doc = json.loads(f.read(_MANIFEST_MAX_BYTES + 1).decode("utf-8"))
+        doc = json.loads(_read_regular(path, _MANIFEST_MAX_BYTES).decode("utf-8"))
     except (OSError, ValueError):
         raise _refuse(out, f"an unreadable {SET_MANIFEST}") from None
     files = doc.get("files") if isinstance(doc, dict) and doc.get("written_by") == "recommender" else None
     if not isinstance(files, list) or not all(isinstance(n, str) for n in files):
         raise _refuse(out, f"a {SET_MANIFEST} recommender did not write")
-    return set(files)
+    hashes = doc.get("sha256")
+    hashes = hashes if isinstance(hashes, dict) else {}
+    return {n: (str(hashes[n]) if n in hashes else None) for n in files}
 
 
 def _replaceable(out: Path) -> None:
     """Refuse (one-line ConfigError, before anything is written) a folder whose contents recommender did not
-    write: every entry must be the manifest or a REGULAR file the manifest records. A directory, symlink,
-    FIFO, socket or device (named like an output file or not), or a file the manifest does not record, would
-    be deleted by the swap, so it stops the write."""
-    recorded = _recorded_names(out)
+    write: every entry must be the manifest or a REGULAR file the manifest records, with the bytes it
+    recorded (SHA-256). A directory, symlink, FIFO, socket or device (named like an output file or not), a
+    file the manifest does not record, or one edited since, would be deleted by the swap, so it stops the
+    write."""
+    recorded = _recorded(out)
     problems: list[str] = []
     for p in sorted(out.iterdir()):
         if p.name == SET_MANIFEST:
@@ -154,6 +176,13 @@ def _replaceable(out: Path) -> None:
             problems.append(f"{p.name} ({_kind(st)})")
         elif p.name not in recorded:
             problems.append(f"{p.name} (a file no recommender manifest there records)")
+        elif recorded[p.name] is not None:
+            try:
+                same = _sha256(_read_regular(p, _FILE_MAX_BYTES)) == recorded[p.name]
+            except (OSError, ValueError):
+                same = False
+            if not same:
+                problems.append(f"{p.name} (edited since recommender wrote it)")
     if problems:
         shown = ", ".join(problems[:3]) + (f" and {len(problems) - 3} more" if len(problems) > 3 else "")
         raise _refuse(out, shown)
@@ -194,7 +223,8 @@ def write_file_set(out_dir: str | Path, files: Mapping[str, str], *, executable:
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(target, 0o755 if is_exec(name) else 0o644)
-        manifest = {"written_by": "recommender", "label": label, "files": sorted(files)}
+        manifest = {"written_by": "recommender", "label": label, "files": sorted(files),
+                    "sha256": {n: _sha256(files[n].encode("utf-8")) for n in sorted(files)}}
         with open(tmp / SET_MANIFEST, "w", encoding="utf-8") as f:
             f.write(json.dumps(manifest, indent=1) + "\n")
             f.flush()
