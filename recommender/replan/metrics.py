@@ -12,7 +12,8 @@ observed prefix share ``hits / queries`` of the window when every endpoint expos
 Rates come from counter deltas: ``rate = (c(t1) - c(t0)) / (t1 - t0)`` per URL, summed over URLs.
 A restarted pod (its ``_created`` timestamp moved, or a counter went down) is a reset: the new value
 is the delta since the restart and the window is ``t1 - created`` (``t1 - t0`` if no ``_created``).
-The previous scrape of every URL is kept between runs in a small JSON state file written atomically.
+The previous scrape of every URL is kept between runs in a small JSON state file written atomically; runs
+sharing the file merge their URLs into it under an exclusive lock (:mod:`recommender.replan.filelock`).
 """
 
 from __future__ import annotations
