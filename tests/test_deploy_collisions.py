@@ -166,14 +166,15 @@ def test_an_entry_arriving_after_the_check_puts_the_folder_back(tmp_path: Path, 
     real = writer._replaceable
     calls = []
 
-    def late_arrival(folder: Path) -> None:
-        real(folder)
+    def late_arrival(folder: Path, named: Path | None = None) -> None:
+        real(folder, named)
         calls.append(folder)
         if len(calls) == 1:
             (out / "late.txt").write_text("arrived late\n")
 
     monkeypatch.setattr(writer, "_replaceable", late_arrival)
-    with pytest.raises(ConfigError, match="late.txt"):
+    with pytest.raises(ConfigError, match="late.txt") as e:
         writer.write_file_set(out, {"a.txt": "new a\n"})
+    assert str(e.value).startswith(f"output folder {out} holds late.txt")  # the user's path, not the temp one
     assert (out / "late.txt").read_text() == "arrived late\n" and (out / "a.txt").read_text() == "old a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # the new set's temp folder is gone

@@ -135,38 +135,39 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _recorded(out: Path) -> dict[str, str | None]:
+def _recorded(out: Path, shown: Path) -> dict[str, str | None]:
     """What the folder's manifest records: name -> SHA-256 of the bytes written (None in manifests older than
     the hashes); {} without a manifest. A manifest that is not a regular file, or not one we wrote, is refused
-    (reading a FIFO would block, a symlink could point anywhere)."""
+    (reading a FIFO would block, a symlink could point anywhere); the refusal names the folder ``shown``."""
     path = out / SET_MANIFEST
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return {}
     if not stat.S_ISREG(st.st_mode):
-        raise _refuse(out, f"{_kind(st)} named {SET_MANIFEST}")
+        raise _refuse(shown, f"{_kind(st)} named {SET_MANIFEST}")
     if st.st_size > _MANIFEST_MAX_BYTES:
-        raise _refuse(out, f"a {st.st_size:,}-byte {SET_MANIFEST}")
+        raise _refuse(shown, f"a {st.st_size:,}-byte {SET_MANIFEST}")
     try:
         doc = json.loads(_read_regular(path, _MANIFEST_MAX_BYTES).decode("utf-8"))
     except (OSError, ValueError):
-        raise _refuse(out, f"an unreadable {SET_MANIFEST}") from None
+        raise _refuse(shown, f"an unreadable {SET_MANIFEST}") from None
     files = doc.get("files") if isinstance(doc, dict) and doc.get("written_by") == "recommender" else None
     if not isinstance(files, list) or not all(isinstance(n, str) for n in files):
-        raise _refuse(out, f"a {SET_MANIFEST} recommender did not write")
+        raise _refuse(shown, f"a {SET_MANIFEST} recommender did not write")
     hashes = doc.get("sha256")
     hashes = hashes if isinstance(hashes, dict) else {}
     return {n: (str(hashes[n]) if n in hashes else None) for n in files}
 
 
-def _replaceable(out: Path) -> None:
+def _replaceable(out: Path, named: Path | None = None) -> None:
     """Refuse (one-line ConfigError, before anything is written) a folder whose contents recommender did not
     write: every entry must be the manifest or a REGULAR file the manifest records, with the bytes it
     recorded (SHA-256). A directory, symlink, FIFO, socket or device (named like an output file or not), a
     file the manifest does not record, or one edited since, would be deleted by the swap, so it stops the
-    write."""
-    recorded = _recorded(out)
+    write. ``named``: the path the message names (the output folder, when ``out`` is its swapped-out copy)."""
+    shown = named or out
+    recorded = _recorded(out, shown)
     problems: list[str] = []
     for p in sorted(out.iterdir()):
         if p.name == SET_MANIFEST:
@@ -184,8 +185,8 @@ def _replaceable(out: Path) -> None:
             if not same:
                 problems.append(f"{p.name} (edited since recommender wrote it)")
     if problems:
-        shown = ", ".join(problems[:3]) + (f" and {len(problems) - 3} more" if len(problems) > 3 else "")
-        raise _refuse(out, shown)
+        listed = ", ".join(problems[:3]) + (f" and {len(problems) - 3} more" if len(problems) > 3 else "")
+        raise _refuse(shown, listed)
 
 
 def write_file_set(out_dir: str | Path, files: Mapping[str, str], *, executable: Callable[[str], bool] | None = None,
@@ -196,7 +197,7 @@ def write_file_set(out_dir: str | Path, files: Mapping[str, str], *, executable:
     then swapped in with one atomic rename (Linux ``renameat2(RENAME_EXCHANGE)`` when ``out_dir`` exists; elsewhere
     rename old away, rename new in). The old set is deleted afterwards; temp folders of killed runs are deleted
     by the next run. ``out_dir`` may be missing, empty, or a set written before (every entry a regular file
-    its manifest records); anything else is refused in one line before anything is written, and checked again
+    its manifest records, unedited); anything else is refused in one line before anything is written, and checked again
     on the swapped-out folder before it is deleted (an entry that arrived in between puts the folder back).
     """
     is_exec = executable or (lambda n: n.endswith(".sh"))
@@ -240,7 +241,7 @@ def write_file_set(out_dir: str | Path, files: Mapping[str, str], *, executable:
             os.rename(tmp, out)  # fails if another writer created out meanwhile: nothing mixed
         elif _exchange(tmp, out):
             try:  # tmp now holds the old set: checked again, in case something arrived after the first check
-                _replaceable(tmp)
+                _replaceable(tmp, out)
             except ConfigError:
                 _exchange(tmp, out)  # put the folder back as it was; tmp holds our new set again
                 raise
@@ -249,7 +250,7 @@ def write_file_set(out_dir: str | Path, files: Mapping[str, str], *, executable:
             old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.set-{os.getpid()}-old-"))
             os.rename(out, old / "x")
             try:
-                _replaceable(old / "x")
+                _replaceable(old / "x", out)
             except ConfigError:
                 os.rename(old / "x", out)
                 old.rmdir()
