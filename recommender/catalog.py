@@ -22,6 +22,7 @@ from recommender.errors import CatalogError
 from recommender.hf_config import ModelArch, arch_from_config, load_config_file
 from recommender.kernels import UNKNOWN_ARCH, ArchSupport, load_kernel_support
 from recommender.offers import Offer, offers_from_doc
+from recommender.shipped import shipped_dir
 
 __all__ = ["KV_DTYPES", "WEIGHT_DTYPES", "Catalog", "Gpu", "Interconnect", "default_catalog", "load_catalog"]
 
@@ -30,9 +31,10 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def catalog_dir() -> Path:
-    """``$RECOMMENDER_CATALOGS`` or the ``catalogs/`` folder beside the package."""
+    """``$RECOMMENDER_CATALOGS``, else the shipped ``catalogs/`` folder (the installed package's copy, or the
+    source checkout's; :func:`recommender.shipped.shipped_dir`), whatever the working folder."""
     env = os.environ.get("RECOMMENDER_CATALOGS")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "catalogs"
+    return Path(env) if env else shipped_dir("catalogs")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,12 @@ if TYPE_CHECKING:
     from recommender.plan import Plan
     from recommender.replan.runner import Planner, ReplanResult
 
-DEFAULT_POLICY = Path("policies/replan.yaml")
+
+def default_policy() -> Path:
+    """The shipped ``policies/replan.yaml`` (installed copy or source checkout), from any working folder."""
+    from recommender.shipped import shipped_dir
+
+    return shipped_dir("policies") / "replan.yaml"
 
 
 def search_planner(*, storage: str | None, study_name: str, profile_file: str | None, trials: int | None,
@@ -140,7 +145,7 @@ def replan_cmd(
     current: Path = typer.Option(..., "--current", help="The deployed plan (plan JSON from `recommend --format json`)."),
     traffic: List[str] = typer.Option(..., "--traffic", help="vLLM /metrics URL(s) (one per replica), prometheus+http://HOST:9090, or request-log file(s) (JSONL/CSV, Azure trace CSV). Repeat or list several."),
     more_traffic: Optional[List[str]] = typer.Argument(None, help="More sources, as in `--traffic A B C`.", show_default=False),
-    policy: Optional[Path] = typer.Option(None, "--policy", help="Policy YAML (default: policies/replan.yaml if present, else built-in defaults)."),
+    policy: Optional[Path] = typer.Option(None, "--policy", help="Policy YAML (default: the shipped policies/replan.yaml, else built-in defaults)."),
     out: Optional[Path] = typer.Option(None, "--out", help="On a change, write the deployment files and DIR/plan.json (last, stamped with the run) atomically. A stamped DIR/plan.json of this deployment is the current plan of the next run."),
     watch_: bool = typer.Option(False, "--watch", help="Run every --interval until interrupted (default: one shot, for a CronJob)."),
     interval: str = typer.Option("5m", "--interval", help="Time between runs with --watch (e.g. 30s, 5m)."),
@@ -174,7 +179,7 @@ def replan_cmd(
     from recommender.replan.sources import default_state_path, open_source
 
     fmt = options.choice(options.TableOrJson, fmt_name, "--format")
-    pol_path = policy if policy is not None else (DEFAULT_POLICY if DEFAULT_POLICY.exists() else None)
+    pol_path = policy if policy is not None else (default_policy() if default_policy().is_file() else None)
     pol = load_policy(pol_path)
     interval_s = units.parse_duration_s(interval, "--interval")
     timeout_s = units.parse_duration_s(timeout, "--timeout") if timeout is not None else None

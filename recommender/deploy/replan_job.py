@@ -33,7 +33,7 @@ from recommender.deploy.spec import DeploySpec, comment_lines, k8s_escape
 
 DEFAULT_SCHEDULE = "*/5 * * * *"
 DEFAULT_TRAFFIC = "prometheus+http://prometheus-operated.monitoring.svc:9090"
-DEFAULT_IMAGE = "recommender:latest"  # build from this repository (pip install .); pin a digest in production
+DEFAULT_IMAGE = "recommender:latest"  # the repository's Dockerfile (docs/docker.md); pin a digest in production
 DATA_PATH = "/data"
 PLAN_PATH = "/plan"
 

@@ -22,16 +22,17 @@ disaggregated role          ``--kv-transfer-config`` NixlConnector, kv_producer 
 
 Every argv is passed through :func:`recommender.deploy.vllm_flags.check_serve_args` before it is
 returned, so a flag vLLM 0.33 would reject is never emitted. The cmd form quotes every argument
-with ``shlex.quote``, so no model name can inject shell code.
+through :mod:`recommender.deploy.shell` (``shlex.quote``), so no model name can inject shell code, and the
+scripts' messages go through the same helper.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from recommender.deploy import shell
 from recommender.deploy.spec import KV_CACHE_DTYPE, DeploySpec, PoolSpec, comment_lines
 from recommender.deploy.vllm_flags import check_serve_args
 
@@ -44,6 +45,8 @@ NIXL_SIDE_CHANNEL_PORT = 5600
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512
 KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 #: host ports in the cmd form of a disaggregated plan (as in vLLM's NIXL docs) so both fit on one host
+#: the host address vLLM's NixlConnector advertises to the other pool (required in a P/D script)
+NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
 CMD_PORTS = {"both": (HTTP_PORT, None), "prefill": (8100, 5600), "decode": (8200, 5601)}
 
 
@@ -165,14 +168,11 @@ def _script(spec: DeploySpec, pool: PoolSpec) -> str:
         ]
     lines += ["set -eu"]
     if side_port is not None:
-        lines += [
-            ': "${VLLM_NIXL_SIDE_CHANNEL_HOST:?set VLLM_NIXL_SIDE_CHANNEL_HOST to this host\'s IP address}"',
-            "export VLLM_NIXL_SIDE_CHANNEL_HOST",
-            f"export VLLM_NIXL_SIDE_CHANNEL_PORT={side_port}",
-        ]
-    body = ["exec vllm serve " + " ".join(shlex.quote(a) for a in groups[0])]
-    body += ["  " + " ".join(shlex.quote(a) for a in g) for g in groups[1:]]
-    lines += [" \\\n".join(body)]
+        lines += shell.require_env(NIXL_HOST_ENV, f"set {NIXL_HOST_ENV} to this host's IP address (the NIXL side "
+                                                  f"channel the other pool connects to), e.g. "
+                                                  f"{NIXL_HOST_ENV}=10.0.0.5 sh {cmd_file_name(pool)}")
+        lines += [shell.export(NIXL_HOST_ENV), shell.export("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side_port))]
+    lines += [shell.command_lines(groups, prefix="exec vllm serve")]
     return "\n".join(lines) + "\n"
 
 

@@ -12,7 +12,8 @@ observed prefix share ``hits / queries`` of the window when every endpoint expos
 Rates come from counter deltas: ``rate = (c(t1) - c(t0)) / (t1 - t0)`` per URL, summed over URLs.
 A restarted pod (its ``_created`` timestamp moved, or a counter went down) is a reset: the new value
 is the delta since the restart and the window is ``t1 - created`` (``t1 - t0`` if no ``_created``).
-The previous scrape of every URL is kept between runs in a small JSON state file written atomically.
+The previous scrape of every URL is kept between runs in a small JSON state file written atomically; runs
+sharing the file merge their URLs into it under an exclusive lock (:mod:`recommender.replan.filelock`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from recommender.atomic import atomic_write_text
 from recommender.bounded import fetch_url_bytes, load_json_text, read_file_text
 from recommender.errors import ConfigError, TrafficSourceError
+from recommender.replan.filelock import locked
 from recommender.replan.observation import (
     EMPTY_HISTOGRAM, Histogram, InsufficientDataError, LengthObservation, Observation, RatePoint,
 )
@@ -168,14 +170,21 @@ def load_state(path: Path) -> dict[str, Scrape]:
 
 
 def save_state(path: Path, scrapes: Mapping[str, Scrape]) -> None:
-    """Write the state atomically (``recommender.atomic``); keeps other URLs."""
-    old = {}
+    """Write the state atomically (``recommender.atomic``); keeps other URLs.
+
+    The read-merge-write runs under the state file's lock (:mod:`recommender.replan.filelock`), so
+    concurrent runs sharing one state file each add their URLs and none is lost."""
     try:
-        old = load_json_text(read_file_text(path, "replan state file"), str(path)).get("scrapes", {})
-    except (OSError, ValueError, AttributeError):
-        old = {}
-    old.update({url: s.to_json() for url, s in scrapes.items()})
-    atomic_write_text(path, json.dumps({"version": STATE_VERSION, "scrapes": old}, indent=1))
+        with locked(path):
+            old = {}
+            try:
+                old = load_json_text(read_file_text(path, "replan state file"), str(path)).get("scrapes", {})
+            except (OSError, ValueError, AttributeError):
+                old = {}
+            old.update({url: s.to_json() for url, s in scrapes.items()})
+            atomic_write_text(path, json.dumps({"version": STATE_VERSION, "scrapes": old}, indent=1))
+    except ConfigError as e:
+        raise TrafficSourceError(f"replan state file {path} cannot be updated: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------

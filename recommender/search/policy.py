@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from recommender.errors import ConfigError
+from recommender.shipped import shipped_dir
 from recommender.yamlfile import read_yaml_file, validation_message
 
 
@@ -81,7 +82,8 @@ class StudySettings:
 
 
 def default_policy_path() -> Path:
-    return Path(__file__).resolve().parents[2] / "policies" / "search.yaml"
+    """The shipped ``policies/search.yaml`` (installed copy or source checkout), from any working folder."""
+    return shipped_dir("policies") / "search.yaml"
 
 
 def load_search_policy(path: str | Path | None = None) -> SearchPolicy:

@@ -15,7 +15,10 @@
 #   tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --port 8000 \
 #     --prefiller-hosts <prefill hosts> --prefiller-ports 8100 --decoder-hosts <decode hosts> --decoder-ports 8200
 set -eu
-: "${VLLM_NIXL_SIDE_CHANNEL_HOST:?set VLLM_NIXL_SIDE_CHANNEL_HOST to this host's IP address}"
+if [ -z "${VLLM_NIXL_SIDE_CHANNEL_HOST:-}" ]; then
+  printf '%s\n' 'set VLLM_NIXL_SIDE_CHANNEL_HOST to this host'"'"'s IP address (the NIXL side channel the other pool connects to), e.g. VLLM_NIXL_SIDE_CHANNEL_HOST=10.0.0.5 sh vllm-serve-decode.sh' >&2
+  exit 2
+fi
 export VLLM_NIXL_SIDE_CHANNEL_HOST
 export VLLM_NIXL_SIDE_CHANNEL_PORT=5601
 exec vllm serve meta-llama/Llama-3.1-70B-Instruct \
