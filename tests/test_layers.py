@@ -38,7 +38,7 @@ LAYERS: dict[str, int] = {
     # 9 applications on top: re-planning and calibration
     "replan": 9, "calibrate": 9,
     # 10 the CLI (parse, call, render)
-    "cli": 10,
+    "cli": 10, "__main__": 10,
     # 11 the public API re-exports (recommender/__init__.py)
     "__init__": 11, "api": 11,
 }
