@@ -516,3 +516,80 @@ def test_cluster_options_reach_the_platform_objects() -> None:
     for images in find_key(yaml_docs(files["kserve.yaml"]) + yaml_docs(files["dynamo.yaml"]), "image"):
         assert images == cluster.image
     assert dataclasses.replace(cluster, image=None).image is None
+
+
+# --------------------------------------------------------------------------- KEDA (issue #25 item 4)
+
+
+def keda_cases() -> list[tuple[Path, int]]:
+    """Rows with a rate and modelled mean latencies (the rule's inputs); offline jobs are refused below."""
+    out = []
+    for p, r in CASES:
+        doc = doc_of(p)
+        row = row_of(doc, r)
+        if doc["workload"].get("arrival_rate_per_s") and (row.get("latency_percentiles") or {}).get("e2e"):
+            out.append((p, r))
+    return out
+
+
+@pytest.mark.parametrize(("path", "rank"), keda_cases(), ids=[f"{p.stem}-r{r}" for p, r in keda_cases()])
+def test_keda_scaled_objects_validate_and_follow_the_plan(path: Path, rank: int) -> None:
+    doc = doc_of(path)
+    row = row_of(doc, rank)
+    files = render(path, rank, "k8s,keda")
+    objs = yaml_docs(files["keda.yaml"])
+    deployments = {d["metadata"]["name"]: d for d in yaml_docs(files["k8s.yaml"]) if d["kind"] == "Deployment"}
+    assert len(objs) == len(row["pools"])
+    lat = row["latency_percentiles"]
+    rate = doc["workload"]["arrival_rate_per_s"]
+    for obj, pool in zip(objs, row["pools"]):
+        assert crd_schema.errors_of(obj) == []
+        s = obj["spec"]
+        target = deployments[s["scaleTargetRef"]["name"]]  # a Deployment of k8s.yaml
+        assert target["spec"]["replicas"] == pool["replicas"] == s["fallback"]["replicas"]
+        wait = {"both": lat["e2e"]["mean"], "prefill": lat["ttft"]["mean"],
+                "decode": lat["e2e"]["mean"] - lat["ttft"]["mean"]}[pool["role"]]
+        want = min(rate / pool["replicas"] * wait, pool["max_num_seqs"])  # Little's law at the modelled point
+        trig = s["triggers"][0]
+        assert trig["type"] == "prometheus" and trig["metricType"] == "AverageValue"
+        assert float(trig["metadata"]["threshold"]) == pytest.approx(want, abs=0.005)
+        assert "vllm:num_requests_running" in trig["metadata"]["query"] and "vllm:num_requests_waiting" in trig["metadata"]["query"]
+        assert f'pod=~"{target["metadata"]["name"]}-.*"' in trig["metadata"]["query"]
+        assert s["minReplicaCount"] == max(1, -(-pool["replicas"] * row["load_utilisation"] // 1))
+        assert s["maxReplicaCount"] == 2 * pool["replicas"]
+        startup = target["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+        window = min(startup["periodSeconds"] * startup["failureThreshold"], 1800)
+        assert s["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == window
+
+
+def test_keda_rag_rank1_by_hand() -> None:
+    """examples/plans/rag.plan.json rank 1: rate 4/s, 4 replicas, mean E2E 14.754 s, load_utilisation 0.6716,
+    141.1 GB checkpoint: threshold 4/4 x 14.754 = 14.75; min ceil(4 x 0.6716) = 3; max 8; scale-down window
+    ceil((300 + 141.1e9 / 150e6) / 10) x 10 = ceil(124.07) x 10 = 1250 s."""
+    obj = yaml_docs(render(ROOT / "examples" / "plans" / "rag.plan.json", 1, "keda")["keda.yaml"])[0]["spec"]
+    assert obj["triggers"][0]["metadata"]["threshold"] == "14.75"
+    assert (obj["minReplicaCount"], obj["maxReplicaCount"]) == (3, 8)
+    assert obj["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 1250
+
+
+def test_keda_refuses_what_it_cannot_derive() -> None:
+    with pytest.raises(DeployError) as e:
+        render(ROOT / "examples" / "plans" / "batch-summarization.plan.json", 1, "keda")
+    assert "offline" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(DeployError) as e:  # hand-written fixture: no latency_percentiles
+        render(DISAGG, 1, "keda")
+    assert "latency" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_longer_startup_never_shortens_the_scale_down_window_nor_moves_min_or_threshold() -> None:
+    from recommender.deploy.keda import scaled_object
+    from recommender.deploy.spec import build_spec
+
+    spec = build_spec(load_plan(ROOT / "examples" / "plans" / "rag.plan.json"), 1)
+    window = lambda s: s["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"]  # noqa: E731
+    seen = []
+    for nbytes in (16e9, 141.1e9, 400e9):  # 8B bf16, 70B bf16, 405B fp8 checkpoints: longer download + load
+        slow = dataclasses.replace(spec, pools=tuple(dataclasses.replace(p, checkpoint_bytes=nbytes) for p in spec.pools))
+        seen.append(scaled_object(slow, slow.pools[0])["spec"])
+    assert [window(s) for s in seen] == [410, 1250, 1800]  # ceil((300 + B / 150 MB/s) / 10) x 10, capped at 1800
+    assert len({(s["minReplicaCount"], s["triggers"][0]["metadata"]["threshold"]) for s in seen}) == 1

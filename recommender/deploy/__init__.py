@@ -18,6 +18,7 @@ from recommender.deploy.dynamo import render_dynamo
 from recommender.deploy.gpus import GpuFacts, GpuLookup
 from recommender.deploy.helm import render_helm
 from recommender.deploy.k8s import render_k8s
+from recommender.deploy.keda import render_keda
 from recommender.deploy.kserve import render_kserve
 from recommender.deploy.llmd import render_llmd
 from recommender.deploy.spec import DeploySpec, build_spec
@@ -31,11 +32,12 @@ FORMATS = ("cmd", "k8s", "helm")
 #: the platform targets (one renderer module each); 'platforms' names them all. Not part of 'all': a default
 #: `deploy` keeps writing the three files it always wrote, and Dynamo refuses AMD pools without --image
 PLATFORM_FORMATS = ("kserve", "llm-d", "dynamo", "disaggregatedset")
-#: formats only rendered when named (not part of 'all'): the platforms, the re-planner CronJob (deploy.replan_job)
-EXTRA_FORMATS = (*PLATFORM_FORMATS, "replan-cronjob")
+#: formats only rendered when named (not part of 'all'): the platforms, the KEDA autoscaler of k8s.yaml's Deployments,
+#: the re-planner CronJob (deploy.replan_job)
+EXTRA_FORMATS = (*PLATFORM_FORMATS, "keda", "replan-cronjob")
 _RENDERERS = {"cmd": render_cmd, "k8s": render_k8s, "helm": render_helm, "kserve": render_kserve,
-              "llm-d": render_llmd, "dynamo": render_dynamo, "disaggregatedset": render_disaggset}
-_FORMAT_HINT = "use cmd, k8s, helm, all, kserve, llm-d, dynamo, disaggregatedset, platforms or replan-cronjob"
+              "llm-d": render_llmd, "dynamo": render_dynamo, "disaggregatedset": render_disaggset, "keda": render_keda}
+_FORMAT_HINT = "use cmd, k8s, helm, all, kserve, llm-d, dynamo, disaggregatedset, platforms, keda or replan-cronjob"
 
 __all__ = [
     "FORMATS", "PLATFORM_FORMATS", "VLLM_VERSION", "ClusterOptions", "DeploySpec", "cluster_options", "GpuFacts", "GpuLookup", "VllmFlagError",

@@ -48,9 +48,14 @@ PRESET_MODEL_PATH = "/mnt/models"
 NON_ROOT_UID = 1000
 
 
+#: the P/D decode preset runs vLLM on 8001 behind llm-d's routing sidecar on 8000
+DECODE_SIDECAR_VLLM_PORT = 8001
+
+
 def preset_argv(spec: DeploySpec, pool: PoolSpec) -> list[str]:
     """The part of the ``vllm serve`` line KServe's preset writes (after ``vllm serve``), for the check."""
-    return [PRESET_MODEL_PATH, "--served-model-name", spec.served_model_names[0], "--port", str(HTTP_PORT),
+    port = DECODE_SIDECAR_VLLM_PORT if pool.role == "decode" else HTTP_PORT
+    return [PRESET_MODEL_PATH, "--served-model-name", spec.served_model_names[0], "--port", str(port),
             "--tensor-parallel-size", str(pool.tp)]
 
 
