@@ -370,6 +370,9 @@ def test_gpu_selection_is_the_kubernetes_rule_in_every_target() -> None:
     assert pick(ks["template"]) == want["decode"] and pick(ks["prefill"]["template"]) == want["prefill"]
     values = yaml.safe_load(files["llm-d-values.yaml"])
     assert pick(values["decode"]["extraConfig"]) == want["decode"] and pick(values["prefill"]["extraConfig"]) == want["prefill"]
+    # the chart requests parallelism.tensor GPUs of accelerator.resources[type] (values.yaml: nvidia -> nvidia.com/gpu)
+    assert values["accelerator"]["type"] == "nvidia" and values["prefill"]["parallelism"]["tensor"] == 2
+    assert "nvidia.com/gpu" not in values["prefill"]["containers"][0]["resources"]["requests"]
     for c in yaml_docs(files["dynamo.yaml"])[0]["spec"]["components"][1:]:
         assert pick(c["podTemplate"]["spec"]) == want[c["type"]]
     ds = next(d for d in yaml_docs(files["disaggregatedset.yaml"]) if d["kind"] == "DisaggregatedSet")
@@ -410,6 +413,8 @@ def test_dynamo_refuses_amd_without_an_image() -> None:
     files = render(PLANS / "amd-qwen7b-mi300x.json", 1, "dynamo", cluster=ClusterOptions(image=ROCM_DYNAMO))
     main = yaml_docs(files["dynamo.yaml"])[0]["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]
     assert main["image"] == ROCM_DYNAMO and main["resources"]["limits"] == {"amd.com/gpu": "1"}
+    values = yaml.safe_load(render(PLANS / "amd-qwen7b-mi300x.json", 1, "llm-d")["llm-d-values.yaml"])
+    assert values["accelerator"]["type"] == "amd"  # chart values.yaml: amd -> amd.com/gpu
 
 
 def test_local_model_paths_are_refused_where_the_platform_downloads_from_hf() -> None:

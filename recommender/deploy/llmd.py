@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from recommender.deploy.k8s import NoAliasDumper, cache_size_gib, scheduling, shm_size
+from recommender.deploy.k8s import NoAliasDumper, cache_size_gib, host_requests, scheduling, shm_size
 from recommender.deploy.platform import (
     SERVER_FLAGS,
     checked_flags,
@@ -81,6 +81,8 @@ def _container(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         "args": escaped(flags),
         "env": [hf_token_env(), *nixl_env(pool)],
         "ports": [{"containerPort": port, "name": "http", "protocol": "TCP"}],
+        # host CPU and memory as k8s.yaml's; the chart adds parallelism.tensor GPUs to requests and limits
+        "resources": {"requests": dict(zip(("cpu", "memory"), host_requests(pool.tp)))},
         "mountModelVolume": True,
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
         "extraConfig": probes(pool, port=port),
