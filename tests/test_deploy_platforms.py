@@ -598,3 +598,33 @@ def test_a_longer_startup_never_shortens_the_scale_down_window_nor_moves_min_or_
         seen.append(scaled_object(slow, slow.pools[0])["spec"])
     assert [window(s) for s in seen] == [410, 1250, 1800]  # ceil((300 + B / 150 MB/s) / 10) x 10, capped at 1800
     assert len({(s["minReplicaCount"], s["triggers"][0]["metadata"]["threshold"]) for s in seen}) == 1
+
+
+def test_the_docs_show_what_deploy_writes() -> None:
+    """Every YAML block of docs/deploy-targets.md after a `recommend deploy ...` command is that command's output
+    (the docs trim metadata labels and annotations, and show one object of a multi-object file)."""
+    text = (ROOT / "docs" / "deploy-targets.md").read_text()
+    command: list[str] | None = None
+    checked = 0
+    for part in text.split("```"):
+        if part.startswith("yaml\n"):
+            if command is None or "roles:" in part.split("\n", 2)[1]:  # the hand-drawn P/D sketch
+                continue
+            rendered = CliRunner().invoke(app, ["deploy", *command])
+            assert rendered.exit_code == 0, rendered.output
+            actual = [d for d in yaml.safe_load_all(rendered.output.replace("# ==> llm-d-inferencepool.yaml <==", "---"))
+                      if isinstance(d, dict)]
+            for shown in yaml_docs(part[len("yaml\n"):]):
+                kind = shown.get("kind")
+                match = next(d for d in actual if d.get("kind") == kind and ("kind" in d or "modelArtifacts" in d)) \
+                    if kind else next(d for d in actual if "modelArtifacts" in d)
+                for d in (shown, match):
+                    if "metadata" in d:
+                        d["metadata"] = {"name": d["metadata"]["name"]}
+                assert shown == match, (command, kind)
+                checked += 1
+        else:
+            cmds = [c for c in part.split("`") if c.startswith("recommend deploy ")]
+            if cmds:
+                command = shlex.split(cmds[-1])[2:]
+    assert checked >= 6
