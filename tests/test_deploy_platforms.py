@@ -502,6 +502,17 @@ def test_cli_writes_and_prints_each_target(tmp_path: Path) -> None:
     assert res.exit_code != 0 and "--image" in res.output and "Traceback" not in res.output
 
 
+def test_emit_writes_the_named_targets(tmp_path: Path) -> None:
+    out = tmp_path / "emit"
+    res = CliRunner().invoke(app, ["--workload", str(ROOT / "examples" / "chat.yaml"), "--policy",
+                                   str(Path(__file__).parent / "data" / "policies" / "tiny-search.yaml"),
+                                   "--verify", "0", "--format", "json", "--emit", str(out), "--targets", "cmd,kserve"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["kserve.yaml", "plan.json", "vllm-serve.sh"]
+    ks = yaml_docs((out / "kserve.yaml").read_text())[0]
+    assert crd_schema.errors_of(ks) == []
+
+
 def test_emit_targets_are_checked_before_the_search() -> None:
     res = CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--rate", "1", "--prompt-tokens", "100",
                                    "--output-tokens", "10", "--emit", "x", "--targets", "kserv"])
