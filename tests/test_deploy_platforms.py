@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import shlex
@@ -75,9 +76,18 @@ def cluster_for(doc: dict[str, Any], rank: int) -> ClusterOptions | None:
 
 
 def render(path: Path, rank: int, fmt: str = "platforms", **kw: Any) -> dict[str, str]:
+    if not kw:
+        return dict(_render_default(path, rank, fmt))
     doc = doc_of(path)
     kw.setdefault("cluster", cluster_for(doc, rank))
     return render_deploy(load_plan(doc), rank, fmt, **kw)
+
+
+@functools.lru_cache(maxsize=None)
+def _render_default(path: Path, rank: int, fmt: str) -> tuple[tuple[str, str], ...]:
+    """Rendered once per (plan, rank, formats): several tests read the same files."""
+    doc = doc_of(path)
+    return tuple(render_deploy(load_plan(doc), rank, fmt, cluster=cluster_for(doc, rank)).items())
 
 
 def yaml_docs(text: str) -> list[dict[str, Any]]:
