@@ -25,6 +25,7 @@ from recommender.deploy.k8s import (
     HF_TOKEN_SECRET,
     STARTUP_PERIOD_S,
     NoAliasDumper,
+    host_requests,
     plan_annotations,
     plan_labels,
     startup_failure_threshold,
@@ -81,8 +82,6 @@ def nixl_env(pool: PoolSpec) -> list[dict[str, Any]]:
 
 def gpu_resources(pool: PoolSpec) -> dict[str, Any]:
     """Requests and limits of one engine container: ``tp`` GPUs of the catalog resource, host CPU and memory."""
-    from recommender.deploy.k8s import host_requests
-
     cpu, memory = host_requests(pool.tp)
     gpus = str(pool.tp)
     return {"requests": {"cpu": cpu, "memory": memory, pool.gpu.k8s_resource: gpus},
