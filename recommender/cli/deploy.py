@@ -1,4 +1,5 @@
-"""``recommend deploy PLAN.json``: vLLM deployment files (serve script, Kubernetes, Helm) for one plan."""
+"""``recommend deploy PLAN.json``: vLLM deployment files (serve script, Kubernetes, Helm, KServe, llm-d, Dynamo,
+DisaggregatedSet) for one plan."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def _dns_name(name: str, what: str) -> str:
 def deploy_cmd(
     plan: Path = typer.Argument(..., help="Plan JSON written by `recommend --workload ... --format json`."),
     rank: int = typer.Option(1, "--rank", "-r", help="Which plan of the ranking to deploy."),
-    fmt: str = typer.Option("all", "--format", "-f", help="cmd|k8s|helm|all (comma-separated list allowed); replan-cronjob: the re-planner as a Kubernetes CronJob; bench: the vllm bench serve runs that check the deployment and the calibrate command (neither part of all)."),
+    fmt: str = typer.Option("all", "--format", "-f", help="cmd|k8s|helm|all (comma-separated list allowed); kserve|llm-d|dynamo|disaggregatedset, or platforms for all four (docs/deploy-targets.md); keda: a KEDA ScaledObject per k8s.yaml Deployment; replan-cronjob: the re-planner as a Kubernetes CronJob; bench: the vllm bench serve runs that check the deployment and the calibrate command (none of these part of all)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory to write the files to; without it they are printed."),
     checkpoint: Optional[str] = typer.Option(
         None, "--checkpoint",

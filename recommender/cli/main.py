@@ -50,7 +50,8 @@ def main_job(
     policy: Optional[str] = typer.Option(None, "--policy", help="Search policy YAML (default policies/search.yaml)."),
     verify: Optional[int] = typer.Option(None, "--verify", help="Verify the top K plans in the discrete-event simulator (default 3; 0 = off)."),
     provider: Optional[str] = typer.Option(None, "--provider", help="Price with this provider's offers only (catalogs/gpus offers:, e.g. lambda, coreweave, runpod); default: the cheapest offer per GPU."),
-    emit: Optional[str] = typer.Option(None, "--emit", help="Write the plan JSON and rank 1's deployment files (vllm cmd, k8s, helm) to DIR."),
+    emit: Optional[str] = typer.Option(None, "--emit", help="Write the plan JSON and rank 1's deployment files (vllm cmd, k8s, helm; see --targets) to DIR."),
+    targets: str = typer.Option("all", "--targets", help="--emit: deploy formats to write, as `deploy --format` (e.g. all,kserve,llm-d or platforms)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr (any command)."),
     debug: bool = typer.Option(False, "--debug", help="Show the Python traceback of an unexpected error (any command)."),
     version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
@@ -80,6 +81,10 @@ def main_job(
 
     check_main_options(fmt=fmt, formats=RENDERERS, top=top, workers=workers, storage=storage, trials=trials,
                        seed=seed, timeout=timeout, plot=plot, report=report, emit=emit)
+    if emit:
+        from recommender.deploy import normalise_formats
+
+        emit_formats = normalise_formats(targets)  # a typo fails here, before the search
     slos = [Slo.parse(part) for s in slo for part in s.split(",") if part.strip()]  # tpot=30ms,ttft=2s
     base = load_workload(workload) if workload else None
     w = workload_from_flags(
@@ -111,10 +116,10 @@ def main_job(
         write_report(report, plan, profile=prof)
         typer.echo(f"wrote {report}", err=True)
     if emit:
-        _emit(emit, plan, workload or w.source)
+        _emit(emit, plan, workload or w.source, emit_formats)
 
 
-def _emit(emit: str, plan: Plan, source: str) -> None:
+def _emit(emit: str, plan: Plan, source: str, formats: tuple[str, ...]) -> None:
     import dataclasses
     from pathlib import Path
 
@@ -124,6 +129,6 @@ def _emit(emit: str, plan: Plan, source: str) -> None:
     out = Path(emit)
     plan = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, source=source))
     # one set: plan.json and rank 1's files are swapped in together (never a new plan beside old files)
-    paths = write_deploy_files(plan, out, rank=1, plan_name=str(out / "plan.json"),
+    paths = write_deploy_files(plan, out, rank=1, formats=formats, plan_name=str(out / "plan.json"),
                                extra_files={"plan.json": dump_plan(plan)})
     typer.echo(f"wrote {out / 'plan.json'} and {len(paths)} deployment files to {out}", err=True)

@@ -1,4 +1,5 @@
-"""Deployment files for a plan: ``vllm serve`` scripts, Kubernetes manifests, production-stack Helm values.
+"""Deployment files for a plan: ``vllm serve`` scripts, Kubernetes manifests, production-stack Helm values,
+and the platforms teams already run vLLM on (KServe, llm-d, NVIDIA Dynamo, LWS DisaggregatedSet).
 
 ``render_deploy`` returns file name -> text for one row of a typed :class:`~recommender.plan.Plan`; ``write_deploy_files``
 writes them atomically. Both refuse undeployable plans with ``DeployError`` before anything is written,
@@ -12,9 +13,14 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from recommender.deploy.cluster import ClusterOptions, cluster_options
+from recommender.deploy.disaggset import render_disaggset
+from recommender.deploy.dynamo import render_dynamo
 from recommender.deploy.gpus import GpuFacts, GpuLookup
 from recommender.deploy.helm import render_helm
 from recommender.deploy.k8s import render_k8s
+from recommender.deploy.keda import render_keda
+from recommender.deploy.kserve import render_kserve
+from recommender.deploy.llmd import render_llmd
 from recommender.deploy.spec import DeploySpec, build_spec
 from recommender.deploy.vllm_cmd import VLLM_VERSION, render_cmd
 from recommender.deploy.vllm_flags import VllmFlagError, check_serve_args
@@ -23,19 +29,24 @@ from recommender.errors import DeployError
 from recommender.plan import Plan, load_plan
 
 FORMATS = ("cmd", "k8s", "helm")
-#: formats only rendered when named (not part of 'all'): the re-planner CronJob (recommender.deploy.replan_job),
-#: the vllm bench serve runs that check the deployment (recommender.deploy.bench)
-EXTRA_FORMATS = ("replan-cronjob", "bench")
-_RENDERERS = {"cmd": render_cmd, "k8s": render_k8s, "helm": render_helm}
+#: the platform targets (one renderer module each); 'platforms' names them all. Not part of 'all': a default
+#: `deploy` keeps writing the three files it always wrote, and Dynamo refuses AMD pools without --image
+PLATFORM_FORMATS = ("kserve", "llm-d", "dynamo", "disaggregatedset")
+#: formats only rendered when named (not part of 'all'): the platforms, the KEDA autoscaler of k8s.yaml's Deployments,
+#: the re-planner CronJob (deploy.replan_job), the vllm bench serve runs that check the deployment (deploy.bench)
+EXTRA_FORMATS = (*PLATFORM_FORMATS, "keda", "replan-cronjob", "bench")
+_RENDERERS = {"cmd": render_cmd, "k8s": render_k8s, "helm": render_helm, "kserve": render_kserve,
+              "llm-d": render_llmd, "dynamo": render_dynamo, "disaggregatedset": render_disaggset, "keda": render_keda}
+_FORMAT_HINT = "use cmd, k8s, helm, all, kserve, llm-d, dynamo, disaggregatedset, platforms, keda, replan-cronjob or bench"
 
 __all__ = [
-    "FORMATS", "VLLM_VERSION", "ClusterOptions", "DeploySpec", "cluster_options", "GpuFacts", "GpuLookup", "VllmFlagError",
+    "FORMATS", "PLATFORM_FORMATS", "VLLM_VERSION", "ClusterOptions", "DeploySpec", "cluster_options", "GpuFacts", "GpuLookup", "VllmFlagError",
     "build_spec", "check_serve_args", "normalise_formats", "render_deploy", "write_deploy_files",
 ]
 
 
 def normalise_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
-    """'all' | 'cmd' | 'k8s,helm' | ['cmd', 'helm'] -> ordered unique subset of FORMATS."""
+    """'all' | 'cmd' | 'k8s,helm' | 'platforms' | ['cmd', 'helm'] -> ordered unique subset of FORMATS + EXTRA_FORMATS."""
     items = [formats] if isinstance(formats, str) else list(formats)
     names: list[str] = []
     for item in items:
@@ -43,12 +54,14 @@ def normalise_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
             part = part.strip().lower()
             if part == "all":
                 names.extend(FORMATS)
+            elif part == "platforms":
+                names.extend(PLATFORM_FORMATS)
             elif part in FORMATS or part in EXTRA_FORMATS:
                 names.append(part)
             else:
-                raise DeployError(f"unknown deploy format {part!r}; use cmd, k8s, helm, all, replan-cronjob or bench")
+                raise DeployError(f"unknown deploy format {part!r}; {_FORMAT_HINT}")
     if not names:
-        raise DeployError("no deploy format given; use cmd, k8s, helm, all, replan-cronjob or bench")
+        raise DeployError(f"no deploy format given; {_FORMAT_HINT}")
     return tuple(f for f in FORMATS + EXTRA_FORMATS if f in names)
 
 

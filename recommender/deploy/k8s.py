@@ -256,3 +256,9 @@ def render_k8s(spec: DeploySpec) -> dict[str, str]:
     header = "\n".join(comment_lines(spec)) + "\n# Apply with: kubectl apply -f k8s.yaml (create Secret hf-token with key token for gated models)\n"
     body = yaml.dump_all(manifests(spec), Dumper=NoAliasDumper, sort_keys=False, default_flow_style=False, width=1_000_000)
     return {"k8s.yaml": header + "---\n" + body}
+
+
+# the same objects under public names, for the LeaderWorkerSet / DisaggregatedSet output (recommender.deploy.disaggset)
+hf_cache_pvc = _pvc
+router_objects = _router_objects
+service = _service

@@ -97,6 +97,11 @@ class DeploySpec:
     summary: str  # one line: modelled latency / throughput / cost
     weights_source: str  # how checkpoint_bytes was obtained
     cluster: ClusterOptions = ClusterOptions()  # namespace, images, scheduling, storage class
+    # the modelled operating point, for the autoscaler output (deploy/keda.py); None where the plan has none
+    arrival_rate_per_s: float | None = None  # the workload's rate (None: an offline job)
+    load_utilisation: float | None = None  # rate / saturation rate of the row
+    ttft_mean_s: float | None = None
+    e2e_mean_s: float | None = None
 
     @property
     def gpus_total(self) -> int:
@@ -361,7 +366,15 @@ def build_spec(plan: Plan | Mapping[str, Any], rank: int = 1, checkpoint: str | 
         name=dns_label(f"vllm-{workload_name}"),
         disaggregated=row.disaggregated, pools=tuple(pools),
         summary=_summary(row), weights_source=weights_source,
+        arrival_rate_per_s=_finite_or_none(workload.arrival_rate_per_s),
+        load_utilisation=_finite_or_none(row.load_utilisation),
+        ttft_mean_s=_finite_or_none((row.latency_percentiles.get("ttft") or {}).get("mean")),
+        e2e_mean_s=_finite_or_none((row.latency_percentiles.get("e2e") or {}).get("mean")),
     )
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
 
 
 # --------------------------------------------------------------------------- header
