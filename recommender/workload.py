@@ -244,6 +244,8 @@ class Workload:
     name: str = "workload"
     source: str = ""
     checkpoints: Mapping[str, str] = field(default_factory=dict)
+    #: traffic over a day (``day:`` in the file), validated by ``recommender.autoscale`` (``recommend autoscale``)
+    day: Mapping[str, Any] | None = None
 
     @property
     def max_model_len(self) -> int:
@@ -372,6 +374,7 @@ class WorkloadSpec(BaseModel):
     slo: list[str] = Field(default_factory=list)
     checkpoints: dict[str, str] = Field(default_factory=dict)
     description: str | None = None
+    day: dict[str, Any] | None = None  # traffic over a day: recommender.autoscale.spec checks it
 
     _coerce_prompt = field_validator("prompt_tokens", mode="before")(classmethod(lambda cls, v: _dist_from_any(v)))
     _coerce_output = field_validator("output_tokens", mode="before")(classmethod(lambda cls, v: _dist_from_any(v)))
@@ -398,6 +401,7 @@ class WorkloadSpec(BaseModel):
             name=self.name or (Path(source).stem if source else "workload"),
             source=source,
             checkpoints={k.lower(): v for k, v in self.checkpoints.items()},
+            day=self.day,
         )
 
 

@@ -36,7 +36,7 @@ LAYERS: dict[str, int] = {
     # 8 renderers: tables/JSON/CSV/charts and deployment files
     "render": 8, "deploy": 8,
     # 9 applications on top: re-planning and calibration
-    "replan": 9, "calibrate": 9,
+    "replan": 9, "calibrate": 9, "autoscale": 9,
     # 10 the CLI (parse, call, render)
     "cli": 10, "__main__": 10,
     # 11 the public API re-exports (recommender/__init__.py)

@@ -17,9 +17,13 @@ if TYPE_CHECKING:
 
 def _print_version(value: bool) -> None:
     if value:
-        from recommender import __version__
+        from importlib.metadata import PackageNotFoundError, version
 
-        typer.echo(f"recommend {__version__}")
+        try:
+            installed = version("recommender")
+        except PackageNotFoundError:  # a source checkout that was never installed
+            installed = "(not installed)"
+        typer.echo(f"recommend {installed}")
         raise typer.Exit(0)
 
 

@@ -73,6 +73,25 @@ def _limits(pool: Pool, max_model_len: int) -> EngineLimits:
                         chunked_prefill=pool.chunked_prefill, enable_prefix_caching=pool.enable_prefix_caching)
 
 
+def pool_step_costs(plan: Plan, workload: Workload, *, profile: EngineProfile,
+                    catalog: Catalog) -> list[tuple[StepCostModel, EngineLimits, Deployment]]:
+    """Per pool of the plan's rank-1 row: its step-cost model, the limits vLLM was given and the deployment."""
+    row = plan.top
+    max_len = int(row.max_model_len or plan.workload.max_model_len or workload.max_model_len)
+    model = catalog.model(workload.model)
+    costs = []
+    for p in row.pools:
+        gpu = catalog.gpu(p.gpu)
+        limits = _limits(p, max_len)
+        wd, kd = p.weight_dtype, p.kv_dtype
+        dep = Deployment(model, gpu, p.tp, wd, kd, profile, limits, p.gpu_memory_utilization, p.cuda_graphs, max_len)
+        if not dep.memory().fits:
+            raise RecommenderError(f"the current plan's {gpu.id} TP{dep.tp} {wd} pool no longer fits in memory "
+                                   f"under this profile; re-plan from the workload file")
+        costs.append((StepCostModel.build(dep), limits, dep))
+    return costs
+
+
 def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | None = None,
                  policy: SearchPolicy | None = None, catalog: Catalog | None = None,
                  replicas: tuple[int, ...] | None = None) -> Prediction:
@@ -86,18 +105,8 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
     catalog = catalog or default_catalog()
     row = plan.top
     reps = replicas if replicas is not None else row.pool_replicas
-    max_len = int(row.max_model_len or plan.workload.max_model_len or workload.max_model_len)
     model = catalog.model(workload.model)
-    costs = []
-    for p in row.pools:
-        gpu = catalog.gpu(p.gpu)
-        limits = _limits(p, max_len)
-        wd, kd = p.weight_dtype, p.kv_dtype
-        dep = Deployment(model, gpu, p.tp, wd, kd, profile, limits, p.gpu_memory_utilization, p.cuda_graphs, max_len)
-        if not dep.memory().fits:
-            raise RecommenderError(f"the current plan's {gpu.id} TP{dep.tp} {wd} pool no longer fits in memory "
-                                   f"under this profile; re-plan from the workload file")
-        costs.append((StepCostModel.build(dep), limits, dep))
+    costs = pool_step_costs(plan, workload, profile=profile, catalog=catalog)
     rate = float(workload.effective_rate_per_s)
     sfx = workload.shared_prefix_fraction
     traffic = Traffic(rate_per_s=rate, prompt=workload.prompt_tokens, output=workload.output_tokens,

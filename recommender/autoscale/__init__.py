@@ -1,0 +1,198 @@
+"""Autoscaling plans for traffic over a day (``recommend autoscale``): configuration, rule, certification.
+
+A workload file's ``day:`` block says how its traffic moves over a day::
+
+    day:
+      peak_to_trough: 3        # diurnal cosine around traffic.arrival_rate (the day's mean), >= 1
+      peak_hour: 14            # 0-24
+      trace: traces/azure-conv.csv   # optional: a request log whose burstiness is tiled over the day
+      startup: 4min            # optional: pod start-up time (default: from policies/autoscale.yaml)
+
+:func:`plan_autoscaling` (1) plans the configuration for the day's peak with the search (aggregated pools:
+one pool is what an HPA scales), the static peak plan; (2) derives the rule for that configuration
+(:mod:`recommender.autoscale.rule`); (3) certifies it in a day-long replay with the autoscaler in the loop
+(:mod:`recommender.autoscale.replay`), against the static plan's and the ideal autoscaler's GPU-hours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from recommender import units
+from recommender.autoscale.profile import DayTraffic, DiurnalProfile, poisson_day, tiled_trace_day
+from recommender.autoscale.replay import Certification, replay
+from recommender.autoscale.rule import (
+    AutoscalePolicy, ScalingRule, derive_rule, load_autoscale_policy, replica_capacity_per_s, startup_s,
+)
+from recommender.catalog import default_catalog
+from recommender.errors import ConfigError
+from recommender.load.topology import PoolSpec
+from recommender.plan import Plan
+from recommender.profiles import EngineProfile, engine_profile
+from recommender.replan.predict import pool_step_costs
+from recommender.search.policy import SearchPolicy, load_search_policy
+from recommender.workload import Workload
+
+__all__ = ["AutoscalePlan", "AutoscalePolicy", "Certification", "DayTraffic", "DaySpec", "DiurnalProfile",
+           "ScalingRule", "day_spec", "plan_autoscaling"]
+
+
+class _DaySpecModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    peak_to_trough: float = Field(3.0, ge=1.0, le=100.0)
+    peak_hour: float = Field(14.0, ge=0.0, lt=24.0)
+    trace: str | None = Field(None, min_length=1, max_length=4096)
+    startup: str | float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaySpec:
+    """The ``day:`` block, checked: the profile, an optional trace path, an optional start-up override (s)."""
+
+    profile: DiurnalProfile
+    trace: Path | None
+    startup_s: float | None
+
+
+def day_spec(workload: Workload) -> DaySpec:
+    """The workload's ``day:`` block as a :class:`DaySpec` (one-line ConfigError when absent or invalid)."""
+    if workload.day is None or workload.arrival_rate_per_s is None:
+        raise ConfigError(f"workload {workload.name!r} has no day: block with an arrival_rate to move around; add "
+                          "day: {peak_to_trough: 3, peak_hour: 14} (see examples/chat-day.yaml)")
+    try:
+        m = _DaySpecModel.model_validate(dict(workload.day))
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise ConfigError(f"{workload.source or workload.name}: day.{'.'.join(str(x) for x in first['loc'])}: "
+                          f"{first['msg']}") from None
+    start = None
+    if m.startup is not None:
+        start = units.parse_duration_s(m.startup, "day.startup") if isinstance(m.startup, str) else float(m.startup)
+        if not (math.isfinite(start) and 0 < start <= 3600):
+            raise ConfigError(f"day.startup {m.startup!r}: a pod start-up time must be in (0 s, 1 h]")
+    trace = None
+    if m.trace:
+        base = Path(workload.source).parent if workload.source else Path(".")
+        trace = Path(m.trace) if Path(m.trace).is_absolute() else base / m.trace
+    profile = DiurnalProfile(mean_rate_per_s=workload.arrival_rate_per_s, peak_to_trough=m.peak_to_trough,
+                             peak_hour=m.peak_hour)
+    return DaySpec(profile=profile, trace=trace, startup_s=start)
+
+
+@dataclass(frozen=True)
+class AutoscalePlan:
+    """The static peak plan (its rank 1 is the day's configuration), the rule and the certification."""
+
+    static_plan: Plan
+    rule: ScalingRule
+    certification: Certification
+    profile: DiurnalProfile
+    traffic_source: str
+    static_certification: Certification | None = None  # the static peak plan in the same replay, when asked
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.rule
+        pool = self.static_plan.top.pools[0]
+        return {
+            "configuration": self.static_plan.top.id, "gpu": pool.gpu, "tp": pool.tp,
+            "profile": {"mean_rate_per_s": self.profile.mean_rate_per_s, "peak_to_trough": self.profile.peak_to_trough,
+                        "peak_hour": self.profile.peak_hour, "peak_rate_per_s": round(self.profile.peak_rate_per_s, 4),
+                        "trough_rate_per_s": round(self.profile.trough_rate_per_s, 4), "traffic": self.traffic_source},
+            "pools": [{"role": pool.role.value, "min_replicas": r.min_replicas, "max_replicas": r.max_replicas,
+                       "static_replicas": pool.replicas}],
+            "rule": {"metric": r.metric, "target_per_replica_per_s": round(r.target_per_replica_per_s, 4),
+                     "replica_capacity_per_s": round(r.replica_capacity_per_s, 4),
+                     "growth_within_delay": round(r.growth_within_delay, 4), "headroom": r.headroom,
+                     "polling_s": r.polling_s, "metric_window_s": r.metric_window_s,
+                     "scale_down_stabilisation_s": r.scale_down_stabilisation_s, "startup_s": round(r.startup_s, 1)},
+            "day": self.certification.to_dict(),
+            "static_day": self.static_certification.to_dict() if self.static_certification else None,
+        }
+
+
+def _day_traffic(spec: DaySpec, workload: Workload, seed: int) -> DayTraffic:
+    if spec.trace is not None:
+        from recommender.load.trace import read_trace
+
+        rows = read_trace(str(spec.trace))
+        a = np.array([r[0] for r in rows], dtype=float)
+        cap_p, cap_o = workload.prompt_tokens.max_tokens, workload.output_tokens.max_tokens
+        p = np.minimum(np.array([r[1] for r in rows], dtype=int), cap_p)  # the engine's max_model_len holds these
+        o = np.minimum(np.array([r[2] for r in rows], dtype=int), cap_o)
+        return tiled_trace_day(spec.profile, a, p, o, source=str(spec.trace))
+    rng = random.Random(seed)
+    p = np.array(workload.prompt_tokens.sample(rng, 20_000))
+    o = np.array(workload.output_tokens.sample(rng, 20_000))
+    return poisson_day(spec.profile, p, o, seed=seed)
+
+
+def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, profile: EngineProfile | None = None,
+                     policy: SearchPolicy | None = None, autoscale_policy: AutoscalePolicy | None = None,
+                     startup_override_s: float | None = None, seed: int = 0,
+                     compare_static: bool = False) -> AutoscalePlan:
+    """Plan, derive and certify (see the module docstring). ``static_plan``: the search's plan for the day's
+    peak, when the caller ran it (it must be aggregated); otherwise the search runs here."""
+    spec = day_spec(workload)
+    profile = profile or engine_profile("vllm")
+    search = policy or load_search_policy()
+    auto = autoscale_policy or load_autoscale_policy()
+    peak_w = dataclasses.replace(workload, arrival_rate_per_s=spec.profile.peak_rate_per_s)
+    if static_plan is None:
+        from recommender.search import SearchSettings, recommend
+
+        static_plan = recommend(peak_w, settings=SearchSettings(seed=seed, verify=0), profile=profile,
+                                policy=dataclasses.replace(search, disaggregation=False))
+    if static_plan.top.disaggregated:
+        raise ConfigError("autoscaling plans one aggregated pool; this plan's rank 1 is prefill/decode "
+                          "disaggregated (set disaggregation: false in the search policy)")
+    catalog = default_catalog()
+    (cost, limits, dep), = pool_step_costs(static_plan, peak_w, profile=profile, catalog=catalog)
+    c1 = replica_capacity_per_s(static_plan, peak_w, profile=profile, search=search)
+    weight_bytes = dep.memory().weights_bytes_per_gpu * dep.tp
+    start = startup_override_s or spec.startup_s or startup_s(weight_bytes, auto)
+    served = static_plan.workload.hf_repo or workload.model
+    rule = derive_rule(capacity_per_s=c1, profile=spec.profile, startup=start, policy=auto, headroom=search.headroom,
+                       gpus_per_replica=dep.tp, model_name=served)
+    day = _day_traffic(spec, workload, seed)
+    n_static = static_plan.top.pools[0].replicas
+
+    def run(r: ScalingRule) -> Certification:
+        return replay(PoolSpec(cost=cost, limits=limits), r, day, spec.profile, workload.slos, static_replicas=n_static,
+                      shared_prefix_fraction=workload.shared_prefix_fraction, slo_window_s=auto.slo_window_s)
+
+    static = run(dataclasses.replace(rule, min_replicas=n_static, max_replicas=n_static)) if compare_static else None
+    return AutoscalePlan(static_plan, rule, run(rule), spec.profile, day.source, static)
+
+
+def summary_lines(ap: AutoscalePlan) -> list[str]:
+    """The text report: configuration, rule, the day's figures."""
+    r, c, p = ap.rule, ap.certification, ap.profile
+    pool = ap.static_plan.top.pools[0]
+    return [
+        f"day        {p.mean_rate_per_s:g} req/s mean, {p.peak_to_trough:g}:1 peak-to-trough (peak "
+        f"{p.peak_rate_per_s:.2f} req/s at {p.peak_hour:g}h, trough {p.trough_rate_per_s:.2f}); traffic {ap.traffic_source}",
+        f"config     {ap.static_plan.top.id} ({pool.gpu} TP{pool.tp}); static peak plan x{pool.replicas}",
+        f"capacity   one replica meets the SLOs up to {r.replica_capacity_per_s:.3f} req/s",
+        f"start-up   {units.fmt_seconds(r.startup_s)}; the day rises x{r.growth_within_delay:.3f} within start-up + "
+        f"polling + window",
+        f"rule       target {r.target_per_replica_per_s:.3f} req/s per replica = {r.replica_capacity_per_s:.3f} / "
+        f"({r.growth_within_delay:.3f} x {1 + r.headroom:.2f}); replicas {r.min_replicas}..{r.max_replicas}",
+        f"autoscaler poll {r.polling_s:g} s, window {r.metric_window_s:g} s, scale-down stabilisation "
+        f"{r.scale_down_stabilisation_s:g} s",
+        f"replay     {c.requests:,} requests: SLOs met in {c.windows_met}/{c.windows} windows ({c.attainment:.1%}), "
+        f"{c.flaps} flaps, {c.scale_events} scale events, replicas {c.min_replicas_seen}..{c.max_replicas_seen}",
+        f"GPU-hours  autoscaled {c.gpu_hours:.1f}, static peak {c.static_gpu_hours:.1f} "
+        f"({c.gpu_hours / c.static_gpu_hours:.2f}x), ideal autoscaler {c.ideal_gpu_hours:.1f}",
+    ]
+
+
+def as_mapping(ap: AutoscalePlan) -> Mapping[str, Any]:
+    return ap.to_dict()
