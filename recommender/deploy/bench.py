@@ -21,8 +21,8 @@ Flag names are vLLM 0.33's (``vllm/benchmarks/serve.py``; ``recommender/data/vll
 from __future__ import annotations
 
 import math
-import shlex
 
+from recommender.deploy.shell import quote
 from recommender.deploy.spec import DeploySpec
 from recommender.plan import LengthSummary, Plan, PlanRow
 from recommender.units import fmt_seconds
@@ -71,7 +71,7 @@ def bench_args(spec: DeploySpec, plan: Plan, *, base_url_var: str, rate_per_s: f
 
 def _command(head: str, groups: list[list[str]]) -> str:
     def word(a: str) -> str:
-        return f'"{a}"' if a.startswith("${") else shlex.quote(a)  # our own "${VAR}"s expand; nothing else
+        return f'"{a}"' if a.startswith("${") else quote(a)  # our own "${VAR}"s expand; nothing else does
 
     body = [head] + ["  " + " ".join(word(a) for a in g) for g in groups]
     return " \\\n".join(body)
