@@ -17,7 +17,10 @@ output lengths uniform in [0.8 L, L]: mean 0.9 L), i.e. ``recommend estimate --b
   the launch scripts set it (TensorRT-LLM, ATOM, SGLang fp4), else bf16;
 - engine profile: ``sglang`` for SGLang and ATOM, ``trtllm`` for TensorRT-LLM; the launch scripts' limits (SGLang
   ``--max-running-requests 512 --chunked-prefill-size 32768 --mem-fraction-static 0.82``; TensorRT-LLM
-  ``max_num_tokens = CONC + ISL`` rounded up to 64, at least 8192, ``max_batch_size`` >= CONC, 0.8 of free memory).
+  ``max_num_tokens = CONC + ISL`` rounded up to 64, at least 8192, ``max_batch_size`` >= CONC, 0.8 of free memory),
+  their memory fractions turned into vLLM's ``gpu_memory_utilization`` (:func:`memory_fraction`).
+
+Rows flagged ``closed_loop_check_ratio`` (the README's one inconsistent ATOM row) are listed, not scored.
 
 ``--legacy`` predicts every row as TP only without MTP (what the model could express before EP / DPA / MTP) and runs
 on older checkouts too (``PYTHONPATH=<old checkout> python3 benchmarks/bench_inferencex.py --legacy``).
@@ -122,31 +125,52 @@ def single_node_cases(path: Path) -> list[Case]:
     return out
 
 
-def _limits(c: Case) -> tuple[int, int, float]:
-    """(max_num_seqs, max_num_batched_tokens, gpu_memory_utilization) of the row's launch script."""
+def _limits(c: Case) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) of the row's launch script."""
     if c.framework == "trt":
         tokens = max(8192, -(-(c.conc * (c.mtp + 1) + int(c.row["isl"]) + 64) // 64) * 64)
-        return max(c.conc, 8), tokens, 0.85
-    return 512, 32768, 0.82
+        return max(c.conc, 8), tokens
+    return 512, 32768
 
 
-def predict(c: Case, legacy: bool = False, profile: Any = None) -> dict[str, float] | str:
+def memory_fraction(c: Case, mem: Any) -> float:
+    """vLLM's ``gpu_memory_utilization`` that leaves the KV cache the row's engine gives itself.
+
+    SGLang ``--mem-fraction-static f`` (0.82 here; ATOM alike) holds weights + KV in ``f x memory``, activations and
+    graphs outside it: ``gmu = f + (activations + reserve + graphs) / memory``. TensorRT-LLM's
+    ``free_gpu_memory_fraction`` 0.8 takes that share of what weights and activations leave:
+    ``gmu = (w + o + 0.8 (M - w - o)) / M`` with ``o`` the activations, reserve and graphs."""
+    other = mem.activation_bytes_per_gpu + mem.runtime_reserve_bytes_per_gpu + mem.cuda_graph_bytes_per_gpu
+    total = mem.memory_bytes_per_gpu
+    if c.framework == "trt":
+        w = mem.weights_bytes_per_gpu
+        gmu = (w + other + 0.8 * (total - w - other)) / total
+    else:
+        gmu = 0.82 + other / total
+    return min(1.0, max(0.05, gmu))
+
+
+def predict(c: Case, legacy: bool = False, profile: Any = None, catalog: Any = None,
+            acceptance_rate: float | None = None) -> dict[str, float] | str:
     """{ttft, tpot, tput} predicted, or the one-line reason the row is not predicted."""
     from recommender.errors import RecommenderError
     from recommender.estimator import EstimateRequest, bench_run, estimate_request
     from recommender.perf.steady import Load
 
-    seqs, tokens, gmu = _limits(c)
+    seqs, tokens = _limits(c)
     kw: dict[str, Any] = dict(model=MODEL, gpu=c.gpu, tp=c.tp * c.dp if legacy else c.tp, weight_dtype=c.weight_dtype,
                               kv_dtype=c.kv_dtype, prompt_tokens=c.prompt_tokens, output_tokens=c.output_tokens,
-                              engine="trtllm" if c.framework == "trt" else "sglang", gpu_memory_utilization=gmu,
+                              engine="trtllm" if c.framework == "trt" else "sglang", gpu_memory_utilization=0.9,
                               max_num_seqs=seqs, max_num_batched_tokens=tokens, usd_per_gpu_hour=1.0)
     if not legacy:
         kw.update(dp=c.dp, ep=c.ep)
         if c.mtp:
             kw["speculative_config"] = json.dumps({"method": "mtp", "num_speculative_tokens": c.mtp})
+            kw["acceptance_rate"] = acceptance_rate
     try:
-        dep, _, est = estimate_request(EstimateRequest(**kw), profile=profile)
+        dep, _, est = estimate_request(EstimateRequest(**kw), catalog, profile=profile)
+        kw["gpu_memory_utilization"] = memory_fraction(c, dep.memory())
+        dep, _, est = estimate_request(EstimateRequest(**kw), catalog, profile=profile)
         if not est.fits:
             return "does not fit"
         load = Load.finite(requests=10 * c.conc, prompt_tokens=c.prompt_tokens, output_tokens=c.output_tokens,
@@ -170,6 +194,8 @@ class Tally:
     signed: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
     def add(self, c: Case, p: dict[str, float] | str) -> None:
+        if "closed_loop_check_ratio" in c.row["quality_flags"]:
+            return
         self.n += 1
         if isinstance(p, str):
             self.refused += 1

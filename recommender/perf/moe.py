@@ -180,8 +180,8 @@ class MoeLayout:
 
 def check_layout(model: ModelArch, gpu_id: str, gpus_per_domain: int, *, tp: int, dp: int, ep: bool) -> None:
     """Refuse (ConfigError, one line) an EP / DP layout vLLM would not run or that does not fit one scale-up domain:
-    EP on a dense model, ``dp < 1``, ``tp x dp`` beyond or not dividing the GPU's NVLink/xGMI domain, experts that do
-    not split evenly over ``tp x dp`` EP ranks."""
+    EP on a dense model, ``dp < 1``, ``tp x dp`` beyond the GPU's NVLink/xGMI domain or (with ``dp > 1``) not dividing
+    it, experts that do not split evenly over ``tp x dp`` EP ranks."""
     from recommender.errors import ConfigError
 
     if dp < 1:
@@ -192,7 +192,7 @@ def check_layout(model: ModelArch, gpu_id: str, gpus_per_domain: int, *, tp: int
     if g > gpus_per_domain:
         raise ConfigError(f"--tp {tp} x --data-parallel-size {dp} = {g} GPUs exceeds {gpu_id}'s scale-up domain of "
                           f"{gpus_per_domain} GPUs; use tp x dp <= {gpus_per_domain} and more replicas")
-    if gpus_per_domain % g:
+    if dp > 1 and gpus_per_domain % g:
         divisors = [d for d in range(1, gpus_per_domain + 1) if gpus_per_domain % (tp * d) == 0]
         raise ConfigError(f"--data-parallel-size {dp} with --tp {tp} uses {g} GPUs, which does not divide {gpu_id}'s "
                           f"{gpus_per_domain}-GPU instance; try --data-parallel-size {' or '.join(str(d) for d in divisors)}")

@@ -177,6 +177,8 @@ class StepCostModel:
     routed_flops_per_token: float = 0.0   # part of linear_flops_per_token in routed experts (scaled by EP imbalance)
     draft: spec_mod.DraftCost | None = None  # MTP speculative decoding (perf.speculative)
     weight_stream_efficiency: float = 1.0  # the weight dtype's kernels' share of the profile's HBM efficiency
+    expert_bandwidth_efficiency: float = 1.0  # routed-expert grouped GEMMs' share of it (profile)
+    moe_layer_overhead_s: float = 0.0     # fixed time per MoE layer per step (profile; already in overhead_s)
 
     @staticmethod
     def build(dep: Deployment) -> "StepCostModel":
@@ -200,7 +202,8 @@ class StepCostModel:
         lat = p.allreduce_latency_pcie_s if ic.is_pcie else p.allreduce_latency_s
         memb = dep.memory()
         cdt = compute_dtype(dep.weight_dtype, g)
-        overhead = p.step_overhead_s + (0.0 if dep.cuda_graphs else m.num_layers * p.layer_launch_overhead_s)
+        overhead = (p.step_overhead_s + (0.0 if dep.cuda_graphs else m.num_layers * p.layer_launch_overhead_s)
+                    + n_moe * p.moe_layer_overhead_s)
         layout = _moe_layout(dep) if m.moe is not None and (dep.dp > 1 or dep.ep) else None
         routed = 2.0 * params.expert_one * (m.moe.top_k if m.moe else 0) * n_moe
         eff = g.kernels.efficiency(dep.weight_dtype)
@@ -225,7 +228,8 @@ class StepCostModel:
             prefill_step_overhead_s=p.prefill_step_overhead_s,
             gemm_m_half_tokens=p.gemm_m_half_tokens,
             moe=layout, routed_flops_per_token=routed, draft=_draft_cost(dep, pair),
-            weight_stream_efficiency=eff.bandwidth,
+            weight_stream_efficiency=eff.bandwidth, expert_bandwidth_efficiency=p.expert_bandwidth_efficiency,
+            moe_layer_overhead_s=p.moe_layer_overhead_s if m.moe is not None else 0.0,
         )
 
     # -- per-sequence costs -------------------------------------------------------------------
@@ -261,6 +265,14 @@ class StepCostModel:
         return kv, fl
 
     # -- step time ----------------------------------------------------------------------------
+    def weight_read_s(self, new_tokens: int, hbm_bytes_per_s: float) -> float:
+        """Seconds to stream the step's weights: dense bytes at ``bw x weight_stream_efficiency``, routed-expert
+        bytes at that x ``expert_bandwidth_efficiency``."""
+        total = self.weight_bytes_read_per_gpu(new_tokens)
+        experts = total - self.dense_weight_bytes_per_gpu
+        bw = hbm_bytes_per_s * self.weight_stream_efficiency
+        return self.dense_weight_bytes_per_gpu / bw + experts / (bw * self.expert_bandwidth_efficiency)
+
     def weight_bytes_read_per_gpu(self, new_tokens: int) -> float:
         if not self.num_experts:
             return self.dense_weight_bytes_per_gpu
@@ -277,11 +289,11 @@ class StepCostModel:
         kv_bytes = kv_read_bytes / self.tp
         lin = new_tokens * self.linear_flops_per_token + self.imbalance_flops(new_tokens)
         bw = self.peak_hbm_bytes_per_s if floor else self.hbm_bytes_per_s
-        w_bw = bw if floor else bw * self.weight_stream_efficiency
+        w_s = w_bytes / bw if floor else self.weight_read_s(new_tokens, bw)
         comp = self.peak_group_flops_per_s if floor else self.group_flops_per_s
         lin_eff = lin if floor else (new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token + self.imbalance_flops(new_tokens)
         out = {"memory_s": (w_bytes + kv_bytes) / bw, "compute_s": (lin + attention_flops) / comp,
-               "gemm_s": max(w_bytes / w_bw, lin_eff / comp), "attention_s": max(kv_bytes / bw, attention_flops / comp),
+               "gemm_s": max(w_s, lin_eff / comp), "attention_s": max(kv_bytes / bw, attention_flops / comp),
                "allreduce_s": 0.0, "overhead_s": 0.0, "bytes_per_gpu": w_bytes + kv_bytes, "flops": lin + attention_flops}
         if not floor:
             out["allreduce_s"] = self.allreduce_s(new_tokens)
@@ -310,7 +322,7 @@ class StepCostModel:
     def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float, prefill: bool = False) -> float:
         """Wall time of one step (see module docstring); ``prefill``: the step carries prefill tokens."""
         bw, comp = self.hbm_bytes_per_s, self.group_flops_per_s
-        gemm = max(self.weight_bytes_read_per_gpu(new_tokens) / (bw * self.weight_stream_efficiency),
+        gemm = max(self.weight_read_s(new_tokens, bw),
                    ((new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token + self.imbalance_flops(new_tokens)) / comp)
         attn = max(kv_read_bytes / self.tp / bw, attention_flops / comp)
         fixed = self.overhead_s + (self.prefill_step_overhead_s if prefill else 0.0)
@@ -347,8 +359,9 @@ class StepCostModel:
                          else moe_mod.expected_experts_touched(self.num_experts, self.experts_top_k, t) * self.expert_bytes_per_gpu)
             experts = per_layer
         layers = max(1, self.num_layers)
-        coll = self.allreduce_s(int(round(t))) / layers
-        one = spec_mod.draft_pass_s(d, batch=decodes, context_tokens=context_tokens, expert_bytes_per_gpu=experts, tp=self.tp,
+        coll = self.allreduce_s(int(round(t))) / layers + self.moe_layer_overhead_s
+        one = spec_mod.draft_pass_s(d, batch=decodes, context_tokens=context_tokens,
+                                    expert_bytes_per_gpu=experts / self.expert_bandwidth_efficiency, tp=self.tp,
                                     hbm_bytes_per_s=self.hbm_bytes_per_s * self.weight_stream_efficiency,
                                     group_flops_per_s=self.group_flops_per_s, collective_s=coll)
         return d.num_speculative_tokens * one
