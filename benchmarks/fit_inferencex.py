@@ -166,10 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         groups[group_of(c)].append(c)
     params: dict[tuple[str, str], dict[str, float]] = {}
     lines = ["# InferenceX fit: MoE-serving parameters per engine x GPU family", "",
-             f"Written by `python3 benchmarks/fit_inferencex.py` (module docstring: stages, loss, held-out rule).", "",
+             "Written by `python3 benchmarks/fit_inferencex.py` (module docstring: stages, loss, held-out rule).", "",
              "## Stages A-B (fp8 rows without MTP), held out by whole configuration", "",
-             f"| engine | family | rows | configs | moe_layer_overhead_s | expert_bandwidth_efficiency | request_overhead_s | "
-             f"TPOT MAPE % before / fitted / held out | TTFT MAPE % before / fitted / held out |",
+             "| engine | family | rows | configs | moe_layer_overhead_s | expert_bandwidth_efficiency | request_overhead_s | "
+             "TPOT MAPE % before / fitted / held out | TTFT MAPE % before / fitted / held out |",
              "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for key, gc in sorted(groups.items()):
         fitted = fit_group(gc, {})
@@ -285,7 +285,7 @@ def write(params: dict[tuple[str, str], dict[str, float]], effs: dict[tuple[str,
         path.write_text(merge_families(path.read_text(), fams, rows.get(eng, {})))
     ks = ROOT / "catalogs" / "kernel-support.yaml"
     text = ks.read_text()
-    for (arch, dtype), bw in effs.items():
+    for (_arch, dtype), bw in effs.items():
         text = re.sub(rf"(\n      {dtype}: {{bandwidth: )[0-9.]+", rf"\g<1>{bw:.3f}", text, count=1)
     ks.write_text(text)
     mpath = ROOT / "catalogs" / "models" / "deepseek-v3.yaml"

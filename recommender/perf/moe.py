@@ -60,7 +60,7 @@ def expected_experts_touched(num_experts: int, top_k: int, tokens: float) -> flo
     """``E x (1 - (1 - k/E)^T)``: distinct experts ``T`` tokens routed top-``k`` (uniformly) touch in one layer."""
     if num_experts <= 0 or tokens <= 0:
         return 0.0
-    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
+    return float(num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens))
 
 
 def extreme_z(ranks: int) -> float:
@@ -73,7 +73,7 @@ def busiest_rank_experts(num_experts: int, top_k: int, tokens: float, ranks: int
     if num_experts <= 0 or tokens <= 0:
         return 0.0
     local = num_experts / ranks
-    p = 1.0 - (1.0 - top_k / num_experts) ** tokens
+    p = float(1.0 - (1.0 - top_k / num_experts) ** tokens)
     return min(local, local * p + extreme_z(ranks) * math.sqrt(local * p * (1.0 - p)))
 
 
