@@ -248,3 +248,67 @@ def test_inferencex_rows_all_expressible() -> None:
     assert all(isinstance(p, dict) and p["tpot"] > 0 for p in preds), [p for p in preds if isinstance(p, str)]
     assert not math.isnan(sum(p["ttft"] for p in preds if isinstance(p, dict)))
     assert dataclasses.is_dataclass(sample[0])
+
+
+# -- properties over layouts (hypothesis) ------------------------------------------------------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+MOE_MODELS = sorted(m for m in CAT.models if CAT.models[m].moe is not None)
+LAYOUTS = [(8, 1, False), (8, 1, True), (4, 2, True), (2, 4, False), (1, 8, True), (1, 8, False)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=st.sampled_from(MOE_MODELS), layout=st.sampled_from(LAYOUTS), gpu=st.sampled_from(["h200", "b200", "mi300x"]),
+       b=st.integers(1, 512), ctx=st.integers(1, 32768), k=st.integers(0, 3), a=st.floats(0.05, 1.0))
+def test_moe_steps_are_monotone_and_above_the_floor(model: str, layout: tuple[int, int, bool], gpu: str, b: int, ctx: int,
+                                                      k: int, a: float) -> None:
+    m = CAT.models[model]
+    tp, dp, ep = layout
+    if m.num_heads % tp or (ep and m.moe is not None and m.moe.num_experts % (tp * dp)):
+        return
+    s = spec.SpecDecode(num_speculative_tokens=k, acceptance_rate=a) if k and m.mtp_layers else None
+    d = build_deployment(model=m, gpu=CAT.gpu(gpu), tp=tp, weight_dtype="fp8", kv_dtype="fp8",
+                         profile=engine_profile("sglang"), max_model_len=ctx + 1, dp=dp, ep=ep, spec=s)
+    cost = StepCostModel.build(d)
+    # a larger batch or a longer context never makes the per-token decode step faster ...
+    assert cost.decode_step_s(b + 1, ctx) >= cost.decode_step_s(b, ctx) * (1 - 1e-9)
+    assert cost.decode_step_s(b, ctx + 512) >= cost.decode_step_s(b, ctx) * (1 - 1e-9)
+    # ... the real step is never below the datasheet floor ...
+    kv, fl = cost.decode_seq_cost(ctx)
+    p = cost.parts(b, b * kv, b * fl, floor=True)
+    assert cost.step_s(b, b * kv, b * fl) >= max(p["memory_s"], p["compute_s"]) * (1 - 1e-9)
+    # ... and a GPU never streams more experts than it holds, nor fewer than the TP share of the touched ones
+    if cost.moe is not None:
+        held = m.moe.num_experts / (tp * dp)   # whole experts under EP, expert-equivalents of slices without
+        per_layer = cost.moe.experts_read_per_gpu(b)
+        assert per_layer <= held + 1e-9
+        assert per_layer >= moe.expected_experts_touched(m.moe.num_experts, m.moe.top_k, b * dp) / (tp * dp) - 1e-9
+    # more acceptance never slows MTP decoding
+    if s is not None:
+        better = StepCostModel.build(dataclasses.replace(d, spec=dataclasses.replace(s, acceptance_rate=min(1.0, a + 0.1))))
+        assert better.decode_step_s(b, ctx) <= cost.decode_step_s(b, ctx) * (1 + 1e-9)
+
+
+def _evaluate(formula: str) -> float:
+    """Evaluate a printed formula such as ``256 x (1 - (1 - 8/256)^64)`` (x -> *, ^ -> **)."""
+    expr = formula.replace(" x ", " * ").replace("^", "**").replace("sqrt", "math.sqrt").replace("min(", "min(")
+    return float(eval(expr, {"math": math, "__builtins__": {"min": min}}))  # noqa: S307 - our own printed text
+
+
+def test_walkthrough_formulas_evaluate_to_their_values() -> None:
+    r = RUN.invoke(app, ["estimate", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "1", "--data-parallel-size", "8",
+                         "--enable-expert-parallel", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}',
+                         "--acceptance-rate", "0.6", "--concurrency", "64", "--prompt-tokens", "1000", "--output-tokens", "1000"])
+    assert r.exit_code == 0, r.output
+    lines = {ln.split("  ")[1].strip(): ln for ln in r.output.splitlines() if ln.startswith("  ") and " = " in ln}
+    for label in ("experts touched", "busiest EP rank", "remote ranks", "tokens per step"):
+        line = lines[label]
+        formula = line[2 + 19:].rsplit(" = ", 1)[0].strip()
+        value = float(line.rsplit(" = ", 1)[1].split()[0])
+        assert _evaluate(formula) == pytest.approx(value, rel=1e-3), line
+    # TPOT (MTP) = (verify + drafts) / tokens per step, in the printed milliseconds
+    t = lines["TPOT (MTP)"]
+    nums = [float(x) for x in t.replace("(", " ").replace(")", " ").replace("/", " ").split() if x.replace(".", "").isdigit()]
+    verify, draft, tps, value = nums[0], nums[1], nums[2], nums[3]
+    assert (verify + draft) / tps == pytest.approx(value, rel=2e-3)
