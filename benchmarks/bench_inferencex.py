@@ -258,6 +258,7 @@ def report(results: list[tuple[Case, dict[str, float] | str]], legacy: bool, sec
     for key, title in (("gpu", "GPU"), ("framework", "framework"), ("parallel", "parallelism"), ("mtp", "speculation"),
                        ("dtype", "weights")):
         lines += table(title, by[key]) + [""]
+    lines += gain_tables(results)
     lines += ["## Beside aiconfigurator (its per-cell figures, `inferencex-peer-mape.csv`)", "",
               "aiconfigurator's cells are its DeepSeek-R1-0528 points of the 2026-07-20 dump (not the same dates as our "
               "rows); ours are every row of that GPU and ISL:OSL here.", "",
@@ -272,6 +273,59 @@ def report(results: list[tuple[Case, dict[str, float] | str]], legacy: bool, sec
         lines += ["", "## Rows not predicted", ""]
         lines += [f"- {n} x {why}" for why, n in sorted(refusals.items(), key=lambda x: -x[1])]
     return "\n".join(lines) + "\n"
+
+
+def _median_by(results: list[tuple[Case, dict[str, float] | str]], strip: str) -> dict[tuple[Any, ...], tuple[float, float]]:
+    """Per point (configuration without ``strip``, concurrency): (median measured TPOT, predicted TPOT)."""
+    acc: dict[tuple[Any, ...], tuple[list[float], float]] = {}
+    for c, p in results:
+        if isinstance(p, str) or "tpot" not in c.measured or "closed_loop_check_ratio" in c.row["quality_flags"]:
+            continue
+        base = (c.gpu, c.framework, c.tp, c.dp, c.ep, c.row["isl"], c.row["osl"], c.conc)
+        key = (*base, c.weight_dtype if strip == "mtp" else c.mtp, (c.mtp > 0) if strip == "mtp" else c.weight_dtype)
+        acc.setdefault(key, ([], p["tpot"]))[0].append(c.measured["tpot"])
+    return {k: (statistics.median(v[0]), v[1]) for k, v in acc.items()}
+
+
+def gain_tables(results: list[tuple[Case, dict[str, float] | str]]) -> list[str]:
+    """Measured vs predicted TPOT gains of MTP (no-MTP / MTP) and of fp4 (fp8 / fp4) on paired points."""
+    out: list[str] = []
+    pts = _median_by(results, "mtp")
+    bands = {"1-8": (1, 8), "16-64": (16, 64), "128-512": (128, 512)}
+    rows: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for k, (m1, p1) in pts.items():
+        if k[-1] is not True:
+            continue
+        off = pts.get((*k[:-1], False))
+        if off is None:
+            continue
+        band = next(b for b, (lo, hi) in bands.items() if lo <= k[7] <= hi)
+        rows[band].append((off[0] / m1, off[1] / p1))
+    out += ["## MTP: TPOT without / with MTP on paired points (median over dates)", "",
+            "| concurrency | pairs | measured gain (median) | predicted gain (median) |", "|---|---:|---:|---:|"]
+    for band in bands:
+        v = rows.get(band, [])
+        if v:
+            out.append(f"| {band} | {len(v)} | {statistics.median(x for x, _ in v):.2f}x | {statistics.median(y for _, y in v):.2f}x |")
+    out += [""]
+    pts = _median_by(results, "dtype")
+    frows: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for k, (m4, p4) in pts.items():
+        if k[-1] not in ("fp4", "mxfp4"):
+            continue
+        off = pts.get((*k[:-1], "fp8"))
+        if off is None:
+            continue
+        frows[k[0]].append((off[0] / m4, off[1] / p4))
+    out += ["## fp4: TPOT at fp8 / at fp4 on paired points (median over dates)", "",
+            "| GPU | pairs | measured gain (median) | predicted gain (median) | bytes per weight fp8 / fp4 |", "|---|---:|---:|---:|---:|"]
+    from recommender.perf.memory import bytes_per_weight
+
+    for gpu, v in sorted(frows.items()):
+        d = "mxfp4" if gpu in AMD else "fp4"
+        out.append(f"| {gpu} | {len(v)} | {statistics.median(x for x, _ in v):.2f}x | {statistics.median(y for _, y in v):.2f}x | "
+                   f"{bytes_per_weight('fp8') / bytes_per_weight(d):.2f}x |")
+    return out + [""]
 
 
 def main(argv: list[str] | None = None) -> int:
