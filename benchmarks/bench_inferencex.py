@@ -224,6 +224,25 @@ def table(title: str, groups: dict[str, Tally]) -> list[str]:
     return out
 
 
+def summary(by: dict[str, dict[str, Tally]]) -> list[str]:
+    """One compact table (the README's): by GPU (with aiconfigurator's point-weighted figures on its DeepSeek-R1
+    cells of that GPU), framework and parallelism class."""
+    aic: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
+    for r in peer_rows():
+        aic[r["gpu"]].append((int(r["aic_points"]), float(r["aic_ttft_mape_pct"]), float(r["aic_tpot_mape_pct"])))
+    out = ["| group | rows | TTFT % | TPOT % | output tput % | aiconfigurator TTFT % / TPOT % (points) |",
+           "|---|---:|---:|---:|---:|---|"]
+    for key, label in (("gpu", "GPU"), ("framework", "framework"), ("parallel", "parallelism")):
+        for g, t in sorted(by[key].items()):
+            cells = aic.get(g) if key == "gpu" else None
+            peer = "-"
+            if cells:
+                n = sum(c[0] for c in cells)
+                peer = (f"{sum(c[0] * c[1] for c in cells) / n:.1f} / {sum(c[0] * c[2] for c in cells) / n:.1f} ({n})")
+            out.append(f"| {label} {g} | {t.n} | {t.mape('ttft'):.1f} | {t.mape('tpot'):.1f} | {t.mape('tput'):.1f} | {peer} |")
+    return out
+
+
 def peer_rows() -> list[dict[str, str]]:
     with PEER_CSV.open() as f:
         return [r for r in csv.DictReader(f) if r["model"] == "DeepSeek-R1-0528"]
@@ -233,15 +252,22 @@ def run(cases: list[Case], legacy: bool, profile_for: Any = None) -> list[tuple[
     return [(c, predict(c, legacy, profile_for(c) if profile_for else None)) for c in cases]
 
 
-def report(results: list[tuple[Case, dict[str, float] | str]], legacy: bool, seconds: float,
-           before: dict[str, Tally] | None = None) -> str:
+def grouped(results: list[tuple[Case, dict[str, float] | str]]) -> dict[str, dict[str, Tally]]:
+    """Tallies by GPU, framework, parallelism class, speculation, weight dtype and overall."""
     by: dict[str, dict[str, Tally]] = {k: defaultdict(Tally) for k in ("gpu", "framework", "parallel", "mtp", "dtype", "all")}
-    cells: dict[tuple[str, str, str], Tally] = defaultdict(Tally)
-    refusals: dict[str, int] = defaultdict(int)
     for c, p in results:
         for key, g in (("gpu", c.gpu), ("framework", c.framework), ("parallel", c.parallel),
                        ("mtp", f"MTP k={c.mtp}" if c.mtp else "no MTP"), ("dtype", c.weight_dtype), ("all", "all")):
             by[key][g].add(c, p)
+    return by
+
+
+def report(results: list[tuple[Case, dict[str, float] | str]], legacy: bool, seconds: float,
+           before: dict[str, dict[str, Tally]] | None = None) -> str:
+    by = grouped(results)
+    cells: dict[tuple[str, str, str], Tally] = defaultdict(Tally)
+    refusals: dict[str, int] = defaultdict(int)
+    for c, p in results:
         cells[(c.gpu, c.row["isl"], c.row["osl"])].add(c, p)
         if isinstance(p, str):
             refusals[p[:160]] += 1
@@ -252,9 +278,14 @@ def report(results: list[tuple[Case, dict[str, float] | str]], legacy: bool, sec
              "MAPE = mean absolute % error; signed = (predicted - measured) / measured. "
              "The date-to-date floor of these rows is about 18% TTFT / 8% TPOT.", ""]
     lines += table("all", by["all"]) + [""]
+    lines += summary(by) + [""]
+    flagged = sum(1 for c, _ in results if "closed_loop_check_ratio" in c.row["quality_flags"])
+    if flagged:
+        lines += [f"{flagged} row flagged `closed_loop_check_ratio` (the README's inconsistent ATOM row) is predicted, not scored.", ""]
     if before is not None:
-        lines += ["Before (`--legacy` on the same rows: every row as TP only, no MTP):", ""]
-        lines += table("before", before) + [""]
+        lines += ["Before (`--legacy` predictions of the model before EP / DPA / MTP, from `--before FILE`: every row as "
+                  "TP only, no MTP, on the same rows):", ""]
+        lines += table("before", before["all"]) + [""] + summary(before) + [""]
     for key, title in (("gpu", "GPU"), ("framework", "framework"), ("parallel", "parallelism"), ("mtp", "speculation"),
                        ("dtype", "weights")):
         lines += table(title, by[key]) + [""]
@@ -346,12 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     before = None
     if a.before is not None:
         prev = json.loads(a.before.read_text())
-        before = {"all": Tally()}
         keyed = {(r["key"]): r["pred"] for r in prev}
-        for c, _ in results:
-            p = keyed.get(_key(c))
-            if p is not None:
-                before["all"].add(c, p)
+        before = grouped([(c, keyed[_key(c)]) for c, _ in results if _key(c) in keyed])
     text = report(results, a.legacy, secs, before)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(text)

@@ -473,7 +473,7 @@ def _burst(dep: Deployment, load: Load, m: int) -> RunPrediction:
     """M requests sent at once, no client cap: the engine admits ``r`` (:func:`perf.steady.admitted`) and,
     with equal lengths, they run as ``W = ceil(M / r)`` synchronised waves, each a static batch (one
     prefill of the wave, then its decode steps). The mean request waits ``(W - 1) / 2`` waves."""
-    r = min(_admitted_of(dep, load), m)
+    r = min(_admitted_of(dep, load) * dep.dp, m)   # every attention rank admits its own
     waves = math.ceil(m / r)
     wave = estimate(dep, Load.static(batch=r, prompt_tokens=load.prompt_tokens, output_tokens=load.output_tokens))
     wave_s = (wave.e2e_s or wave.ttft_s) - dep.profile.request_overhead_s
