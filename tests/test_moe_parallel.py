@@ -312,3 +312,15 @@ def test_walkthrough_formulas_evaluate_to_their_values() -> None:
     nums = [float(x) for x in t.replace("(", " ").replace(")", " ").replace("/", " ").split() if x.replace(".", "").isdigit()]
     verify, draft, tps, value = nums[0], nums[1], nums[2], nums[3]
     assert (verify + draft) / tps == pytest.approx(value, rel=2e-3)
+
+
+def test_vllm_serve_flags_pass_vllms_parser() -> None:
+    from recommender.deploy.vllm_flags import check_serve_args
+    from recommender.render.estimate import parallel_flags
+
+    d = _dep(tp=1, dp=8, ep=True, s=spec.SpecDecode(num_speculative_tokens=2, acceptance_rate=0.6))
+    parsed = check_serve_args([DSV3.hf_repo, *parallel_flags(d)])
+    assert (parsed["tensor_parallel_size"], parsed["data_parallel_size"], parsed["enable_expert_parallel"]) == (1, 8, True)
+    assert parsed["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 2}
+    # GPUs per engine = tp x dp: the 8 of one H200 instance
+    assert d.gpus == 8

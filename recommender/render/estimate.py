@@ -32,6 +32,9 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     if conditions:
         out.append("Engine conditions")
         out += [f"  {c}" for c in conditions]
+        if dep.dp > 1 or dep.ep or dep.spec is not None:
+            out.append(f"  vllm serve {m.hf_repo or m.id} {' '.join(_quote(a) for a in parallel_flags(dep))} "
+                       f"(parallelism and speculation flags, checked against vLLM 0.33's parser)")
         out.append("")
     out.append("Memory (per GPU)")
     wpp = mem.bytes_per_weight(dep.weight_dtype)
@@ -170,6 +173,27 @@ def _mtp_lines(dep: Deployment, cost: StepCostModel, b: int, ctx: int) -> list[s
     return out
 
 
+def parallel_flags(dep: Deployment) -> list[str]:
+    """The ``vllm serve`` flags of the deployment's parallelism and speculation, checked against vLLM 0.33's flag
+    table (``recommender.deploy.vllm_flags.check_serve_args``, the check ``deploy`` applies)."""
+    from recommender.deploy.vllm_flags import check_serve_args
+
+    flags = ["--tensor-parallel-size", str(dep.tp)]
+    if dep.dp > 1:
+        flags += ["--data-parallel-size", str(dep.dp)]
+    if dep.ep:
+        flags.append("--enable-expert-parallel")
+    if dep.spec is not None:
+        flags += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": dep.spec.num_speculative_tokens},
+                                                     separators=(",", ":"))]
+    check_serve_args([dep.model.hf_repo or dep.model.id, *flags])
+    return flags
+
+
+def _quote(arg: str) -> str:
+    return f"'{arg}'" if any(ch in arg for ch in '{}" ') else arg
+
+
 def _describe(load: Load, est: Estimate) -> str:
     if load.mode == "context":
         return f"{est.batch} sequences each holding {load.context_tokens:,} tokens (one decode step)"
@@ -186,7 +210,7 @@ def estimate_json(dep: Deployment, load: Load, est: Estimate, extra: dict[str, A
     d = est.to_dict()
     d.update({"model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "weight_dtype": dep.weight_dtype,
               "kv_dtype": dep.kv_dtype, "engine": dep.profile.engine, "profile_family": dep.profile.family or None,
-              "mode": str(load.mode), "data_parallel_size": dep.dp, "enable_expert_parallel": dep.ep,
+              "mode": str(load.mode), "vllm_serve_flags": parallel_flags(dep), "data_parallel_size": dep.dp, "enable_expert_parallel": dep.ep,
               "speculative": None if dep.spec is None else {
                   "method": "mtp", "num_speculative_tokens": dep.spec.num_speculative_tokens,
                   "acceptance_rate": dep.spec.acceptance_rate, "acceptance_source": dep.spec.acceptance_source,
