@@ -22,6 +22,9 @@ every command takes ``--profile FILE``. Parameters (all fractions in (0, 1], tim
   token permute / unpermute, grouped-GEMM launches: work that does not scale with bytes); 0 for dense models.
 - ``expert_bandwidth_efficiency``: share of ``hbm_bandwidth_efficiency`` the routed-expert grouped GEMMs reach
   (few tokens per expert: short, many GEMMs); 1 = as fast per byte as dense weights.
+- ``dp_balance_timeout_steps``: with data-parallel attention, the engine holds a new prompt until every attention
+  rank has one to prefill together, at most this many steps (TensorRT-LLM ``attention_dp_config.enable_balance``
+  with ``timeout_iters``); 0 = prefill at once (vLLM). ``perf.moe.balance_wait_s``.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "gemm_m_half_tokens": (0.0, 4096.0),
     "moe_layer_overhead_s": (0.0, 500e-6),
     "expert_bandwidth_efficiency": (0.1, 1.0),
+    "dp_balance_timeout_steps": (0.0, 1000.0),
 }
 
 
@@ -109,6 +113,7 @@ class EngineProfile:
     gemm_m_half_tokens: float = 0.0
     moe_layer_overhead_s: float = 0.0
     expert_bandwidth_efficiency: float = 1.0
+    dp_balance_timeout_steps: float = 0.0
     source: str = ""
     fit: Mapping[str, Any] = field(default_factory=dict, compare=False)
     families: tuple[FamilyFit, ...] = ()

@@ -324,3 +324,25 @@ def test_vllm_serve_flags_pass_vllms_parser() -> None:
     assert parsed["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 2}
     # GPUs per engine = tp x dp: the 8 of one H200 instance
     assert d.gpus == 8
+
+
+def test_balance_wait_by_hand() -> None:
+    # 4 ranks, 2 prompts/s per rank, no effective timeout: the round waits for the last of 3 other ranks,
+    # E[max of 3 Exp(2)] = H_3 / 2 = (1 + 1/2 + 1/3) / 2 = 0.916667 s; a prompt waits half of it
+    assert moe.balance_wait_s(ranks=4, rate_per_rank_per_s=2.0, timeout_s=1e3) == pytest.approx(0.458333, rel=1e-5)
+    # 2 ranks: one other rank, E[round] = (1 - exp(-r T)) / r; r = 1, T = 1: 0.632121 -> wait 0.316060
+    assert moe.balance_wait_s(ranks=2, rate_per_rank_per_s=1.0, timeout_s=1.0) == pytest.approx(0.316060, rel=1e-5)
+    assert moe.balance_wait_s(ranks=1, rate_per_rank_per_s=1.0, timeout_s=1.0) == 0.0
+    assert moe.balance_wait_s(ranks=8, rate_per_rank_per_s=1.0, timeout_s=0.0) == 0.0
+
+
+def test_trtllm_dpa_ttft_carries_the_balance_wait() -> None:
+    base = dict(model="deepseek-v3", gpu="b200", tp=1, dp=4, ep=True, weight_dtype="fp4", kv_dtype="fp8",
+                concurrency="256", prompt_tokens=900, output_tokens=900)
+    from recommender.estimator import estimate_request
+
+    trt = estimate_request(EstimateRequest(engine="trtllm", **base))[2]
+    no_wait = estimate_request(EstimateRequest(engine="trtllm", **base),
+                               profile=engine_profile("trtllm").replace(dp_balance_timeout_steps=0.0))[2]
+    assert trt.ttft_s > no_wait.ttft_s and any("prefill balancing" in n for n in trt.notes)
+    assert trt.tpot_s == pytest.approx(no_wait.tpot_s)

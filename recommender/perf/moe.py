@@ -201,5 +201,27 @@ def check_layout(model: ModelArch, gpu_id: str, gpus_per_domain: int, *, tp: int
                           f"split evenly; use tp x dp dividing {model.moe.num_experts}")
 
 
+def balance_wait_s(*, ranks: int, rate_per_rank_per_s: float, timeout_s: float) -> float:
+    """Mean extra TTFT of attention-DP prefill balancing: a prompt is held until every one of ``ranks`` attention
+    ranks has a prompt to prefill, or ``timeout_s`` passes.
+
+    A round opens with the first prompt on an idle engine; each of the other ``m = ranks - 1`` ranks receives its
+    first prompt after an exponential time of rate ``r`` (Poisson arrivals per rank), so the round lasts
+    ``min(T, max of m Exp(r))``; prompts arrive uniformly over the round and wait half of it on average::
+
+        E[round] = integral_0^T 1 - (1 - exp(-r t))^m dt = sum_{j=1..m} C(m, j) (-1)^(j+1) (1 - exp(-j r T)) / (j r)
+        wait     = E[round] / 2                     (T -> inf: H_m / (2 r), H_m the m-th harmonic number)
+    """
+    m = ranks - 1
+    if m <= 0 or timeout_s <= 0:
+        return 0.0
+    r = rate_per_rank_per_s
+    if r <= 0:
+        return 0.5 * timeout_s
+    total = sum(math.comb(m, j) * (-1) ** (j + 1) * -math.expm1(-j * r * timeout_s) / (j * r) for j in range(1, m + 1))
+    return 0.5 * min(max(total, 0.0), timeout_s)
+
+
 __all__ = ["MoeLayout", "expected_experts_touched", "busiest_rank_experts", "routed_imbalance", "extreme_z",
-           "remote_ranks_per_token", "weights_bytes_per_gpu", "non_expert_bytes", "routed_expert_bytes", "check_layout"]
+           "remote_ranks_per_token", "weights_bytes_per_gpu", "non_expert_bytes", "routed_expert_bytes", "check_layout",
+           "balance_wait_s"]

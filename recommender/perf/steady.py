@@ -51,6 +51,7 @@ from enum import StrEnum
 from typing import Any
 
 from recommender.perf import memory as mem
+from recommender.perf.moe import balance_wait_s
 from recommender.perf.step import Deployment, StepCostModel, bound_of
 
 
@@ -244,9 +245,23 @@ def estimate(dep: Deployment, load: Load, replicas: int = 1, usd_per_gpu_hour: f
     out_tps, all_tps = r.output_tokens_per_s * scale, r.total_tokens_per_s * scale
     note = (f"data-parallel attention: {total} requests over {dep.dp} attention ranks of TP {dep.tp}, {r.batch} per rank "
             f"(each rank its own KV cache of {r.kv_capacity_tokens:,} tokens)")
+    notes: tuple[str, ...] = (note, *r.notes)
+    timeout_steps = dep.profile.dp_balance_timeout_steps
+    if load.mode == LoadMode.CLOSED and timeout_steps > 0 and r.e2e_s:
+        # prefill balancing across attention ranks (perf.moe.balance_wait_s): a closed loop's rank completes
+        # r.batch / e2e requests per second, each replaced at once; the wait lengthens e2e, so iterate
+        step = r.tpot_s * StepCostModel.build(dep).tokens_per_step
+        wait, e2e0 = 0.0, r.e2e_s
+        for _ in range(4):
+            wait = balance_wait_s(ranks=dep.dp, rate_per_rank_per_s=r.batch / (e2e0 + wait), timeout_s=timeout_steps * step)
+        out_tps *= e2e0 / (e2e0 + wait)
+        all_tps *= e2e0 / (e2e0 + wait)
+        notes += (f"prefill balancing over {dep.dp} attention ranks (at most {timeout_steps:g} steps of {step * 1e3:.1f} ms, "
+                  f"profile dp_balance_timeout_steps) adds {wait * 1e3:.0f} ms to TTFT",)
+        r = dataclasses.replace(r, ttft_s=r.ttft_s + wait, e2e_s=e2e0 + wait)
     return dataclasses.replace(r, batch=total, output_tokens_per_s=out_tps, total_tokens_per_s=all_tps, usd_per_hour=usd_h,
                                usd_per_million_output_tokens=_usd(usd_h, out_tps), usd_per_million_tokens=_usd(usd_h, all_tps),
-                               gpus_total=r.gpus_total * dep.dp, notes=(note, *r.notes))
+                               gpus_total=r.gpus_total * dep.dp, notes=notes)
 
 
 def _estimate_rank(dep: Deployment, load: Load, replicas: int, usd_per_gpu_hour: float,
