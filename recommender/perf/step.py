@@ -311,19 +311,27 @@ class StepCostModel:
 
         Under DP attention (perf.moe): one attention all-reduce per layer inside the rank, and the FFN layers'
         all-to-all / all-gather over the engine instead of the second all-reduce."""
-        ring = 0.0
-        if self.tp > 1:
-            ring = (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp
-                    * new_tokens * self.hidden_size * 2.0 / self.allreduce_bytes_per_s)
         if self.moe is not None and self.moe.dp > 1:
+            ring = 0.0
+            if self.tp > 1:
+                ring = (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp
+                        * new_tokens * self.hidden_size * 2.0 / self.allreduce_bytes_per_s)
             return self.num_layers * ring + self.moe.ffn_collectives_s(new_tokens)
-        return self.allreduces_per_layer * self.num_layers * ring
+        if self.tp <= 1:
+            return 0.0
+        return self.allreduces_per_layer * self.num_layers * (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp
+                                      * new_tokens * self.hidden_size * 2.0 / self.allreduce_bytes_per_s)
 
     def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float, prefill: bool = False) -> float:
         """Wall time of one step (see module docstring); ``prefill``: the step carries prefill tokens."""
         bw, comp = self.hbm_bytes_per_s, self.group_flops_per_s
-        gemm = max(self.weight_read_s(new_tokens, bw),
-                   ((new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token + self.imbalance_flops(new_tokens)) / comp)
+        lin = (new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token
+        if self.moe is None and self.weight_stream_efficiency == 1.0 and self.expert_bandwidth_efficiency == 1.0:
+            w_s = self.weight_bytes_read_per_gpu(new_tokens) / bw   # the common case, kept cheap (the simulator's loop)
+        else:
+            w_s = self.weight_read_s(new_tokens, bw)
+            lin += self.imbalance_flops(new_tokens)
+        gemm = max(w_s, lin / comp)
         attn = max(kv_read_bytes / self.tp / bw, attention_flops / comp)
         fixed = self.overhead_s + (self.prefill_step_overhead_s if prefill else 0.0)
         return gemm + attn + self.allreduce_s(new_tokens) + fixed
