@@ -219,7 +219,7 @@ def balance_wait_s(*, ranks: int, rate_per_rank_per_s: float, timeout_s: float) 
     if r <= 0:
         return 0.5 * timeout_s
     total = sum(math.comb(m, j) * (-1) ** (j + 1) * -math.expm1(-j * r * timeout_s) / (j * r) for j in range(1, m + 1))
-    return 0.5 * min(max(total, 0.0), timeout_s)
+    return float(0.5 * min(max(total, 0.0), timeout_s))
 
 
 __all__ = ["MoeLayout", "expected_experts_touched", "busiest_rank_experts", "routed_imbalance", "extreme_z",
