@@ -28,6 +28,13 @@ mixed chunked-prefill step can be compute-bound in its GEMMs while its attention
 The expected number of distinct routed experts T tokens touch in one layer is
 ``E x (1 - (1 - k/E)^T)`` (each token picks k of E uniformly). The *floor* the seeds quote is the same
 roofline at 100% of datasheet bandwidth and FLOP/s, without all-reduce or overhead.
+
+MoE layouts and speculation live beside this module: with ``--enable-expert-parallel`` or data-parallel attention
+(``Deployment.dp > 1``) the expert read, the EP FLOP imbalance and the all-to-all come from ``perf.moe`` (one
+attention rank per model); with MTP (``Deployment.spec``) ``decode_step_s`` is per output token and
+``spec_step_s`` a verify step plus its draft passes (``perf.speculative``). Weight bytes stream at
+``bw x weight_stream_efficiency`` (the dtype's kernel-table row) and routed experts at that x the profile's
+``expert_bandwidth_efficiency``; every MoE layer adds the profile's ``moe_layer_overhead_s`` per step.
 """
 
 from __future__ import annotations
