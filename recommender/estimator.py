@@ -24,6 +24,8 @@ from recommender.hf_config import ModelArch
 from recommender.offers import Offer, Rental, cheapest_rental, fits, rent
 from recommender.perf.conditions import EngineConditions, engine_conditions, with_limits
 from recommender.perf.steady import Estimate, Load, LoadMode, estimate
+from recommender.perf.moe import check_layout
+from recommender.perf.speculative import SpecDecode
 from recommender.perf.step import Deployment, EngineLimits, check_parallelism, default_limits
 from recommender.profiles import EngineProfile, resolve_profile
 from recommender import dtypes, units
@@ -115,7 +117,8 @@ def pricing_for(gpu: Gpu, *, tp: int, replicas: int, usd_per_gpu_hour: float | N
 
 def build_deployment(*, model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, kv_dtype: str,
                      profile: EngineProfile, limits: EngineLimits | None = None, gpu_memory_utilization: float = 0.92,
-                     cuda_graphs: bool = True, max_model_len: int = 0) -> Deployment:
+                     cuda_graphs: bool = True, max_model_len: int = 0, dp: int = 1, ep: bool = False,
+                     spec: SpecDecode | None = None) -> Deployment:
     """THE way to build a :class:`Deployment` (estimate, calibrate, simulate, search, replan).
 
     ``limits`` default to vLLM's for the GPU; the profile is specialised to the GPU's family
@@ -124,7 +127,65 @@ def build_deployment(*, model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, 
     return Deployment(model=model, gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                       profile=profile.for_gpu(gpu.id), limits=limits if limits is not None else default_limits(gpu),
                       gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
-                      max_model_len=max_model_len)
+                      max_model_len=max_model_len, dp=dp, ep=ep, spec=spec)
+
+
+#: ``--speculative-config`` methods that mean the model's own MTP heads (vLLM 0.33 SpeculativeConfig.method)
+MTP_METHODS = ("mtp", "deepseek_mtp")
+#: Per-position acceptance used when neither ``--acceptance-rate`` nor the model catalog's ``speculative:`` gives one
+FALLBACK_ACCEPTANCE_RATE = 0.7
+
+
+def default_acceptance(catalog: Catalog, model: ModelArch) -> tuple[float, str]:
+    """(per-position acceptance rate, its source): the model catalog's ``speculative.acceptance_rate`` (fitted on
+    measurements, with its source), else :data:`FALLBACK_ACCEPTANCE_RATE`."""
+    doc = catalog.model_meta.get(model.id, {}).get("speculative") or {}
+    if isinstance(doc, dict) and isinstance(doc.get("acceptance_rate"), (int, float)):
+        return float(doc["acceptance_rate"]), str(doc.get("source", f"catalogs/models/{model.id}.yaml"))
+    return FALLBACK_ACCEPTANCE_RATE, "fallback (no measured acceptance for this model)"
+
+
+def parse_speculative_config(text: str | None, model: ModelArch, *, acceptance_rate: float | None = None,
+                             catalog: Catalog | None = None) -> SpecDecode | None:
+    """``--speculative-config`` JSON as vLLM 0.33 takes it (``{"method": "mtp", "num_speculative_tokens": k}``) ->
+    :class:`SpecDecode`, or None without it. ``num_speculative_tokens`` defaults to the model's MTP layer count
+    (vLLM's rule); the acceptance rate to :func:`default_acceptance`. One-line errors for anything else."""
+    import json
+
+    from recommender.perf.speculative import MAX_SPECULATIVE_TOKENS
+
+    if acceptance_rate is not None and not (math.isfinite(acceptance_rate) and 0 < acceptance_rate <= 1):
+        raise ConfigError(f"--acceptance-rate {acceptance_rate}: a per-position acceptance probability in (0, 1]")
+    if text is None:
+        if acceptance_rate is not None:
+            raise ConfigError("--acceptance-rate needs --speculative-config (e.g. '{\"method\": \"mtp\"}')")
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise ConfigError(f"--speculative-config {text!r} is not JSON; e.g. '{{\"method\": \"mtp\", \"num_speculative_tokens\": 1}}'") from None
+    if not isinstance(doc, dict):
+        raise ConfigError("--speculative-config must be a JSON object such as {\"method\": \"mtp\", \"num_speculative_tokens\": 1}")
+    allowed = {"method", "num_speculative_tokens", "model", "draft_tensor_parallel_size", "enforce_eager", "quantization"}
+    unknown = sorted(set(doc) - allowed)
+    if unknown:
+        raise ConfigError(f"--speculative-config key {unknown[0]!r} is not modelled; the estimate takes method and "
+                          f"num_speculative_tokens (MTP)")
+    method = doc.get("method") or ("mtp" if doc.get("model") in (None, model.hf_repo) else None)
+    if method not in MTP_METHODS:
+        raise ConfigError(f"--speculative-config method {doc.get('method')!r}: only the model's own MTP heads are modelled "
+                          f"(method {' or '.join(repr(m) for m in MTP_METHODS)})")
+    if model.mtp_layers <= 0:
+        raise ConfigError(f"--speculative-config MTP: {model.id} has no MTP heads (config num_nextn_predict_layers is 0); "
+                          f"drop --speculative-config or use a model with MTP layers (deepseek-v3)")
+    k = doc.get("num_speculative_tokens", model.mtp_layers)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SPECULATIVE_TOKENS:
+        raise ConfigError(f"--speculative-config num_speculative_tokens {k!r}: an integer from 1 to {MAX_SPECULATIVE_TOKENS}")
+    if acceptance_rate is None:
+        a, source = default_acceptance(catalog or default_catalog(), model)
+    else:
+        a, source = acceptance_rate, "--acceptance-rate"
+    return SpecDecode(num_speculative_tokens=k, acceptance_rate=a, acceptance_source=source)
 
 
 def conditions_of(dep: Deployment) -> EngineConditions:
@@ -160,6 +221,10 @@ class EstimateRequest:
     max_num_batched_tokens: int | None = None
     chunked_prefill: bool = True
     max_model_len: int | None = None
+    dp: int = 1                          # --data-parallel-size (attention ranks; MoE layers span tp x dp)
+    ep: bool = False                     # --enable-expert-parallel
+    speculative_config: str | None = None  # --speculative-config JSON (MTP)
+    acceptance_rate: float | None = None  # --acceptance-rate (per draft position)
 
 
 #: largest values estimate accepts (refused before any loop; workload.MAX_TOKENS is the token bound)
@@ -220,6 +285,8 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
     if kd not in KV_DTYPES:
         raise ConfigError(f"--kv-dtype {kd!r}: valid dtypes are {', '.join(KV_DTYPES)}")
     check_parallelism(model, gpu, req.tp)
+    check_layout(model, gpu.id, gpu.interconnect.gpus_per_domain, tp=req.tp, dp=req.dp, ep=req.ep)
+    spec = parse_speculative_config(req.speculative_config, model, acceptance_rate=req.acceptance_rate, catalog=cat)
     prof = profile or resolve_profile(req.engine, req.profile_file)
     if prof.engine == "vllm":
         check_vllm_runs(cat, gpu, weight_dtype=wd, kv_dtype=kd)
@@ -256,7 +323,7 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
     )
     dep = build_deployment(model=model, gpu=gpu, tp=req.tp, weight_dtype=wd, kv_dtype=kd, profile=prof, limits=limits,
                            gpu_memory_utilization=req.gpu_memory_utilization, cuda_graphs=req.cuda_graphs,
-                           max_model_len=max_len)
+                           max_model_len=max_len, dp=req.dp, ep=req.ep, spec=spec)
     return dep, load
 
 
@@ -265,7 +332,7 @@ def estimate_request(req: EstimateRequest, catalog: Catalog | None = None,
     """Build and evaluate; the caller decides what to do when ``estimate.fits`` is False."""
     cat = catalog or default_catalog()
     dep, load = build(req, cat, profile)
-    price = pricing_for(dep.gpu, tp=req.tp, replicas=req.replicas, usd_per_gpu_hour=req.usd_per_gpu_hour)
+    price = pricing_for(dep.gpu, tp=req.tp * req.dp, replicas=req.replicas, usd_per_gpu_hour=req.usd_per_gpu_hour)
     return dep, load, estimate(dep, load, req.replicas, price.usd_per_gpu_hour)
 
 
@@ -301,8 +368,9 @@ def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, re
         raise ConfigError(f"--rate {rate_per_s}: requests per second must be above 0 and at most {MAX_RATE_PER_S:g}")
     if load.mode == LoadMode.CONTEXT:
         raise ConfigError("--rate needs --prompt-tokens and --output-tokens (whole requests), not --context")
+    _refuse_spec_in_load_model(dep, "--rate")
     cost = StepCostModel.build(dep)
-    res = analyze(PoolSpec(cost=cost, limits=dep.limits, replicas=replicas),
+    res = analyze(PoolSpec(cost=cost, limits=dep.limits, replicas=replicas * dep.dp),
                   Traffic(rate_per_s=rate_per_s, prompt=LengthDist.constant(load.prompt_tokens),
                           output=LengthDist.constant(load.output_tokens)))
     inf = float("inf")
@@ -316,6 +384,13 @@ def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, re
     out["e2e_s"] = res.e2e_s.at("mean") if res.stable else inf
     out["output_tokens_per_s"] = rate_per_s * load.output_tokens if res.stable else 0.0
     return out
+
+
+def _refuse_spec_in_load_model(dep: Deployment, what: str) -> None:
+    """The queueing model and the simulator price one token per decode step: refuse MTP there (one line)."""
+    if dep.spec is not None:
+        raise ConfigError(f"{what} runs the queueing model / simulator, which do not model speculative decoding yet; "
+                          f"use --concurrency, or --bench with --max-concurrency below --num-prompts")
 
 
 # -- finite runs (vllm bench serve): the analytic transient ----------------------------------------
@@ -398,7 +473,7 @@ def _burst(dep: Deployment, load: Load, m: int) -> RunPrediction:
     """M requests sent at once, no client cap: the engine admits ``r`` (:func:`perf.steady.admitted`) and,
     with equal lengths, they run as ``W = ceil(M / r)`` synchronised waves, each a static batch (one
     prefill of the wave, then its decode steps). The mean request waits ``(W - 1) / 2`` waves."""
-    r = min(_admitted_of(dep, load), m)
+    r = min(_admitted_of(dep, load) * dep.dp, m)   # every attention rank admits its own
     waves = math.ceil(m / r)
     wave = estimate(dep, Load.static(batch=r, prompt_tokens=load.prompt_tokens, output_tokens=load.output_tokens))
     wave_s = (wave.e2e_s or wave.ttft_s) - dep.profile.request_overhead_s
@@ -441,12 +516,13 @@ def bench_run(dep: Deployment, load: Load, *, replicas: int = 1, seed: int = 0) 
                               "burstiness": load.burstiness, "max_concurrency": load.batch or None}
     capped = bool(load.batch) and load.batch * replicas < m
     if not capped:
+        _refuse_spec_in_load_model(dep, "--bench without --max-concurrency below --num-prompts")
         from recommender.load import PoolSpec, Traffic, simulate
         from recommender.perf.step import StepCostModel
         from recommender.workload import LengthDist
 
         sim_rate = rate if math.isfinite(rate) else 1e9   # all at once: arrivals 1 ns apart
-        res = simulate(PoolSpec(cost=StepCostModel.build(dep), limits=dep.limits, replicas=replicas),
+        res = simulate(PoolSpec(cost=StepCostModel.build(dep), limits=dep.limits, replicas=replicas * dep.dp),
                        Traffic(rate_per_s=sim_rate, prompt=LengthDist.constant(p_tok), output=LengthDist.constant(o_tok)),
                        n_requests=m, seed=seed, burstiness=load.burstiness)
         dist = {"ttft": res.ttft_s, "tpot": res.tpot_s, "itl": res.tpot_s, "e2el": res.e2e_s}

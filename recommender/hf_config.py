@@ -115,6 +115,7 @@ class ModelArch:
     num_sliding_layers: int = 0
     hf_repo: str = ""
     checkpoint_dtype: str = "bf16"
+    mtp_layers: int = 0                # multi-token-prediction modules (``num_nextn_predict_layers``), not in params
     params: ParamCounts = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -399,6 +400,7 @@ def _arch_from_config(cfg: Mapping[str, Any], model_id: str, hf_repo: str,
                             qk_rope_head_dim=_int(cfg, "qk_rope_head_dim"),
                             qk_nope_head_dim=_int(cfg, "qk_nope_head_dim"), v_head_dim=_int(cfg, "v_head_dim"))
         kw["head_dim"] = kw["mla"].qk_nope_head_dim + kw["mla"].qk_rope_head_dim
+        kw["mtp_layers"] = int(cfg.get("num_nextn_predict_layers") or 0)
         kw["num_kv_heads"] = heads
     return ModelArch(**kw)
 

@@ -10,7 +10,7 @@ read from JSON, so both agree on what can start.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,23 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
+class KernelEfficiency:
+    """How a weight dtype's kernels run on an architecture, relative to the engine profile (``efficiency:`` rows).
+
+    ``bandwidth``: share of the profile's ``hbm_bandwidth_efficiency`` the dtype's GEMMs reach streaming weights
+    (1 = as fast per byte as the profile's kernels); ``compute``: share of ``compute_efficiency`` at the dtype's
+    peak; ``compute_dtype``: the tensor-core dtype the GEMMs run in when not the default rule (e.g. MXFP4 W4A4)."""
+
+    bandwidth: float = 1.0
+    compute: float = 1.0
+    compute_dtype: str = ""
+    source: str = ""
+
+
+NEUTRAL_EFFICIENCY = KernelEfficiency()
+
+
+@dataclass(frozen=True)
 class ArchSupport:
     """One GPU architecture's row of the kernel-support table."""
 
@@ -32,6 +49,11 @@ class ArchSupport:
     unsupported: Mapping[str, str]  # weight dtype -> why not
     kv_dtypes: tuple[str, ...]
     features: frozenset[str]
+    efficiencies: Mapping[str, KernelEfficiency] = field(default_factory=dict)
+
+    def efficiency(self, weight_dtype: str) -> KernelEfficiency:
+        """The dtype's kernel efficiency row (neutral when the table has none)."""
+        return self.efficiencies.get(weight_dtype, NEUTRAL_EFFICIENCY)
 
     def runs_weights(self, dtype: str) -> bool:
         return dtype in self.weight_kernels
@@ -80,13 +102,20 @@ def _arch_from_doc(name: str, doc: Mapping[str, Any], where: str) -> ArchSupport
         kv = tuple(str(k) for k in doc.get("kv") or ())
         features = frozenset(str(f) for f in doc.get("features") or ())
         vendor = str(doc["vendor"]).lower()
-    except (KeyError, TypeError, AttributeError) as e:
+        effs = {str(k): KernelEfficiency(bandwidth=float(v.get("bandwidth", 1.0)), compute=float(v.get("compute", 1.0)),
+                                         compute_dtype=str(v.get("compute_dtype", "")), source=str(v.get("source", "")))
+                for k, v in (doc.get("efficiency") or {}).items()}
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise CatalogError(f"{where}: architecture {name!r}: missing or bad field {e}") from None
-    bad = [d for d in (*weights, *unsupported) if d not in WEIGHT_DTYPES] + [d for d in kv if d not in KV_DTYPES]
+    bad = [d for d in (*weights, *unsupported, *effs) if d not in WEIGHT_DTYPES] + [d for d in kv if d not in KV_DTYPES]
     if bad:
         raise CatalogError(f"{where}: architecture {name!r}: unknown dtype {bad[0]!r} (weights: {', '.join(WEIGHT_DTYPES)}; "
                            f"KV: {', '.join(KV_DTYPES)})")
-    return ArchSupport(arch=name, vendor=vendor, weight_kernels=weights, unsupported=unsupported, kv_dtypes=kv, features=features)
+    out_of_range = [k for k, e in effs.items() if not (0 < e.bandwidth <= 1.0 and 0 < e.compute <= 1.0)]
+    if out_of_range:
+        raise CatalogError(f"{where}: architecture {name!r}: efficiency of {out_of_range[0]!r} must be in (0, 1]")
+    return ArchSupport(arch=name, vendor=vendor, weight_kernels=weights, unsupported=unsupported, kv_dtypes=kv, features=features,
+                       efficiencies=effs)
 
 
 def load_kernel_support(path: Path) -> dict[str, ArchSupport]:

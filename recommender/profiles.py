@@ -18,6 +18,13 @@ every command takes ``--profile FILE``. Parameters (all fractions in (0, 1], tim
   CUDA-graph captured: per-layer launches of the attention kernels, the TP collectives' latency).
 - ``gemm_m_half_tokens``: tokens in a step at which the weight GEMMs reach half of
   ``compute_efficiency`` (``eff(M) = compute_efficiency x M / (M + M_half)``; 0 = flat).
+- ``moe_layer_overhead_s``: fixed time of every MoE layer in every step, CUDA graphs or not (router, top-k,
+  token permute / unpermute, grouped-GEMM launches: work that does not scale with bytes); 0 for dense models.
+- ``expert_bandwidth_efficiency``: share of ``hbm_bandwidth_efficiency`` the routed-expert grouped GEMMs reach
+  (few tokens per expert: short, many GEMMs); 1 = as fast per byte as dense weights.
+- ``dp_balance_timeout_steps``: with data-parallel attention, the engine holds a new prompt until every attention
+  rank has one to prefill together, at most this many steps (TensorRT-LLM ``attention_dp_config.enable_balance``
+  with ``timeout_iters``); 0 = prefill at once (vLLM). ``perf.moe.balance_wait_s``.
 """
 
 from __future__ import annotations
@@ -56,6 +63,9 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "request_overhead_s": (0.0, 0.2),
     "prefill_step_overhead_s": (0.0, 50e-3),
     "gemm_m_half_tokens": (0.0, 4096.0),
+    "moe_layer_overhead_s": (0.0, 500e-6),
+    "expert_bandwidth_efficiency": (0.1, 1.0),
+    "dp_balance_timeout_steps": (0.0, 1000.0),
 }
 
 
@@ -101,6 +111,9 @@ class EngineProfile:
     request_overhead_s: float = 0.0
     prefill_step_overhead_s: float = 0.0
     gemm_m_half_tokens: float = 0.0
+    moe_layer_overhead_s: float = 0.0
+    expert_bandwidth_efficiency: float = 1.0
+    dp_balance_timeout_steps: float = 0.0
     source: str = ""
     fit: Mapping[str, Any] = field(default_factory=dict, compare=False)
     families: tuple[FamilyFit, ...] = ()

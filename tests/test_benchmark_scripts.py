@@ -32,3 +32,18 @@ def test_bench_search_runs_and_reports_rank_1_against_its_reference(tmp_path: Pa
 @pytest.mark.slow
 def test_bench_simulator_runs() -> None:
     assert "sim requests/s" in _run("benchmarks/bench_simulator.py")
+
+
+def test_bench_inferencex_runs_on_a_few_rows(tmp_path: Path) -> None:
+    out = tmp_path / "inferencex.md"
+    _run("benchmarks/bench_inferencex.py", "--limit", "25", "--out", str(out))
+    text = out.read_text()
+    assert "| all | 25 | 100% |" in text and "Beside aiconfigurator" in text
+
+
+@pytest.mark.slow
+def test_fit_inferencex_runs_without_writing(tmp_path: Path) -> None:
+    out = tmp_path / "fit.md"
+    _run("benchmarks/fit_inferencex.py", "--no-write", "--folds", "2", "--out", str(out))
+    text = out.read_text()
+    assert "Stage D" in text and "| sglang | blackwell |" in text

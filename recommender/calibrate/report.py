@@ -28,7 +28,8 @@ PROFILE_PARAMETERS = (
     "runtime_reserve_bytes_per_gpu", "cuda_graph_bytes_per_gpu",
 )
 #: Written only when not zero (older profiles do not have them).
-OPTIONAL_PARAMETERS = ("request_overhead_s", "prefill_step_overhead_s", "gemm_m_half_tokens")
+OPTIONAL_PARAMETERS = ("request_overhead_s", "prefill_step_overhead_s", "gemm_m_half_tokens", "moe_layer_overhead_s",
+                       "dp_balance_timeout_steps")
 
 
 def _round(name: str, v: float) -> float:

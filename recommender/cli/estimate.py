@@ -43,6 +43,10 @@ def estimate_cmd(
     random_input_len: Optional[int] = typer.Option(None, "--random-input-len", help="[--bench] prompt tokens (default 1024, or --prompt-tokens)."),
     random_output_len: Optional[int] = typer.Option(None, "--random-output-len", help="[--bench] output tokens (default 128, or --output-tokens)."),
     seed: int = typer.Option(0, "--seed", help="[--bench] random seed of the simulated arrivals."),
+    data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp", help="vLLM's attention data-parallel ranks per engine (each TP --tp; MoE layers span tp x dp GPUs)."),
+    enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", "-ep", help="Experts split whole over the engine's tp x dp GPUs (vLLM's flag; MoE models)."),
+    speculative_config: Optional[str] = typer.Option(None, "--speculative-config", "-sc", help='vLLM\'s JSON, e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' (k defaults to the model\'s MTP layers).'),
+    acceptance_rate: Optional[float] = typer.Option(None, "--acceptance-rate", help="Per-position draft acceptance in (0, 1] (default: the model catalog's fitted value)."),
     fmt_name: Annotated[str, options.format_option(options.TextOrJson)] = "text",
 ) -> None:
     """Explain one configuration: memory -> decode floor -> batched decode -> prefill -> capacity -> throughput -> cost."""
@@ -52,7 +56,9 @@ def estimate_cmd(
                           batch=batch, concurrency=concurrency, context_tokens=context, prompt_tokens=prompt_tokens,
                           output_tokens=output_tokens, engine=engine, profile_file=profile, usd_per_gpu_hour=price,
                           gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
-                          max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+                          max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                          dp=data_parallel_size, ep=enable_expert_parallel, speculative_config=speculative_config,
+                          acceptance_rate=acceptance_rate)
     if bench:
         _bench(req, num_prompts, request_rate, max_concurrency, burstiness, random_input_len, random_output_len, seed, fmt)
         return
@@ -63,7 +69,7 @@ def estimate_cmd(
 
         extra = under_load(dep, load, est, rate, replicas)
     cond = conditions_of(dep).lines()
-    pricing = pricing_for(dep.gpu, tp=tp, replicas=replicas, usd_per_gpu_hour=price)
+    pricing = pricing_for(dep.gpu, tp=tp * data_parallel_size, replicas=replicas, usd_per_gpu_hour=price)
     if fmt == "json":
         typer.echo(estimate_json(dep, load, est, extra, cond, pricing))
     else:

@@ -156,10 +156,13 @@ class MemoryBreakdown:
 def memory_breakdown(model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, kv_dtype: str,
                      profile: EngineProfile, gpu_memory_utilization: float = 0.92,
                      max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
-                     cuda_graphs: bool = True, max_model_len: int = 0) -> MemoryBreakdown:
-    """Where each GPU's memory goes; ``fits`` needs room for one ``max_model_len`` sequence at least."""
+                     cuda_graphs: bool = True, max_model_len: int = 0,
+                     weights_bytes_per_gpu: float | None = None) -> MemoryBreakdown:
+    """Where each GPU's memory goes; ``fits`` needs room for one ``max_model_len`` sequence at least.
+
+    ``weights_bytes_per_gpu``: the caller's per-GPU weights (``perf.moe`` layouts, MTP modules) instead of TP's."""
     budget = gpu.memory_bytes * gpu_memory_utilization
-    w = weights_bytes_per_gpu(model, weight_dtype, tp)
+    w = _weights_bytes_per_gpu(model, weight_dtype, tp) if weights_bytes_per_gpu is None else weights_bytes_per_gpu
     act = activation_peak_bytes_per_gpu(model, tp, max_num_batched_tokens, max_num_seqs)
     graphs = profile.cuda_graph_bytes_per_gpu if cuda_graphs else 0.0
     kv_gpu = budget - w - act - profile.runtime_reserve_bytes_per_gpu - graphs
@@ -180,3 +183,6 @@ def max_concurrent_sequences(mem: MemoryBreakdown, model: ModelArch, kv_dtype: s
     """How many sequences of ``context_tokens`` fit in the KV cache at once (paged, block-rounded)."""
     per_seq = kv_bytes_per_sequence(model, kv_dtype, context_tokens, tp, block_tokens)
     return int(mem.kv_cache_capacity_bytes // per_seq) if per_seq > 0 else 0
+
+
+_weights_bytes_per_gpu = weights_bytes_per_gpu

@@ -44,12 +44,14 @@ total tokens uses prompt + output tokens/s.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from recommender.perf import memory as mem
+from recommender.perf.moe import balance_wait_s
 from recommender.perf.step import Deployment, StepCostModel, bound_of
 
 
@@ -188,25 +190,28 @@ def closed_loop(cost: StepCostModel, n: int, prompt: int, output: int, budget: i
     o = max(output, 1)
     mean_ctx = prompt + o // 2
     kv_d, fl_d = cost.decode_seq_cost(mean_ctx)
+    # MTP (perf.speculative): a decode step emits `tps` tokens per sequence and verifies `q` query tokens each
+    tps, q = cost.tokens_per_step, cost.query_tokens
     if chunked:
-        k = max(1, math.ceil(p / max(1, budget - n + 1))) if p else 1
-        life = float(k + o - 1)
+        k = max(1, math.ceil(p / max(1, budget - n * q + 1))) if p else 1
+        dec_steps = (o - 1) / tps
+        life = k + dec_steps
         wait_steps = 0.0
-        want = n * (p + o - 1) / life
+        want = n * (p + q * dec_steps) / life
         if want > budget:
-            stretched = n * (p + o - 1) / budget
+            stretched = n * (p + q * dec_steps) / budget
             wait_steps, life = stretched - life, stretched
-        decodes = n * (o - 1) / life
+        decodes = n * dec_steps / life
         pre_tok = n * p / life
         chunk = p / k if k else 0
         kv_p, fl_p = cost.prefill_chunk_cost(int(round(chunk)), prefix_cached + p // 2)
         pre_seqs = pre_tok / chunk if chunk else 0.0
         # n k / life prefill chunks start per step: below one, only that fraction of steps pays the prefill-step cost
-        step = (cost.step_s(int(round(decodes + pre_tok)), decodes * kv_d + pre_seqs * kv_p, decodes * fl_d + pre_seqs * fl_p)
+        step = (cost.spec_step_s(decodes, decodes * kv_d, decodes * fl_d, mean_ctx, pre_tok, pre_seqs * kv_p, pre_seqs * fl_p)
                 + min(1.0, n * k / life if p else 0.0) * cost.prefill_step_overhead_s)
         # the steps that carry this request's own chunks are heavier than the average step
-        own = cost.step_s(int(round(decodes + chunk)), decodes * kv_d + kv_p, decodes * fl_d + fl_p, prefill=chunk > 0)
-        return wait_steps * step + k * max(own, step), step, step
+        own = cost.spec_step_s(decodes, decodes * kv_d, decodes * fl_d, mean_ctx, chunk, kv_p, fl_p, prefill=chunk > 0)
+        return wait_steps * step + k * max(own, step), step / tps, step
     dec = cost.decode_step_s(n, mean_ctx)
     pre = cost.prefill_s(p, 1) if p else cost.decode_step_s(1, prompt)
     tpot = dec + (n * pre / (o - 1) if o > 1 else 0.0)
@@ -225,7 +230,43 @@ def admitted(dep: Deployment, cost: StepCostModel, n: int, prompt: int, output: 
 
 def estimate(dep: Deployment, load: Load, replicas: int = 1, usd_per_gpu_hour: float = 0.0,
              shared_prefix_fraction: float = 0.0) -> Estimate:
-    """Explain one configuration at one load (see module docstring)."""
+    """Explain one configuration at one load (see module docstring).
+
+    With data-parallel attention (``dep.dp > 1``) the ``N`` requests of a load spread over the ``dp`` attention ranks:
+    one rank runs ``ceil(N / dp)`` (its own scheduler and KV cache; the MoE layers see every rank's tokens, perf.moe),
+    latencies are that rank's and throughput is ``N / ceil(N / dp)`` times the rank's (offline max: ``dp`` ranks full)."""
+    if dep.dp <= 1 or load.mode in (LoadMode.OPEN, LoadMode.FINITE):
+        return _estimate_rank(dep, load, replicas, usd_per_gpu_hour, shared_prefix_fraction)
+    per_rank = load.batch if load.mode == LoadMode.MAX else max(1, math.ceil(load.batch / dep.dp))
+    r = _estimate_rank(dep, dataclasses.replace(load, batch=per_rank), replicas, usd_per_gpu_hour, shared_prefix_fraction)
+    total = r.batch * dep.dp if load.mode == LoadMode.MAX else load.batch
+    scale = total / r.batch
+    usd_h = r.usd_per_hour * dep.dp
+    out_tps, all_tps = r.output_tokens_per_s * scale, r.total_tokens_per_s * scale
+    note = (f"data-parallel attention: {total} requests over {dep.dp} attention ranks of TP {dep.tp}, {r.batch} per rank "
+            f"(each rank its own KV cache of {r.kv_capacity_tokens:,} tokens)")
+    notes: tuple[str, ...] = (note, *r.notes)
+    timeout_steps = dep.profile.dp_balance_timeout_steps
+    if load.mode == LoadMode.CLOSED and timeout_steps > 0 and r.e2e_s:
+        # prefill balancing across attention ranks (perf.moe.balance_wait_s): a closed loop's rank completes
+        # r.batch / e2e requests per second, each replaced at once; the wait lengthens e2e, so iterate
+        step = r.tpot_s * StepCostModel.build(dep).tokens_per_step
+        wait, e2e0 = 0.0, r.e2e_s
+        for _ in range(4):
+            wait = balance_wait_s(ranks=dep.dp, rate_per_rank_per_s=r.batch / (e2e0 + wait), timeout_s=timeout_steps * step)
+        out_tps *= e2e0 / (e2e0 + wait)
+        all_tps *= e2e0 / (e2e0 + wait)
+        notes += (f"prefill balancing over {dep.dp} attention ranks (at most {timeout_steps:g} steps of {step * 1e3:.1f} ms, "
+                  f"profile dp_balance_timeout_steps) adds {wait * 1e3:.0f} ms to TTFT",)
+        r = dataclasses.replace(r, ttft_s=r.ttft_s + wait, e2e_s=e2e0 + wait)
+    return dataclasses.replace(r, batch=total, output_tokens_per_s=out_tps, total_tokens_per_s=all_tps, usd_per_hour=usd_h,
+                               usd_per_million_output_tokens=_usd(usd_h, out_tps), usd_per_million_tokens=_usd(usd_h, all_tps),
+                               gpus_total=r.gpus_total * dep.dp, notes=notes)
+
+
+def _estimate_rank(dep: Deployment, load: Load, replicas: int, usd_per_gpu_hour: float,
+                   shared_prefix_fraction: float) -> Estimate:
+    """:func:`estimate` for one attention rank (all of a TP-only deployment)."""
     if load.mode in (LoadMode.OPEN, LoadMode.FINITE):
         raise ValueError(f"{load.mode} loads are predicted by recommender.estimator.predict (queueing model, simulator)")
     m, tp = dep.model, dep.tp
@@ -247,7 +288,7 @@ def estimate(dep: Deployment, load: Load, replicas: int = 1, usd_per_gpu_hour: f
     run = admitted(dep, cost, batch, load.prompt_tokens, load.output_tokens) if load.mode == LoadMode.CLOSED else batch
     parts = cost.parts(run, run * kv, run * fl)
     floor = cost.parts(run, run * kv, run * fl, floor=True)
-    decode_step_s = cost.step_s(run, run * kv, run * fl)
+    decode_step_s = cost.decode_step_s(run, max(ctx, 1))
     prompt = load.prompt_tokens if load.mode != LoadMode.CONTEXT else load.context_tokens
     pkv, pfl = cost.prefill_chunk_cost(max(prompt, 1), 0)
     prefill_flops = max(prompt, 1) * cost.linear_flops_per_token + pfl
@@ -270,8 +311,7 @@ def estimate(dep: Deployment, load: Load, replicas: int = 1, usd_per_gpu_hour: f
         if waves > 1:
             notes.append(f"static batch {batch} runs in {waves} waves of {wave} (KV holds {cap_mean} sequences at "
                          f"the mean context of {ctx} tokens)")
-            kv, fl = cost.decode_seq_cost(max(ctx, 1))
-            decode_step_s = cost.step_s(wave, wave * kv, wave * fl)
+            decode_step_s = cost.decode_step_s(wave, max(ctx, 1))
         prefill_wave = cost.prefill_s(max(prompt, 1), wave, None)
         wave_s = prefill_wave + (load.output_tokens - 1) * decode_step_s
         # mean over waves k = 0..W-1 of (k x wave_s + prefill): later waves wait for the earlier ones

@@ -28,11 +28,18 @@ mixed chunked-prefill step can be compute-bound in its GEMMs while its attention
 The expected number of distinct routed experts T tokens touch in one layer is
 ``E x (1 - (1 - k/E)^T)`` (each token picks k of E uniformly). The *floor* the seeds quote is the same
 roofline at 100% of datasheet bandwidth and FLOP/s, without all-reduce or overhead.
+
+MoE layouts and speculation live beside this module: with ``--enable-expert-parallel`` or data-parallel attention
+(``Deployment.dp > 1``) the expert read, the EP FLOP imbalance and the all-to-all come from ``perf.moe`` (one
+attention rank per model); with MTP (``Deployment.spec``) ``decode_step_s`` is per output token and
+``spec_step_s`` a verify step plus its draft passes (``perf.speculative``). Weight bytes stream at
+``bw x weight_stream_efficiency`` (the dtype's kernel-table row) and routed experts at that x the profile's
+``expert_bandwidth_efficiency``; every MoE layer adds the profile's ``moe_layer_overhead_s`` per step.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -40,6 +47,8 @@ from recommender.catalog import Gpu
 from recommender.errors import ConfigError
 from recommender.hf_config import ModelArch
 from recommender.perf import memory as mem
+from recommender.perf import moe as moe_mod
+from recommender.perf import speculative as spec_mod
 from recommender.profiles import EngineProfile
 
 
@@ -101,17 +110,39 @@ class Deployment:
     gpu_memory_utilization: float = 0.92
     cuda_graphs: bool = True
     max_model_len: int = 0
+    dp: int = 1                                  # attention data-parallel ranks (``--data-parallel-size``)
+    ep: bool = False                             # ``--enable-expert-parallel``
+    spec: spec_mod.SpecDecode | None = None      # MTP speculative decoding (``--speculative-config``)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one engine: ``tp x dp``."""
+        return self.tp * self.dp
 
     def memory(self) -> mem.MemoryBreakdown:
-        return mem.memory_breakdown(
+        """Per-GPU memory of one attention rank (perf.moe: experts over tp x dp; MTP weights and draft-layer KV)."""
+        w = moe_mod.weights_bytes_per_gpu(self.model, self.weight_dtype, self.tp, self.dp)
+        if self.spec is not None:
+            w += spec_mod.draft_weights_bytes_per_gpu(self.model, self.weight_dtype, self.tp, self.dp)
+        b = mem.memory_breakdown(
             self.model, self.gpu, self.tp, self.weight_dtype, self.kv_dtype, self.profile,
             self.gpu_memory_utilization, self.limits.max_num_batched_tokens, self.limits.max_num_seqs,
-            self.cuda_graphs, self.max_model_len,
+            self.cuda_graphs, self.max_model_len, weights_bytes_per_gpu=w,
         )
+        if self.spec is not None and self.model.mtp_layers:
+            # the draft layer keeps its own KV: the main layers get L / (L + mtp) of the cache
+            share = self.model.num_full_attention_layers / (self.model.num_full_attention_layers + self.model.mtp_layers)
+            cap = b.kv_cache_capacity_bytes * share
+            b = replace(b, kv_cache_capacity_bytes=cap, kv_capacity_tokens=int(cap // max(b.kv_cache_bytes_per_token, 1.0)))
+        return b
 
 
 def compute_dtype(weight_dtype: str, gpu: Gpu) -> str:
-    """Tensor-core dtype the GEMMs run in: W8A8 fp8/int8 and fp4 where the GPU has them; else 16-bit."""
+    """Tensor-core dtype the GEMMs run in: the kernel table's ``compute_dtype`` where it names one (MXFP4 W4A4 on
+    CDNA4), W8A8 fp8/int8 and fp4 where the GPU has them; else 16-bit."""
+    named = gpu.kernels.efficiency(weight_dtype).compute_dtype
+    if named and named in gpu.dense_flops_per_s:
+        return named
     if weight_dtype in ("fp8", "int8", "fp4") and weight_dtype in gpu.dense_flops_per_s:
         return weight_dtype
     return "bf16"
@@ -149,6 +180,12 @@ class StepCostModel:
     allreduces_per_layer: int = 2        # 1 for parallel attention+MLP blocks
     prefill_step_overhead_s: float = 0.0  # added to every step that carries prefill tokens
     gemm_m_half_tokens: float = 0.0       # tokens at which the GEMMs reach half their peak efficiency
+    moe: moe_mod.MoeLayout | None = None  # EP / DP-attention layout of the routed experts (perf.moe); None = TP experts
+    routed_flops_per_token: float = 0.0   # part of linear_flops_per_token in routed experts (scaled by EP imbalance)
+    draft: spec_mod.DraftCost | None = None  # MTP speculative decoding (perf.speculative)
+    weight_stream_efficiency: float = 1.0  # the weight dtype's kernels' share of the profile's HBM efficiency
+    expert_bandwidth_efficiency: float = 1.0  # routed-expert grouped GEMMs' share of it (profile)
+    moe_layer_overhead_s: float = 0.0     # fixed time per MoE layer per step (profile; already in overhead_s)
 
     @staticmethod
     def build(dep: Deployment) -> "StepCostModel":
@@ -172,7 +209,11 @@ class StepCostModel:
         lat = p.allreduce_latency_pcie_s if ic.is_pcie else p.allreduce_latency_s
         memb = dep.memory()
         cdt = compute_dtype(dep.weight_dtype, g)
-        overhead = p.step_overhead_s + (0.0 if dep.cuda_graphs else m.num_layers * p.layer_launch_overhead_s)
+        overhead = (p.step_overhead_s + (0.0 if dep.cuda_graphs else m.num_layers * p.layer_launch_overhead_s)
+                    + n_moe * p.moe_layer_overhead_s)
+        layout = _moe_layout(dep) if m.moe is not None and (dep.dp > 1 or dep.ep) else None
+        routed = 2.0 * params.expert_one * (m.moe.top_k if m.moe else 0) * n_moe
+        eff = g.kernels.efficiency(dep.weight_dtype)
         return StepCostModel(
             tp=tp, num_layers=m.num_layers, hidden_size=m.hidden_size,
             dense_weight_bytes_per_gpu=dense_w, expert_bytes_per_gpu=e_bytes, num_experts=n_exp,
@@ -185,7 +226,7 @@ class StepCostModel:
             kv_bytes_per_token_sliding_layer=kv_layer,
             hbm_bytes_per_s=g.hbm_bandwidth_bytes_per_s * p.hbm_bandwidth_efficiency,
             peak_hbm_bytes_per_s=g.hbm_bandwidth_bytes_per_s,
-            group_flops_per_s=tp * g.flops_per_s(cdt) * p.compute_efficiency,
+            group_flops_per_s=tp * g.flops_per_s(cdt) * p.compute_efficiency * g.kernels.efficiency(dep.weight_dtype).compute,
             peak_group_flops_per_s=tp * g.flops_per_s(cdt),
             allreduce_latency_s=lat,
             allreduce_bytes_per_s=ic.ring_bandwidth_bytes_per_s(tp) * p.allreduce_bandwidth_efficiency,
@@ -193,6 +234,9 @@ class StepCostModel:
             request_overhead_s=p.request_overhead_s, allreduces_per_layer=1 if m.parallel_attention else 2,
             prefill_step_overhead_s=p.prefill_step_overhead_s,
             gemm_m_half_tokens=p.gemm_m_half_tokens,
+            moe=layout, routed_flops_per_token=routed, draft=_draft_cost(dep, pair),
+            weight_stream_efficiency=eff.bandwidth, expert_bandwidth_efficiency=p.expert_bandwidth_efficiency,
+            moe_layer_overhead_s=p.moe_layer_overhead_s if m.moe is not None else 0.0,
         )
 
     # -- per-sequence costs -------------------------------------------------------------------
@@ -228,9 +272,19 @@ class StepCostModel:
         return kv, fl
 
     # -- step time ----------------------------------------------------------------------------
+    def weight_read_s(self, new_tokens: int, hbm_bytes_per_s: float) -> float:
+        """Seconds to stream the step's weights: dense bytes at ``bw x weight_stream_efficiency``, routed-expert
+        bytes at that x ``expert_bandwidth_efficiency``."""
+        total = self.weight_bytes_read_per_gpu(new_tokens)
+        experts = total - self.dense_weight_bytes_per_gpu
+        bw = hbm_bytes_per_s * self.weight_stream_efficiency
+        return self.dense_weight_bytes_per_gpu / bw + experts / (bw * self.expert_bandwidth_efficiency)
+
     def weight_bytes_read_per_gpu(self, new_tokens: int) -> float:
         if not self.num_experts:
             return self.dense_weight_bytes_per_gpu
+        if self.moe is not None:
+            return self.dense_weight_bytes_per_gpu + self.moe.expert_bytes_read_per_gpu(max(new_tokens, 0))
         e, k = self.num_experts, self.experts_top_k
         touched = e * (1.0 - (1.0 - k / e) ** max(new_tokens, 0))
         return self.dense_weight_bytes_per_gpu + self.num_moe_layers * touched * self.expert_bytes_per_gpu
@@ -240,20 +294,36 @@ class StepCostModel:
         attention, allreduce, overhead. ``floor``: at datasheet peaks, without all-reduce or overhead."""
         w_bytes = self.weight_bytes_read_per_gpu(new_tokens)
         kv_bytes = kv_read_bytes / self.tp
-        lin = new_tokens * self.linear_flops_per_token
+        lin = new_tokens * self.linear_flops_per_token + self.imbalance_flops(new_tokens)
         bw = self.peak_hbm_bytes_per_s if floor else self.hbm_bytes_per_s
+        w_s = w_bytes / bw if floor else self.weight_read_s(new_tokens, bw)
         comp = self.peak_group_flops_per_s if floor else self.group_flops_per_s
-        lin_eff = lin if floor else (new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token
+        lin_eff = lin if floor else (new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token + self.imbalance_flops(new_tokens)
         out = {"memory_s": (w_bytes + kv_bytes) / bw, "compute_s": (lin + attention_flops) / comp,
-               "gemm_s": max(w_bytes / bw, lin_eff / comp), "attention_s": max(kv_bytes / bw, attention_flops / comp),
+               "gemm_s": max(w_s, lin_eff / comp), "attention_s": max(kv_bytes / bw, attention_flops / comp),
                "allreduce_s": 0.0, "overhead_s": 0.0, "bytes_per_gpu": w_bytes + kv_bytes, "flops": lin + attention_flops}
         if not floor:
             out["allreduce_s"] = self.allreduce_s(new_tokens)
             out["overhead_s"] = self.overhead_s
         return out
 
+    def imbalance_flops(self, new_tokens: int) -> float:
+        """Extra routed-expert FLOPs the busiest EP rank does over the mean share (0 without EP; perf.moe)."""
+        if self.moe is None or not self.moe.ep:
+            return 0.0
+        return new_tokens * self.routed_flops_per_token * (self.moe.imbalance(new_tokens) - 1.0)
+
     def allreduce_s(self, new_tokens: int) -> float:
-        """Ring all-reduces (two per layer, one for parallel blocks) of ``new_tokens x hidden`` bf16 activations (0 without TP)."""
+        """Ring all-reduces (two per layer, one for parallel blocks) of ``new_tokens x hidden`` bf16 activations (0 without TP).
+
+        Under DP attention (perf.moe): one attention all-reduce per layer inside the rank, and the FFN layers'
+        all-to-all / all-gather over the engine instead of the second all-reduce."""
+        if self.moe is not None and self.moe.dp > 1:
+            ring = 0.0
+            if self.tp > 1:
+                ring = (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp
+                        * new_tokens * self.hidden_size * 2.0 / self.allreduce_bytes_per_s)
+            return self.num_layers * ring + self.moe.ffn_collectives_s(new_tokens)
         if self.tp <= 1:
             return 0.0
         return self.allreduces_per_layer * self.num_layers * (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp
@@ -262,16 +332,66 @@ class StepCostModel:
     def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float, prefill: bool = False) -> float:
         """Wall time of one step (see module docstring); ``prefill``: the step carries prefill tokens."""
         bw, comp = self.hbm_bytes_per_s, self.group_flops_per_s
-        gemm = max(self.weight_bytes_read_per_gpu(new_tokens) / bw,
-                   (new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token / comp)
+        lin = (new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token
+        if self.moe is None and self.weight_stream_efficiency == 1.0 and self.expert_bandwidth_efficiency == 1.0:
+            w_s = self.weight_bytes_read_per_gpu(new_tokens) / bw   # the common case, kept cheap (the simulator's loop)
+        else:
+            w_s = self.weight_read_s(new_tokens, bw)
+            lin += self.imbalance_flops(new_tokens)
+        gemm = max(w_s, lin / comp)
         attn = max(kv_read_bytes / self.tp / bw, attention_flops / comp)
         fixed = self.overhead_s + (self.prefill_step_overhead_s if prefill else 0.0)
         return gemm + attn + self.allreduce_s(new_tokens) + fixed
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
-        """A decode-only step: ``batch`` sequences each holding ``context_tokens``."""
+        """A decode-only step per output token: ``batch`` sequences each holding ``context_tokens``.
+
+        With MTP (perf.speculative): ``(verify step over B (k + 1) tokens + k draft passes) / tokens_per_step``."""
         kv, fl = self.decode_seq_cost(context_tokens)
-        return self.step_s(batch, batch * kv, batch * fl)
+        if self.draft is None:
+            return self.step_s(batch, batch * kv, batch * fl)
+        return self.spec_step_s(batch, batch * kv, batch * fl, context_tokens) / self.tokens_per_step
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens one decode step emits per sequence: 1, or ``sum_{i<=k} a^i`` with MTP."""
+        return 1.0 if self.draft is None else self.draft.tokens_per_step
+
+    @property
+    def query_tokens(self) -> int:
+        """Query tokens per decoding sequence in a step: 1, or ``k + 1`` with MTP."""
+        return 1 if self.draft is None else self.draft.query_tokens
+
+    def draft_s(self, decodes: float, context_tokens: float) -> float:
+        """The ``k`` MTP draft passes of a step with ``decodes`` decoding sequences (0 without MTP)."""
+        d = self.draft
+        if d is None or decodes <= 0:
+            return 0.0
+        t = max(decodes, 1.0)
+        experts = 0.0
+        if self.num_experts:
+            per_layer = (self.moe.expert_bytes_read_per_gpu(t) / max(1, self.moe.num_moe_layers) if self.moe is not None
+                         else moe_mod.expected_experts_touched(self.num_experts, self.experts_top_k, t) * self.expert_bytes_per_gpu)
+            experts = per_layer
+        layers = max(1, self.num_layers)
+        coll = self.allreduce_s(int(round(t))) / layers + self.moe_layer_overhead_s
+        one = spec_mod.draft_pass_s(d, batch=decodes, context_tokens=context_tokens,
+                                    expert_bytes_per_gpu=experts / self.expert_bandwidth_efficiency, tp=self.tp,
+                                    hbm_bytes_per_s=self.hbm_bytes_per_s * self.weight_stream_efficiency,
+                                    group_flops_per_s=self.group_flops_per_s, collective_s=coll)
+        return d.num_speculative_tokens * one
+
+    def spec_step_s(self, decodes: float, kv_decode_bytes: float, decode_attention_flops: float, context_tokens: float,
+                    prefill_tokens: float = 0.0, kv_prefill_bytes: float = 0.0, prefill_attention_flops: float = 0.0,
+                    prefill: bool = False) -> float:
+        """Real wall time of one step: ``decodes`` sequences (their one-query-token KV bytes and attention FLOPs
+        given) each verify ``k + 1`` query tokens (KV read once, attention FLOPs x (k + 1)), plus a prefill's
+        tokens and costs, plus the ``k`` draft passes. Without MTP this is :meth:`step_s`."""
+        q = self.query_tokens
+        tokens = int(round(decodes * q + prefill_tokens))
+        return (self.step_s(tokens, kv_decode_bytes + kv_prefill_bytes, decode_attention_flops * q + prefill_attention_flops,
+                            prefill=prefill)
+                + self.draft_s(decodes, context_tokens))
 
     def prefill_s(self, prompt_tokens: int, batch: int = 1, chunk_tokens: int | None = None) -> float:
         """Prefill ``batch`` prompts of ``prompt_tokens`` alone (no decodes), in chunks of ``chunk_tokens``."""
@@ -285,6 +405,37 @@ class StepCostModel:
             t += self.step_s(c * batch, kv * batch, fl * batch, prefill=True)
             done += c
         return t
+
+
+def _moe_layout(dep: Deployment) -> moe_mod.MoeLayout:
+    """The EP / DP-attention layout of a MoE deployment (perf.moe)."""
+    m, g, p = dep.model, dep.gpu, dep.profile
+    assert m.moe is not None
+    ic = g.interconnect
+    n_gpus = dep.tp * dep.dp
+    return moe_mod.MoeLayout(
+        tp=dep.tp, dp=dep.dp, ep=dep.ep, num_experts=m.moe.num_experts, top_k=m.moe.top_k,
+        num_moe_layers=m.moe.num_moe_layers, num_dense_layers=m.num_layers - m.moe.num_moe_layers,
+        expert_bytes=m.params.expert_one * mem.bytes_per_weight(dep.weight_dtype), hidden_size=m.hidden_size,
+        link_bytes_per_s=ic.ring_bandwidth_bytes_per_s(n_gpus) * p.allreduce_bandwidth_efficiency,
+        link_latency_s=p.allreduce_latency_pcie_s if ic.is_pcie else p.allreduce_latency_s)
+
+
+def _draft_cost(dep: Deployment, attn_flops_per_pair_layer: float) -> spec_mod.DraftCost | None:
+    """The MTP draft pass's coefficients (perf.speculative), or None without speculative decoding."""
+    if dep.spec is None:
+        return None
+    m, tp = dep.model, dep.tp
+    rest, _experts = spec_mod.mtp_layer_params(m)
+    bpw = mem.bytes_per_weight(dep.weight_dtype)
+    head = m.params.lm_head or m.params.embedding
+    active_routed = m.params.expert_one * m.moe.top_k if m.moe is not None else 0
+    return spec_mod.DraftCost(
+        num_speculative_tokens=dep.spec.num_speculative_tokens, acceptance_rate=dep.spec.acceptance_rate,
+        dense_bytes_per_gpu=(rest * bpw + head * 2.0) / tp,
+        flops_per_token=2.0 * (rest + active_routed + head),
+        kv_bytes_per_token=mem.kv_bytes_per_token_per_layer_per_gpu(m, dep.kv_dtype, tp) * tp,
+        attn_flops_per_pair=attn_flops_per_pair_layer)
 
 
 def bound_of(parts: dict[str, float]) -> str:

@@ -24,13 +24,17 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     mb = est.memory
     cost = StepCostModel.build(dep)
     out: list[str] = []
-    out.append(f"{m.id} on {replicas * tp} x {g.id} (TP {tp}, {replicas} replica{'s' if replicas > 1 else ''}), "
+    par = (f", DP attention {dep.dp}" if dep.dp > 1 else "") + (", expert parallel" if dep.ep else "")
+    out.append(f"{m.id} on {replicas * tp * dep.dp} x {g.id} (TP {tp}{par}, {replicas} replica{'s' if replicas > 1 else ''}), "
                f"weights {dep.weight_dtype}, KV cache {dep.kv_dtype}, engine profile {p.engine}"
                f"{f' ({p.family} family fit)' if p.family else ''}{'' if dep.cuda_graphs else ', CUDA graphs off'}")
     out.append("")
     if conditions:
         out.append("Engine conditions")
         out += [f"  {c}" for c in conditions]
+        if dep.dp > 1 or dep.ep or dep.spec is not None:
+            out.append(f"  vllm serve {m.hf_repo or m.id} {' '.join(_quote(a) for a in parallel_flags(dep))} "
+                       f"(parallelism and speculation flags, checked against vLLM 0.33's parser)")
         out.append("")
     out.append("Memory (per GPU)")
     wpp = mem.bytes_per_weight(dep.weight_dtype)
@@ -56,11 +60,11 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     out.append(_line("fits", "weights + reserves + one max-length sequence <= budget",
                      "yes" if est.fits else f"NO, short by {B(est.shortfall_bytes_per_gpu)} per GPU"))
     out.append("")
-    b = est.batch
+    b = -(-est.batch // dep.dp) if dep.dp > 1 else est.batch
     ctx = load.context_tokens if load.mode == "context" else load.prompt_tokens + max(load.output_tokens, 1) // 2
     kv, fl = cost.decode_seq_cost(ctx)
     floor = cost.parts(b, b * kv, b * fl, floor=True)
-    out.append(f"Decode step at batch {b}, context {ctx:,} tokens")
+    out.append(f"Decode step at batch {b}{' per attention rank' if dep.dp > 1 else ''}, context {ctx:,} tokens")
     out.append(_line("bytes per GPU", f"{B(cost.weight_bytes_read_per_gpu(b))} weights{' (experts touched)' if m.is_moe else ''} + {B(b * kv / tp)} KV",
                      B(floor["bytes_per_gpu"])))
     out.append(_line("memory floor", f"{B(floor['bytes_per_gpu'])} / {g.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s", S(floor["memory_s"])))
@@ -68,14 +72,24 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     out.append(_line("floor", "max(memory, compute)", S(est.decode_step_floor_s) + f" ({est.bound}-bound)"))
     out.append(_line("memory (real)", f"bytes / ({p.hbm_bandwidth_efficiency:.0%} of HBM bandwidth)", S(est.decode_memory_s)))
     out.append(_line("compute (real)", f"FLOPs / ({p.compute_efficiency:.0%} of peak)", S(est.decode_compute_s)))
-    if tp > 1:
+    if cost.moe is not None and dep.dp > 1:
+        out.append(_line("collectives", f"{m.num_layers} attention all-reduces over TP {tp} + FFN all-to-all (Experts, below)",
+                         S(est.decode_allreduce_s)))
+    elif tp > 1:
         out.append(_line("all-reduce", f"2 x {m.num_layers} layers x (latency + ring transfer of {b} x {m.hidden_size} x 2 B)", S(est.decode_allreduce_s)))
     out.append(_line("overhead", "scheduler, sampling, launch" + ("" if dep.cuda_graphs else f" + {m.num_layers} layers x eager launches"),
                      S(est.decode_overhead_s)))
     real = cost.parts(b, b * kv, b * fl)
     out.append(_line("GEMMs", "max(weight bytes / bw, linear FLOPs / compute)", S(real["gemm_s"])))
     out.append(_line("attention", "max(KV bytes / bw, attention FLOPs / compute)", S(real["attention_s"])))
-    out.append(_line("decode step", "GEMMs + attention + all-reduce + overhead", S(est.decode_step_s)))
+    out.append(_line("decode step", "GEMMs + attention + all-reduce + overhead" + (" (per output token, MTP below)" if cost.draft else ""),
+                     S(est.decode_step_s)))
+    if m.moe is not None:
+        out.append("")
+        out += _moe_lines(dep, cost, b)
+    if cost.draft is not None:
+        out.append("")
+        out += _mtp_lines(dep, cost, b, ctx)
     out.append("")
     out.append("Prefill")
     prompt = load.prompt_tokens if load.mode != "context" else load.context_tokens
@@ -103,6 +117,83 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     return "\n".join(out)
 
 
+def _moe_lines(dep: Deployment, cost: StepCostModel, b: int) -> list[str]:
+    """The expert-read and all-to-all terms of a MoE decode step (perf.moe), each formula with its inputs."""
+    from recommender.perf import moe
+
+    m = dep.model
+    assert m.moe is not None
+    e, k, g = m.moe.num_experts, m.moe.top_k, dep.tp * dep.dp
+    tg = b * dep.dp
+    lay = "EP, experts whole" if dep.ep else "experts TP-sharded"
+    out = [f"Experts ({e} routed, top-{k}, {m.moe.num_moe_layers} MoE layers over {g} GPUs: {lay}; {tg} tokens per step)"]
+    touched = moe.expected_experts_touched(e, k, tg)
+    out.append(_line("experts touched", f"{e} x (1 - (1 - {k}/{e})^{tg})", f"{touched:.2f} per layer"))
+    one = m.params.expert_one * mem.bytes_per_weight(dep.weight_dtype)
+    if dep.ep and g > 1:
+        local = e / g
+        p = 1.0 - (1.0 - k / e) ** tg
+        busiest = moe.busiest_rank_experts(e, k, tg, g)
+        out.append(_line("busiest EP rank", f"min({local:g}, {local:g} x {p:.4f} + {moe.extreme_z(g):.4f} x sqrt({local:g} x {p:.4f} x {1 - p:.4f}))",
+                         f"{busiest:.2f} experts"))
+        per_gpu, basis = busiest, f"{busiest:.2f} experts x {B(one)}"
+    else:
+        per_gpu, basis = touched / g, f"{touched:.2f} / {g} GPUs x {B(one)}"
+    out.append(_line("expert bytes/GPU", f"{m.moe.num_moe_layers} layers x {basis}", B(m.moe.num_moe_layers * per_gpu * one)))
+    if cost.moe is not None and dep.dp > 1:
+        lay_ = cost.moe
+        rr = moe.remote_ranks_per_token(k, g)
+        out.append(_line("remote ranks", f"({g} - 1) x (1 - (1 - 1/{g})^{k})", f"{rr:.4f} per token"))
+        out.append(_line("all-to-all", f"{m.moe.num_moe_layers} x 2 x ({lay_.link_latency_s * 1e6:.1f} us + {b} x {rr:.4f} x "
+                                       f"{m.hidden_size} x 2 B / {lay_.link_bytes_per_s / 1e9:.1f} GB/s)",
+                         S(m.moe.num_moe_layers * lay_.all_to_all_s(b))))
+        dense = m.num_layers - m.moe.num_moe_layers
+        if dense:
+            out.append(_line("dense FFN gather", f"{dense} x 2 x ({lay_.link_latency_s * 1e6:.1f} us + {b} x {g - 1} x "
+                                                 f"{m.hidden_size} x 2 B / {lay_.link_bytes_per_s / 1e9:.1f} GB/s)",
+                             S(dense * lay_.dense_ffn_collective_s(b))))
+    return out
+
+
+def _mtp_lines(dep: Deployment, cost: StepCostModel, b: int, ctx: int) -> list[str]:
+    """The MTP terms (perf.speculative): tokens per step, verify step, draft passes, TPOT."""
+    d = cost.draft
+    assert d is not None and dep.spec is not None
+    k, a = d.num_speculative_tokens, d.acceptance_rate
+    tps = d.tokens_per_step
+    kv, fl = cost.decode_seq_cost(ctx)
+    verify = cost.step_s(b * (k + 1), b * kv, b * fl * (k + 1))
+    draft = cost.draft_s(b, ctx)
+    out = [f"MTP speculative decoding (k = {k} draft tokens, acceptance {a:g} per position: {dep.spec.acceptance_source})"]
+    terms = " + ".join(f"{a:g}^{i}" for i in range(k + 1))
+    out.append(_line("tokens per step", terms, f"{tps:.4f}"))
+    out.append(_line("verify step", f"step over {b} x {k + 1} query tokens, KV read once", S(verify)))
+    out.append(_line("draft passes", f"{k} x MTP layer over {b} tokens (its weights, experts, LM head)", S(draft)))
+    out.append(_line("TPOT (MTP)", f"({S(verify)} + {S(draft)}) / {tps:.4f}", S((verify + draft) / tps)))
+    return out
+
+
+def parallel_flags(dep: Deployment) -> list[str]:
+    """The ``vllm serve`` flags of the deployment's parallelism and speculation, checked against vLLM 0.33's flag
+    table (``recommender.deploy.vllm_flags.check_serve_args``, the check ``deploy`` applies)."""
+    from recommender.deploy.vllm_flags import check_serve_args
+
+    flags = ["--tensor-parallel-size", str(dep.tp)]
+    if dep.dp > 1:
+        flags += ["--data-parallel-size", str(dep.dp)]
+    if dep.ep:
+        flags.append("--enable-expert-parallel")
+    if dep.spec is not None:
+        flags += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": dep.spec.num_speculative_tokens},
+                                                     separators=(",", ":"))]
+    check_serve_args([dep.model.hf_repo or dep.model.id, *flags])
+    return flags
+
+
+def _quote(arg: str) -> str:
+    return f"'{arg}'" if any(ch in arg for ch in '{}" ') else arg
+
+
 def _describe(load: Load, est: Estimate) -> str:
     if load.mode == "context":
         return f"{est.batch} sequences each holding {load.context_tokens:,} tokens (one decode step)"
@@ -119,7 +210,11 @@ def estimate_json(dep: Deployment, load: Load, est: Estimate, extra: dict[str, A
     d = est.to_dict()
     d.update({"model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "weight_dtype": dep.weight_dtype,
               "kv_dtype": dep.kv_dtype, "engine": dep.profile.engine, "profile_family": dep.profile.family or None,
-              "mode": str(load.mode)})
+              "mode": str(load.mode), "vllm_serve_flags": parallel_flags(dep), "data_parallel_size": dep.dp, "enable_expert_parallel": dep.ep,
+              "speculative": None if dep.spec is None else {
+                  "method": "mtp", "num_speculative_tokens": dep.spec.num_speculative_tokens,
+                  "acceptance_rate": dep.spec.acceptance_rate, "acceptance_source": dep.spec.acceptance_source,
+                  "tokens_per_step": dep.spec.tokens_per_step}})
     if conditions:
         d["conditions"] = conditions
     if pricing is not None:
