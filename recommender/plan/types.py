@@ -140,6 +140,8 @@ class PlanRow:
     simulated: Mapping[str, Any] | None = None  # simulator check: {"ttft_s": {pct: s}, ..., "completed", "preempted"}
     pd_saving_vs_aggregated: float | None = None  # P/D rows: fraction cheaper per token than the best aggregated plan
     evidence: Evidence | None = None
+    # "int8/fp8": weight/KV dtypes of twins that predict exactly this row's numbers, collapsed into it (#31)
+    twin_dtypes: tuple[str, ...] = ()
 
     @property
     def disaggregated(self) -> bool:
