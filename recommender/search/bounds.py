@@ -64,7 +64,7 @@ TTFT_SLACK = 0.95
 # The TPOT bound's interference term against the load model: over every feasible aggregated evaluation of the
 # examples and benchmarks/workloads/tight-tpot-70b.yaml (600 trials each, 2026-12-01) the model's TPOT was at
 # least 1.005x the bound without slack; the slack keeps it a bound on the configurations not sampled.
-TPOT_SLACK = 0.9
+TPOT_SLACK = 0.97
 ShapeKey = tuple[str, int, str, str]  # (gpu, tp, weight dtype, kv dtype)
 _QUANTILE = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
@@ -170,13 +170,18 @@ class Bounds:
             return r0
         n_out = np.maximum(inp.O - 1.0, 1.0)
 
+        ctx = max(1, int(0.9 * inp.mean_ctx))
+
         def meets(r: int) -> bool:
             lam = self.target_req_s / r
             rho = lam * d
             if rho >= 1.0:
                 return False
-            arrivals = float(np.maximum(0.0, lam * t0 - 0.5 * (1.0 - 1.0 / r) / n_out).mean())
-            return t0 + TPOT_SLACK * d * arrivals / (1.0 - rho) <= limit
+            # Little: at least lam (E[O] - 1) t0 sequences decode in a step (at most the smallest max_num_seqs - 1)
+            b = int(min(lam * (inp.E_O - 1.0) * t0, self._min_seqs - 1.0))
+            t = max(t0, cost.decode_step_s(b, ctx)) if b > 1 else t0
+            arrivals = float(np.maximum(0.0, lam * t - 0.5 * (1.0 - 1.0 / r) / n_out).mean())
+            return t + TPOT_SLACK * d * arrivals / (1.0 - rho) <= limit
 
         if meets(r0):
             return r0

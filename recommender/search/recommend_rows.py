@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from recommender.catalog import default_catalog
@@ -28,6 +28,7 @@ class RankedRow:
     evidence: Evidence | None = None
     load_utilisation: float | None = None  # rate / capacity (Sizer.capacity_utilisation); None: ev.utilisation
     twin_dtypes: tuple[str, ...] = ()  # "int8/fp8": dtype twins with identical predicted numbers, collapsed here
+    kv_link: dict[str, float] | None = None  # P/D: the KV link's fields (recommender.load.link.KvLink)
 
     @property
     def candidate(self) -> Candidate:
@@ -166,7 +167,8 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
         notes = "; ".join(x for x in (quality_note(e, ctx.policy), kv_note(e, ctx)) if x)
         rows.append(RankedRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=notes,
                             checkpoint=ckpt if c.weight_dtype != native else "", pd_saving=pd_saving(e, best_agg),
-                            evidence=evidence_of(ctx, e), load_utilisation=ctx.capacity_utilisation(e)))
+                            evidence=evidence_of(ctx, e), load_utilisation=ctx.capacity_utilisation(e),
+                            kv_link={k: float(v) for k, v in asdict(ctx.kv_link(c)).items()} if c.disaggregated else None))
         if len(rows) >= top:
             break
     return rows
