@@ -365,6 +365,11 @@ def _admission_wait(kind: PoolKind, lam: float, ca2: float, c: int, inp: PoolInp
         cs2_s = max(0.0, float(S @ S) / S.size / (E_S * E_S) - 1.0)
         p_lane = (1.0 - p_w) * rho_l
         w_lane = (1.0 - p_w) * rho_l / (1.0 - rho_l) * E_S * (ca2 + cs2_s) / 2.0
+        if ca2 < 1.0 and ca2 + cs2_s > 0.0:
+            # Kraemer & Langenbach-Belz (1976): with arrivals smoother than Poisson (round-robin, ca2 = 1 / R) the
+            # Allen-Cunneen wait overstates light traffic by exp(2 (1 - rho) (1 - ca2)^2 / (3 rho (ca2 + cs2)));
+            # 4 x TP1 mi300x on 32k prompts without chunked prefill had TTFT p90 +28% against the simulator.
+            w_lane *= math.exp(-2.0 * (1.0 - rho_l) * (1.0 - ca2) ** 2 / (3.0 * rho_l * (ca2 + cs2_s)))
     wait_p = 1.0 - (1.0 - p_w) * (1.0 - p_lane)
     resid_q = 0.0 if kind is PoolKind.PREFILL else max(0.0, 1.0 - math.exp(-a) - p_w) * (1.0 - rho_l)
     return _Wait(wait_p=wait_p, wait_mean_s=w_slots + w_lane, lane_share=w_lane / (w_lane + w_slots) if w_lane > 0.0 else 0.0,
