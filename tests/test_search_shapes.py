@@ -319,7 +319,7 @@ def test_sizing_never_imports_search():
 def test_a_tight_tpot_problem_proves_rank_1_within_the_default_budget() -> None:
     # issue #31: 70B at 5 req/s, 1.5k/150 tokens, TTFT 250 ms / TPOT 10 ms p90. Its cost bounds ignored prefill
     # interference and the prefill lane's queue: 2,000 of 2,000 trials, 49 s, rank 1 not proven. Rank 1 is the
-    # one that run (and a 10,000-trial run with the old bounds) found: b200 TP4 x1 at $0.9145/M.
+    # one an 8,000-trial run with the old bounds proved (277 s, 2026-12-01): b200 TP4 x1 at $0.9145/M.
     from pathlib import Path
 
     from recommender.search.planner import SearchSettings, recommend
