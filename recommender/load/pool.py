@@ -53,8 +53,9 @@ Waiting before the first chunk (FCFS): slots as G/G/c with holding time ``H = ow
 with Hayward's approximation for the clustered (peaked) arrivals: ``P_w = ErlangC(c / D_cluster,
 a / D_cluster)`` and ``E[W_s] = P_w E[H] D_cluster / (c - a) (ca2 + cs2_H) / 2`` (Allen-Cunneen); then
 the prefill lane as G/G/1 with service ``S`` (only with c >= 2): ``E[W_l] = (1 - P_w) rho_L /
-(1 - rho_L) E[S] (ca2 + cs2_S) / 2``; both are Pollaczek-Khinchine for Poisson arrivals and one
-server. The wait is 0 with probability ``(1 - P_w)(1 - (1 - P_w) rho_L)``, else exponential with the
+(1 - rho_L) E[S] (ca2 + cs2_S) / 2``, times Kraemer & Langenbach-Belz's ``exp(-2 (1 - rho_L) (1 - ca2)^2 /
+(3 rho_L (ca2 + cs2_S)))`` for arrivals smoother than Poisson (``ca2 < 1``); both are Pollaczek-Khinchine for
+Poisson arrivals and one server. The wait is 0 with probability ``(1 - P_w)(1 - (1 - P_w) rho_L)``, else exponential with the
 matching mean (the exponential tail of M/G/1 waiting). An arrival that finds only decodes running
 waits for the running step to end: ``U(0, T_d)`` with probability ``(1 - exp(-a) - P_w)^+ (1 - rho_L)``.
 Prompts that arrive during the step a request waits for, or while it waits for the lane, join its
@@ -67,8 +68,12 @@ during its own lane wait and prefill (``E[K] = phi lam E[D] L``). Each request a
 adds its prefill ``D`` and, as a co-decoder, ``dT/db`` for the ``min(O' - 1, n U)`` steps it shares.
 ``TPOT = T_d e^{sigma_b z - sigma_b^2 / 2} + Y / n``: batch noise from decoders already running when
 the window opens (variance ``D_s x`` decoders at ``dT/db``, fading with the residual holding time),
-and interference ``Y``: 0 with probability ``exp(-phi lam (n T_d + L))``, otherwise lognormal with the
-remaining mean ``(n T_d rho_D + K) / (1 - rho_D)`` and busy-period variance. With slots saturated,
+and interference ``Y``: 0 when no request arrives in the window ``w = n T_d + L``, otherwise lognormal with
+the remaining mean ``(n T_d rho_D + K) / (1 - rho_D)`` and busy-period variance. The arrivals after a request's
+own are a renewal process started at an arrival (round-robin: gamma gaps of shape ``1 / ca2`` and rate
+``phi lam``), so none comes with probability ``P(G > w)`` and the mean and variance of ``Y`` scale by
+``m(w) / (phi lam w)``, ``m(w) = max(P(G <= w), phi lam w - (1 - ca2) / 2)`` (the renewal function's first term
+and its asymptote; exactly ``exp(-phi lam w)`` and 1 for Poisson). With slots saturated,
 admissions are paced by departures, so interference variances shrink by ``(1 - P_w) + P_w / c``.
 
 Not modelled: preemption churn (kept out of stable plans by the KV headroom), head-of-line blocking

@@ -23,7 +23,18 @@ Throughput of one replica (requests/s), ``u = max_utilisation``:
   mean) is at least ``t`` (at p50 at least ``t / 2``), so ``f(b) <= t <= L`` bounds ``b <= b_max`` (the largest
   batch whose step fits in ``L``) and, ``b / f(b)`` growing with ``b``, ``lam x (E[O] - 1) <= b_max / f(b_max)``.
 
-Replicas ``R >= ceil(rate x (1 + headroom) / lam_max)``; cost ``>=`` the cheapest whole-instance rental of
+* TPOT with prefill interference (aggregated pools; TPOT SLO ``L`` at p90 and above, or the mean): a prompt's
+  prefill adds ``D >= own(P) - n(P) L`` to the decode steps it shares (its own steps, ``_own_lb``, less the
+  decode step they replace, at most ``L`` in a plan that meets the SLO). At ``lam = rate (1 + headroom) / R``
+  per replica, a step holds at least ``b = lam (E[O] - 1) t0`` decoders (``t = decode_step_s(b) >= t0``, the
+  floor below), and the load model's mean interference per token is at least ``E[D] max(0, lam t - (1 - 1/R)
+  / (2 n)) / (1 - lam E[D])`` (its renewal count, ``recommender.load.pool``), so ``t + TPOT_SLACK x that <= L``
+  bounds ``R`` from below;
+* TTFT with the prefill lane's queue (P/D prefill pools; TTFT SLOs at p90 and above): ``TTFT_q >= min(own) +
+  W_q`` with the M/G/1 lane wait ``W_q >= E[S] ca2 / (2 (1 - rho)) ln(rho / (1 - q))`` (``cs2 >= 0``,
+  ``ca2 = 1 / R``), which bounds the prefill replicas from below.
+
+Replicas ``R >= ceil(rate x (1 + headroom) / lam_max)`` (or the interference and queue bounds above); cost ``>=`` the cheapest whole-instance rental of
 ``R`` TP groups (``recommender.offers.cheapest_rental``; renting more groups never costs less). An offline
 job pays ``usd_per_gpu_hour x tp x R x running`` with ``running = rate / (R x capacity)`` and capacity
 ``<= lam_max`` at a full KV cache (``u = 1``), so its cost is ``>= usd_per_gpu_hour x tp x rate / lam_max``

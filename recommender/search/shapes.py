@@ -12,7 +12,9 @@ Chebyshev distance from the ideal point in log space), so the cheapest plans of 
 part of the front are found early; once rank 1 is proven the directions get most turns. A
 shape is expanded into its combos, a combo is evaluated, unless a plan already found is at least as
 cheap as its cost bound and at least as fast as each of its latency bounds (then no plan in it can
-enter the front). When both queues are empty the front and rank 1 are exact (for the space, given
+enter the front). Rank 1 is proven once no entry left has a cost bound below it; for a P/D entry, below it or below
+``(1 - pd_min_saving)`` x the best aggregated cost (a P/D plan is listed only that much cheaper than the best
+aggregated one). When both queues are empty the front and rank 1 are exact (for the space, given
 the bounds); a budget of evaluations or seconds may stop it earlier, and :class:`ShapeSearchResult`
 says so.
 """
