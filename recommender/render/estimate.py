@@ -99,7 +99,7 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     wb = cost.weight_bytes_read_per_gpu(b)
     peak_gpu = cost.peak_group_flops_per_s / tp
     out.append(f"Decode step at batch {b}, context {ctx:,} tokens")
-    out.append(_line("bytes per GPU", f"{B(wb)} weights{' (experts touched)' if m.is_moe else ''} + {B(b * kv / tp)} KV",
+    out.append(_line("bytes per GPU", f"{B(wb)} weights + {B(b * kv / tp)} KV{f'; weights of the experts {b} tokens touch' if m.is_moe else ''}",
                      B(floor["bytes_per_gpu"])))
     out.append(_line("memory floor", f"{B(floor['bytes_per_gpu'])} / {_tbs(cost.peak_hbm_bytes_per_s)}", S(floor["memory_s"])))
     out.append(_line("compute floor", f"{floor['flops']:.4g} FLOPs / ({tp} x {_tflops(peak_gpu)} {cdt} peak)", S(floor["compute_s"])))
