@@ -32,3 +32,11 @@ def test_bench_search_runs_and_reports_rank_1_against_its_reference(tmp_path: Pa
 @pytest.mark.slow
 def test_bench_simulator_runs() -> None:
     assert "sim requests/s" in _run("benchmarks/bench_simulator.py")
+
+
+@pytest.mark.slow
+def test_bench_agreement_runs_and_reports_each_rows_gap(tmp_path: Path) -> None:
+    out = tmp_path / "agreement.md"
+    _run("benchmarks/bench_agreement.py", "--problems", "code-completion", "--top", "1", "--out", str(out))
+    text = out.read_text()
+    assert "| code-completion" in text and "Worst gap" in text
