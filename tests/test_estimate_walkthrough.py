@@ -84,8 +84,10 @@ def _check_line(line: str) -> bool:
         return False
     rng = random.Random(0)
 
+    code = compile(expr, "<formula>", "eval")
+
     def ev(vs: list[float]) -> float:
-        return float(eval(expr, {"max": max, "min": min}, {"v": vs}))  # noqa: S307 (our own digits and operators)
+        return float(eval(code, {"max": max, "min": min}, {"v": vs}))  # noqa: S307 (our own digits and operators)
 
     if value.startswith(("yes", "NO")):
         (lhs, lnums), (rhs, rnums) = (_expression(side) for side in formula.split("<="))
@@ -95,7 +97,7 @@ def _check_line(line: str) -> bool:
         assert (left <= right) == value.startswith("yes"), line
         return True
     centre = ev([v for v, _ in nums])
-    spread = max(abs(ev([v + rng.choice((-1, 1)) * h for v, h in nums]) - centre) for _ in range(64))
+    spread = max(abs(ev([v + rng.choice((-1, 1)) * h for v, h in nums]) - centre) for _ in range(16))
     spread = max(spread, max(abs(ev([v + (h if j == i else 0.0) for j, (v, h) in enumerate(nums)]) - centre)
                              for i in range(len(nums))))
     shown, half = _quantities(value)[0]
