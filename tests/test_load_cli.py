@@ -170,3 +170,22 @@ def test_plan_disaggregated_uses_the_rows_kv_link(tmp_path: Path) -> None:
     lat = json.loads(res.stdout)["latency_s"]["ttft"]
     # a P-token prompt's transfer alone takes P x 32,768 B / 1 MB/s = 0.0328 s per token; chat prompts p50 ~ 600+
     assert lat["simulated"]["p50"] > 10.0 and lat["analytic"]["p50"] > 10.0
+
+
+@pytest.mark.parametrize("dist", ["constant", "normal", "lognormal", "empirical", "histogram"])
+def test_the_echo_rebuilds_each_kind_of_length_distribution(dist: str) -> None:
+    # the plan file's echo (dump_plan -> load_plan) gives back the very distribution the plan was made for
+    from recommender.cli.simulate import _echoed_lengths
+    from recommender.plan import WorkloadEcho, load_plan
+    from recommender.plan.io import plan_document
+    from recommender.plan.types import Plan
+    from recommender.search.to_plan import _lengths
+    from recommender.workload import LengthDist
+
+    d = {"constant": LengthDist.constant(300), "normal": LengthDist.normal(1000, 200, 10, 2000),
+         "lognormal": LengthDist.lognormal(500, 300, 8, 4000), "empirical": LengthDist.empirical([5, 10, 10, 300, 2000]),
+         "histogram": LengthDist.histogram([100, 1000, 5000], [1, 3, 1])}[dist]
+    plan = Plan(workload=WorkloadEcho(model="llama-3.1-8b", prompt_tokens=_lengths(d), output_tokens=_lengths(d)), rows=())
+    echo = load_plan(plan_document(plan)).workload
+    rebuilt = _echoed_lengths(echo)
+    assert rebuilt is not None and rebuilt[0] == d and rebuilt[1] == d and rebuilt[0].mean == d.mean
