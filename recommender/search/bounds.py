@@ -31,8 +31,8 @@ Throughput of one replica (requests/s), ``u = max_utilisation``:
   / (2 n)) / (1 - lam E[D])`` (its renewal count, ``recommender.load.pool``), so ``t + TPOT_SLACK x that <= L``
   bounds ``R`` from below;
 * TTFT with the prefill lane's queue (P/D prefill pools; TTFT SLOs at p90 and above): ``TTFT_q >= min(own) +
-  W_q`` with the M/G/1 lane wait ``W_q >= E[S] ca2 / (2 (1 - rho)) ln(rho / (1 - q))`` (``cs2 >= 0``,
-  ``ca2 = 1 / R``), which bounds the prefill replicas from below.
+  W_q`` with the M/G/1 lane wait ``W_q >= E[S] ca2 g / (2 (1 - rho)) ln(rho / (1 - q))`` (``cs2 = 0`` in the model's
+  Kraemer-Langenbach-Belz factor ``g``, ``ca2 = 1 / R``), which bounds the prefill replicas from below.
 
 Replicas ``R >= ceil(rate x (1 + headroom) / lam_max)`` (or the interference and queue bounds above); cost ``>=`` the cheapest whole-instance rental of
 ``R`` TP groups (``recommender.offers.cheapest_rental``; renting more groups never costs less). An offline
@@ -136,7 +136,8 @@ class Bounds:
         """Fewest prefill replicas (at least ``r0``) whose TTFT bound with the lane's queue meets each TTFT SLO
         at p90 and above: ``TTFT_q >= min(own) + W_q``, the lane an M/G/1 queue at ``rho = lam E[S]``
         (``E[S] >= TTFT_SLACK x E[own]``) whose wait is 0 with probability ``1 - rho``, else exponential with
-        mean ``E[S] ca2 / (2 (1 - rho))`` at least (``cs2 >= 0``; ``ca2 = 1 / R`` round-robin), so
+        mean ``E[S] ca2 g / (2 (1 - rho))`` at least (``ca2 = 1 / R`` round-robin; ``cs2 = 0`` minimises it,
+        with the Kraemer-Langenbach-Belz factor ``g = exp(-2 (1 - rho) (1 - ca2)^2 / (3 rho ca2))``), so
         ``W_q >= that x ln(rho / (1 - q))`` (the load model's lane wait, ``recommender.load.pool``)."""
         slos = [(s.limit_s, _QUANTILE[s.percentile]) for s in self._slos if s.metric == "ttft" and s.percentile in _QUANTILE
                 and _QUANTILE[s.percentile] >= 0.9]
@@ -151,7 +152,10 @@ class Bounds:
                 return False
             for limit, level in slos:
                 tail = 1.0 - level
-                wait = e_s / r / (2.0 * (1.0 - rho)) * math.log(rho / tail) if rho > tail else 0.0
+                ca2 = 1.0 / r
+                # the load model's Kraemer-Langenbach-Belz factor at cs2 = 0, where ca2 x factor is smallest
+                klb = math.exp(-2.0 * (1.0 - rho) * (1.0 - ca2) ** 2 / (3.0 * rho * ca2)) if ca2 < 1.0 else 1.0
+                wait = e_s * ca2 * klb / (2.0 * (1.0 - rho)) * math.log(rho / tail) if rho > tail else 0.0
                 if own_min + wait > limit:
                     return False
             return True
