@@ -296,7 +296,7 @@ def test_a_tp_group_no_offer_holds_is_said_and_priced_per_gpu() -> None:
     res = run("--model", "llama-3.1-8b", "--gpu", "mi300x", "--tp", "2", "--context", "1024")
     assert res.exit_code == 0
     cost = res.stdout[res.stdout.index("\nCost"):]
-    assert "$2.59/GPU-hour x 2 GPUs (no instance holds TP 2)" in cost and "= $5.18/h" in cost
+    assert "$2.59/GPU-hour x 2 GPUs; no instance holds TP 2" in cost and "= $5.18/h" in cost  # note after the ";"
     assert "TP 2 does not fit one instance of any mi300x offer (the largest holds 1 GPU)" in cost
     assert "digitalocean 'gpu-mi300x1-192gb'" in cost and "2026-10-07" in cost
 

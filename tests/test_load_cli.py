@@ -128,3 +128,64 @@ def test_errors_are_one_line(args: list[str], words: str) -> None:
 def test_bad_rank_is_one_line(tmp_path: Path) -> None:
     res = run("--plan", str(_plan(tmp_path, [_pool("both", 1)], False)), "--rank", "3")
     assert res.exit_code != 0 and "--rank 3" in (res.stderr or res.output)
+
+
+def test_plan_with_overrides_is_simulated_as_planned(tmp_path: Path) -> None:
+    # issue #31: a plan made with the arrival rate overridden to 80 req/s (chat.yaml says 20), constant
+    # 300 / 40 token lengths (the file's are lognormal) and a 0.5 shared prefix was simulated at the file's
+    # 20 req/s with the file's lengths. The plan's own echo is what must be simulated.
+    import dataclasses
+
+    from recommender.plan import dump_plan
+    from recommender.search import SearchSettings, recommend
+    from recommender.workload import LengthDist, load_workload
+
+    w = load_workload(ROOT / "examples" / "chat.yaml")
+    w = dataclasses.replace(w, arrival_rate_per_s=80.0, prompt_tokens=LengthDist.constant(300),
+                            output_tokens=LengthDist.constant(40), shared_prefix_fraction=0.5, gpus=("h100-sxm",))
+    path = tmp_path / "plan.json"
+    path.write_text(dump_plan(recommend(w, settings=SearchSettings(seed=0, verify=0, trials=60, top=1))))
+    res = run("--plan", str(path), "--requests", "800", "--seed", "1", "--format", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["rate_per_s"] == 80.0
+    # constant 40 output tokens at 80 req/s: 3,200 output tok/s offered; the run serves it (within its noise)
+    assert doc["simulated"]["output_tokens_per_s"] == pytest.approx(80.0 * 40, rel=0.1)
+    assert doc["analytic"]["output_tokens_per_s"] == pytest.approx(80.0 * 40, rel=1e-9)
+    assert doc["shared_prefix_fraction"] == 0.5
+
+
+def test_plan_disaggregated_uses_the_rows_kv_link(tmp_path: Path) -> None:
+    # the row's KV link (bytes per token, NIC bandwidth, TPs, latency) is the one simulated: a 1 MB/s NIC makes
+    # every transfer of a chat prompt (~1,000 tokens x 32 KiB of fp8 KV on 8B) take ~30 s, which TTFT must show
+    plan = _plan(tmp_path, [_pool("prefill", 1, 64, 8192), _pool("decode", 2, 256, 2048)], True)
+    doc = json.loads(plan.read_text())
+    per_token = 32 * 2 * 8 * 128  # llama-3.1-8b: 32 layers x (K and V) x 8 KV heads x 128 dims x 1 B (fp8)
+    doc["plans"][0]["kv_link"] = {"bytes_per_token": float(per_token), "nic_bytes_per_s": 1e6, "prefill_tp": 1,
+                                  "decode_tp": 1, "latency_s": 0.0}
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps(doc))
+    res = run("--plan", str(slow), "--requests", "300", "--seed", "2", "--rate", "0.01", "--format", "json")
+    assert res.exit_code == 0, res.output
+    lat = json.loads(res.stdout)["latency_s"]["ttft"]
+    # a P-token prompt's transfer alone takes P x 32,768 B / 1 MB/s = 0.0328 s per token; chat prompts p50 ~ 600+
+    assert lat["simulated"]["p50"] > 10.0 and lat["analytic"]["p50"] > 10.0
+
+
+@pytest.mark.parametrize("dist", ["constant", "normal", "lognormal", "empirical", "histogram"])
+def test_the_echo_rebuilds_each_kind_of_length_distribution(dist: str) -> None:
+    # the plan file's echo (dump_plan -> load_plan) gives back the very distribution the plan was made for
+    from recommender.cli.simulate import _echoed_lengths
+    from recommender.plan import WorkloadEcho, load_plan
+    from recommender.plan.io import plan_document
+    from recommender.plan.types import Plan
+    from recommender.search.to_plan import _lengths
+    from recommender.workload import LengthDist
+
+    d = {"constant": LengthDist.constant(300), "normal": LengthDist.normal(1000, 200, 10, 2000),
+         "lognormal": LengthDist.lognormal(500, 300, 8, 4000), "empirical": LengthDist.empirical([5, 10, 10, 300, 2000]),
+         "histogram": LengthDist.histogram([100, 1000, 5000], [1, 3, 1])}[dist]
+    plan = Plan(workload=WorkloadEcho(model="llama-3.1-8b", prompt_tokens=_lengths(d), output_tokens=_lengths(d)), rows=())
+    echo = load_plan(plan_document(plan)).workload
+    rebuilt = _echoed_lengths(echo)
+    assert rebuilt is not None and rebuilt[0] == d and rebuilt[1] == d and rebuilt[0].mean == d.mean

@@ -38,8 +38,11 @@ def test_a_version_1_file_reads_as_the_same_plan_as_version_2() -> None:
         assert a.usd_per_million_tokens == pytest.approx(b.usd_per_million_tokens, rel=1e-6)
         assert a.load_utilisation == pytest.approx(b.load_utilisation, rel=1e-6)  # v1 called it "utilisation"
         assert a.ttft_s == pytest.approx(b.ttft_s, rel=1e-6)
-    # version 1 did not echo the allowed GPU types, nor how prices were found
-    assert dataclasses.replace(v1.workload, gpus=v2.workload.gpus) == v2.workload and v1.slos == v2.slos
+    # version 1 did not echo the allowed GPU types, the length distributions' parameters (#31), nor how prices were found
+    assert dataclasses.replace(v1.workload, gpus=v2.workload.gpus, prompt_tokens=v2.workload.prompt_tokens,
+                               output_tokens=v2.workload.output_tokens) == v2.workload and v1.slos == v2.slos
+    assert v1.workload.prompt_tokens is not None and v2.workload.prompt_tokens is not None
+    assert dataclasses.replace(v2.workload.prompt_tokens, mean_param=None, std_param=None) == v1.workload.prompt_tokens
     assert dataclasses.replace(v1.search, pricing=v2.search.pricing) == v2.search
 
 

@@ -2,8 +2,10 @@
 
 Two ways to say what to simulate: the ``estimate`` flags (``--model --gpu --tp ...``) with a rate and
 lengths (``--prompt-tokens/--output-tokens`` constants, or a ``--workload`` file's distributions), or
-``--plan PLAN.json [--rank K]`` from ``recommend --format json`` (lengths from ``--workload`` or the
-plan's workload ``source`` file, since the plan JSON only summarises them). ``--trace CSV`` replays
+``--plan PLAN.json [--rank K]`` from ``recommend --format json``: the plan's own workload echo (arrival rate,
+length distributions, shared prefix, as overridden when the plan was made) and, for P/D, the KV link the
+row was sized with; ``--workload`` replaces the echo's lengths, rate and prefix, and plans written before
+the echo carried the distributions' parameters read its ``source`` file. ``--trace CSV`` replays
 recorded arrivals instead of Poisson ones.
 """
 
@@ -47,14 +49,18 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
     row = doc.row(rank)
     if row is None:
         raise ConfigError(f"--rank {rank}: {plan} has {len(doc.rows)} plan(s)")
-    wl = _length_source(workload, doc.workload.source)
-    if wl is None:
-        raise ConfigError(f"{plan} only summarises the length distributions and its workload source "
-                          f"{doc.workload.source!r} is not readable here; pass --workload FILE.yaml")
+    echo = doc.workload
+    lengths = None if workload is not None else _echoed_lengths(echo)
+    wl = None
+    if lengths is None:
+        wl = _length_source(workload, echo.source)
+        if wl is None:
+            raise ConfigError(f"{plan} only summarises the length distributions and its workload source "
+                              f"{echo.source!r} is not readable here; pass --workload FILE.yaml")
     cat = default_catalog()
-    model = cat.model(doc.workload.model or wl.model)
+    model = cat.model(echo.model or (wl.model if wl is not None else ""))
     profile = resolve_profile(doc.engine, doc.profile if Path(doc.profile).is_file() else None)
-    max_len = row.max_model_len or doc.workload.max_model_len or wl.max_model_len
+    max_len = row.max_model_len or echo.max_model_len or (wl.max_model_len if wl is not None else 0)
     pools = []
     for p in row.pools:
         limits = EngineLimits(max_num_seqs=p.max_num_seqs, max_num_batched_tokens=p.max_num_batched_tokens,
@@ -65,13 +71,44 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
                                max_model_len=max_len)
         pools.append((p.role.value, dep, StepCostModel.build(dep), p.replicas))
     xfer = 0.0
+    link = None
     if len(pools) == 2:
         (_, dp, _, _), (_, dd, _, _) = pools
-        per_tok = mem.kv_cache_bytes_per_token(model, dp.kv_dtype, 1)
-        xfer = per_tok / (min(dp.tp, dd.tp) * SearchPolicy().kv_transfer_bandwidth_bytes_per_s)
-    return {"pools": pools, "rate": wl.effective_rate_per_s, "prompt": wl.prompt_tokens, "output": wl.output_tokens,
-            "shared_prefix_fraction": wl.shared_prefix_fraction, "kv_transfer_s_per_token": xfer,
-            "label": f"{plan} rank {rank} ({row.id})"}
+        if row.kv_link:  # the link the row was sized with (policy bandwidth / the GPUs' NICs, latency)
+            from recommender.load.link import KvLink
+
+            kl = row.kv_link
+            link = KvLink(bytes_per_token=float(kl["bytes_per_token"]), nic_bytes_per_s=float(kl["nic_bytes_per_s"]),
+                          prefill_tp=int(kl.get("prefill_tp", dp.tp)), decode_tp=int(kl.get("decode_tp", dd.tp)),
+                          latency_s=float(kl.get("latency_s", 0.0)))
+        else:  # a plan written before #31: the default policy's bandwidth, as a fixed delay per token
+            per_tok = mem.kv_cache_bytes_per_token(model, dp.kv_dtype, 1)
+            xfer = per_tok / (min(dp.tp, dd.tp) * SearchPolicy().kv_transfer_bandwidth_bytes_per_s)
+    if lengths is not None:
+        prompt, output = lengths
+        rate = echo.arrival_rate_per_s
+        if rate is None and echo.offline_requests and echo.deadline_s:
+            rate = echo.offline_requests / echo.deadline_s
+        frac = echo.shared_prefix_fraction
+    else:
+        assert wl is not None
+        prompt, output, rate, frac = wl.prompt_tokens, wl.output_tokens, wl.effective_rate_per_s, wl.shared_prefix_fraction
+    return {"pools": pools, "rate": rate, "prompt": prompt, "output": output, "shared_prefix_fraction": frac,
+            "kv_transfer_s_per_token": xfer, "kv_link": link, "label": f"{plan} rank {rank} ({row.id})"}
+
+
+def _echoed_lengths(echo: Any) -> tuple[Any, Any] | None:
+    """(prompt, output) length distributions rebuilt from the plan's workload echo, or None when the plan
+    only summarises them (written before the echo carried the parameters)."""
+    from recommender.workload import LengthDist
+
+    out = []
+    for s in (echo.prompt_tokens, echo.output_tokens):
+        if s is None or s.mean_param is None or s.min is None or s.max is None:
+            return None
+        out.append(LengthDist(s.dist, float(s.mean_param), float(s.std_param or 0.0), int(s.min), int(s.max),
+                              samples=tuple(s.samples), weights=tuple(s.weights)))
+    return out[0], out[1]
 
 
 def _flag_setup(kw: dict[str, Any], workload: Optional[Path]) -> dict[str, Any]:
@@ -145,7 +182,7 @@ def _run(setup: dict[str, Any], requests: int, seed: int, burstiness: float, tra
     (_, dp, cp, rp), (_, dd, cd, rd) = pools
     topology = Disaggregated(prefill=PoolSpec(cost=cp, limits=dp.limits, replicas=rp),
                              decode=PoolSpec(cost=cd, limits=dd.limits, replicas=rd),
-                             kv_transfer_s_per_token=setup["kv_transfer_s_per_token"])
+                             kv_transfer_s_per_token=setup["kv_transfer_s_per_token"], kv_link=setup.get("kv_link"))
     sim = simulate_disaggregated(topology, load, n_requests=requests, seed=seed, burstiness=burstiness,
                                  warmup_requests=warmup)
     return analyze_disaggregated(topology, traffic), sim
@@ -158,7 +195,8 @@ def _doc(setup: dict[str, Any], ana: Any, sim: Any, requests: int, seed: int) ->
     lat = {m: {"analytic": {k: fin(v) for k, v in getattr(ana, f"{m}_s").to_dict().items()},
                "simulated": getattr(sim, f"{m}_s").to_dict()} for m in ("ttft", "tpot", "e2e")}
     return {
-        "config": setup["label"], "rate_per_s": setup["rate"], "requests": sim.completed, "seed": seed,
+        "config": setup["label"], "rate_per_s": setup["rate"], "shared_prefix_fraction": setup["shared_prefix_fraction"],
+        "requests": sim.completed, "seed": seed,
         "latency_s": lat,
         "analytic": {"stable": ana.stable, "utilisation": fin(ana.utilisation), "bottleneck": ana.bottleneck,
                      "mean_running_batch": fin(ana.mean_running_batch), "queue_wait_mean_s": fin(ana.queue_wait_mean_s),

@@ -140,6 +140,10 @@ class PlanRow:
     simulated: Mapping[str, Any] | None = None  # simulator check: {"ttft_s": {pct: s}, ..., "completed", "preempted"}
     pd_saving_vs_aggregated: float | None = None  # P/D rows: fraction cheaper per token than the best aggregated plan
     evidence: Evidence | None = None
+    # "int8/fp8": weight/KV dtypes of twins that predict exactly this row's numbers, collapsed into it (#31)
+    twin_dtypes: tuple[str, ...] = ()
+    # P/D: the KV link the row was sized with (``recommender.load.link.KvLink`` fields), for ``simulate --plan``
+    kv_link: Mapping[str, float] | None = None
 
     @property
     def disaggregated(self) -> bool:
@@ -217,6 +221,12 @@ class LengthSummary:
     p99: int | None = None
     min: int | None = None
     max: int | None = None
+    # the distribution's own parameters (``recommender.workload.LengthDist``), so that ``simulate --plan`` draws
+    # the lengths the plan was made for; absent in plans written before #31 (the source file is read instead)
+    mean_param: float | None = None
+    std_param: float | None = None
+    samples: tuple[int, ...] = ()
+    weights: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from recommender.estimator import Pricing
 from recommender.perf import memory as mem
-from recommender.perf.steady import Estimate, Load
-from recommender.perf.step import Deployment, StepCostModel
+from recommender.perf.steady import Estimate, Load, admitted
+from recommender.perf.step import Deployment, StepCostModel, compute_dtype
 from recommender.units import fmt_bytes as B
 from recommender.units import fmt_seconds as S
 
@@ -18,11 +19,28 @@ def _line(label: str, formula: str, value: str) -> str:
     return f"  {label:<18} {formula:<66} = {value}"
 
 
+def _n(x: float) -> str:
+    """A number with 4 significant digits ('1.979e+15' style only when large or small)."""
+    return f"{x:.4g}"
+
+
+def _tbs(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e12:.4g} TB/s"
+
+
+def _tflops(flops_per_s: float) -> str:
+    return f"{flops_per_s / 1e12:.4g} TFLOP/s"
+
+
 def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int, pricing: Pricing,
                        conditions: list[str] | None = None) -> str:
+    """Every line ``label  formula = value``: the formula, up to a ``;`` (what follows is a note), is arithmetic
+    on the numbers it shows (``x`` multiplies; words name the factors) and evaluates to the value within their
+    rounding (``tests/test_cli_estimate.py`` recomputes every line)."""
     m, g, tp, p = dep.model, dep.gpu, dep.tp, dep.profile
     mb = est.memory
     cost = StepCostModel.build(dep)
+    cdt = compute_dtype(dep.weight_dtype, g)
     out: list[str] = []
     par = (f", DP attention {dep.dp}" if dep.dp > 1 else "") + (", expert parallel" if dep.ep else "")
     out.append(f"{m.id} on {replicas * tp * dep.dp} x {g.id} (TP {tp}{par}, {replicas} replica{'s' if replicas > 1 else ''}), "
@@ -38,52 +56,87 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
         out.append("")
     out.append("Memory (per GPU)")
     wpp = mem.bytes_per_weight(dep.weight_dtype)
-    out.append(_line("weights", f"{m.total_params / 1e9:.2f}e9 params ({m.params.linear / 1e9:.1f}e9 linear x {wpp:g} B, rest x 2 B) / TP {tp}",
-                     B(est.weights_bytes_per_gpu)))
-    out.append(_line("budget", f"{B(g.memory_bytes)} x gpu-memory-utilization {dep.gpu_memory_utilization}", B(mb.budget_bytes_per_gpu)))
-    out.append(_line("activations", f"{dep.limits.max_num_batched_tokens} tokens profile run + {dep.limits.max_num_seqs} seqs x vocab fp32 logits",
+    q_bytes, o_bytes = mem._linear_split(m, dep.weight_dtype)
+    stored = f"{q_bytes / wpp / 1e9:.4f}e9 quantized x {wpp:g} B + {o_bytes / 2 / 1e9:.4f}e9 other x 2 B"
+    kv_proj = mem.weight_bytes(m, dep.weight_dtype) - est.weights_bytes_per_gpu * tp
+    if abs(kv_proj) < 1.0:
+        wf = f"({stored}) / TP {tp}"
+    else:  # K/V projections replicated over the ranks beyond the KV heads
+        kvb = mem.weight_bytes(m, dep.weight_dtype) / tp - est.weights_bytes_per_gpu
+        wf = f"({stored}) / TP {tp} - {kvb / 1e9:.4f}e9 B; K/V projections replicated where TP > KV heads"
+    out.append(_line("weights", wf, B(est.weights_bytes_per_gpu)))
+    out.append(_line("budget", f"{B(g.memory_bytes)} x gpu-memory-utilization {dep.gpu_memory_utilization}",
+                     B(mb.budget_bytes_per_gpu)))
+    inter = m.intermediate_size if m.moe is None else m.moe.expert_intermediate_size * m.moe.top_k
+    out.append(_line("activations", f"{dep.limits.max_num_batched_tokens} tokens x (4 x {m.hidden_size} + 2 x {inter} / TP {tp}) "
+                     f"x 2 B + {dep.limits.max_num_seqs} seqs x {m.vocab_size} vocab x 4 B; profile run, fp32 logits",
                      B(mb.activation_bytes_per_gpu)))
-    out.append(_line("runtime + graphs", "CUDA context, NCCL, workspaces + captured CUDA graphs",
+    out.append(_line("runtime + graphs", f"{B(mb.runtime_reserve_bytes_per_gpu)} + {B(mb.cuda_graph_bytes_per_gpu)}; "
+                     "CUDA context, NCCL, workspaces + captured CUDA graphs",
                      B(mb.runtime_reserve_bytes_per_gpu + mb.cuda_graph_bytes_per_gpu)))
-    out.append(_line("KV cache", "budget - weights - activations - runtime - graphs", B(mb.kv_cache_bytes_per_gpu)
-                     + f" per GPU, {B(est.kv_cache_capacity_bytes)} per replica"))
+    out.append(_line("KV cache", f"{B(mb.budget_bytes_per_gpu)} - {B(est.weights_bytes_per_gpu)} - {B(mb.activation_bytes_per_gpu)} - "
+                     f"{B(mb.runtime_reserve_bytes_per_gpu + mb.cuda_graph_bytes_per_gpu)}; budget - weights - activations - runtime",
+                     B(mb.kv_cache_bytes_per_gpu) + f" per GPU, {B(est.kv_cache_capacity_bytes)} per replica"))
+    kvb_el = mem.KV_BYTES[dep.kv_dtype]
     if m.mla is not None:
-        f = f"{m.num_full_attention_layers} layers x ({m.mla.kv_lora_rank} + {m.mla.qk_rope_head_dim}) x {mem.KV_BYTES[dep.kv_dtype]:g} B x {tp} copies (MLA)"
+        f = f"{m.num_full_attention_layers} layers x ({m.mla.kv_lora_rank} + {m.mla.qk_rope_head_dim}) x {kvb_el:g} B x {tp} copies; MLA"
     else:
-        f = f"2 x {m.num_full_attention_layers} layers x {m.num_kv_heads} KV heads x {m.head_dim} x {mem.KV_BYTES[dep.kv_dtype]:g} B"
+        f = f"2 x {m.num_full_attention_layers} layers x {m.num_kv_heads} KV heads x {m.head_dim} x {kvb_el:g} B"
     out.append(_line("KV per token", f, f"{est.kv_cache_bytes_per_token:,.0f} B ({est.kv_cache_bytes_per_token / 1024:.0f} KiB)"))
     if m.num_sliding_layers:
         out.append(_line("sliding window", f"{m.num_sliding_layers} layers hold at most {m.sliding_window} tokens each", "bounded"))
     seq = load.context_tokens if load.mode == "context" else load.prompt_tokens + load.output_tokens
-    out.append(_line("max sequences", f"{B(est.kv_cache_capacity_bytes)} / ({seq:,} tokens x KV per token), 16-token blocks",
-                     f"{est.max_concurrent_sequences:,} sequences"))
-    out.append(_line("fits", "weights + reserves + one max-length sequence <= budget",
+    blocks = math.ceil(max(seq, 1) / cost.kv_block_tokens) * cost.kv_block_tokens
+    per_seq = mem.kv_bytes_per_sequence(m, dep.kv_dtype, max(seq, 1), tp, cost.kv_block_tokens)
+    out.append(_line("max sequences", f"{B(est.kv_cache_capacity_bytes)} / {per_seq:,.0f} B; {blocks:,} tokens "
+                     f"({seq:,} in {cost.kv_block_tokens}-token blocks) x KV per token", f"{est.max_concurrent_sequences:,} sequences"))
+    reserves = mb.activation_bytes_per_gpu + mb.runtime_reserve_bytes_per_gpu + mb.cuda_graph_bytes_per_gpu
+    out.append(_line("fits", f"{B(est.weights_bytes_per_gpu)} + {B(reserves)} + {B(mb.min_kv_bytes_per_gpu)} <= {B(mb.budget_bytes_per_gpu)}; "
+                     "weights + reserves + one max-length sequence <= budget",
                      "yes" if est.fits else f"NO, short by {B(est.shortfall_bytes_per_gpu)} per GPU"))
     out.append("")
-    b = -(-est.batch // dep.dp) if dep.dp > 1 else est.batch
+    b = admitted(dep, cost, est.batch, load.prompt_tokens, load.output_tokens) if load.mode == "closed" else est.batch
+    b = -(-b // dep.dp) if dep.dp > 1 else b  # DP attention: one attention rank's share of the batch
     ctx = load.context_tokens if load.mode == "context" else load.prompt_tokens + max(load.output_tokens, 1) // 2
-    kv, fl = cost.decode_seq_cost(ctx)
+    kv, fl = cost.decode_seq_cost(max(ctx, 1))
     floor = cost.parts(b, b * kv, b * fl, floor=True)
+    real = cost.parts(b, b * kv, b * fl)
+    wb = cost.weight_bytes_read_per_gpu(b)
+    peak_gpu = cost.peak_group_flops_per_s / tp
     out.append(f"Decode step at batch {b}{' per attention rank' if dep.dp > 1 else ''}, context {ctx:,} tokens")
-    out.append(_line("bytes per GPU", f"{B(cost.weight_bytes_read_per_gpu(b))} weights{' (experts touched)' if m.is_moe else ''} + {B(b * kv / tp)} KV",
+    out.append(_line("bytes per GPU", f"{B(wb)} weights + {B(b * kv / tp)} KV{f'; weights of the experts {b} tokens touch' if m.is_moe else ''}",
                      B(floor["bytes_per_gpu"])))
-    out.append(_line("memory floor", f"{B(floor['bytes_per_gpu'])} / {g.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s", S(floor["memory_s"])))
-    out.append(_line("compute floor", f"{floor['flops']:.3g} FLOPs / ({tp} x {g.flops_per_s('bf16') / 1e12:.0f} TFLOP/s peak)", S(floor["compute_s"])))
-    out.append(_line("floor", "max(memory, compute)", S(est.decode_step_floor_s) + f" ({est.bound}-bound)"))
-    out.append(_line("memory (real)", f"bytes / ({p.hbm_bandwidth_efficiency:.0%} of HBM bandwidth)", S(est.decode_memory_s)))
-    out.append(_line("compute (real)", f"FLOPs / ({p.compute_efficiency:.0%} of peak)", S(est.decode_compute_s)))
+    out.append(_line("memory floor", f"{B(floor['bytes_per_gpu'])} / {_tbs(cost.peak_hbm_bytes_per_s)}", S(floor["memory_s"])))
+    out.append(_line("compute floor", f"{floor['flops']:.4g} FLOPs / ({tp} x {_tflops(peak_gpu)} {cdt} peak)", S(floor["compute_s"])))
+    out.append(_line("floor", f"max({S(floor['memory_s'])}, {S(floor['compute_s'])}); max(memory, compute)",
+                     S(est.decode_step_floor_s) + f" ({est.bound}-bound)"))
+    out.append(_line("memory (real)", f"{B(floor['bytes_per_gpu'])} / {_tbs(cost.hbm_bytes_per_s)}; "
+                     f"{p.hbm_bandwidth_efficiency:.0%} of HBM bandwidth", S(est.decode_memory_s)))
+    out.append(_line("compute (real)", f"{floor['flops']:.4g} FLOPs / {_tflops(cost.group_flops_per_s)}; "
+                     f"{p.compute_efficiency:.0%} of the {cdt} peak", S(est.decode_compute_s)))
     if cost.moe is not None and dep.dp > 1:
         out.append(_line("collectives", f"{m.num_layers} attention all-reduces over TP {tp} + FFN all-to-all (Experts, below)",
                          S(est.decode_allreduce_s)))
     elif tp > 1:
-        out.append(_line("all-reduce", f"2 x {m.num_layers} layers x (latency + ring transfer of {b} x {m.hidden_size} x 2 B)", S(est.decode_allreduce_s)))
-    out.append(_line("overhead", "scheduler, sampling, launch" + ("" if dep.cuda_graphs else f" + {m.num_layers} layers x eager launches"),
-                     S(est.decode_overhead_s)))
-    real = cost.parts(b, b * kv, b * fl)
-    out.append(_line("GEMMs", "max(weight bytes / bw, linear FLOPs / compute)", S(real["gemm_s"])))
-    out.append(_line("attention", "max(KV bytes / bw, attention FLOPs / compute)", S(real["attention_s"])))
-    out.append(_line("decode step", "GEMMs + attention + all-reduce + overhead" + (" (per output token, MTP below)" if cost.draft else ""),
-                     S(est.decode_step_s)))
+        out.append(_line("all-reduce", f"{cost.allreduces_per_layer} x {m.num_layers} layers x ({S(cost.allreduce_latency_s)} + "
+                         f"2 x {tp - 1} / {tp} x {b} x {m.hidden_size} x 2 B / {cost.allreduce_bytes_per_s / 1e9:.4g} GB/s); ring",
+                         S(est.decode_allreduce_s)))
+    out.append(_line("overhead", f"{S(cost.overhead_s)}; scheduler, sampling, launch"
+                     + ("" if dep.cuda_graphs else f" + {m.num_layers} layers x eager launches"), S(est.decode_overhead_s)))
+    lin_tokens = f"({b} + {cost.gemm_m_half_tokens:g}) tokens" if cost.gemm_m_half_tokens else f"{b} tokens"
+    experts = wb - cost.dense_weight_bytes_per_gpu
+    wbw = cost.hbm_bytes_per_s * cost.weight_stream_efficiency  # the weight dtype's kernels' bandwidth
+    w_read = (f"{B(wb)} / {_tbs(wbw)}" if experts <= 0 or cost.expert_bandwidth_efficiency == 1.0 else
+              f"{B(cost.dense_weight_bytes_per_gpu)} / {_tbs(wbw)} + {B(experts)} / {_tbs(wbw * cost.expert_bandwidth_efficiency)}")
+    lin = f"{lin_tokens} x {cost.linear_flops_per_token:.4g} FLOPs"
+    if cost.imbalance_flops(b):
+        lin = f"({lin} + {cost.imbalance_flops(b):.4g} FLOPs)"
+    out.append(_line("GEMMs", f"max({w_read}, {lin} / {_tflops(cost.group_flops_per_s)})", S(real["gemm_s"])))
+    out.append(_line("attention", f"max({B(b * kv / tp)} / {_tbs(cost.hbm_bytes_per_s)}, {b * fl:.4g} FLOPs / "
+                     f"{_tflops(cost.group_flops_per_s)})", S(real["attention_s"])))
+    out.append(_line("decode step", f"{S(real['gemm_s'])} + {S(real['attention_s'])} + {S(real['allreduce_s'])} + "
+                     f"{S(real['overhead_s'])}; GEMMs + attention + all-reduce + overhead"
+                     + ("; per output token with MTP below" if cost.draft else ""), S(est.decode_step_s)))
     if m.moe is not None:
         out.append("")
         out += _moe_lines(dep, cost, b)
@@ -93,25 +146,45 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     out.append("")
     out.append("Prefill")
     prompt = load.prompt_tokens if load.mode != "context" else load.context_tokens
-    out.append(_line("FLOPs", f"2 x {cost.linear_flops_per_token / 2 / 1e9:.2f}e9 active params x {prompt:,} tokens + attention",
-                     f"{est.prefill_flops:.3g} FLOPs"))
-    out.append(_line("compute floor", f"FLOPs / ({tp} x peak); at 50% utilisation: {S(2 * est.prefill_compute_floor_s)}", S(est.prefill_compute_floor_s)))
-    out.append(_line("prefill (real)", f"chunks of {dep.limits.max_num_batched_tokens} tokens at {p.compute_efficiency:.0%} + all-reduce + overhead", S(est.prefill_s)))
+    _, pfl = cost.prefill_chunk_cost(max(prompt, 1), 0)
+    out.append(_line("FLOPs", f"2 x {cost.linear_flops_per_token / 2 / 1e9:.4f}e9 active params x {max(prompt, 1):,} tokens + "
+                     f"{pfl:.4g} attention FLOPs", f"{est.prefill_flops:.3g} FLOPs"))
+    out.append(_line("compute floor", f"{est.prefill_flops:.4g} FLOPs / ({tp} x {_tflops(peak_gpu)} {cdt} peak); "
+                     f"at 50% utilisation: {S(2 * est.prefill_compute_floor_s)}", S(est.prefill_compute_floor_s)))
+    chunk = dep.limits.max_num_batched_tokens if dep.limits.chunked_prefill else max(prompt, 1)
+    n_chunks = max(1, math.ceil(max(prompt, 1) / max(chunk, 1)))
+    out.append(_line("prefill (real)", f"{n_chunks} steps x {S(est.prefill_s / n_chunks)}; chunks of {chunk} tokens at "
+                     f"{p.compute_efficiency:.0%} + all-reduce + overhead", S(est.prefill_s)))
     out.append("")
     out.append(f"Load: {_describe(load, est)}")
-    out.append(_line("TTFT", "time to first token", S(est.ttft_s)))
-    out.append(_line("TPOT", "time per output token (one step)", S(est.tpot_s)))
+    ro = cost.request_overhead_s
+    out.append(_line("TTFT", f"{S(est.ttft_s - ro)} + {S(ro)}; time to first token + request overhead", S(est.ttft_s)))
+    out.append(_line("TPOT", f"{S(est.tpot_s)}; time per output token (one step)", S(est.tpot_s)))
+    n_out = load.output_tokens
     if est.e2e_s is not None:
-        out.append(_line("end-to-end", "TTFT + (output - 1) x TPOT", S(est.e2e_s)))
-    out.append(_line("output tokens/s", f"all {replicas} replica(s)", f"{est.output_tokens_per_s:,.0f} tok/s ({est.output_tokens_per_s / est.gpus_total:,.0f} per GPU)"))
-    out.append(_line("total tokens/s", "prompt + output tokens", f"{est.total_tokens_per_s:,.0f} tok/s"))
+        e2e_f = f"{S(est.ttft_s)} + ({n_out} - 1) x {S(est.tpot_s)}; TTFT + (output - 1) x TPOT"
+        if abs(est.ttft_s + (n_out - 1) * est.tpot_s - est.e2e_s) > 1e-9 * max(est.e2e_s, 1.0):
+            e2e_f = f"{S(est.e2e_s - ro)} + {S(ro)}; waves of the batch one after another + request overhead"
+        out.append(_line("end-to-end", e2e_f, S(est.e2e_s)))
+    gpus = max(est.gpus_total, 1)
+    value = f"{est.output_tokens_per_s:,.0f} tok/s ({est.output_tokens_per_s / gpus:,.0f} per GPU)"
+    if load.mode == "context" or est.e2e_s is None:
+        out.append(_line("output tokens/s", f"{est.batch} seqs / {S(est.decode_step_s)} x {replicas} replicas", value))
+        out.append(_line("total tokens/s", f"{est.output_tokens_per_s:,.0f} tok/s; decode only", f"{est.total_tokens_per_s:,.0f} tok/s"))
+    else:
+        out.append(_line("output tokens/s", f"{est.batch} x {n_out} tokens / {S(est.e2e_s)} x {replicas} replicas", value))
+        out.append(_line("total tokens/s", f"{est.batch} x ({n_out} + {prompt:,}) tokens / {S(est.e2e_s)} x {replicas} replicas",
+                         f"{est.total_tokens_per_s:,.0f} tok/s"))
     out.append("")
     out.append("Cost")
-    out.append(_line("USD/hour", pricing.basis, f"${est.usd_per_hour:,.2f}/h"))
+    basis, _, why = pricing.basis.partition(" (")
+    out.append(_line("USD/hour", basis + (f"; {why.rstrip(')')}" if why else ""), f"${est.usd_per_hour:,.2f}/h"))
     out.append(f"  price from         {pricing.source}")
     out += [f"  price note         {n}" for n in pricing.notes]
-    out.append(_line("$/M output tokens", "USD/hour / (output tokens/s x 3600) x 1e6", f"${est.usd_per_million_output_tokens:,.3f}"))
-    out.append(_line("$/M tokens", "USD/hour / (total tokens/s x 3600) x 1e6", f"${est.usd_per_million_tokens:,.3f}"))
+    out.append(_line("$/M output tokens", f"${est.usd_per_hour:,.2f}/h / ({est.output_tokens_per_s:,.4g} tok/s x 3600) x 1e6",
+                     f"${est.usd_per_million_output_tokens:,.3f}"))
+    out.append(_line("$/M tokens", f"${est.usd_per_hour:,.2f}/h / ({est.total_tokens_per_s:,.4g} tok/s x 3600) x 1e6",
+                     f"${est.usd_per_million_tokens:,.3f}"))
     for n in est.notes:
         out.append(f"note: {n}")
     return "\n".join(out)

@@ -66,7 +66,7 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
         note = "; ".join(x for x in (pd, unmeasured, r.quality_note, "" if r.pareto else "dominated",
                                      _sim_note(r, tp_ttft, tp_tpot)) if x)
         rows.append([
-            r.rank, dep, r.gpus_total, rent_label(r.pools), tp, reps, f"{r.weight_dtype}/{r.kv_dtype}",
+            r.rank, dep, r.gpus_total, rent_label(r.pools), tp, reps, " | ".join((f"{r.weight_dtype}/{r.kv_dtype}", *r.twin_dtypes)),
             r.main_pool.max_num_seqs, chunk,
             fmt_seconds(r.latency("ttft", tp_ttft)), fmt_seconds(r.latency("tpot", tp_tpot)),
             _num(r.output_tokens_per_s, ",.0f"), _num(r.load_utilisation, ".2f"), _num(r.usd_per_hour, ",.2f"),

@@ -23,7 +23,18 @@ Throughput of one replica (requests/s), ``u = max_utilisation``:
   mean) is at least ``t`` (at p50 at least ``t / 2``), so ``f(b) <= t <= L`` bounds ``b <= b_max`` (the largest
   batch whose step fits in ``L``) and, ``b / f(b)`` growing with ``b``, ``lam x (E[O] - 1) <= b_max / f(b_max)``.
 
-Replicas ``R >= ceil(rate x (1 + headroom) / lam_max)``; cost ``>=`` the cheapest whole-instance rental of
+* TPOT with prefill interference (aggregated pools; TPOT SLO ``L`` at p90 and above, or the mean): a prompt's
+  prefill adds ``D >= own(P) - n(P) L`` to the decode steps it shares (its own steps, ``_own_lb``, less the
+  decode step they replace, at most ``L`` in a plan that meets the SLO). At ``lam = rate (1 + headroom) / R``
+  per replica, a step holds at least ``b = lam (E[O] - 1) t0`` decoders (``t = decode_step_s(b) >= t0``, the
+  floor below), and the load model's mean interference per token is at least ``E[D] max(0, lam t - (1 - 1/R)
+  / (2 n)) / (1 - lam E[D])`` (its renewal count, ``recommender.load.pool``), so ``t + TPOT_SLACK x that <= L``
+  bounds ``R`` from below;
+* TTFT with the prefill lane's queue (P/D prefill pools; TTFT SLOs at p90 and above): ``TTFT_q >= min(own) +
+  W_q`` with the M/G/1 lane wait ``W_q >= E[S] ca2 g / (2 (1 - rho)) ln(rho / (1 - q))`` (``cs2 = 0`` in the model's
+  Kraemer-Langenbach-Belz factor ``g``, ``ca2 = 1 / R``), which bounds the prefill replicas from below.
+
+Replicas ``R >= ceil(rate x (1 + headroom) / lam_max)`` (or the interference and queue bounds above); cost ``>=`` the cheapest whole-instance rental of
 ``R`` TP groups (``recommender.offers.cheapest_rental``; renting more groups never costs less). An offline
 job pays ``usd_per_gpu_hour x tp x R x running`` with ``running = rate / (R x capacity)`` and capacity
 ``<= lam_max`` at a full KV cache (``u = 1``), so its cost is ``>= usd_per_gpu_hour x tp x rate / lam_max``
@@ -61,6 +72,10 @@ BUSY_SLACK = 0.9
 # The load model times a prompt's chunks by an affine expansion around a full chunk (a tangent of the convex
 # step time), which can sit a little under the exact sum of its steps.
 TTFT_SLACK = 0.95
+# The TPOT bound's interference term against the load model: over every feasible aggregated evaluation of the
+# examples and benchmarks/workloads/tight-tpot-70b.yaml (600 trials each, 2026-12-01) the model's TPOT was at
+# least 1.005x the bound without slack; the slack keeps it a bound on the configurations not sampled.
+TPOT_SLACK = 0.97
 ShapeKey = tuple[str, int, str, str]  # (gpu, tp, weight dtype, kv dtype)
 _QUANTILE = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
@@ -95,6 +110,7 @@ class Bounds:
         self._min_budget = min([b for b in budgets if b > 0] or [max(w.max_model_len, 2048)])
         self._max_seqs = max(seqs)
         self._max_budget = max(self._eff_budget(b) for b in budgets)
+        self._budgets = tuple(sorted({self._eff_budget(b) for b in budgets}))
         self._agg_cache: dict[tuple[Any, ...], Bound | None] = {}
         self._pre_cache: dict[tuple[Any, ...], tuple[float, dict[str, float], int] | None] = {}
         self._dec_cache: dict[tuple[Any, ...], tuple[float, float, int] | None] = {}
@@ -108,11 +124,91 @@ class Bounds:
 
     # -- pieces -------------------------------------------------------------------------------------
 
-    def _replicas(self, cost: StepCostModel, seqs: int, budget: int, decodes: bool, prefills: bool) -> int:
+    def _replicas(self, cost: StepCostModel, seqs: int, budget: int, decodes: bool, prefills: bool,
+                  budgets: Sequence[int] = ()) -> int:
         lam = self._lam(cost, seqs, budget, decodes, prefills, self.sizer.max_utilisation)
-        if not math.isfinite(lam) or lam <= 0:
-            return 1
-        return max(1, math.ceil(self.target_req_s / lam - 1e-9))
+        r = 1 if not math.isfinite(lam) or lam <= 0 else max(1, math.ceil(self.target_req_s / lam - 1e-9))
+        if decodes and prefills:
+            r = self._tpot_interference_replicas(cost, tuple(budgets) or (budget,), r)
+        return r
+
+    def _ttft_queue_replicas(self, cost: StepCostModel, budget: int, r0: int) -> int:
+        """Fewest prefill replicas (at least ``r0``) whose TTFT bound with the lane's queue meets each TTFT SLO
+        at p90 and above: ``TTFT_q >= min(own) + W_q``, the lane an M/G/1 queue at ``rho = lam E[S]``
+        (``E[S] >= TTFT_SLACK x E[own]``) whose wait is 0 with probability ``1 - rho``, else exponential with
+        mean ``E[S] ca2 g / (2 (1 - rho))`` at least (``ca2 = 1 / R`` round-robin; ``cs2 = 0`` minimises it,
+        with the Kraemer-Langenbach-Belz factor ``g = exp(-2 (1 - rho) (1 - ca2)^2 / (3 rho ca2))``), so
+        ``W_q >= that x ln(rho / (1 - q))`` (the load model's lane wait, ``recommender.load.pool``)."""
+        slos = [(s.limit_s, _QUANTILE[s.percentile]) for s in self._slos if s.metric == "ttft" and s.percentile in _QUANTILE
+                and _QUANTILE[s.percentile] >= 0.9]
+        if not slos:
+            return r0
+        own = TTFT_SLACK * self._own_lb(cost, budget)
+        e_s, own_min = float(own.mean()), float(own.min()) + cost.request_overhead_s
+
+        def meets(r: int) -> bool:
+            rho = self.target_req_s / r * e_s
+            if rho >= 1.0:
+                return False
+            for limit, level in slos:
+                tail = 1.0 - level
+                ca2 = 1.0 / r
+                # the load model's Kraemer-Langenbach-Belz factor at cs2 = 0, where ca2 x factor is smallest
+                klb = math.exp(-2.0 * (1.0 - rho) * (1.0 - ca2) ** 2 / (3.0 * rho * ca2)) if ca2 < 1.0 else 1.0
+                wait = e_s * ca2 * klb / (2.0 * (1.0 - rho)) * math.log(rho / tail) if rho > tail else 0.0
+                if own_min + wait > limit:
+                    return False
+            return True
+
+        r = r0
+        while not meets(r):
+            r += 1
+            if r > r0 + 4096:
+                return r0
+        return r
+
+    def _tpot_interference_replicas(self, cost: StepCostModel, budgets: tuple[int, ...], r0: int) -> int:
+        """Fewest replicas (at least ``r0``) whose TPOT bound with prefill interference meets the TPOT SLO
+        (aggregated pools; percentiles p90 and above, or the mean): see the module docstring, "TPOT with
+        prefill interference". ``budgets``: the chunk budgets the bound must hold for (the smallest ``D``)."""
+        limits = [s.limit_s for s in self._slos if s.metric == "tpot" and s.percentile != "p50"]
+        inp = self._both
+        if not limits or inp.E_O <= 1.0:
+            return r0
+        limit = min(limits)
+        t0 = self._decode_floor_s(cost)
+        if t0 >= limit:
+            return r0  # the latency bound prunes it
+        pc = self._pre.Pc
+        d = min(float(np.maximum(0.0, self._own_lb(cost, b) - np.ceil(pc / max(b, 1)) * limit).mean()) for b in budgets)
+        if d <= 0.0:
+            return r0
+        n_out = np.maximum(inp.O - 1.0, 1.0)
+
+        ctx = max(1, int(0.9 * inp.mean_ctx))
+
+        def meets(r: int) -> bool:
+            lam = self.target_req_s / r
+            rho = lam * d
+            if rho >= 1.0:
+                return False
+            # Little: at least lam (E[O] - 1) t0 sequences decode in a step (at most the smallest max_num_seqs - 1)
+            b = int(min(lam * (inp.E_O - 1.0) * t0, self._min_seqs - 1.0))
+            t = max(t0, cost.decode_step_s(b, ctx)) if b > 1 else t0
+            arrivals = float(np.maximum(0.0, lam * t - 0.5 * (1.0 - 1.0 / r) / n_out).mean())
+            return t + TPOT_SLACK * d * arrivals / (1.0 - rho) <= limit
+
+        if meets(r0):
+            return r0
+        lo, hi = r0, max(r0 + 1, 2 * r0)
+        while not meets(hi):
+            lo, hi = hi, 2 * hi
+            if hi > (1 << 20):
+                return r0
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if meets(mid) else (mid, hi)
+        return hi
 
     def _lam(self, cost: StepCostModel, seqs: int, budget: int, decodes: bool, prefills: bool, u: float) -> float:
         """Upper bound on one replica's throughput (requests/s) with at most ``u`` of its KV cache in use."""
@@ -215,6 +311,19 @@ class Bounds:
         one = cost.decode_step_s(1, max(1, int(0.9 * self._both.mean_ctx)))
         return max(self._weights_s(cost), one)
 
+    def _own_lb(self, cost: StepCostModel, chunk: int) -> np.ndarray:
+        """Per point, a prompt's own prefill steps at least (s): see :meth:`_ttft`, without its slack, the
+        request overhead and the KV transfer."""
+        pre = self._pre
+        pc, h = pre.Pc, pre.P - pre.Pc
+        flops_s = cost.group_flops_per_s
+        n = np.ceil(pc / max(chunk, 1))
+        gemm = np.maximum(n * self._weights_s(cost), (pc + n * cost.gemm_m_half_tokens) * cost.linear_flops_per_token / flops_s)
+        attention = self._prompt_attention_flops(cost, pc, h) / flops_s
+        ar0 = cost.allreduce_s(0)
+        out: np.ndarray = gemm + attention + pc * (cost.allreduce_s(1) - ar0) + n * (ar0 + cost.overhead_s + cost.prefill_step_overhead_s)
+        return out
+
     def _ttft(self, cost: StepCostModel, chunk: int, extra_s_per_prompt_token: float) -> dict[str, float]:
         """TTFT bounds per percentile: a prompt's own prefill steps, at least ``n = ceil(Pc / chunk)``, each
         no faster than with its chunk alone (``step_s`` grows with every argument): GEMMs ``max(n W / hbm,
@@ -311,14 +420,14 @@ class Bounds:
     def _eff_budget(self, b: int) -> int:
         return b if b > 0 else max(self.sizer.workload.max_model_len, 2048)
 
-    def _agg(self, key: ShapeKey, seqs: int, budget: int) -> Bound | None:
-        k = (key, seqs, budget)
+    def _agg(self, key: ShapeKey, seqs: int, budget: int, any_budget: bool = False) -> Bound | None:
+        k = (key, seqs, budget, any_budget)
         if k not in self._agg_cache:
             cost = self.generous_cost(*key)
             if cost is None:
                 self._agg_cache[k] = None
             else:
-                r = self._replicas(cost, seqs, budget, True, True)
+                r = self._replicas(cost, seqs, budget, True, True, self._budgets if any_budget else ())
                 ttft = self._ttft_cached(cost, key, budget, 0.0)
                 usd = self._usd(key[0], key[1], r, self._lam(cost, seqs, budget, True, True, 1.0))
                 self._agg_cache[k] = Bound(usd, self._latencies(ttft, self._decode_floor_s(cost)), (r,))
@@ -332,7 +441,7 @@ class Bounds:
             if cost is None:
                 self._pre_cache[k] = None
             else:
-                r = self._replicas(cost, 1, budget, False, True)
+                r = self._ttft_queue_replicas(cost, budget, self._replicas(cost, 1, budget, False, True))
                 # KV transfer runs on min(tp_p, tp_d) NICs: at least the time over the prefill pool's tp NICs
                 xfer = self.sizer.kv_transfer_s_per_token(Candidate(key[0], key[1], key[2], key[3], 1, 0, True, key[0], key[1]))
                 usd = self._usd(key[0], key[1], r, self._lam(cost, 1, budget, False, True, 1.0))
@@ -364,7 +473,7 @@ class Bounds:
         seqs = c.max_num_seqs or self._max_seqs
         budget = self._eff_budget(c.max_num_batched_tokens) if c.max_num_seqs else self._max_budget
         if not c.disaggregated:
-            return self._agg(pkey, seqs, budget)
+            return self._agg(pkey, seqs, budget, any_budget=not c.max_num_seqs)
         pre = self._prefill(pkey, budget)
         dec = self._decode(dkey, seqs)
         if pre is None or dec is None:

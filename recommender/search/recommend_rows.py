@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from recommender.catalog import default_catalog
@@ -27,6 +27,8 @@ class RankedRow:
     pd_saving: float | None = None  # P/D rows: fraction cheaper per token than the best aggregated plan
     evidence: Evidence | None = None
     load_utilisation: float | None = None  # rate / capacity (Sizer.capacity_utilisation); None: ev.utilisation
+    twin_dtypes: tuple[str, ...] = ()  # "int8/fp8": dtype twins with identical predicted numbers, collapsed here
+    kv_link: dict[str, float] | None = None  # P/D: the KV link's fields (recommender.load.link.KvLink)
 
     @property
     def candidate(self) -> Candidate:
@@ -146,6 +148,7 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
         order = prefer_measured(ctx, feas, order)
     seen: set[tuple[object, ...]] = set()
     rows: list[RankedRow] = []
+    twins: dict[tuple[object, ...], int] = {}  # twin_key -> index in rows
     for i in order:
         e = feas[i]
         c = e.candidate
@@ -153,15 +156,32 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
         if fam in seen:
             continue
         seen.add(fam)
+        tk = twin_key(e)
+        if tk in twins:  # same shape and numbers, another dtype (e.g. int8 beside fp8 on H100): one row names both
+            k = twins[tk]
+            rows[k] = replace(rows[k], twin_dtypes=rows[k].twin_dtypes + (f"{c.weight_dtype}/{c.kv_dtype}",))
+            continue
+        twins[tk] = len(rows)
         ckpt = ctx.workload.checkpoints.get(c.weight_dtype) or ctx.checkpoints.get(c.weight_dtype, "")
         native = ctx.model.checkpoint_dtype
         notes = "; ".join(x for x in (quality_note(e, ctx.policy), kv_note(e, ctx)) if x)
         rows.append(RankedRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=notes,
                             checkpoint=ckpt if c.weight_dtype != native else "", pd_saving=pd_saving(e, best_agg),
-                            evidence=evidence_of(ctx, e), load_utilisation=ctx.capacity_utilisation(e)))
+                            evidence=evidence_of(ctx, e), load_utilisation=ctx.capacity_utilisation(e),
+                            kv_link={k: float(v) for k, v in asdict(ctx.kv_link(c)).items()} if c.disaggregated else None))
         if len(rows) >= top:
             break
     return rows
+
+
+def twin_key(e: Evaluation) -> tuple[object, ...]:
+    """What a row shows apart from its dtypes: the pools' GPUs, TP, replicas and engine limits, the cost and
+    every predicted latency percentile. Two evaluations with equal keys differ only in a dtype whose numbers the
+    models do not tell apart (int8 and fp8 weights: one byte per parameter, the same peak on most GPUs)."""
+    c = e.candidate
+    pools = tuple((p.role, p.gpu, p.tp, p.replicas, p.limits, p.kv_capacity_tokens) for p in e.pools)
+    lat = tuple(sorted((m, tuple(sorted(v.items()))) for m, v in e.latencies.items()))
+    return (c.disaggregated, pools, e.usd_per_hour, e.usd_per_million_tokens, e.output_tokens_per_s, lat)
 
 
 def more_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], rows: Sequence[RankedRow], extra: int) -> list[RankedRow]:

@@ -12,7 +12,9 @@ Chebyshev distance from the ideal point in log space), so the cheapest plans of 
 part of the front are found early; once rank 1 is proven the directions get most turns. A
 shape is expanded into its combos, a combo is evaluated, unless a plan already found is at least as
 cheap as its cost bound and at least as fast as each of its latency bounds (then no plan in it can
-enter the front). When both queues are empty the front and rank 1 are exact (for the space, given
+enter the front). Rank 1 is proven once no entry left has a cost bound below it; for a P/D entry, below it or below
+``(1 - pd_min_saving)`` x the best aggregated cost (a P/D plan is listed only that much cheaper than the best
+aggregated one). When both queues are empty the front and rank 1 are exact (for the space, given
 the bounds); a budget of evaluations or seconds may stop it earlier, and :class:`ShapeSearchResult`
 says so.
 """
@@ -112,16 +114,24 @@ class _Queues:
     def objectives(self, b: Bound) -> tuple[float, ...]:
         return (b.usd_per_hour * self.k, *b.latencies_s)
 
-    def cheapest_bound(self) -> float:
-        """Smallest cost bound (first objective) of the entries not yet taken; inf when none."""
+    def cheapest_bound(self, kind: str | None = None) -> float:
+        """Smallest cost bound (first objective) of the entries not yet taken (of ``kind``, "agg" or "pd");
+        inf when none."""
         out = math.inf
-        for name in ("agg", "pd"):
+        for name in ("agg", "pd") if kind is None else (kind,):
             heap = self._heaps[name]
             while heap and heap[0][1] in self._taken:
                 heapq.heappop(heap)
             if heap:
                 out = min(out, heap[0][0][0])
         return out
+
+    def beats_none(self, best: float, best_agg: float, pd_min_saving: float) -> bool:
+        """No entry left can be rank 1: aggregated bounds at least ``best``; P/D bounds at least ``best`` or
+        at least ``(1 - pd_min_saving) x best_agg`` (a P/D plan is listed only that much cheaper than the
+        best aggregated one, ``recommender.search.recommend_rows``)."""
+        return (self.cheapest_bound("agg") >= best
+                and self.cheapest_bound("pd") >= min(best, (1.0 - pd_min_saving) * best_agg))
 
     def _next_heap(self) -> list[tuple[Any, ...]]:
         cycle = self._CYCLE_PROVEN if self.proven else self._CYCLE
@@ -239,8 +249,11 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
     slo_pruned: list[_Entry] = []
     pruned, stopped, proven_after, exhausted = 0, "", 0, False
 
+    best_agg = math.inf
+    saving = ctx.policy.pd_min_saving
+
     def run(c: Candidate, lower: tuple[int, ...] = ()) -> None:
-        nonlocal front, best
+        nonlocal front, best, best_agg
         if ctx.evaluator.cached(c):
             return
         ev = evaluate(ctx, c, lower)
@@ -250,6 +263,8 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
         if ev.feasible:
             front = _update_front(front, tuple(ev.objectives))
             best = min(best, ev.objectives[0])
+            if not c.disaggregated:
+                best_agg = min(best_agg, ev.objectives[0])
 
     for c in first:
         run(c)
@@ -260,7 +275,7 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
         if timeout_s is not None and time.perf_counter() - t0 > timeout_s:
             stopped = "timeout"
             break
-        if not proven_after and q.cheapest_bound() >= best:
+        if not proven_after and math.isfinite(best) and q.beats_none(best, best_agg, saving):
             proven_after = len(done)
             q.proven = True
         if proven_after and min_evaluations is not None and len(done) >= min_evaluations:
@@ -288,7 +303,7 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
         slo_pruned.sort(key=lambda e: max((lb / lim for lb, lim in zip(e.bound.latencies_s, limits)), default=0.0))
         for e in slo_pruned[:8]:
             run(_combos(ch, e.candidate)[len(_combos(ch, e.candidate)) // 2] if e.is_shape else e.candidate)
-    proven = math.isfinite(best) and (not stopped or q.cheapest_bound() >= best)
+    proven = math.isfinite(best) and (not stopped or q.beats_none(best, best_agg, saving))
     return ShapeSearchResult(evaluations=tuple(done), complete=exhausted,
                              rank1_proven=proven, rank1_proven_after=proven_after or (len(done) if proven else 0),
                              stopped_by=stopped, shapes=n_shapes, pruned=pruned, seconds=time.perf_counter() - t0)

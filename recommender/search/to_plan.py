@@ -55,13 +55,21 @@ def plan_row(r: RankedRow, w: Workload, gmu: float) -> PlanRow:
         usd_per_million_output_tokens=_finite(ev.usd_per_million_output_tokens),
         usd_per_million_tokens=_finite(ev.usd_per_million_tokens), pareto=r.pareto, binding=ev.binding,
         quality_note=r.quality_note, checkpoint=r.checkpoint, simulated=r.simulated,
-        pd_saving_vs_aggregated=r.pd_saving, evidence=r.evidence,
+        pd_saving_vs_aggregated=r.pd_saving, evidence=r.evidence, twin_dtypes=r.twin_dtypes,
+        kv_link=dict(r.kv_link) if r.kv_link else None,
     )
 
 
+#: at most this many empirical samples / histogram buckets are echoed in full (a bigger trace stays in its file)
+ECHO_SAMPLES = 4096
+
+
 def _lengths(d: LengthDist) -> LengthSummary:
+    full = len(d.samples) <= ECHO_SAMPLES and len(d.weights) <= ECHO_SAMPLES
     return LengthSummary(dist=d.kind, mean=round(d.mean, 1), p50=d.quantile(0.5), p90=d.quantile(0.9),
-                         p99=d.quantile(0.99), min=d.min_tokens, max=d.max_tokens)
+                         p99=d.quantile(0.99), min=d.min_tokens, max=d.max_tokens,
+                         mean_param=float(d.mean_param) if full else None, std_param=float(d.std_param) if full else None,
+                         samples=tuple(d.samples) if full else (), weights=tuple(d.weights) if full else ())
 
 
 def workload_echo(w: Workload, model: ModelArch) -> WorkloadEcho:
