@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from recommender.atomic import atomic_write_text
+from recommender.bounded import read_file_text
 from recommender.errors import ConfigError
 
 __all__ = ["KNOWN_OUTPUT_NAMES", "SET_MANIFEST", "atomic_write_text", "write_file_set"]
@@ -95,9 +96,10 @@ def _replaceable(out: Path, new_names: set[str]) -> None:
     allowed = KNOWN_OUTPUT_NAMES | new_names | {SET_MANIFEST}
     if SET_MANIFEST in entries:
         try:
-            listed = json.loads((out / SET_MANIFEST).read_text(encoding="utf-8")).get("files", [])
+            text = read_file_text(out / SET_MANIFEST, "output manifest", limit=1 << 20)  # a FIFO never hangs us
+            listed = json.loads(text).get("files", [])
             allowed |= {str(n) for n in listed}
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, TypeError):
             pass
     foreign = sorted(entries - allowed)
     if foreign:
