@@ -167,11 +167,11 @@ def check_replaceable(path: str | Path, what: str) -> Path:
     except FileNotFoundError:
         return p
     except OSError as e:
-        raise ConfigError(f"{what} {printable(str(p))!r} cannot be checked ({e.strerror or e})") from None
+        raise ConfigError(f"{what} '{printable(str(p))}' cannot be checked ({e.strerror or e})") from None
     if stat.S_ISREG(st.st_mode):
         return p
     kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a symbolic link" if stat.S_ISLNK(st.st_mode)
             else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
             else "a device node")
-    raise NotAFileError(f"{what} {printable(str(p))!r} is {kind}, not a regular file; it is not replaced: give a "
+    raise NotAFileError(f"{what} '{printable(str(p))}' is {kind}, not a regular file; it is not replaced: give a "
                         f"new file name or a regular file")

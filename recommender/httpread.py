@@ -109,22 +109,22 @@ def parse_http_url(url: str, what: str = "URL") -> tuple[Origin, str]:
     """(origin, request target) of an ``http(s)://`` URL, or a one-line ConfigError saying what is wrong."""
     shown = printable(url)
     if _BAD_URL_CHARS.search(url):
-        raise ConfigError(f"{what} {shown!r} contains whitespace or control characters; give a plain http(s) URL")
+        raise ConfigError(f"{what} '{shown}' contains whitespace or control characters; give a plain http(s) URL")
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
     except ValueError as e:
-        raise ConfigError(f"{what} {shown!r} is not a valid URL ({e})") from None
+        raise ConfigError(f"{what} '{shown}' is not a valid URL ({e})") from None
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
-        raise ConfigError(f"{what} {shown!r}: only http:// and https:// URLs are fetched")
+        raise ConfigError(f"{what} '{shown}': only http:// and https:// URLs are fetched")
     if not parts.hostname:
-        raise ConfigError(f"{what} {shown!r} has no host")
+        raise ConfigError(f"{what} '{shown}' has no host")
     if parts.username is not None or parts.password is not None:
-        raise ConfigError(f"{what} {shown!r} carries credentials in the URL; pass them with --basic-auth-user / "
+        raise ConfigError(f"{what} '{shown}' carries credentials in the URL; pass them with --basic-auth-user / "
                           f"--basic-auth-password-file (or a bearer token) instead")
     if port == 0:
-        raise ConfigError(f"{what} {shown!r}: port 0 is not a port")
+        raise ConfigError(f"{what} '{shown}': port 0 is not a port")
     origin = Origin(scheme, parts.hostname.lower(), port or (443 if scheme == "https" else 80))
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return origin, target
@@ -268,7 +268,7 @@ def _request(origin: Origin, target: str, headers: Mapping[str, str], fail: _Fai
              "User-Agent: recommender", "Accept: */*", "Accept-Encoding: identity", "Connection: close"]
     for k, v in headers.items():
         if not _TOKEN.match(k.encode("latin-1", "replace")) or any(c in v for c in "\r\n\x00"):
-            raise ConfigError(f"{fail.what}: request header {printable(k)!r} has a name or value HTTP cannot carry")
+            raise ConfigError(f"{fail.what}: request header '{printable(k)}' has a name or value HTTP cannot carry")
         lines.append(f"{k}: {v}")
     raw = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
     sock = _connect(origin, fail, end)
@@ -291,7 +291,7 @@ def _read_response(conn: _Conn, fail: _Fail, limit: int) -> _Response:
         status_line = conn.line(MAX_HEADER_LINE_BYTES, "status line")
         m = _STATUS.match(status_line)
         if not m:
-            raise fail.protocol(f"the status line {printable(status_line.decode('latin-1'), 80)!r} is not "
+            raise fail.protocol(f"the status line '{printable(status_line.decode('latin-1'), 80)}' is not "
                                 f"'HTTP/1.x NNN reason'")
         status = int(m.group(1))
         headers: dict[str, str] = {}
@@ -309,7 +309,7 @@ def _read_response(conn: _Conn, fail: _Fail, limit: int) -> _Response:
                 raise fail.protocol(f"more than {MAX_HEADERS} header lines")
             name, sep, value = raw.partition(b":")
             if not sep or not _TOKEN.match(name):
-                raise fail.protocol(f"header line {printable(raw.decode('latin-1'), 80)!r} is not 'Name: value'")
+                raise fail.protocol(f"header line '{printable(raw.decode('latin-1'), 80)}' is not 'Name: value'")
             key = name.decode("ascii").lower()
             val = value.strip().decode("latin-1")
             headers[key] = f"{headers[key]}, {val}" if key in headers and key != "location" else val
@@ -327,13 +327,13 @@ def _read_body(conn: _Conn, headers: Mapping[str, str], fail: _Fail, limit: int)
     te = headers.get("transfer-encoding", "").lower()
     if te:
         if [t.strip() for t in te.split(",")] != ["chunked"]:
-            raise fail.protocol(f"Transfer-Encoding {printable(te, 60)!r} is not 'chunked'")
+            raise fail.protocol(f"Transfer-Encoding '{printable(te, 60)}' is not 'chunked'")
         parts: list[bytes] = []
         total = 0
         while True:
             size_line = conn.line(MAX_HEADER_LINE_BYTES, "chunk size line").split(b";", 1)[0].strip()
             if not size_line or len(size_line) > 16 or not re.fullmatch(rb"[0-9a-fA-F]+", size_line):
-                raise fail.protocol(f"chunk size {printable(size_line.decode('latin-1'), 40)!r} is not hexadecimal")
+                raise fail.protocol(f"chunk size '{printable(size_line.decode('latin-1'), 40)}' is not hexadecimal")
             size = int(size_line, 16)
             if size == 0:
                 for _ in range(MAX_HEADERS + 1):  # trailers, then the empty line
@@ -350,7 +350,7 @@ def _read_body(conn: _Conn, headers: Mapping[str, str], fail: _Fail, limit: int)
     if length is not None:
         values = {v.strip() for v in length.split(",")}
         if len(values) != 1 or not next(iter(values)).isdigit() or len(next(iter(values))) > 19:
-            raise fail.protocol(f"Content-Length {printable(length, 40)!r} is not one number")
+            raise fail.protocol(f"Content-Length '{printable(length, 40)}' is not one number")
         n = int(next(iter(values)))
         if n > limit:
             raise too_large
