@@ -175,3 +175,28 @@ def check_replaceable(path: str | Path, what: str) -> Path:
             else "a device node")
     raise NotAFileError(f"{what} '{printable(str(p))}' is {kind}, not a regular file; it is not replaced: give a "
                         f"new file name or a regular file")
+
+
+MAX_REQUESTS_ENV = "RECOMMENDER_MAX_REQUESTS"
+#: requests one simulated run may hold (``simulate --requests``, ``estimate --bench --num-prompts``): each
+#: costs memory in the simulator, so a typo such as 1000000000 is refused up front instead of filling RAM
+DEFAULT_MAX_REQUESTS = 2_000_000
+
+
+def max_requests() -> int:
+    """The request-count limit: ``$RECOMMENDER_MAX_REQUESTS`` (a positive integer), default 2,000,000."""
+    raw = os.environ.get(MAX_REQUESTS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_REQUESTS
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{MAX_REQUESTS_ENV}={raw!r}: give a positive whole number of requests")
+    return int(raw)
+
+
+def check_request_count(n: int, flag: str) -> int:
+    """``n`` if 1 <= n <= :func:`max_requests`, else one line naming ``flag`` and the limit."""
+    cap = max_requests()
+    if not 1 <= n <= cap:
+        raise ConfigError(f"{flag} {n}: give between 1 and {cap:,} requests (raise the limit with "
+                          f"{MAX_REQUESTS_ENV}=<n> if you mean it)")
+    return n

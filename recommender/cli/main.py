@@ -69,7 +69,7 @@ def main_job(
     from recommender.workload import Slo, load_workload, workload_from_flags
 
     check_main_options(fmt=fmt, formats=RENDERERS, top=top, workers=workers, storage=storage, trials=trials,
-                       seed=seed, timeout=timeout, plot=plot, report=report, emit=emit)
+                       seed=seed, timeout=timeout, plot=plot, report=report, emit=emit, verify=verify)
     slos = [Slo.parse(s) for s in slo]
     base = load_workload(workload) if workload else None
     w = workload_from_flags(
@@ -85,6 +85,8 @@ def main_job(
                               provider=provider)
     prof = resolve_profile(engine, profile)
     plan = recommend(w, settings=settings, profile=prof, policy=load_search_policy(policy))
+    if emit:  # before stdout: a refused folder must not follow a printed plan
+        _emit(emit, plan, workload or w.source)
     if fmt == "table":
         typer.echo(render_table(plan, width=None if wide else terminal_width()))
     else:
@@ -99,8 +101,6 @@ def main_job(
 
         write_report(report, plan, profile=prof)
         typer.echo(f"wrote {report}", err=True)
-    if emit:
-        _emit(emit, plan, workload or w.source)
 
 
 def _emit(emit: str, plan: Plan, source: str) -> None:
