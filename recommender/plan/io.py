@@ -247,6 +247,11 @@ def _check(plan: Plan, where: str) -> None:
     ranks = [r.rank for r in plan.rows]
     if len(set(ranks)) != len(ranks):
         raise ConfigError(f"{where}: duplicate plan ranks {sorted(ranks)}")
+    for key in ("name", "model", "hf_repo", "source"):
+        text = getattr(plan.workload, key, None)
+        if isinstance(text, str) and (not text.isprintable() or len(text) > 4096):
+            raise ConfigError(f"{where}: workload.{key} must be one printable line (no control or invisible "
+                              f"characters) of at most 4096 characters; {_HINT}")
     cd = plan.workload.checkpoint_dtype
     if cd is not None and cd not in WEIGHT_DTYPES:
         raise ConfigError(f"{where}: workload.checkpoint_dtype {cd!r} is not one of {', '.join(WEIGHT_DTYPES)}; {_HINT}")
