@@ -36,7 +36,7 @@ def _unique_mapping(loader: UniqueKeyLoader, node: yaml.MappingNode, deep: bool 
     return loader.construct_mapping(node, deep=deep)
 
 
-UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)  # type: ignore[arg-type]
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
 def load_yaml_text(text: str) -> Any:

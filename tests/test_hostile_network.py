@@ -162,3 +162,77 @@ def test_urls_are_validated_before_any_connection(url: str) -> None:
 def test_printable_escapes_terminal_controls() -> None:
     assert printable("a\x1b]0;x\x07b\x00\u202e") == "a\\x1b]0;x\\x07b\\x00\\u202e"
     assert printable("x" * 300, 10) == "x" * 10 + "..."
+
+
+# ------------------------------------------------------------------------------------------ generated servers
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+FAST = settings(deadline=None, database=None, suppress_health_check=list(HealthCheck))
+DEADLINE_S = 0.6
+
+
+@st.composite
+def hostile_replies(draw: st.DrawFn) -> tuple[list[tuple[bytes, float]], str]:
+    """A reply script for the hostile server and its kind."""
+    kind = draw(st.sampled_from(["status", "headers", "long-line", "trickle", "body", "chunked", "redirect", "random"]))
+    status = draw(st.sampled_from([b"HTTP/1.1 200 OK", b"HTTP/1.0 200", b"HTTP/1.1 404 Not Found", b"HTTP/2 200",
+                                   b"HTTP/1.1 200 OK\x1b[2J", b"ICY 200 OK", b"HTTP/1.1 99 X", b"", b"HTTP/1.1 500 E"]))
+    if kind == "status":
+        return [(status + b"\r\nContent-Length: 2\r\n\r\nok", 0.0)], kind
+    if kind == "headers":
+        n = draw(st.integers(0, 300))
+        return [(b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(n)) + b"Content-Length: 2\r\n\r\nok",
+                 0.0)], kind
+    if kind == "long-line":
+        size = draw(st.sampled_from([100, 8000, 8300, 70_000]))
+        return [(b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * size + b"\r\nContent-Length: 2\r\n\r\nok", 0.0)], kind
+    if kind == "trickle":
+        data = b"HTTP/1.1 200 OK\r\nX-A: b\r\nContent-Length: 2\r\n\r\nok"
+        every = draw(st.sampled_from([0.0, 0.01, 0.05]))
+        return [(data[i:i + 1], every) for i in range(len(data))], kind
+    if kind == "body":
+        length = draw(st.sampled_from([b"5", b"-1", b"99999999999999999999", b"x", b"2, 3", b"2"]))
+        return [(b"HTTP/1.1 200 OK\r\nContent-Length: " + length + b"\r\n\r\nok", 0.0)], kind
+    if kind == "chunked":
+        body = draw(st.sampled_from([b"2\r\nok\r\n0\r\n\r\n", b"zz\r\n", b"2\r\nokk\r\n0\r\n\r\n", b"ffffffffffffffffff\r\n",
+                                     b"2;x=y\r\nok\r\n0\r\nT: 1\r\n\r\n", b"2\r\nok"]))
+        return [(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body, 0.0)], kind
+    if kind == "redirect":
+        loc = draw(st.sampled_from(["/ok", "http://127.0.0.1:{other}/x", "https://127.0.0.1:{port}/x", "file:///etc/passwd",
+                                    "http://localhost:{port}/x", "", "/\r\nX: y", "//127.0.0.1:{other}/x"]))
+        return [(f"HTTP/1.1 302 Found\r\nLocation: {loc}\r\nContent-Length: 0\r\n\r\n".encode(), 0.0)], kind
+    return [(draw(st.binary(max_size=300)), 0.0)], kind
+
+
+@pytest.mark.parametrize("n", [pytest.param(25, id="quick"), pytest.param(200, id="many", marks=pytest.mark.slow)])
+def test_generated_hostile_servers(n: int) -> None:
+    """Every generated answer: a body or one line within the deadline; the token never reaches the other server."""
+    current: dict[str, list[tuple[bytes, float]]] = {"reply": []}
+
+    def script(path: str, port: int) -> list[tuple[bytes, float]]:
+        if path == "/ok":
+            return answer(body=b"fine")
+        return [(d.replace(b"{other}", str(other.port).encode()).replace(b"{port}", str(port).encode()), t)
+                for d, t in current["reply"]]
+
+    with HostileServer(lambda path, port: answer(body=b"stolen"), max_connections=10_000) as other, \
+            HostileServer(script, max_connections=10_000) as srv:
+
+        @settings(FAST, max_examples=n)
+        @given(hostile_replies())
+        def prop(case: tuple[list[tuple[bytes, float]], str]) -> None:
+            current["reply"] = case[0]
+            start = time.monotonic()
+            try:
+                body = get(srv.base + "/metrics", DEADLINE_S, headers=AUTH)
+            except ConfigError as e:
+                one_line(e)
+                assert all(ch.isprintable() for ch in str(e))
+            else:
+                assert isinstance(body, bytes) and len(body) <= 100
+            assert time.monotonic() - start < DEADLINE_S + 1.0
+            assert other.requests == []
+
+        prop()

@@ -30,7 +30,6 @@ or control characters, no credentials in the URL), ``image`` an image reference 
 from __future__ import annotations
 
 import re
-import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +60,8 @@ def check_traffic_url(traffic: str, what: str = "--traffic") -> str:
         raise DeployError(f"{what} is blank; give the Prometheus server (prometheus+http://host:9090) or a vLLM "
                           f"/metrics URL the CronJob reads")
     url = t[len("prometheus+"):] if t.lower().startswith("prometheus+") else t
-    if urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https") or "\n" in t:
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme not in ("http", "https") or "\n" in t:
         raise DeployError(f"{what} '{printable(t)}': the CronJob reads traffic over HTTP only; give "
                           f"prometheus+http(s)://host:port or http(s)://pod:8000/metrics (no file:// or log paths)")
     try:

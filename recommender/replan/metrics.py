@@ -195,7 +195,7 @@ def load_state(path: Path) -> dict[str, Scrape]:
 
 def save_state(path: Path, scrapes: Mapping[str, Scrape]) -> None:
     """Write the state atomically (``recommender.atomic``); keeps other URLs."""
-    old = {}
+    old: Any = {}
     try:
         old = load_json_text(read_file_text(path, "replan state file", limit=MAX_STATE_BYTES), str(path)).get("scrapes", {})
     except (OSError, ValueError, AttributeError):
