@@ -6,7 +6,8 @@ servers are in test_hostile_network.py).
 Invalid input must give one ``RecommenderError`` (CLI: one line on stderr, non-zero exit, no traceback, no file
 written); valid input must give finite numbers in range and, for the main job, a plan that meets its own
 constraints. Locally each property runs 25 examples; under CI (or --runslow) the ``slow`` copies run the big counts
-(2,890 + 30 main-job runs), about 3,100 generated cases in all.
+(3,170 + 42 main-job runs), about 3,200 generated cases in all; test_hostile_network.py adds 200 generated
+hostile servers.
 """
 
 from __future__ import annotations
