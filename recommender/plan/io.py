@@ -247,7 +247,7 @@ def _check(plan: Plan, where: str) -> None:
     ranks = [r.rank for r in plan.rows]
     if len(set(ranks)) != len(ranks):
         raise ConfigError(f"{where}: duplicate plan ranks {sorted(ranks)}")
-    for key in ("name", "model", "hf_repo", "source"):
+    for key in ("name", "model"):  # they reach the terminal and the history key (source and hf_repo: deploy escapes)
         text = getattr(plan.workload, key, None)
         if isinstance(text, str) and (not text.isprintable() or len(text) > 4096):
             raise ConfigError(f"{where}: workload.{key} must be one printable line (no control or invisible "
