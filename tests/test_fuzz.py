@@ -518,7 +518,8 @@ def journals(draw: st.DrawFn) -> tuple[bytes, bool]:
     data = b"".join(r + b"\n" for r in recs)
     op = draw(st.sampled_from(["ok", "garbage", "cut", "partial-tail", "binary"]))
     if op == "garbage":
-        return data + draw(st.sampled_from([b"garbage{\n", b"[1, 2]\n", b"{}\n", b"\x00\xff\n"])), False
+        return data + draw(st.sampled_from([b"garbage{\n", b"[1, 2]\n", b"{}\n", b"\x00\xff\n", b'{"op_code": 99}\n',
+                                            b'{"op_code": true}\n'])), False
     if op == "cut" and recs:
         cut = draw(st.integers(1, len(recs[-1]) - 1))
         return data[: len(data) - len(recs[-1]) - 1] + recs[-1][:cut] + b"\n", False

@@ -116,8 +116,8 @@ def completed_candidates(study: optuna.Study, *, keep: int | None = None) -> tup
 
 
 def check_journal(path: str) -> None:
-    """A journal file that exists must be a regular file whose complete lines are JSON objects with an
-    ``op_code`` (Optuna's records); garbage appended or a line cut in the middle is one ConfigError naming the
+    """A journal file that exists must be a regular file whose complete lines are JSON objects with one of
+    Optuna's ``op_code`` values (its records; an unknown one ends in Optuna's "Should not reach" assertion); garbage appended or a line cut in the middle is one ConfigError naming the
     file and the line (Optuna itself would fail with an AssertionError or a bare JSON message). A last line
     without its newline is a write in progress and is left to Optuna, as Optuna does."""
     import json
@@ -127,6 +127,9 @@ def check_journal(path: str) -> None:
     p = Path(path)
     if not p.exists():
         return
+    from optuna.storages.journal._storage import JournalOperation
+
+    op_codes = {int(o.value) for o in JournalOperation}
     data = read_file_bytes(p, "--storage journal file")
     lines = data.split(b"\n")
     for i, raw in enumerate(lines[:-1], start=1):
@@ -134,7 +137,7 @@ def check_journal(path: str) -> None:
             rec = json.loads(raw)
         except ValueError:
             rec = None
-        if not isinstance(rec, dict) or "op_code" not in rec:
+        if not isinstance(rec, dict) or rec.get("op_code") not in op_codes or isinstance(rec.get("op_code"), bool):
             raise ConfigError(f"--storage journal file {path} line {i} is not an Optuna journal record (garbage or a "
                               f"cut line); restore the file or start a new one")
 
