@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from recommender.cli.app import app, fail, one_line_errors
+from recommender.errors import ConfigError
 
 if TYPE_CHECKING:
     from recommender.plan import Plan
@@ -71,6 +72,11 @@ def main_job(
     check_main_options(fmt=fmt, formats=RENDERERS, top=top, workers=workers, storage=storage, trials=trials,
                        seed=seed, timeout=timeout, plot=plot, report=report, emit=emit, verify=verify)
     slos = [Slo.parse(s) for s in slo]
+    metrics = [s.metric for s in slos]
+    if len(set(metrics)) != len(metrics):  # flags override the file's SLO per metric; two flags on one would hide one
+        dup = next(m for m in metrics if metrics.count(m) > 1)
+        raise ConfigError(f"--slo: two limits on {dup} ({', '.join(str(s) for s in slos if s.metric == dup)}); give one "
+                          f"per metric")
     base = load_workload(workload) if workload else None
     w = workload_from_flags(
         base, model=model, gpus=[g for g in (gpus or "").split(",") if g.strip()] or None, rate_per_s=rate,
