@@ -263,3 +263,62 @@ def test_the_same_log_named_twice_counts_once(env: dict[str, Path]) -> None:
     twice = json.loads(replan(env, "--traffic", str(log), f"{env['tmp']}/../{env['tmp'].name}/log.jsonl",
                               "--format", "json").stdout)
     assert twice["observed"]["requests"] == once["observed"]["requests"] == 60
+
+
+# ------------------------------------------------------------------------------------------ nonsense from the probes
+
+QWEN = json.loads((DATA / "hf_configs" / "Qwen3-8B" / "config.json").read_text())
+DSV3 = json.loads((DATA / "hf_configs" / "DeepSeek-V3" / "config.json").read_text())
+
+
+@pytest.mark.parametrize("base, patch, field", [
+    (QWEN, {"layer_types": ["sliding_attention"] * 40, "sliding_window": 4096}, "layer_types"),  # 36 layers
+    (QWEN, {"layer_types": ["sliding_attention"] * 36, "sliding_window": None}, "sliding_window"),
+    (DSV3, {"q_lora_rank": -100000}, "q_lora_rank"), (DSV3, {"q_lora_rank": 1.5}, "q_lora_rank"),
+    (DSV3, {"kv_lora_rank": 0}, "kv_lora_rank"), (DSV3, {"v_head_dim": 0}, "v_head_dim"),
+    (QWEN, {"sliding_window": 4096.5, "use_sliding_window": True}, "sliding_window"),
+    (QWEN, {"intermediate_size": 12288.5}, "intermediate_size"),
+    (QWEN, {"tie_word_embeddings": "false"}, "tie_word_embeddings"),
+    (QWEN, {"quantization_config": {"quant_method": "gptq", "bits": 3}}, "bits"),
+    (QWEN, {"max_position_embeddings": 1}, "max_position_embeddings"),
+    (QWEN, {"torch_dtype": "int3"}, "torch_dtype"),
+])
+def test_config_json_nonsense_is_refused_naming_the_field(base: dict, patch: dict, field: str) -> None:
+    from recommender.errors import UnsupportedArchitectureError
+    from recommender.hf_config import arch_from_config
+
+    with pytest.raises(UnsupportedArchitectureError, match=field) as e:
+        arch_from_config({**base, **patch}, model_id="probe")
+    assert "\n" not in str(e.value)
+
+
+WL = {"model": "llama-3.1-8b", "traffic": {"arrival_rate": 2}, "prompt_tokens": {"dist": "constant", "value": 500},
+      "output_tokens": {"dist": "constant", "value": 100}}
+
+
+@pytest.mark.parametrize("patch, match", [
+    ({"slo": ["tpot=30ms", "tpot=50ms@p99"]}, "two limits on tpot"),
+    ({"prompt_tokens": {"dist": "normal", "mean": 10, "std": 0, "min": 100}}, "above the distribution's upper end"),
+    ({"prompt_tokens": {"dist": "histogram", "edges": [100, 200], "counts": [1, 1], "max": 150}}, "not max"),
+    ({"prompt_tokens": {"dist": "constant", "value": 500, "min": 600, "max": 700}}, "it would be ignored"),
+    ({"prompt_tokens": {"dist": "histogram", "edges": [100, 200], "counts": [9e18, 9e18]}}, "counts must be between"),
+    ({"prices": {"h100": 2.0, "h100-sxm": 3.0}}, "different prices"),
+    ({"checkpoints": {"int3": "org/m-int3"}}, "not a weight dtype"),
+    ({"traffic": {"arrival_rate": True}}, "boolean"),
+    ({"prompt_tokens": {"dist": "histogram", "edges": [300, 100, 200], "counts": [1, 1, 1]}}, "strictly ascending"),
+    ({"gpus": []}, "at least 1"),
+    ({"name": "chat\x1b]0;pwned\x07"}, "printable"),
+])
+def test_workload_nonsense_is_refused_naming_the_field(patch: dict, match: str) -> None:
+    from recommender.errors import RecommenderError
+    from recommender.workload import workload_from_dict
+
+    with pytest.raises(RecommenderError, match=match) as e:
+        workload_from_dict({**WL, **patch}, "w.yaml")
+    assert "\n" not in str(e.value) and all(ch.isprintable() for ch in str(e.value))
+
+
+def test_duplicate_yaml_keys_are_refused(tmp_path: Path) -> None:
+    wl = tmp_path / "w.yaml"
+    wl.write_text("model: llama-3.1-8b\nmodel: qwen3-8b\ntraffic: {arrival_rate: 2}\n")
+    assert "duplicate key 'model' at line 2" in assert_one_line_error(run("--workload", str(wl)), 2)
