@@ -260,6 +260,7 @@ def history_cmd(
     fmt = options.choice(options.TableOrJson, fmt_name, "--format")
     if limit <= 0:
         raise ConfigError("--limit must be positive")
+    check_storage(storage)
     url = storage_url(storage)
     path = sqlite_path(url)
     if path is not None and not path.exists():
