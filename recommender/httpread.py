@@ -5,8 +5,8 @@ server controls is bounded:
 
 * one overall deadline ``deadline_s`` over connect, TLS handshake, the status line, the headers and the body
   (every ``recv`` waits at most the time left; a watchdog closes a handshake that trickles), so a server
-  that sends one byte a second still ends at the deadline. Name resolution uses the system resolver, which
-  has its own timeout.
+  that sends one byte a second still ends at the deadline; the name is resolved in a thread bounded by the
+  same deadline.
 * the head: a status line ``HTTP/1.x NNN reason``, at most ``MAX_HEADERS`` (100) header lines of at most
   ``MAX_HEADER_LINE_BYTES`` (8 KiB) each and ``MAX_HEAD_BYTES`` (64 KiB) in all; anything else is one
   :class:`HttpProtocolError` line;
@@ -225,7 +225,7 @@ def _connect(origin: Origin, fail: _Fail, end: float) -> socket.socket:
     if left <= 0:
         raise fail.deadline()
     try:
-        sock = socket.create_connection((origin.host, origin.port), timeout=left)
+        sock = _connect_any(_resolve(origin, fail, end), fail, end)
     except (TimeoutError, socket.timeout):
         raise fail.deadline() from None
     except OSError as e:
@@ -251,6 +251,49 @@ def _connect(origin: Origin, fail: _Fail, end: float) -> socket.socket:
                                f"({printable(str(getattr(e, 'reason', None) or e))})") from None
     finally:
         timer.cancel()
+
+
+def _connect_any(infos: list[tuple[int, tuple[object, ...]]], fail: _Fail, end: float) -> socket.socket:
+    """A TCP connection to the first of ``infos`` (family, address) that accepts, within the deadline."""
+    last: OSError | None = None
+    for family, address in infos:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise fail.deadline()
+            sock.settimeout(left)
+            sock.connect(address)
+            return sock
+        except OSError as e:
+            sock.close()
+            if isinstance(e, (TimeoutError, socket.timeout)):
+                raise
+            last = e
+    raise last or OSError("no address")
+
+
+def _resolve(origin: Origin, fail: _Fail, end: float) -> list[tuple[int, tuple[object, ...]]]:
+    """The addresses of ``origin.host``, looked up in a daemon thread so a slow resolver cannot outlast the
+    deadline (``getaddrinfo`` itself takes no timeout)."""
+    box: dict[str, object] = {}
+
+    def look_up() -> None:
+        try:
+            box["infos"] = socket.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
+        except OSError as e:
+            box["error"] = e
+
+    t = threading.Thread(target=look_up, daemon=True)
+    t.start()
+    t.join(max(0.0, end - time.monotonic()))
+    if t.is_alive():
+        raise fail.deadline()
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]  # an OSError: worded as unreachable by the caller
+    infos = box["infos"]
+    assert isinstance(infos, list)
+    return [(int(i[0]), tuple(i[4])) for i in infos]
 
 
 def _shutdown(sock: socket.socket) -> None:
