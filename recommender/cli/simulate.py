@@ -240,9 +240,9 @@ def simulate_cmd(
         raise ConfigError(f"--requests {requests} / --warmup {warmup}: need at least one request after the warm-up")
     check_request_count(requests, "--requests")
     if timeseries is not None:  # before the run: a FIFO, device or symlink there is refused, never replaced
-        from recommender.cli.checks import check_writable_file
+        from recommender.bounded import check_replaceable
 
-        check_writable_file(str(timeseries), "--timeseries")
+        check_replaceable(timeseries, "--timeseries")
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
         raise ConfigError(f"--rate {rate}: requests per second must be > 0")
     if shared_prefix_fraction is not None and not 0.0 <= shared_prefix_fraction < 1.0:
