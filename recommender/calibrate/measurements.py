@@ -44,6 +44,19 @@ SLOPE_CONTEXT_TOKENS = 65536
 #: a run of more than 1e8 requests or 1e6 in flight is not a benchmark this fits in a reasonable time
 MAX_TP = 72
 MAX_CALIBRATION_TOKENS = 10_000_000
+MAX_CALIBRATION_TOKENS_ENV = "RECOMMENDER_MAX_CALIBRATION_TOKENS"
+
+
+def max_calibration_tokens() -> int:
+    """The token limit of a measurement: ``$RECOMMENDER_MAX_CALIBRATION_TOKENS`` (a positive integer), default 10M."""
+    import os
+
+    raw = os.environ.get(MAX_CALIBRATION_TOKENS_ENV, "").strip()
+    if not raw:
+        return MAX_CALIBRATION_TOKENS
+    if not raw.isdigit() or int(raw) < 1:
+        raise CalibrationError(f"{MAX_CALIBRATION_TOKENS_ENV}={raw!r}: give a positive whole number of tokens")
+    return int(raw)
 MAX_CALIBRATION_CONCURRENCY = 1_000_000
 MAX_CALIBRATION_REQUESTS = 100_000_000
 
@@ -83,10 +96,11 @@ class Measurement:
         if not (isinstance(self.value, (int, float)) and math.isfinite(self.value) and self.value > 0):
             raise bad(self.raw_metric or "value", self.value, "a finite positive number")
         ld = self.load
+        max_tokens = max_calibration_tokens()
         for name, v in (("prompt_tokens", ld.prompt_tokens), ("output_tokens", ld.output_tokens),
                         ("context_tokens", ld.context_tokens)):
-            if not 0 <= v <= MAX_CALIBRATION_TOKENS:
-                raise bad(name, v, f"between 0 and {MAX_CALIBRATION_TOKENS:,} tokens")
+            if not 0 <= v <= max_tokens:
+                raise bad(name, v, f"between 0 and {max_tokens:,} tokens (raise with {MAX_CALIBRATION_TOKENS_ENV})")
         if not 0 <= ld.batch <= MAX_CALIBRATION_CONCURRENCY:
             raise bad("batch / max_concurrency", ld.batch, f"between 0 (none) and {MAX_CALIBRATION_CONCURRENCY:,}")
         if self.requests is not None and not 1 <= self.requests <= MAX_CALIBRATION_REQUESTS:
@@ -96,8 +110,8 @@ class Measurement:
         lim = self.limits
         if not 1 <= lim.max_num_seqs <= 1_000_000:
             raise bad("max_num_seqs", lim.max_num_seqs, "between 1 and 1,000,000")
-        if not 1 <= lim.max_num_batched_tokens <= MAX_CALIBRATION_TOKENS:
-            raise bad("max_num_batched_tokens", lim.max_num_batched_tokens, f"between 1 and {MAX_CALIBRATION_TOKENS:,}")
+        if not 1 <= lim.max_num_batched_tokens <= max_tokens:
+            raise bad("max_num_batched_tokens", lim.max_num_batched_tokens, f"between 1 and {max_tokens:,}")
         g = self.gpu_memory_utilization
         if not (isinstance(g, (int, float)) and math.isfinite(g) and 0 < g <= 1):
             raise bad("gpu_memory_utilization", g, "in (0, 1]")

@@ -36,7 +36,10 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from recommender.bounded import load_json_text, read_file_text
-from recommender.calibrate.measurements import MAX_CALIBRATION_REQUESTS, MAX_CALIBRATION_TOKENS, Measurement, Skip, parse_metric, resolve_gpu, resolve_model
+from recommender.calibrate.measurements import (
+    MAX_CALIBRATION_REQUESTS, MAX_CALIBRATION_TOKENS_ENV, Measurement, Skip, max_calibration_tokens, parse_metric,
+    resolve_gpu, resolve_model,
+)
 from recommender.catalog import Catalog, default_catalog
 from recommender.estimator import native_weight_dtype
 from recommender.errors import CalibrationError, ConfigError, RecommenderError
@@ -345,9 +348,9 @@ def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Ma
     osl = int(round(_number(doc, "total_output_tokens", where) / completed)) if output is None or output[1] != "file" \
         else _int_field(output[0], "output_tokens", where)
     for name, n in (("prompt_tokens", isl), ("output_tokens", osl)):
-        if n > MAX_CALIBRATION_TOKENS:  # before any model is built: 1e12 tokens would never finish
-            raise CalibrationError(f"{where}: field {name!r} = {n:,} tokens is above the {MAX_CALIBRATION_TOKENS:,}-token "
-                                   f"limit")
+        if n > max_calibration_tokens():  # before any model is built: 1e12 tokens would never finish
+            raise CalibrationError(f"{where}: field {name!r} = {n:,} tokens is above the {max_calibration_tokens():,}-token "
+                                   f"limit (raise it with {MAX_CALIBRATION_TOKENS_ENV}=<tokens>)")
     if isl < 1 or osl < 1:
         raise CalibrationError(f"{where}: fields 'total_input_tokens'/'total_output_tokens' give {isl}/{osl} tokens per request")
     rate = _number(doc, "request_rate", where) if "request_rate" in doc else math.inf
