@@ -19,13 +19,14 @@ import json
 import math
 import os
 import stat
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Mapping
 
 from recommender.errors import ConfigError
+from recommender.httpread import BodyTooLargeError, ReadDeadlineError, http_get, printable
+
+__all__ = ["InputTooLargeError", "NotAFileError", "ReadDeadlineError", "check_regular_file", "check_replaceable",
+           "fetch_url_bytes", "load_json_text", "max_read_bytes", "read_file_bytes", "read_file_text"]
 
 MAX_READ_ENV = "RECOMMENDER_MAX_READ_BYTES"
 DEFAULT_MAX_READ_BYTES = 256 * 1024**2
@@ -38,10 +39,6 @@ class InputTooLargeError(ConfigError):
 
 class NotAFileError(ConfigError):
     """A path that should be a regular file is a device, FIFO, socket or directory."""
-
-
-class ReadDeadlineError(ConfigError):
-    """A network read did not finish within its overall deadline."""
 
 
 def max_read_bytes() -> int:
@@ -87,8 +84,16 @@ def read_file_bytes(path: str | Path, what: str = "input file", *, limit: int | 
     try:
         if os.stat(p).st_size > cap:
             raise _too_large(f"{what} {str(p)!r}", cap)
-        with open(p, "rb") as f:
-            data = f.read(cap + 1)  # the file may have grown since stat
+        with open(p, "rb") as f:  # in pieces: read(cap + 1) would allocate the whole limit up front
+            pieces: list[bytes] = []
+            total = 0
+            while total <= cap:
+                piece = f.read(min(CHUNK_BYTES, cap + 1 - total))
+                if not piece:
+                    break
+                pieces.append(piece)
+                total += len(piece)
+            data = b"".join(pieces)  # the file may have grown since stat: total > cap is refused below
     except PermissionError:
         raise ConfigError(f"{what} {str(p)!r} is not readable (permission denied)") from None
     except IsADirectoryError:
@@ -112,53 +117,18 @@ def read_file_text(path: str | Path, what: str = "input file", *, encoding: str 
 
 def fetch_url_bytes(url: str, deadline_s: float, what: str = "URL", *, limit: int | None = None,
                     headers: Mapping[str, str] | None = None) -> bytes:
-    """GET ``url``: the whole exchange ends within ``deadline_s`` and the body within the read limit.
+    """GET ``url`` (:func:`recommender.httpread.http_get`): the whole exchange ends within ``deadline_s``,
+    the body within the read limit, redirects stay on the same origin.
 
-    HTTP errors and unreachable hosts raise ``urllib.error.URLError`` / ``OSError`` as urllib does (callers
-    word them); the deadline and the size limit raise :class:`ReadDeadlineError` / :class:`InputTooLargeError`.
+    Every failure is a one-line ``ConfigError``: :class:`ReadDeadlineError`, :class:`InputTooLargeError`,
+    ``httpread.HttpStatusError`` (with ``code``), ``HttpProtocolError``, ``RedirectRefusedError``,
+    ``UnreachableError``.
     """
-    if not (math.isfinite(deadline_s) and deadline_s > 0):
-        raise ConfigError(f"{what} {url}: the read deadline must be a positive number of seconds, got {deadline_s!r}")
     cap = max_read_bytes() if limit is None else limit
-    end = time.monotonic() + deadline_s
-
-    def remaining() -> float:
-        left = end - time.monotonic()
-        if left <= 0:
-            raise ReadDeadlineError(f"{what} {url} did not answer completely within {deadline_s:g} s; "
-                                    f"check the server or raise the timeout")
-        return left
-
     try:
-        req = urllib.request.Request(url, headers=dict(headers or {}))  # e.g. Authorization (replan sources)
-        resp = urllib.request.urlopen(req, timeout=remaining())  # noqa: S310 (user-given http(s) URL)
-    except TimeoutError:
-        raise ReadDeadlineError(f"{what} {url} did not answer within {deadline_s:g} s; check the server") from None
-    with resp:
-        length = resp.headers.get("Content-Length")
-        if length and length.isdigit() and int(length) > cap:
-            raise _too_large(f"{what} {url}", cap)
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            sock = getattr(getattr(getattr(resp, "fp", None), "raw", None), "_sock", None)
-            if sock is not None:
-                sock.settimeout(remaining())
-            else:
-                remaining()
-            try:
-                chunk = resp.read1(CHUNK_BYTES) if hasattr(resp, "read1") else resp.read(CHUNK_BYTES)
-            except TimeoutError:
-                raise ReadDeadlineError(f"{what} {url} did not answer completely within {deadline_s:g} s; "
-                                        f"check the server or raise the timeout") from None
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > cap:
-                raise _too_large(f"{what} {url}", cap)
-            chunks.append(chunk)
-        remaining()
-    return b"".join(chunks)
+        return http_get(url, deadline_s, what, limit=cap, headers=headers)
+    except BodyTooLargeError:
+        raise _too_large(f"{what} {printable(url)}", cap) from None
 
 
 def _finite(text: str) -> float:
@@ -185,3 +155,48 @@ def load_json_text(text: str, where: str = "JSON") -> Any:
         raise ValueError(f"{where}: JSON nested too deeply") from None
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
+
+
+def check_replaceable(path: str | Path, what: str) -> Path:
+    """``path`` if it is absent or a regular file (not followed through a symlink): what the atomic writer may
+    replace. A device node (``/dev/null``), FIFO, socket, directory or symlink is a one-line NotAFileError, so
+    a write never swaps a special file for a regular one (as root, ``--out /dev/null`` would replace it)."""
+    p = Path(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return p
+    except OSError as e:
+        raise ConfigError(f"{what} '{printable(str(p))}' cannot be checked ({e.strerror or e})") from None
+    if stat.S_ISREG(st.st_mode):
+        return p
+    kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a symbolic link" if stat.S_ISLNK(st.st_mode)
+            else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+            else "a device node")
+    raise NotAFileError(f"{what} '{printable(str(p))}' is {kind}, not a regular file; it is not replaced: give a "
+                        f"new file name or a regular file")
+
+
+MAX_REQUESTS_ENV = "RECOMMENDER_MAX_REQUESTS"
+#: requests one simulated run may hold (``simulate --requests``, ``estimate --bench --num-prompts``): each
+#: costs memory in the simulator, so a typo such as 1000000000 is refused up front instead of filling RAM
+DEFAULT_MAX_REQUESTS = 2_000_000
+
+
+def max_requests() -> int:
+    """The request-count limit: ``$RECOMMENDER_MAX_REQUESTS`` (a positive integer), default 2,000,000."""
+    raw = os.environ.get(MAX_REQUESTS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_REQUESTS
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{MAX_REQUESTS_ENV}={raw!r}: give a positive whole number of requests")
+    return int(raw)
+
+
+def check_request_count(n: int, flag: str) -> int:
+    """``n`` if 1 <= n <= :func:`max_requests`, else one line naming ``flag`` and the limit."""
+    cap = max_requests()
+    if not 1 <= n <= cap:
+        raise ConfigError(f"{flag} {n}: give between 1 and {cap:,} requests (raise the limit with "
+                          f"{MAX_REQUESTS_ENV}=<n> if you mean it)")
+    return n

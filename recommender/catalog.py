@@ -135,6 +135,8 @@ def _index(entries: Iterable[tuple[str, Iterable[str]]]) -> dict[str, tuple[str,
 
 
 def _lookup(index: Mapping[str, tuple[str, ...]], keys: Iterable[str], name: str, kind: str) -> str | None:
+    if not name.isprintable():  # NUL, bidi overrides, zero-width spaces: name_key would drop them and match
+        raise CatalogError(f"{kind} name {name!r} contains control or invisible characters; type the name plainly")
     for k in keys:
         hits = index.get(k)
         if hits and len(hits) > 1:

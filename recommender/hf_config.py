@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from recommender.bounded import load_json_text, read_file_text
+from recommender.dtypes import WEIGHT_DTYPES
 from recommender.errors import ConfigError, UnsupportedArchitectureError
 
 SUPPORTED_MODEL_TYPES = (
@@ -220,17 +221,55 @@ def _int(cfg: Mapping[str, Any], *names: str) -> int:
     return int(v)
 
 
+def _opt_int(cfg: Mapping[str, Any], names: tuple[str, ...], default: int, *, minimum: int = 1) -> int:
+    """The first of ``names`` present (not null) as an integer >= ``minimum`` (a JSON bool, a fraction or a string
+    is refused, naming the field), else ``default``."""
+    for n in names:
+        v = cfg.get(n)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")) \
+                or int(v) != v or v < minimum:
+            raise UnsupportedArchitectureError(f"config.json field {n!r} must be an integer >= {minimum}, got "
+                                               f"{str(v)[:40]!r}")
+        return int(v)
+    return default
+
+
+def _opt_bool(cfg: Mapping[str, Any], name: str, default: bool) -> bool:
+    """A JSON boolean field (``"false"`` as a string would read as true), else ``default``."""
+    v = cfg.get(name, default)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise UnsupportedArchitectureError(f"config.json field {name!r} must be true or false, got {str(v)[:40]!r}")
+    return v
+
+
+#: torch dtypes a config.json states for its weights -> our checkpoint dtype
+_TORCH_DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "bf16", "float": "bf16"}
+
+
 def _checkpoint_dtype(cfg: Mapping[str, Any]) -> str:
     q = cfg.get("quantization_config") or {}
+    if not isinstance(q, Mapping):
+        raise UnsupportedArchitectureError("config.json field 'quantization_config' must be an object")
     method = str(q.get("quant_method", "")).lower()
     if method == "mxfp4":
         return "mxfp4"
     if method == "fp8" or "fp8" in str(q.get("fmt", "")):
         return "fp8"
     if method in ("awq", "gptq"):
-        return "int4" if int(q.get("bits", 4)) == 4 else "int8"
-    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-    return {"float16": "fp16", "bfloat16": "bf16", "float32": "bf16"}.get(dtype, "bf16")
+        bits = _opt_int(q, ("bits",), 4)
+        if bits not in (4, 8):
+            raise UnsupportedArchitectureError(f"config.json quantization_config.bits is {bits}: {method} checkpoints "
+                                               f"this model describes have 4 or 8 bits")
+        return "int4" if bits == 4 else "int8"
+    raw = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+    if not isinstance(raw, str) or raw.removeprefix("torch.") not in _TORCH_DTYPES:
+        raise UnsupportedArchitectureError(f"config.json field 'torch_dtype' is {str(raw)[:40]!r}; expected one of "
+                                           f"{', '.join(sorted(_TORCH_DTYPES))} (or a quantization_config)")
+    return _TORCH_DTYPES[raw.removeprefix("torch.")]
 
 
 #: one part of a Hugging Face repo id (huggingface_hub's rule: alphanumerics, '-', '_', '.'; no leading or
@@ -260,6 +299,14 @@ ARCH_LIMITS: Mapping[str, int] = {
 }
 
 
+#: shortest context a served model can have (a prompt and an answer); the smallest published models have 512+
+MIN_CONTEXT_TOKENS = 128
+#: largest MLA rank or head dimension accepted (DeepSeek-V3: kv_lora_rank 512, q_lora_rank 1536)
+MAX_MLA_DIM = 100_000
+#: values of config.json's per-layer ``layer_types`` this model knows
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
 def check_arch(m: ModelArch) -> ModelArch:
     """Refuse sizes no model has: every size positive and below ARCH_LIMITS, KV heads dividing the heads,
     heads x head_dim = hidden size unless config.json states head_dim, top-k <= experts, windows positive."""
@@ -275,6 +322,22 @@ def check_arch(m: ModelArch) -> ModelArch:
                                            f"({m.hidden_size}) or head_dim must be given")
     if m.sliding_window is not None and m.sliding_window <= 0:
         raise UnsupportedArchitectureError(f"config.json: sliding_window must be positive, got {m.sliding_window}")
+    if not 0 <= m.num_sliding_layers <= m.num_layers:
+        raise UnsupportedArchitectureError(f"config.json: {m.num_sliding_layers} sliding-window layers but "
+                                           f"{m.num_layers} layers")
+    if m.max_position_embeddings < MIN_CONTEXT_TOKENS:
+        raise UnsupportedArchitectureError(f"config.json: max_position_embeddings {m.max_position_embeddings} is below "
+                                           f"{MIN_CONTEXT_TOKENS} tokens; no request fits")
+    if m.checkpoint_dtype not in WEIGHT_DTYPES:
+        raise UnsupportedArchitectureError(f"checkpoint dtype {m.checkpoint_dtype!r} is not one of "
+                                           f"{', '.join(WEIGHT_DTYPES)}")
+    if m.mla is not None:
+        a = m.mla
+        for name, v, lo in (("kv_lora_rank", a.kv_lora_rank, 1), ("qk_rope_head_dim", a.qk_rope_head_dim, 1),
+                            ("qk_nope_head_dim", a.qk_nope_head_dim, 0), ("v_head_dim", a.v_head_dim, 1),
+                            ("q_lora_rank", a.q_lora_rank or 1, 1)):
+            if not lo <= v <= MAX_MLA_DIM:
+                raise UnsupportedArchitectureError(f"config.json: MLA {name} must be in {lo}..{MAX_MLA_DIM:,}, got {v}")
     if m.moe is not None:
         e = m.moe
         if not 0 < e.num_experts <= 100_000 or not 0 < e.top_k <= e.num_experts:
@@ -322,15 +385,16 @@ def _arch_from_config(cfg: Mapping[str, Any], model_id: str, hf_repo: str,
     heads = _int(cfg, "num_attention_heads", "n_head")
     if heads == 0 or hidden == 0 or layers == 0:
         raise UnsupportedArchitectureError("config.json: hidden_size, num_hidden_layers and num_attention_heads must be > 0")
-    kv_heads = int(cfg.get("num_key_value_heads") or cfg.get("num_kv_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    kv_heads = _opt_int(cfg, ("num_key_value_heads", "num_kv_heads"), heads)
+    head_dim = _opt_int(cfg, ("head_dim",), hidden // heads)
     vocab = _int(cfg, "vocab_size")
     kw: dict[str, Any] = dict(
         id=model_id or str(cfg.get("_name_or_path") or mt), model_type=mt, hidden_size=hidden,
         num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
-        intermediate_size=int(cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * hidden),
-        vocab_size=vocab, tied_embeddings=bool(cfg.get("tie_word_embeddings", mt in ("gptj",) and False)),
-        max_position_embeddings=int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or cfg.get("max_seq_len") or 4096),
+        intermediate_size=_opt_int(cfg, ("intermediate_size", "n_inner"), 4 * hidden),
+        vocab_size=vocab, tied_embeddings=_opt_bool(cfg, "tie_word_embeddings", False),
+        max_position_embeddings=_opt_int(cfg, ("max_position_embeddings", "n_positions", "max_seq_len"), 4096,
+                                         minimum=MIN_CONTEXT_TOKENS),
         hf_repo=hf_repo, checkpoint_dtype=checkpoint_dtype or _checkpoint_dtype(cfg),
     )
     if mt == "qwen2" or mt == "qwen2_moe":
@@ -342,12 +406,13 @@ def _arch_from_config(cfg: Mapping[str, Any], model_id: str, hf_repo: str,
     if mt == "gptj":
         # GPT-J: parallel attention+MLP, one LayerNorm (weight+bias), plain GELU MLP with biases,
         # untied lm_head with bias; no QKV bias.
-        kw.update(gated_mlp=False, mlp_bias=True, norms_per_layer=2, tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        kw.update(gated_mlp=False, mlp_bias=True, norms_per_layer=2, tied_embeddings=_opt_bool(cfg, "tie_word_embeddings", False),
                   final_norm_bias=True, lm_head_bias=True, parallel_attention=True)
     if mt == "falcon":
-        kv = 1 if cfg.get("multi_query", True) and not cfg.get("new_decoder_architecture") else int(cfg.get("num_kv_heads") or heads)
-        kw.update(num_kv_heads=kv, gated_mlp=False, intermediate_size=int(cfg.get("ffn_hidden_size") or 4 * hidden),
-                  tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), qkv_bias=bool(cfg.get("bias", False)),
+        kv = 1 if cfg.get("multi_query", True) and not cfg.get("new_decoder_architecture") \
+            else _opt_int(cfg, ("num_kv_heads",), heads)
+        kw.update(num_kv_heads=kv, gated_mlp=False, intermediate_size=_opt_int(cfg, ("ffn_hidden_size",), 4 * hidden),
+                  tied_embeddings=_opt_bool(cfg, "tie_word_embeddings", True), qkv_bias=_opt_bool(cfg, "bias", False),
                   final_norm_bias=True,
                   # FalconConfig.parallel_attn defaults to True; the new decoder architecture is parallel too
                   parallel_attention=bool(cfg.get("parallel_attn", True) or cfg.get("new_decoder_architecture")))
@@ -357,16 +422,25 @@ def _arch_from_config(cfg: Mapping[str, Any], model_id: str, hf_repo: str,
         kw["parallel_attention"] = True
     # sliding-window layers
     layer_types = cfg.get("layer_types")
-    window = cfg.get("sliding_window")
+    window = _opt_int(cfg, ("sliding_window",), 0) or None
     if layer_types:
-        n_sliding = sum(1 for t in layer_types if "sliding" in str(t))
-        if n_sliding and window:
-            kw.update(sliding_window=int(window), num_sliding_layers=n_sliding)
+        if not isinstance(layer_types, list) or not all(t in LAYER_TYPES for t in layer_types):
+            raise UnsupportedArchitectureError(f"config.json field 'layer_types' must list {' or '.join(LAYER_TYPES)} "
+                                               f"per layer")
+        if len(layer_types) != layers:
+            raise UnsupportedArchitectureError(f"config.json: layer_types lists {len(layer_types)} layers but "
+                                               f"num_hidden_layers is {layers}")
+        n_sliding = sum(1 for t in layer_types if t == "sliding_attention")
+        if n_sliding and not window:
+            raise UnsupportedArchitectureError(f"config.json: layer_types has {n_sliding} sliding_attention layers but "
+                                               f"no sliding_window")
+        if n_sliding:
+            kw.update(sliding_window=window, num_sliding_layers=n_sliding)
     elif window and mt in ("mistral", "mixtral") and cfg.get("use_sliding_window") is not False:
-        kw.update(sliding_window=int(window), num_sliding_layers=layers)
+        kw.update(sliding_window=window, num_sliding_layers=layers)
     elif window and mt in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and cfg.get("use_sliding_window"):
-        n_full = int(cfg.get("max_window_layers") or layers)
-        kw.update(sliding_window=int(window), num_sliding_layers=max(0, layers - n_full))
+        n_full = _opt_int(cfg, ("max_window_layers",), layers, minimum=0)
+        kw.update(sliding_window=window, num_sliding_layers=max(0, layers - n_full))
     # MoE
     if mt in ("mixtral", "gpt_oss"):
         e = _int(cfg, "num_local_experts", "num_experts")
@@ -376,10 +450,14 @@ def _arch_from_config(cfg: Mapping[str, Any], model_id: str, hf_repo: str,
                             router_bias=mt == "gpt_oss", expert_bias=mt == "gpt_oss")
     elif mt in ("qwen2_moe", "qwen3_moe"):
         e = _int(cfg, "num_experts")
-        step = int(cfg.get("decoder_sparse_step") or 1)
-        mlp_only = set(cfg.get("mlp_only_layers") or [])
+        step = _opt_int(cfg, ("decoder_sparse_step",), 1)
+        mlp_only_raw = cfg.get("mlp_only_layers") or []
+        if not isinstance(mlp_only_raw, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                         and 0 <= i < layers for i in mlp_only_raw):
+            raise UnsupportedArchitectureError(f"config.json field 'mlp_only_layers' must list layer indices 0..{layers - 1}")
+        mlp_only = set(mlp_only_raw)
         n_moe = sum(1 for i in range(layers) if i not in mlp_only and (i + 1) % step == 0)
-        shared_i = int(cfg.get("shared_expert_intermediate_size") or 0)
+        shared_i = _opt_int(cfg, ("shared_expert_intermediate_size",), 0, minimum=0)
         kw["moe"] = MoeSpec(num_experts=e, top_k=_int(cfg, "num_experts_per_tok"),
                             num_shared_experts=1 if shared_i else 0,
                             expert_intermediate_size=_int(cfg, "moe_intermediate_size"),
@@ -388,15 +466,16 @@ def _arch_from_config(cfg: Mapping[str, Any], model_id: str, hf_repo: str,
             pass
     elif mt in ("deepseek_v2", "deepseek_v3"):
         e = _int(cfg, "n_routed_experts")
-        first_dense = int(cfg.get("first_k_dense_replace") or 0)
-        freq = int(cfg.get("moe_layer_freq") or 1)
+        first_dense = _opt_int(cfg, ("first_k_dense_replace",), 0, minimum=0)
+        freq = _opt_int(cfg, ("moe_layer_freq",), 1)
         n_moe = sum(1 for i in range(layers) if i >= first_dense and i % freq == 0)
         moe_i = _int(cfg, "moe_intermediate_size")
-        n_shared = int(cfg.get("n_shared_experts") or 0)
+        n_shared = _opt_int(cfg, ("n_shared_experts",), 0, minimum=0)
         kw["moe"] = MoeSpec(num_experts=e, top_k=_int(cfg, "num_experts_per_tok"), num_shared_experts=n_shared,
                             expert_intermediate_size=moe_i, shared_intermediate_size=moe_i,
                             num_moe_layers=n_moe, router_bias=mt == "deepseek_v3")
-        kw["mla"] = MlaSpec(kv_lora_rank=_int(cfg, "kv_lora_rank"), q_lora_rank=cfg.get("q_lora_rank"),
+        kw["mla"] = MlaSpec(kv_lora_rank=_int(cfg, "kv_lora_rank"),
+                            q_lora_rank=_opt_int(cfg, ("q_lora_rank",), 0) or None,
                             qk_rope_head_dim=_int(cfg, "qk_rope_head_dim"),
                             qk_nope_head_dim=_int(cfg, "qk_nope_head_dim"), v_head_dim=_int(cfg, "v_head_dim"))
         kw["head_dim"] = kw["mla"].qk_nope_head_dim + kw["mla"].qk_rope_head_dim

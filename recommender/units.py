@@ -24,6 +24,8 @@ MIB = 1024.0**2
 GIB = 1024.0**3
 MS = 1e-3
 US = 1e-6
+#: timestamps the tool accepts (unix seconds, also relative log times from 0): up to 2100-01-01T00:00:00Z
+MAX_UNIX_S = 4102444800.0
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BINARY = {"Ki": KIB, "Mi": MIB, "Gi": GIB, "Ti": 1024.0**4}

@@ -56,6 +56,15 @@ MAX_GPUS = 100_000
 MAX_USD_PER_GPU_HOUR = 1000.0
 MAX_DIST_POINTS = 1_000_000
 MAX_SLO_S = 7 * 24 * 3600.0
+MAX_BUCKET_COUNT = 1e15  # a histogram bucket's count (their sum stays exact in a float)
+
+
+def _refuse_bools(v: Any) -> Any:
+    """YAML ``true`` / ``false`` where a number or string belongs is a mistake, not 1 / 0."""
+    items = list(v.values()) if isinstance(v, dict) else v if isinstance(v, list) else [v]
+    if any(isinstance(x, bool) for x in items):
+        raise ValueError("a boolean (true/false) is not a value here")
+    return v
 DEFAULT_PERCENTILE = "p90"
 SLO_METRICS = ("ttft", "tpot", "e2e")
 _QUANTILE_GRID = 2001  # points used to tabulate a distribution's quantile function
@@ -298,6 +307,8 @@ class _DistSpec(BaseModel):
     edges: list[float] | None = Field(default=None, max_length=MAX_DIST_POINTS)
     counts: list[float] | None = Field(default=None, max_length=MAX_DIST_POINTS)
 
+    _no_bool = field_validator("*", mode="before")(classmethod(lambda cls, v: _refuse_bools(v)))
+
     @model_validator(mode="after")
     def _check(self) -> "_DistSpec":
         need = {"constant": ("value",), "normal": ("mean", "std"), "lognormal": ("mean", "std"),
@@ -305,6 +316,21 @@ class _DistSpec(BaseModel):
         for n in need:
             if getattr(self, n) is None:
                 raise ValueError(f"dist {self.dist} needs '{n}'")
+        allowed = set(need) | {"dist"} | ({"min", "max"} if self.dist in ("normal", "lognormal") else set())
+        extra = sorted(self.model_fields_set - allowed)
+        if extra:
+            raise ValueError(f"dist {self.dist} takes {', '.join(sorted(allowed - {'dist'}))}, not "
+                             f"{', '.join(extra)} (it would be ignored)")
+        if self.edges is not None:
+            if any(b <= a for a, b in zip(self.edges, self.edges[1:])):
+                raise ValueError("edges must be strictly ascending upper bucket edges")
+            if self.counts is not None and len(self.counts) != len(self.edges):
+                raise ValueError(f"{len(self.edges)} edges but {len(self.counts)} counts; give one count per edge")
+        if self.counts is not None:
+            if any(not 0 <= c <= MAX_BUCKET_COUNT for c in self.counts):
+                raise ValueError(f"counts must be between 0 and {MAX_BUCKET_COUNT:g}")
+            if not sum(self.counts) > 0:
+                raise ValueError("counts must not all be 0")
         if self.samples is not None and any(s <= 0 or s > MAX_TOKENS for s in self.samples):
             raise ValueError(f"samples must be positive token counts up to {MAX_TOKENS:,}")
         if self.edges is not None and any(not 0 < e <= MAX_TOKENS for e in self.edges):
@@ -315,6 +341,11 @@ class _DistSpec(BaseModel):
             raise ValueError(f"mean + 6 std exceeds {MAX_TOKENS:,} tokens; give 'max' to clip the tail")
         if self.max is not None and self.max < self.min:
             raise ValueError("max must be >= min")
+        if self.dist in ("normal", "lognormal") and self.max is None:
+            top = int((self.mean or 0) + (4 if self.dist == "normal" else 6) * (self.std or 0)) + 1
+            if top < self.min:
+                raise ValueError(f"min {self.min} is above the distribution's upper end {top} (mean + "
+                                 f"{4 if self.dist == 'normal' else 6} std); give 'max' or a smaller min")
         return self
 
     def build(self) -> LengthDist:
@@ -337,6 +368,7 @@ def _dist_from_any(v: Any) -> Any:
 
 class _Offline(BaseModel):
     model_config = _STRICT
+    _no_bool = field_validator("*", mode="before")(classmethod(lambda cls, v: _refuse_bools(v)))
     requests: int = Field(gt=0, le=MAX_OFFLINE_REQUESTS)
     deadline: str | float
 
@@ -348,6 +380,7 @@ class _Offline(BaseModel):
 
 class _Traffic(BaseModel):
     model_config = _STRICT
+    _no_bool = field_validator("*", mode="before")(classmethod(lambda cls, v: _refuse_bools(v)))
     arrival_rate: float | None = Field(default=None, gt=0, le=MAX_RATE_PER_S)
     offline: _Offline | None = None
 
@@ -368,7 +401,7 @@ class WorkloadSpec(BaseModel):
     prompt_tokens: _DistSpec
     output_tokens: _DistSpec
     shared_prefix_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
-    gpus: list[str] | None = None
+    gpus: list[str] | None = Field(default=None, min_length=1, max_length=1000)
     max_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS)
     prices: dict[str, str | float] = Field(default_factory=dict)
     slo: list[str] = Field(default_factory=list)
@@ -376,8 +409,25 @@ class WorkloadSpec(BaseModel):
     description: str | None = None
     day: dict[str, Any] | None = None  # traffic over a day: recommender.autoscale.spec checks it
 
+    _no_bool = field_validator("name", "model", "shared_prefix_fraction", "max_gpus", "gpus", "prices", "slo",
+                               "checkpoints", mode="before")(classmethod(lambda cls, v: _refuse_bools(v)))
     _coerce_prompt = field_validator("prompt_tokens", mode="before")(classmethod(lambda cls, v: _dist_from_any(v)))
     _coerce_output = field_validator("output_tokens", mode="before")(classmethod(lambda cls, v: _dist_from_any(v)))
+
+    @model_validator(mode="after")
+    def _names(self) -> "WorkloadSpec":
+        for what, text in (("name", self.name or ""), ("model", self.model), *(("gpus", g) for g in self.gpus or ())):
+            if not text.isprintable() or (what != "name" and not text.strip()):
+                raise ValueError(f"{what} {text[:40]!r} must be one printable line (no control or invisible "
+                                 f"characters, not blank)")
+        from recommender.dtypes import FORMAT_DTYPE, WEIGHT_DTYPES
+
+        for key, repo in self.checkpoints.items():
+            if key.lower() not in WEIGHT_DTYPES and key.lower() not in FORMAT_DTYPE:
+                raise ValueError(f"checkpoints key {key[:20]!r} is not a weight dtype ({', '.join(WEIGHT_DTYPES)})")
+            if not repo.strip() or not repo.isprintable():
+                raise ValueError(f"checkpoints.{key}: {repo[:40]!r} is not a checkpoint repo id")
+        return self
 
     def build(self, source: str = "") -> Workload:
         off = self.traffic.offline
@@ -397,12 +447,24 @@ class WorkloadSpec(BaseModel):
             gpus=tuple(g.lower() for g in self.gpus) if self.gpus else None,
             max_gpus=self.max_gpus,
             usd_per_gpu_hour_overrides=_prices(self.prices, source),
-            slos=tuple(Slo.parse(s) for s in self.slo),
+            slos=_slos(self.slo, source),
             name=self.name or (Path(source).stem if source else "workload"),
             source=source,
             checkpoints={k.lower(): v for k, v in self.checkpoints.items()},
             day=self.day,
         )
+
+
+def _slos(texts: Sequence[str], source: str) -> tuple[Slo, ...]:
+    """The SLOs, at most one per metric (a second one would silently replace the first)."""
+    out: dict[str, Slo] = {}
+    for text in texts:
+        slo = Slo.parse(text)
+        if slo.metric in out:
+            raise ConfigError(f"{source}: slo: two limits on {slo.metric} ({out[slo.metric]} and {slo}); give one per "
+                              f"metric")
+        out[slo.metric] = slo
+    return tuple(out.values())
 
 
 def _prices(prices: Mapping[str, str | float], source: str) -> dict[str, float]:
@@ -421,6 +483,9 @@ def _prices(prices: Mapping[str, str | float], source: str) -> dict[str, float]:
             gpu_id = cat.gpu_id(key)  # the one name resolver: ids, aliases ('h100'), datasheet names
         except CatalogError as e:
             raise CatalogError(f"{source}: prices: {e}") from None
+        if gpu_id in out and out[gpu_id] != usd:
+            raise ConfigError(f"{source}: prices: {key!r} and another name both mean GPU {gpu_id} with different "
+                              f"prices; give one")
         out[gpu_id] = usd
     return out
 

@@ -205,7 +205,7 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(args: tuple[str, ...], words: 
         ("malformed", ("not valid JSON",)),
         ("unsupported", ("model_type", "mamba")),
         ("missing", ("num_hidden_layers",)),
-        ("wrongtype", ("wrong type",)),
+        ("wrongtype", ("num_key_value_heads", "must be an integer")),
         ("absent", ("does not exist",)),
     ],
 )

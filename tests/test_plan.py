@@ -102,7 +102,7 @@ def test_unknown_fields_and_wrong_types_name_the_field() -> None:
     ({"max_num_seqs": 0}, "max_num_seqs and max_model_len must be >= 1"),
     ({"max_num_seqs": 2_000_000, "max_num_batched_tokens": 2_000_000}, "out of range"),
     ({"max_num_batched_tokens": 8}, "vLLM requires max_num_batched_tokens (8) >= max_num_seqs"),
-    ({"gpu_memory_utilization": 1.01}, "gpu_memory_utilization must be in (0, 1], got 1.01"),
+    ({"gpu_memory_utilization": 1.01}, "gpu_memory_utilization must be in [0.05, 1], got 1.01"),
 ])
 def test_engines_vllm_would_not_start_are_refused_by_the_reader(changes: dict, message: str) -> None:
     doc = json.loads(GOLDEN_V2.read_text())
@@ -136,7 +136,7 @@ def test_simulate_plan_refuses_what_deploy_refuses(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["simulate", "--plan", str(path), "--rate", "1", "-n", "50"])
     err = res.stderr.strip()
     assert res.exit_code == 2 and err.startswith("error: ") and "\n" not in err
-    assert "gpu_memory_utilization must be in (0, 1], got 1.2" in err
+    assert "gpu_memory_utilization must be in [0.05, 1], got 1.2" in err
 
 
 def test_missing_and_directory_paths(tmp_path: Path) -> None:

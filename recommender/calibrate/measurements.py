@@ -39,6 +39,26 @@ from recommender.profiles import EngineProfile, gpu_family
 QUANTITIES = ("output_tokens_per_s", "ttft_s", "tpot_s", "e2e_s", "itl_intercept_s", "itl_slope_s_per_token")
 #: Context length at which the model's ITL slope is measured (the published sweeps reach 125k).
 SLOPE_CONTEXT_TOKENS = 65536
+#: physics limits of a measurement (refused above them, in one line naming the field): TP beyond a 72-GPU
+#: NVLink domain (GB200 NVL72) does not exist; prompts and outputs beyond the workload limit of 10M tokens;
+#: a run of more than 1e8 requests or 1e6 in flight is not a benchmark this fits in a reasonable time
+MAX_TP = 72
+MAX_CALIBRATION_TOKENS = 10_000_000
+MAX_CALIBRATION_TOKENS_ENV = "RECOMMENDER_MAX_CALIBRATION_TOKENS"
+
+
+def max_calibration_tokens() -> int:
+    """The token limit of a measurement: ``$RECOMMENDER_MAX_CALIBRATION_TOKENS`` (a positive integer), default 10M."""
+    import os
+
+    raw = os.environ.get(MAX_CALIBRATION_TOKENS_ENV, "").strip()
+    if not raw:
+        return MAX_CALIBRATION_TOKENS
+    if not raw.isdigit() or int(raw) < 1:
+        raise CalibrationError(f"{MAX_CALIBRATION_TOKENS_ENV}={raw!r}: give a positive whole number of tokens")
+    return int(raw)
+MAX_CALIBRATION_CONCURRENCY = 1_000_000
+MAX_CALIBRATION_REQUESTS = 100_000_000
 
 
 @dataclass(frozen=True)
@@ -63,6 +83,38 @@ class Measurement:
     cuda_graphs: bool = True
     rate_per_s: float | None = None   # open loop (Little's law), else None
     requests: int | None = None       # requests in the whole run (finite-run throughput), else steady state
+
+    def __post_init__(self) -> None:
+        """Physics at the edge: every figure finite and in range, so no fit runs on nonsense (or forever)."""
+        where = f"{self.file}: {self.id}"
+
+        def bad(field_name: str, value: object, limit: str) -> CalibrationError:
+            return CalibrationError(f"{where}: field {field_name!r} = {value!r} must be {limit}")
+
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or not 1 <= self.tp <= MAX_TP:
+            raise bad("tp", self.tp, f"an integer from 1 to {MAX_TP}")
+        if not (isinstance(self.value, (int, float)) and math.isfinite(self.value) and self.value > 0):
+            raise bad(self.raw_metric or "value", self.value, "a finite positive number")
+        ld = self.load
+        max_tokens = max_calibration_tokens()
+        for name, v in (("prompt_tokens", ld.prompt_tokens), ("output_tokens", ld.output_tokens),
+                        ("context_tokens", ld.context_tokens)):
+            if not 0 <= v <= max_tokens:
+                raise bad(name, v, f"between 0 and {max_tokens:,} tokens (raise with {MAX_CALIBRATION_TOKENS_ENV})")
+        if not 0 <= ld.batch <= MAX_CALIBRATION_CONCURRENCY:
+            raise bad("batch / max_concurrency", ld.batch, f"between 0 (none) and {MAX_CALIBRATION_CONCURRENCY:,}")
+        if self.requests is not None and not 1 <= self.requests <= MAX_CALIBRATION_REQUESTS:
+            raise bad("completed", self.requests, f"between 1 and {MAX_CALIBRATION_REQUESTS:,} requests")
+        if self.rate_per_s is not None and not (math.isfinite(self.rate_per_s) and 0 < self.rate_per_s <= 1e6):
+            raise bad("request_rate", self.rate_per_s, "a positive rate up to 1e6 requests/s (or inf: all at once)")
+        lim = self.limits
+        if not 1 <= lim.max_num_seqs <= 1_000_000:
+            raise bad("max_num_seqs", lim.max_num_seqs, "between 1 and 1,000,000")
+        if not 1 <= lim.max_num_batched_tokens <= max_tokens:
+            raise bad("max_num_batched_tokens", lim.max_num_batched_tokens, f"between 1 and {max_tokens:,}")
+        g = self.gpu_memory_utilization
+        if not (isinstance(g, (int, float)) and math.isfinite(g) and 0 < g <= 1):
+            raise bad("gpu_memory_utilization", g, "in (0, 1]")
 
     def group(self, by: str) -> str:
         """Grouping key for held-out splits and reports: source, model, gpu, family, engine, quantity, config, row."""

@@ -36,7 +36,10 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from recommender.bounded import load_json_text, read_file_text
-from recommender.calibrate.measurements import Measurement, Skip, parse_metric, resolve_gpu, resolve_model
+from recommender.calibrate.measurements import (
+    MAX_CALIBRATION_REQUESTS, MAX_CALIBRATION_TOKENS_ENV, Measurement, Skip, max_calibration_tokens, parse_metric,
+    resolve_gpu, resolve_model,
+)
 from recommender.catalog import Catalog, default_catalog
 from recommender.estimator import native_weight_dtype
 from recommender.errors import CalibrationError, ConfigError, RecommenderError
@@ -260,14 +263,38 @@ def _lookup(field_name: str, layers: Iterable[tuple[str, Mapping[str, Any]]]) ->
     return None
 
 
+def _int_field(v: Any, name: str, where: str) -> int:
+    """An integer field (a number or its string), else one line naming it."""
+    if isinstance(v, bool):
+        raise CalibrationError(f"{where}: field {name!r} = {v!r} is not an integer")
+    try:
+        f = float(str(v).strip())
+    except ValueError:
+        raise CalibrationError(f"{where}: field {name!r} = {str(v)[:40]!r} is not an integer") from None
+    if not math.isfinite(f) or f != int(f) or abs(f) > 1e15:
+        raise CalibrationError(f"{where}: field {name!r} = {str(v)[:40]!r} is not an integer")
+    return int(f)
+
+
+def _float_field(v: Any, name: str, where: str) -> float:
+    """A finite number field (a number or its string), else one line naming it."""
+    try:
+        f = float(str(v).strip()) if not isinstance(v, bool) else math.nan
+    except ValueError:
+        f = math.nan
+    if not math.isfinite(f):
+        raise CalibrationError(f"{where}: field {name!r} = {str(v)[:40]!r} is not a finite number")
+    return f
+
+
 def _number(doc: Mapping[str, Any], key: str, where: str) -> float:
     if key not in doc:
         raise CalibrationError(f"{where}: missing field {key!r} (is this a `vllm bench serve --save-result` file?)")
     v = doc[key]
-    if isinstance(v, str) and v.strip().lower() == "inf":
-        return math.inf
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise CalibrationError(f"{where}: field {key!r} must be a number, got {v!r}")
+    if key == "request_rate" and isinstance(v, str) and v.strip().lower() == "inf":
+        return math.inf  # vllm bench serve writes "inf" for all-at-once
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise CalibrationError(f"{where}: field {key!r} must be a finite non-negative number, got {str(v)[:40]!r}")
     return float(v)
 
 
@@ -300,10 +327,7 @@ def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Ma
     found = _lookup("tp", layers)
     if found is None:
         raise CalibrationError(f"{where}: missing field 'tp'; {hint} (--tp)")
-    try:
-        tp = int(str(found[0]))
-    except ValueError:
-        raise CalibrationError(f"{where}: field 'tp' = {found[0]!r} is not an integer") from None
+    tp = _int_field(found[0], "tp", where)
     arch = cat.model(model)
     wd_raw = _lookup("weight_dtype", layers)
     wd = weight_dtype_of(None if wd_raw is None else str(wd_raw[0]), native_weight_dtype(arch))
@@ -320,16 +344,23 @@ def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Ma
     prompt = _lookup("prompt_tokens", layers)
     output = _lookup("output_tokens", layers)
     isl = int(round(_number(doc, "total_input_tokens", where) / completed)) if prompt is None or prompt[1] != "file" \
-        else int(prompt[0])
+        else _int_field(prompt[0], "prompt_tokens", where)
     osl = int(round(_number(doc, "total_output_tokens", where) / completed)) if output is None or output[1] != "file" \
-        else int(output[0])
+        else _int_field(output[0], "output_tokens", where)
+    for name, n in (("prompt_tokens", isl), ("output_tokens", osl)):
+        if n > max_calibration_tokens():  # before any model is built: 1e12 tokens would never finish
+            raise CalibrationError(f"{where}: field {name!r} = {n:,} tokens is above the {max_calibration_tokens():,}-token "
+                                   f"limit (raise it with {MAX_CALIBRATION_TOKENS_ENV}=<tokens>)")
     if isl < 1 or osl < 1:
         raise CalibrationError(f"{where}: fields 'total_input_tokens'/'total_output_tokens' give {isl}/{osl} tokens per request")
     rate = _number(doc, "request_rate", where) if "request_rate" in doc else math.inf
     conc_v = doc.get("max_concurrency")
     if conc_v is not None and (isinstance(conc_v, bool) or not isinstance(conc_v, (int, float)) or conc_v < 1):
         raise CalibrationError(f"{where}: field 'max_concurrency' must be a positive integer or null, got {conc_v!r}")
-    n_prompts = int(doc.get("num_prompts") or completed)
+    n_prompts = _int_field(doc.get("num_prompts") or int(completed), "num_prompts", where)
+    if n_prompts > MAX_CALIBRATION_REQUESTS or completed > MAX_CALIBRATION_REQUESTS:
+        raise CalibrationError(f"{where}: field 'num_prompts'/'completed' is above the {MAX_CALIBRATION_REQUESTS:,}-request "
+                               f"limit")
     cap = int(conc_v) if conc_v is not None else n_prompts
     load = Load.closed(concurrency=cap, prompt_tokens=isl, output_tokens=osl)
     rate_per_s = rate if math.isfinite(rate) and rate > 0 else None
@@ -340,11 +371,12 @@ def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Ma
     toks = _lookup("max_num_batched_tokens", layers)
     chunked = _lookup("chunked_prefill", layers)
     gmu = _lookup("gpu_memory_utilization", layers)
-    limits = EngineLimits(max_num_seqs=int(seqs[0]) if seqs else lim.max_num_seqs,
-                          max_num_batched_tokens=int(toks[0]) if toks else lim.max_num_batched_tokens,
+    limits = EngineLimits(max_num_seqs=_int_field(seqs[0], "max_num_seqs", where) if seqs else lim.max_num_seqs,
+                          max_num_batched_tokens=_int_field(toks[0], "max_num_batched_tokens", where) if toks
+                          else lim.max_num_batched_tokens,
                           chunked_prefill=str(chunked[0]).lower() not in ("false", "0", "no") if chunked else True)
     base: dict[str, Any] = dict(source=fname, file=where, engine=engine, model=model, gpu=gpu, tp=tp, weight_dtype=wd, kv_dtype=kd,
-                load=load, limits=limits, gpu_memory_utilization=float(gmu[0]) if gmu else 0.92, rate_per_s=rate_per_s,
+                load=load, limits=limits, gpu_memory_utilization=_float_field(gmu[0], "gpu_memory_utilization", where) if gmu else 0.92, rate_per_s=rate_per_s,
                 requests=int(completed))
     out = [Measurement(id=f"{fname}#output_throughput", quantity="output_tokens_per_s",
                        value=_number(doc, "output_throughput", where), raw_metric="output_throughput", **base)]

@@ -40,6 +40,9 @@ def calibrate_cmd(
 
     if fmt not in ("text", "json"):
         raise typer.BadParameter("--format must be text or json")
+    from recommender.bounded import check_replaceable
+
+    check_replaceable(out, "--out")  # before the fit: a FIFO, device, folder or symlink is refused, never replaced
     defaults = {k: v for k, v in {"model": model, "gpu": gpu, "tp": tp, "weight_dtype": weight_dtype,
                                   "kv_dtype": kv_dtype, "max_num_seqs": max_num_seqs,
                                   "max_num_batched_tokens": max_num_batched_tokens}.items() if v is not None}

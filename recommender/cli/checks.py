@@ -19,7 +19,12 @@ PLOT_SUFFIXES = (".html", ".htm", ".svg", ".png")
 
 
 def check_writable_file(path: str, flag: str) -> None:
-    """``path`` can be created or overwritten: its folder exists and is writable, and it is not a folder."""
+    """``path`` can be created or overwritten: its folder exists and is writable, and it is absent or a regular
+    file (never a device node, FIFO or symlink the atomic writer would replace)."""
+    from recommender.bounded import check_replaceable
+
+    if not path.strip() or not path.isprintable():
+        raise ConfigError(f"{flag} {path!r}: give a file name (one printable line, not blank)")
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{flag} {path}: is a directory; give a file name")
@@ -28,10 +33,13 @@ def check_writable_file(path: str, flag: str) -> None:
         raise ConfigError(f"{flag} {path}: folder {parent} does not exist; create it first")
     if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise ConfigError(f"{flag} {path}: not writable; choose another path")
+    check_replaceable(p, flag)
 
 
 def check_writable_dir(path: str, flag: str) -> None:
     """``path`` is a writable folder, or a folder that can be created (its nearest existing parent is writable)."""
+    if not path.strip() or not path.isprintable():
+        raise ConfigError(f"{flag} {path!r}: give a folder name (one printable line, not blank)")
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{flag} {path}: exists and is not a directory")
@@ -53,10 +61,33 @@ def check_plot(path: str) -> None:
     check_writable_file(path, "--plot")
 
 
+def check_storage(storage: str | None, flag: str = "--storage") -> None:
+    """An Optuna / history storage: a URL, or a file that is absent or a regular file (a FIFO or device would
+    hang or be clobbered by SQLite / the journal writer)."""
+    if storage is None:
+        return
+    if not storage.strip() or not storage.isprintable():
+        raise ConfigError(f"{flag} {storage!r}: give a file name or a database URL (one printable line, not blank)")
+    if "://" in storage:
+        path = storage.split(":///", 1)[1] if storage.startswith("sqlite:///") else None
+    else:
+        path = storage
+    if path:
+        from recommender.bounded import NotAFileError
+
+        p = Path(path)
+        if p.exists() and not p.is_file():  # follows a symlink: a link to a regular file is fine for a database
+            raise NotAFileError(f"{flag} {storage}: is not a regular file (a folder, device, FIFO or socket); give "
+                                f"a database or journal file")
+
+
 def check_main_options(*, fmt: str, formats: Collection[str], top: int, workers: int, storage: str | None,
                        trials: int | None, seed: int, timeout: float | None, plot: str | None, report: str | None,
-                       emit: str | None) -> None:
+                       emit: str | None, verify: int | None = None) -> None:
     """Every main-job option that can be wrong on its own, checked before the search."""
+    check_storage(storage)
+    if verify is not None and not 0 <= verify <= 1000:
+        raise ConfigError(f"--verify {verify}: give how many plans to verify, from 0 (off) to 1000")
     if fmt not in formats:
         raise ConfigError(f"--format {fmt!r}: use one of {', '.join(formats)}")
     if top < 1:
@@ -72,13 +103,13 @@ def check_main_options(*, fmt: str, formats: Collection[str], top: int, workers:
     if workers > 1 and not storage:
         raise ConfigError(f"--workers {workers} needs --storage (e.g. --storage study.db, or a postgresql:// URL) "
                           "so the processes share trials")
-    if plot:
+    if plot is not None:
         check_plot(plot)
-    if report:
+    if report is not None:
         if Path(report).suffix.lower() not in (".html", ".htm"):
             raise ConfigError(f"--report {report}: the report is one HTML page; use a .html file name")
         check_writable_file(report, "--report")
-    if emit:
+    if emit is not None:
         check_writable_dir(emit, "--emit")
 
 

@@ -96,7 +96,9 @@ def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optio
     import json
     import math
 
+    from recommender.bounded import check_request_count
     from recommender.estimator import bench_run, raise_if_not_fit
+    from recommender.workload import MAX_TOKENS
     from recommender.perf.steady import Load
 
     if req.batch is not None or req.concurrency is not None or req.context_tokens is not None:
@@ -112,6 +114,10 @@ def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optio
             raise ConfigError(f"{name} {v}: must be at least 1")
     if not rate > 0 or not burstiness > 0:
         raise ConfigError(f"--request-rate {request_rate} / --burstiness {burstiness}: must be > 0")
+    check_request_count(n, "--num-prompts")
+    for name, v in (("--random-input-len", p_tok), ("--random-output-len", o_tok)):
+        if v > MAX_TOKENS:
+            raise ConfigError(f"{name} {v}: at most {MAX_TOKENS:,} tokens")
     base = dataclasses.replace(req, prompt_tokens=p_tok, output_tokens=o_tok)
     dep, _, est = estimate_request(base)
     raise_if_not_fit(dep, est)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from recommender.cli.app import app, fail, one_line_errors
+from recommender.errors import ConfigError
 
 if TYPE_CHECKING:
     from recommender.plan import Plan
@@ -84,12 +85,17 @@ def main_job(
     from recommender.workload import Slo, load_workload, workload_from_flags
 
     check_main_options(fmt=fmt, formats=RENDERERS, top=top, workers=workers, storage=storage, trials=trials,
-                       seed=seed, timeout=timeout, plot=plot, report=report, emit=emit)
+                       seed=seed, timeout=timeout, plot=plot, report=report, emit=emit, verify=verify)
     if emit:
         from recommender.deploy import normalise_formats
 
         emit_formats = normalise_formats(targets)  # a typo fails here, before the search
     slos = [Slo.parse(part) for s in slo for part in s.split(",") if part.strip()]  # tpot=30ms,ttft=2s
+    metrics = [s.metric for s in slos]
+    if len(set(metrics)) != len(metrics):  # flags override the file's SLO per metric; two flags on one would hide one
+        dup = next(m for m in metrics if metrics.count(m) > 1)
+        raise ConfigError(f"--slo: two limits on {dup} ({', '.join(str(s) for s in slos if s.metric == dup)}); give one "
+                          f"per metric")
     base = load_workload(workload) if workload else None
     w = workload_from_flags(
         base, model=model, gpus=[g for g in (gpus or "").split(",") if g.strip()] or None, rate_per_s=rate,
@@ -104,6 +110,8 @@ def main_job(
                               provider=provider)
     prof = resolve_profile(engine, profile)
     plan = recommend(w, settings=settings, profile=prof, policy=load_search_policy(policy))
+    if emit:  # before stdout: a refused folder must not follow a printed plan
+        _emit(emit, plan, workload or w.source, emit_formats)
     if fmt == "table":
         typer.echo(render_table(plan, width=None if wide else terminal_width()))
     else:
@@ -119,8 +127,6 @@ def main_job(
 
         write_report(report, plan, profile=prof)
         typer.echo(f"wrote {report}", err=True)
-    if emit:
-        _emit(emit, plan, workload or w.source, emit_formats)
 
 
 def _emit(emit: str, plan: Plan, source: str, formats: tuple[str, ...]) -> None:

@@ -20,7 +20,8 @@ from tabulate import tabulate
 from recommender import units
 from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
-from recommender.errors import ConfigError
+from recommender.cli.checks import check_storage
+from recommender.errors import ConfigError, RecommenderError
 from recommender.workload import Workload, load_workload
 
 # The re-planning library (SQLAlchemy, the Prometheus parser, ...) is imported inside the commands so
@@ -185,25 +186,34 @@ def replan_cmd(
     timeout_s = units.parse_duration_s(timeout, "--timeout") if timeout is not None else None
     if interval_s <= 0:
         raise ConfigError("--interval must be positive (e.g. 5m)")
+    if deployment is not None:
+        check_deployment_name(deployment)
+    check_storage(storage)
     plan = plans.load_current(current)
-    base = load_workload(workload) if workload is not None else None
     dep = deployment or deployment_name(plan)
-    plan = adopted_plan(out, dep) or plan
     url = storage_url(storage)
     history = History(url)
-    headers = auth_headers(bearer_token_file=bearer_token_file, bearer_token_env=bearer_token_env,
-                           basic_user=basic_auth_user, basic_password_file=basic_auth_password_file,
-                           basic_password_env=basic_auth_password_env)
-    source = open_source(list(traffic) + list(more_traffic or []), pol, state or default_state_path(storage),
-                         selector=selector, headers=headers, notify=lambda m: typer.echo(f"replan: {m}", err=True))
-    planner = search_planner(storage=None, study_name=f"replan:{dep}", profile_file=profile, trials=trials, seed=seed,
-                             timeout_s=timeout_s, history_url=url, deployment=dep)
-    prof = None
-    if profile is not None:
-        from recommender.profiles import resolve_profile
+    try:  # from here on every failure is a history row too (an 'error' run), then the one-line error
+        base = load_workload(workload) if workload is not None else None
+        plan = adopted_plan(out, dep) or plan
+        headers = auth_headers(bearer_token_file=bearer_token_file, bearer_token_env=bearer_token_env,
+                               basic_user=basic_auth_user, basic_password_file=basic_auth_password_file,
+                               basic_password_env=basic_auth_password_env)
+        source = open_source(list(traffic) + list(more_traffic or []), pol, state or default_state_path(storage),
+                             selector=selector, headers=headers, notify=lambda m: typer.echo(f"replan: {m}", err=True))
+        planner = search_planner(storage=None, study_name=f"replan:{dep}", profile_file=profile, trials=trials,
+                                 seed=seed, timeout_s=timeout_s, history_url=url, deployment=dep)
+        prof = None
+        if profile is not None:
+            from recommender.profiles import resolve_profile
 
-        prof = resolve_profile("vllm", profile)
-    predictor = model_predictor(profile=prof)
+            prof = resolve_profile("vllm", profile)
+        predictor = model_predictor(profile=prof)
+    except RecommenderError as e:
+        history.record(time_s=time.time(), deployment=dep, decision="error", wanted="",
+                       reason=f"{e}; keeping the current plan", observed=None, current=plan, proposed=None,
+                       usd_per_hour_current=plan.top.usd_per_hour)
+        raise
 
     def step(cur: Plan) -> ReplanResult:
         r = replan_once(current=cur, source=source, planner=planner, policy=pol, history=history, base=base,
@@ -226,7 +236,18 @@ def replan_cmd(
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # a row stored by an older version with an absurd time
+        return f"{t:.4g} s?"
+
+
+def check_deployment_name(name: str) -> str:
+    """``--deployment``: one printable line of at most 200 characters (the history column's width)."""
+    if not name.strip() or not name.isprintable() or len(name) > 200:
+        raise ConfigError(f"--deployment {name[:60]!r}: give one printable line of 1 to 200 characters "
+                          f"(no control or invisible characters)")
+    return name
 
 
 @app.command("history")
@@ -244,6 +265,7 @@ def history_cmd(
     fmt = options.choice(options.TableOrJson, fmt_name, "--format")
     if limit <= 0:
         raise ConfigError("--limit must be positive")
+    check_storage(storage)
     url = storage_url(storage)
     path = sqlite_path(url)
     if path is not None and not path.exists():

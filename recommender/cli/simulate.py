@@ -271,9 +271,16 @@ def simulate_cmd(
         from recommender import progress
 
         progress.configure(quiet=True)
+    from recommender.bounded import check_request_count
+
     fmt = options.choice(options.TextOrJson, fmt_name, "--format")
     if requests < 1 or warmup < 0 or warmup >= requests and trace is None:
         raise ConfigError(f"--requests {requests} / --warmup {warmup}: need at least one request after the warm-up")
+    check_request_count(requests, "--requests")
+    if timeseries is not None:  # before the run: a FIFO, device or symlink there is refused, never replaced
+        from recommender.bounded import check_replaceable
+
+        check_replaceable(timeseries, "--timeseries")
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
         raise ConfigError(f"--rate {rate}: requests per second must be > 0")
     if shared_prefix_fraction is not None and not 0.0 <= shared_prefix_fraction < 1.0:

@@ -19,10 +19,17 @@ Objects, in apply order:
 The default traffic source is a Prometheus server scraping the engine pods, scoped with
 ``model_name="<served model name>"`` (vLLM's own label); every string from the plan or the user that
 reaches ``args`` is escaped for Kubernetes (``$`` -> ``$$``).
+
+The options are validated as what they are when built (:class:`ReplanJobOptions`): ``traffic`` an
+``http(s)://`` /metrics URL or a ``prometheus+http(s)://`` server (no ``file://``, no blank, no whitespace
+or control characters, no credentials in the URL), ``image`` an image reference (``registry/name:tag`` or
+``@sha256:<64 hex>``, nothing else: no ``$(VAR)``, spaces or newlines), ``schedule`` five cron fields,
+``selector`` one line, ``history_secret`` a Kubernetes object name. The header comment shows them escaped.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,12 +37,38 @@ import yaml
 
 from recommender.deploy.k8s import NoAliasDumper, deployment_name, plan_annotations, plan_labels
 from recommender.deploy.spec import DeploySpec, comment_lines, k8s_escape
+from recommender.errors import DeployError
+from recommender.httpread import parse_http_url, printable
 
 DEFAULT_SCHEDULE = "*/5 * * * *"
 DEFAULT_TRAFFIC = "prometheus+http://prometheus-operated.monitoring.svc:9090"
 DEFAULT_IMAGE = "recommender:latest"  # the repository's Dockerfile (docs/docker.md); pin a digest in production
 DATA_PATH = "/data"
 PLAN_PATH = "/plan"
+#: an OCI image reference: [host[:port]/]path[:tag][@sha256:digest] (the distribution spec's grammar, simplified)
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REF = re.compile(rf"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{{1,5}})?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+                       rf"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@sha256:[0-9a-f]{{64}})?$")
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?-]{1,64}$")
+_DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def check_traffic_url(traffic: str, what: str = "--traffic") -> str:
+    """A CronJob's traffic source: a ``prometheus+http(s)://`` server or an ``http(s)://`` /metrics URL."""
+    t = traffic.strip()
+    if not t:
+        raise DeployError(f"{what} is blank; give the Prometheus server (prometheus+http://host:9090) or a vLLM "
+                          f"/metrics URL the CronJob reads")
+    url = t[len("prometheus+"):] if t.lower().startswith("prometheus+") else t
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme not in ("http", "https") or "\n" in t:
+        raise DeployError(f"{what} '{printable(t)}': the CronJob reads traffic over HTTP only; give "
+                          f"prometheus+http(s)://host:port or http(s)://pod:8000/metrics (no file:// or log paths)")
+    try:
+        parse_http_url(url, what)
+    except Exception as e:  # noqa: BLE001 - ConfigError from the URL check, worded for deploy
+        raise DeployError(str(e)) from None
+    return t
 
 
 @dataclass(frozen=True)
@@ -50,6 +83,24 @@ class ReplanJobOptions:
     history_secret: str | None = None
     apply: bool = False
     image: str = DEFAULT_IMAGE
+
+    def __post_init__(self) -> None:
+        fields = self.schedule.split()
+        if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields) or not self.schedule.isprintable():
+            raise DeployError(f"--schedule '{printable(self.schedule)}' is not a five-field cron schedule; use e.g. "
+                              f"'*/5 * * * *'")
+        check_traffic_url(self.traffic)
+        if self.traffic != self.traffic.strip():
+            raise DeployError(f"--traffic '{printable(self.traffic)}' has leading or trailing whitespace")
+        if not IMAGE_REF.fullmatch(self.image) or len(self.image) > 255:
+            raise DeployError(f"--replan-image '{printable(self.image)}' is not an image reference "
+                              f"(registry/name:tag or name@sha256:<64 hex>; no spaces, '$' or line breaks)")
+        if self.selector is not None and (not self.selector.isprintable() or len(self.selector) > 1000):
+            raise DeployError(f"--selector '{printable(self.selector)}' must be one printable line of at most 1000 "
+                              f"characters")
+        if self.history_secret is not None and not _DNS_NAME.fullmatch(self.history_secret):
+            raise DeployError(f"--history-secret '{printable(self.history_secret)}' is not a Kubernetes object name "
+                              f"(lowercase letters, digits, '-', '.')")
 
 
 def _labels(spec: DeploySpec) -> dict[str, str]:
@@ -132,7 +183,8 @@ def render_replan_cronjob(spec: DeploySpec, plan_json: str, opts: ReplanJobOptio
     what = "patches the engine Deployments' replicas within the policy" if opts.apply else \
         "writes the proposal to the volume (apply it yourself, or deploy with --apply)"
     header = "\n".join(comment_lines(spec)) + (
-        f"\n# Re-planner: runs `recommend replan` on schedule {opts.schedule!r} against {opts.traffic}; {what}."
+        f"\n# Re-planner: runs `recommend replan` on schedule '{printable(opts.schedule)}' against "
+        f"{printable(opts.traffic)}; {what}."
         "\n# Apply with: kubectl apply -f replan-cronjob.yaml (in the namespace of the model server)\n")
     body = yaml.dump_all(manifests(spec, plan_json, opts), Dumper=NoAliasDumper, sort_keys=False,
                          default_flow_style=False, width=1_000_000)

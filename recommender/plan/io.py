@@ -226,6 +226,11 @@ MAX_REPLICAS = 100_000
 MAX_TP = 1024
 MAX_ENGINE_SEQS = 1_000_000
 MAX_ENGINE_TOKENS = 100_000_000
+#: prices: a GPU-hour above $1,000 or a deployment above $10M/h is a corrupt plan; the engine's memory share
+#: below 5% of a GPU cannot hold any model's weights
+MAX_USD_PER_GPU_HOUR = 1000.0
+MAX_USD_PER_HOUR = 1e7
+MIN_GPU_MEMORY_UTILIZATION = 0.05
 
 
 def _check(plan: Plan, where: str) -> None:
@@ -242,6 +247,55 @@ def _check(plan: Plan, where: str) -> None:
     ranks = [r.rank for r in plan.rows]
     if len(set(ranks)) != len(ranks):
         raise ConfigError(f"{where}: duplicate plan ranks {sorted(ranks)}")
+    for key in ("name", "model"):  # they reach the terminal and the history key (source and hf_repo: deploy escapes)
+        text = getattr(plan.workload, key, None)
+        if isinstance(text, str) and (not text.isprintable() or len(text) > 4096):
+            raise ConfigError(f"{where}: workload.{key} must be one printable line (no control or invisible "
+                              f"characters) of at most 4096 characters; {_HINT}")
+    cd = plan.workload.checkpoint_dtype
+    if cd is not None and cd not in WEIGHT_DTYPES:
+        raise ConfigError(f"{where}: workload.checkpoint_dtype {cd!r} is not one of {', '.join(WEIGHT_DTYPES)}; {_HINT}")
+    for row in plan.rows:
+        _check_row(row, f"{where}: plan {row.id!r}")
+
+
+def _nonneg(value: float | None, name: str, where: str, limit: float) -> None:
+    if value is not None and not (math.isfinite(value) and 0 <= value <= limit):
+        raise ConfigError(f"{where}: {name} must be between 0 and {limit:g}, got {value:g}; {_HINT}")
+
+
+def _check_row(row: PlanRow, where: str) -> None:
+    """Cross-field checks: TP within the GPU's interconnect domain (catalog GPUs), prices and figures
+    non-negative, the row's USD/h the sum of its pools' (when all are priced)."""
+    from recommender.catalog import default_catalog
+    from recommender.errors import CatalogError
+
+    cat = default_catalog()
+    for p in row.pools:
+        pw = f"{where} pool {p.role.value}"
+        try:
+            gpu = cat.gpu(p.gpu)
+        except CatalogError:
+            gpu = None  # a GPU outside the catalog: deploy refuses it; nothing to compare here
+        if gpu is not None and p.tp > gpu.interconnect.gpus_per_domain:
+            raise ConfigError(f"{pw}: tp {p.tp} exceeds {gpu.id}'s interconnect domain of "
+                              f"{gpu.interconnect.gpus_per_domain} GPUs ({gpu.interconnect.kind}); {_HINT}")
+        _nonneg(p.usd_per_gpu_hour, "usd_per_gpu_hour", pw, MAX_USD_PER_GPU_HOUR)
+        if p.rental is not None:
+            r = p.rental
+            _nonneg(r.usd_per_instance_hour, "rental.usd_per_instance_hour", pw, MAX_USD_PER_GPU_HOUR * 1000)
+            _nonneg(r.usd_per_hour, "rental.usd_per_hour", pw, MAX_USD_PER_HOUR)
+        _nonneg(p.kv_capacity_tokens, "kv_capacity_tokens", pw, 1e15)
+    _nonneg(row.usd_per_hour, "usd_per_hour", where, MAX_USD_PER_HOUR)
+    for name in ("usd_per_million_output_tokens", "usd_per_million_tokens", "ttft_s", "tpot_s", "e2e_s",
+                 "output_tokens_per_s", "load_utilisation"):
+        _nonneg(getattr(row, name, None), name, where, 1e15)
+    pool_usd = [p.usd_per_hour for p in row.pools]
+    if row.usd_per_hour is not None and all(u is not None for u in pool_usd):
+        total = sum(u for u in pool_usd if u is not None)
+        if abs(total - row.usd_per_hour) > 0.01 + 1e-3 * total:
+            raise ConfigError(f"{where}: usd_per_hour {row.usd_per_hour:g} is not the sum of its pools' "
+                              f"({total:g}); {_HINT}")
 
 
 def _check_pool(p: Pool, max_model_len: int, where: str) -> None:
@@ -266,5 +320,6 @@ def _check_pool(p: Pool, max_model_len: int, where: str) -> None:
         raise ConfigError(f"{where}: with chunked prefill off vLLM requires max_num_batched_tokens "
                           f"({p.max_num_batched_tokens}) >= max_model_len ({max_model_len}); pick a plan with chunked "
                           f"prefill or a larger token budget")
-    if not 0.0 < p.gpu_memory_utilization <= 1.0:
-        raise ConfigError(f"{where}: gpu_memory_utilization must be in (0, 1], got {p.gpu_memory_utilization}")
+    if not MIN_GPU_MEMORY_UTILIZATION <= p.gpu_memory_utilization <= 1.0:
+        raise ConfigError(f"{where}: gpu_memory_utilization must be in [{MIN_GPU_MEMORY_UTILIZATION}, 1], got "
+                          f"{p.gpu_memory_utilization:g}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import ssl
 import urllib.error
 import urllib.request
@@ -85,6 +86,9 @@ def apply_replicas(current: Plan, adopted: Plan, deployments: Sequence[str]) -> 
     if not plans.same_shape(old, new):
         return (f"not applied: {plans.describe(adopted)} is a new deployment shape (not just replicas); "
                 f"roll out the written files")
+    for name in deployments:  # it becomes a path segment of the API URL: a Kubernetes object name only
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", name):
+            raise ConfigError(f"--apply-to {name[:80]!r} is not a Deployment name (lowercase letters, digits, '-', '.')")
     counts = new.pool_replicas
     if len(counts) != len(deployments):
         raise ConfigError(f"--apply-to names {len(deployments)} Deployment(s) but the plan has {len(counts)} "

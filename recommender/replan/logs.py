@@ -35,6 +35,8 @@ from numpy.typing import ArrayLike
 from recommender.bounded import load_json_text, read_file_text
 from recommender.errors import ConfigError, TrafficSourceError
 from recommender.replan.observation import InsufficientDataError, LengthObservation, Observation, RatePoint
+from recommender.units import MAX_UNIX_S
+from recommender.workload import MAX_TOKENS
 
 _TIME = ("timestamp", "time", "ts", "arrival_time", "created")
 _PROMPT = ("prompt_tokens", "contexttokens", "input_tokens", "prompt_len")
@@ -118,10 +120,18 @@ def parse_timestamp_s(value: object, where: str) -> float:
                                          f"2023-11-16 18:15:46.68 or unix seconds)") from None
             if dt.tzinfo is None:
                 dt = dt.replace(tzinfo=timezone.utc)
-            return dt.timestamp()
+            return _sane_time(dt.timestamp(), s, where)
     if not math.isfinite(x):
         raise TrafficSourceError(f"{where}: timestamp {value!r} is not finite")
-    return x / 1000.0 if x > 1e11 else x
+    return _sane_time(x / 1000.0 if x > 1e11 else x, value, where)
+
+
+def _sane_time(t: float, value: object, where: str) -> float:
+    """Unix seconds from 0 (also a relative log's start) to 2100-01-01 (``units.MAX_UNIX_S``); else one line."""
+    if not 0 <= t <= MAX_UNIX_S:
+        raise TrafficSourceError(f"{where}: timestamp {str(value)[:40]!r} is {t:.4g} s, outside 0..{MAX_UNIX_S:.0f} s "
+                                 f"(1970 to 2100); give unix seconds, milliseconds or ISO 8601")
+    return t
 
 
 def _tokens(value: object, where: str, column: str) -> int:
@@ -129,8 +139,8 @@ def _tokens(value: object, where: str, column: str) -> int:
         n = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise TrafficSourceError(f"{where}: {column} {value!r} is not a token count") from None
-    if not math.isfinite(n) or n < 0:
-        raise TrafficSourceError(f"{where}: {column} {value!r} is not a non-negative token count")
+    if not math.isfinite(n) or n < 0 or n > MAX_TOKENS:
+        raise TrafficSourceError(f"{where}: {column} {str(value)[:40]!r} is not a non-negative token count up to {MAX_TOKENS:,}")
     return int(n)
 
 
@@ -165,7 +175,9 @@ def _parse(text: str, where: str) -> RequestLog:
     stripped = text.lstrip()
     if stripped.startswith("{"):
         cols: tuple[str, str, str] | None = None
-        for i, line in enumerate(text.splitlines(), 1):
+        # split on LF only: str.splitlines() would also cut at U+2028 / U+0085 inside a JSON string
+        for i, line in enumerate(text.split("\n"), 1):
+            line = line.removesuffix("\r")
             if not line.strip():
                 continue
             try:
@@ -203,7 +215,7 @@ def _parse_csv(text: str, where: str) -> RequestLog:
     ts: list[float] = []
     pr: list[int] = []
     out: list[int] = []
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(io.StringIO(text, newline=None))  # universal newlines: CR-only (old Mac) files too
     header = next(reader)
     keys = {h.strip().lower(): str(j) for j, h in enumerate(header)}
     it, ip, io_ = (int(_pick(keys, names, what, f"{where}:1")) for names, what in
@@ -313,7 +325,10 @@ class RequestLogSource:
     def load(self) -> RequestLog:
         if self.log is not None:
             return self.log
-        logs = [read_request_log(p) for p in self.paths]
+        unique: dict[str, str] = {}
+        for p in self.paths:
+            unique.setdefault(str(Path(p).resolve()), p)
+        logs = [read_request_log(p) for p in unique.values()]  # the same file named twice would count twice
         merged = logs[0]
         for other in logs[1:]:
             merged = merged.merged(other)

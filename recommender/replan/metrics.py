@@ -21,8 +21,6 @@ from __future__ import annotations
 import json
 import math
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -31,10 +29,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from recommender.atomic import atomic_write_text
 from recommender.bounded import fetch_url_bytes, load_json_text, read_file_text
-from recommender.errors import ConfigError, TrafficSourceError
+from recommender.errors import ConfigError, RecommenderError, TrafficSourceError
+from recommender.httpread import HttpStatusError, printable
 from recommender.replan.filelock import locked
+from recommender.units import MAX_UNIX_S
 from recommender.replan.observation import (
-    EMPTY_HISTOGRAM, Histogram, InsufficientDataError, LengthObservation, Observation, RatePoint,
+    EMPTY_HISTOGRAM, MAX_GAUGE_REQUESTS, Histogram, InsufficientDataError, LengthObservation, Observation, RatePoint,
+    check_histogram, check_number,
 )
 
 COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total")
@@ -50,6 +51,10 @@ HISTOGRAMS = {
 }
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 STATE_VERSION = 1
+#: largest counter value read (tokens served since a pod started): 1e18 is ~30 years at 1e9 tokens/s
+MAX_COUNTER = 1e18
+#: the state holds one scrape per URL (a few kB each)
+MAX_STATE_BYTES = 16 * 1024**2
 
 Fetch = Callable[..., str]  # (url, timeout_s[, headers]) -> body
 
@@ -73,10 +78,21 @@ class Scrape:
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "Scrape":
-        return Scrape(str(d["url"]), float(d["time_s"]), {k: float(v) for k, v in d["counters"].items()},
-                      {k: Histogram.from_json(h) for k, h in d["histograms"].items()},
-                      {k: float(v) for k, v in d["gauges"].items()},
-                      None if d.get("created_s") is None else float(d["created_s"]), tuple(d.get("models", ())))
+        """A saved scrape, held to the same physics as a fresh one (a hand-edited state cannot fake traffic)."""
+        url = str(d["url"])
+        what = f"saved scrape of {url[:80]}"
+        time_s = check_number(d["time_s"], f"{what}: time_s", limit=MAX_UNIX_S, unit=" s")
+        counters = {str(k): check_number(v, f"{what}: counter {k}", limit=MAX_COUNTER) for k, v in d["counters"].items()}
+        missing = [n for n in COUNTERS if n not in counters]
+        if missing or any(n not in d["histograms"] for n in HISTOGRAMS):
+            raise KeyError(f"{what} lacks {', '.join(missing) or 'a histogram'}")
+        hist = {str(k): check_histogram(Histogram.from_json(h), f"{what}: histogram {k}")
+                for k, h in d["histograms"].items()}
+        gauges = {str(k): check_number(v, f"{what}: gauge {k}", limit=MAX_GAUGE_REQUESTS) for k, v in d["gauges"].items()}
+        created = d.get("created_s")
+        return Scrape(url, time_s, counters, hist, gauges,
+                      None if created is None else check_number(created, f"{what}: created_s", limit=MAX_UNIX_S),
+                      tuple(str(m) for m in d.get("models", ())))
 
 
 def parse_exposition(text: str, url: str, time_s: float) -> Scrape:
@@ -120,7 +136,19 @@ def parse_exposition(text: str, url: str, time_s: float) -> Scrape:
         edges = tuple(sorted(buckets[name]))
         if not edges or not math.isinf(edges[-1]):
             raise TrafficSourceError(f"metrics endpoint {url}: histogram {name} has no le=\"+Inf\" bucket")
-        histograms[name] = Histogram(edges, tuple(buckets[name][e] for e in edges), sums[f"{name}_sum"])
+        h = check_histogram(Histogram(edges, tuple(buckets[name][e] for e in edges), sums[f"{name}_sum"]),
+                            f"metrics endpoint {url}: histogram {name}")
+        if abs(h.count - sums[f"{name}_count"]) > 1e-6 * max(1.0, h.count):
+            raise TrafficSourceError(f"metrics endpoint {url}: histogram {name} counts {h.count:g} in its +Inf bucket "
+                                     f"but {sums[f'{name}_count']:g} in {name}_count; they must agree")
+        histograms[name] = h
+    for n in (*COUNTERS, *PREFIX_COUNTERS, *(f"{h}_count" for h in HISTOGRAMS)):
+        if n in sums:
+            check_number(sums[n], f"metrics endpoint {url}: counter {n}", limit=MAX_COUNTER)
+    for n in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+        check_number(sums[n], f"metrics endpoint {url}: gauge {n}", limit=MAX_GAUGE_REQUESTS)
+    for v in kv_usage or [sums["vllm:kv_cache_usage_perc"]]:
+        check_number(v, f"metrics endpoint {url}: gauge vllm:kv_cache_usage_perc", limit=1.0 + 1e-9)
     gauges = {"vllm:num_requests_running": sums["vllm:num_requests_running"],
               "vllm:num_requests_waiting": sums["vllm:num_requests_waiting"],
               "vllm:kv_cache_usage_perc": max(kv_usage) if kv_usage else sums["vllm:kv_cache_usage_perc"]}
@@ -136,16 +164,14 @@ def fetch_url(url: str, timeout_s: float, headers: Mapping[str, str] | None = No
     a TrafficSourceError (the message never repeats the headers)."""
     try:
         body = fetch_url_bytes(url, timeout_s, "metrics endpoint", headers=headers)
-    except ConfigError as e:
-        raise TrafficSourceError(str(e)) from None
-    except urllib.error.HTTPError as e:
+    except HttpStatusError as e:
         hint = ("check the credentials (--bearer-token-file / --bearer-token-env / --basic-auth-user)"
                 if e.code in (401, 403) else "check the URL (vLLM serves /metrics on its API port)")
-        raise TrafficSourceError(f"metrics endpoint {url} answered HTTP {e.code} {e.reason}; {hint}") from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        reason = getattr(e, "reason", e)
-        raise TrafficSourceError(f"metrics endpoint {url} is unreachable ({reason}); check the URL and that "
-                                 f"the server is up") from None
+        raise TrafficSourceError(f"{e}; {hint}") from None
+    except ConfigError as e:  # deadline, size limit, malformed answer, redirect elsewhere, unreachable
+        raise TrafficSourceError(str(e)) from None
+    except (OSError, ValueError) as e:  # not expected from http_get; never a traceback in a --watch loop
+        raise TrafficSourceError(f"metrics endpoint {printable(url)} could not be read ({e})") from None
     text: str = body.decode("utf-8", errors="replace")
     return text
 
@@ -158,13 +184,13 @@ def load_state(path: Path) -> dict[str, Scrape]:
     try:
         if not path.exists():
             return {}
-        doc = load_json_text(read_file_text(path, "replan state file"), str(path))
-    except (OSError, ValueError) as e:
+        doc = load_json_text(read_file_text(path, "replan state file", limit=MAX_STATE_BYTES), str(path))
+    except (OSError, ValueError, RecommenderError) as e:
         raise TrafficSourceError(f"replan state file {path} is unreadable ({e}); delete it to start a fresh "
                                  f"baseline") from None
     try:
-        return {url: Scrape.from_json(s) for url, s in doc.get("scrapes", {}).items()}
-    except (KeyError, TypeError, ValueError) as e:
+        return {str(url): Scrape.from_json(s) for url, s in doc.get("scrapes", {}).items()}
+    except (KeyError, TypeError, ValueError, AttributeError, RecommenderError) as e:
         raise TrafficSourceError(f"replan state file {path} is malformed ({e}); delete it to start a fresh "
                                  f"baseline") from None
 
@@ -176,13 +202,17 @@ def save_state(path: Path, scrapes: Mapping[str, Scrape]) -> None:
     concurrent runs sharing one state file each add their URLs and none is lost."""
     try:
         with locked(path):
-            old = {}
+            old: Any = {}
             try:
-                old = load_json_text(read_file_text(path, "replan state file"), str(path)).get("scrapes", {})
+                old = load_json_text(read_file_text(path, "replan state file", limit=MAX_STATE_BYTES),
+                                     str(path)).get("scrapes", {})
             except (OSError, ValueError, AttributeError):
                 old = {}
+            if not isinstance(old, dict):
+                old = {}
             old.update({url: s.to_json() for url, s in scrapes.items()})
-            atomic_write_text(path, json.dumps({"version": STATE_VERSION, "scrapes": old}, indent=1))
+            atomic_write_text(path, json.dumps({"version": STATE_VERSION, "scrapes": old}, indent=1),
+                              what="replan state file")
     except ConfigError as e:
         raise TrafficSourceError(f"replan state file {path} cannot be updated: {e}") from None
 
@@ -201,13 +231,20 @@ class Delta:
     notes: tuple[str, ...] = field(default=())
 
 
+def _fell(prev: Histogram, cur: Histogram) -> bool:
+    """Any bucket or the sum of ``cur`` below ``prev`` (a reset; the difference would be negative)."""
+    if prev.upper_edges != cur.upper_edges:
+        return False  # minus() names the changed edges
+    return cur.sum_value < prev.sum_value or any(c < p for c, p in zip(cur.cumulative_counts, prev.cumulative_counts))
+
+
 def diff(prev: Scrape, cur: Scrape) -> Delta:
     """``cur - prev``; a restart (``_created`` moved or a counter decreased) uses ``cur`` as the delta."""
     restarted_at = None
     if cur.created_s is not None and prev.created_s is not None and cur.created_s > prev.created_s + 1e-6:
         restarted_at = cur.created_s
     went_down = [n for n in COUNTERS if cur.counters[n] < prev.counters[n]]
-    went_down += [n for n in HISTOGRAMS if cur.histograms[n].count < prev.histograms[n].count]
+    went_down += [n for n in HISTOGRAMS if _fell(prev.histograms[n], cur.histograms[n])]
     if restarted_at is not None or went_down:
         start = restarted_at if restarted_at is not None and prev.time_s < restarted_at < cur.time_s else prev.time_s
         why = f"counters went down ({', '.join(went_down)})" if went_down else "its _created timestamp moved"
@@ -217,7 +254,8 @@ def diff(prev: Scrape, cur: Scrape) -> Delta:
     counters = {n: cur.counters[n] - prev.counters[n] for n in COUNTERS}
     if all(n in cur.counters and n in prev.counters and cur.counters[n] >= prev.counters[n] for n in PREFIX_COUNTERS):
         counters.update({n: cur.counters[n] - prev.counters[n] for n in PREFIX_COUNTERS})
-    hist = {n: cur.histograms[n].minus(prev.histograms[n]) for n in HISTOGRAMS}
+    hist = {n: check_histogram(cur.histograms[n].minus(prev.histograms[n]), f"{cur.url}: {n} increase", tolerant=True)
+            for n in HISTOGRAMS}
     return Delta(cur.url, cur.time_s - prev.time_s, counters, hist)
 
 

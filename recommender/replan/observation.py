@@ -17,9 +17,97 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from recommender.errors import TrafficSourceError
+from recommender.units import MAX_UNIX_S
 from recommender.workload import LengthDist
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+
+#: physics limits of what a traffic source may report (above them the answer is refused, not acted on):
+#: a million finished requests a second, ten billion tokens a second, 1e15 observations in a histogram
+#: and a million requests running or queued are far beyond any deployment this tool plans.
+MAX_REQUESTS_PER_S = 1e6
+MAX_TOKENS_PER_S = 1e10
+MAX_OBSERVATIONS = 1e15
+MAX_GAUGE_REQUESTS = 1e6
+#: a cumulative bucket may fall by this share of the total (Prometheus' extrapolated increase() per bucket);
+#: it is then made monotone as histogram_quantile does; a larger fall is refused
+MONOTONE_TOLERANCE = 1e-3
+
+
+def check_number(value: object, what: str, *, limit: float, unit: str = "") -> float:
+    """``value`` as a finite float in [0, limit], else a one-line TrafficSourceError naming ``what`` and the limit."""
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TrafficSourceError(f"{what}: {str(value)[:40]!r} is not a number") from None
+    if not math.isfinite(x) or x < 0 or x > limit:
+        raise TrafficSourceError(f"{what} is {x:g}{unit}: a traffic reading must be finite, non-negative and at most "
+                                 f"{limit:g}{unit}; refused, keeping the current plan")
+    return x
+
+
+def check_histogram(h: "Histogram", what: str, *, tolerant: bool = False) -> "Histogram":
+    """``h`` if its shape and values are physical: ascending non-negative finite edges ending in +Inf, finite
+    non-negative cumulative counts that never fall, a finite non-negative sum; else a one-line
+    TrafficSourceError. ``tolerant``: falls up to ``MONOTONE_TOLERANCE`` of the total are evened out
+    (running maximum) instead of refused."""
+    edges, counts = h.upper_edges, h.cumulative_counts
+    if not edges:
+        return h
+    if len(edges) != len(counts):
+        raise TrafficSourceError(f"{what}: {len(edges)} bucket edges but {len(counts)} counts")
+    if not math.isinf(edges[-1]) or edges[-1] < 0:
+        raise TrafficSourceError(f"{what} has no le=\"+Inf\" bucket")
+    prev_e = -1.0
+    for e in edges[:-1]:
+        if not math.isfinite(e) or e < 0:
+            raise TrafficSourceError(f"{what} has the bucket edge le={e:g}; edges must be finite and non-negative")
+        if e <= prev_e:
+            raise TrafficSourceError(f"{what}: bucket edges are not strictly ascending (le={e:g} after {prev_e:g})")
+        prev_e = e
+    for c in counts:
+        check_number(c, f"{what} bucket count", limit=MAX_OBSERVATIONS)
+    check_number(h.sum_value, f"{what} sum", limit=1e300)
+    fixed: list[float] = []
+    top = 0.0
+    for e, c in zip(edges, counts):
+        if c < top:
+            if not tolerant or top - c > MONOTONE_TOLERANCE * max(counts[-1], 1.0):
+                raise TrafficSourceError(f"{what}: cumulative bucket counts fall (le={e:g} has {c:g} < {top:g}); "
+                                         f"a histogram's buckets never do")
+            c = top
+        top = c
+        fixed.append(c)
+    return h if tuple(fixed) == counts else Histogram(edges, tuple(fixed), h.sum_value)
+
+
+def check_observation(obs: "Observation") -> "Observation":
+    """The observation if every figure is physical (see the limits above); else a one-line TrafficSourceError.
+    Every source's answer passes here before the re-planner uses it."""
+    src = f"{obs.source} traffic at {', '.join(obs.where)[:120]}"
+    check_number(obs.window_s, f"{src}: window", limit=1e9, unit=" s")
+    if not (math.isfinite(obs.end_s) and 0 <= obs.end_s <= MAX_UNIX_S):
+        raise TrafficSourceError(f"{src}: window end {obs.end_s:g} s is not a unix time between 1970 and 2100")
+    check_number(obs.requests, f"{src}: finished requests", limit=MAX_REQUESTS_PER_S * max(obs.window_s, 1.0))
+    check_number(obs.arrival_rate_per_s, f"{src}: arrival rate", limit=MAX_REQUESTS_PER_S, unit=" req/s")
+    check_number(obs.prompt_tokens_per_s, f"{src}: prompt token rate", limit=MAX_TOKENS_PER_S, unit=" tokens/s")
+    check_number(obs.output_tokens_per_s, f"{src}: output token rate", limit=MAX_TOKENS_PER_S, unit=" tokens/s")
+    for p in obs.rate_points:
+        check_number(p.rate_per_s, f"{src}: sub-window rate", limit=MAX_REQUESTS_PER_S, unit=" req/s")
+        check_number(p.duration_s, f"{src}: sub-window length", limit=1e9, unit=" s")
+        if not (math.isfinite(p.end_s) and 0 <= p.end_s <= MAX_UNIX_S):
+            raise TrafficSourceError(f"{src}: sub-window end {p.end_s:g} s is not a unix time between 1970 and 2100")
+    for key, lo in (("prompt tokens", obs.prompt_tokens), ("output tokens", obs.output_tokens)):
+        check_number(lo.mean_tokens, f"{src}: mean {key}", limit=1e9, unit=" tokens")
+        if lo.histogram is not None:
+            check_histogram(lo.histogram, f"{src}: {key} histogram")
+    for metric, h in obs.latency.items():
+        check_histogram(h, f"{src}: {metric} histogram")
+    for name, v in obs.gauges.items():
+        check_number(v, f"{src}: gauge {name}", limit=MAX_GAUGE_REQUESTS)
+    if obs.prefix_share is not None:
+        check_number(obs.prefix_share, f"{src}: prefix-cache share", limit=1.0)
+    return obs
 
 
 class InsufficientDataError(TrafficSourceError):

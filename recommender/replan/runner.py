@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from recommender.atomic import atomic_write_text
-from recommender.errors import RecommenderError, TrafficSourceError
+from recommender.errors import RecommenderError
 from recommender.plan import Plan, dump_plan, plan_document
 from recommender.replan import plans
 from recommender.replan.history import History, Transaction
-from recommender.replan.observation import InsufficientDataError
+from recommender.replan.observation import InsufficientDataError, check_observation
 from recommender.replan.observe import (
     base_workload_from_plan, forecast_rate_per_s, merge_points, observed_workload, rate_points_from_observed,
     slo_attainment, slo_risks,
@@ -221,11 +221,14 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
         return ReplanResult(decision, reason, current, proposed, observed, code, t, written)
 
     try:
-        obs = source.observe()
+        obs = check_observation(source.observe())  # shape and physics before any use
     except InsufficientDataError as e:
         return finish("unchanged", "", str(e), e.exit_code, clock())
-    except TrafficSourceError as e:
+    except RecommenderError as e:  # unreachable, malformed, refused readings, a special file as the state
         return finish("error", "", f"{e}; keeping the current plan", e.exit_code, clock())
+    except Exception as e:  # noqa: BLE001 - a source bug must not kill a --watch loop or skip its history row
+        return finish("error", "", f"traffic source failed ({type(e).__name__}: {e}); keeping the current plan",
+                      2, clock())
     now = obs.end_s
     window = obs.window
     past_records = history.list(deployment=dep, limit=max(50, 4 * policy.scale_down_windows))
@@ -326,13 +329,20 @@ def watch(step: Callable[[Plan], ReplanResult], current: Plan, interval_s: float
           iterations: int | None = None) -> ReplanResult | None:
     """Run ``step(current)`` every ``interval_s`` until interrupted (or ``iterations`` runs).
 
-    After a change the adopted plan becomes the current one. Errors are reported and the loop goes on.
+    After a change the adopted plan becomes the current one. Errors are reported and the loop goes on (a cycle
+    that raises, e.g. the history database being unreachable, becomes an 'error' result; KeyboardInterrupt ends it).
     """
     last = None
     n = 0
     while iterations is None or n < iterations:
         started = time.monotonic()
-        last = step(current)
+        try:
+            last = step(current)
+        except RecommenderError as e:  # e.g. the history database went away: report, keep watching
+            last = ReplanResult("error", f"{e}; keeping the current plan", current, None, None, e.exit_code, time.time())
+        except Exception as e:  # noqa: BLE001 - one failed cycle must not end the loop
+            last = ReplanResult("error", f"run failed ({type(e).__name__}: {e}); keeping the current plan", current,
+                                None, None, 2, time.time())
         on_result(last)
         if last.changed and last.proposed is not None:
             current = last.proposed

@@ -55,6 +55,10 @@ def open_source(specs: Sequence[str], policy: Policy, state_path: Path, *, selec
     every HTTP request; ``notify`` hears about waits (a /metrics source's first scrape)."""
     if not specs:
         raise ConfigError("no --traffic source given: pass vLLM /metrics URL(s) or request-log file(s)")
+    if any(not s.strip() or not s.isprintable() for s in specs):
+        bad = next(s for s in specs if not s.strip() or not s.isprintable())
+        raise ConfigError(f"--traffic {bad[:80]!r}: give a /metrics URL, a Prometheus server or a request-log file "
+                          f"(one printable line, not blank)")
     specs = list(dict.fromkeys(s.strip() for s in specs))  # the same replica twice would count twice
     kinds = {kind_of(s) for s in specs}
     if len(kinds) > 1:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import optuna
 
 from recommender import progress
+from recommender.errors import ConfigError
 from recommender.search.evaluate import Evaluation, SearchContext, evaluate
 from recommender.search.policy import StudySettings
 from recommender.search.space import Candidate, SpaceChoices
@@ -113,6 +115,33 @@ def completed_candidates(study: optuna.Study, *, keep: int | None = None) -> tup
     return chosen, len(trials)
 
 
+def check_journal(path: str) -> None:
+    """A journal file that exists must be a regular file whose complete lines are JSON objects with one of
+    Optuna's ``op_code`` values (its records; an unknown one ends in Optuna's "Should not reach" assertion); garbage appended or a line cut in the middle is one ConfigError naming the
+    file and the line (Optuna itself would fail with an AssertionError or a bare JSON message). A last line
+    without its newline is a write in progress and is left to Optuna, as Optuna does."""
+    import json
+
+    from recommender.bounded import read_file_bytes
+
+    p = Path(path)
+    if not p.exists():
+        return
+    from optuna.storages.journal._storage import JournalOperation
+
+    op_codes = {int(o.value) for o in JournalOperation}
+    data = read_file_bytes(p, "--storage journal file")
+    lines = data.split(b"\n")
+    for i, raw in enumerate(lines[:-1], start=1):
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            rec = None
+        if not isinstance(rec, dict) or rec.get("op_code") not in op_codes or isinstance(rec.get("op_code"), bool):
+            raise ConfigError(f"--storage journal file {path} line {i} is not an Optuna journal record (garbage or a "
+                              f"cut line); restore the file or start a new one")
+
+
 def open_storage(url: str | None) -> Any:
     """An Optuna storage: None (in memory), an RDB URL, a journal file path ending in .log, or a bare
     file name, which becomes SQLite (``study.db`` -> ``sqlite:///study.db``)."""
@@ -122,6 +151,7 @@ def open_storage(url: str | None) -> Any:
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 
+        check_journal(url)
         return JournalStorage(JournalFileBackend(url))
     return f"sqlite:///{url}"
 
