@@ -68,7 +68,9 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
     if len(pools) == 2:
         (_, dp, _, _), (_, dd, _, _) = pools
         per_tok = mem.kv_cache_bytes_per_token(model, dp.kv_dtype, 1)
-        xfer = per_tok / (min(dp.tp, dd.tp) * SearchPolicy().kv_transfer_bandwidth_bytes_per_s)
+        # the KV path the search sized with (older plans: the policy's assumed bandwidth)
+        bw = row.kv_link.bytes_per_s_per_gpu if row.kv_link is not None else SearchPolicy().kv_transfer_bandwidth_bytes_per_s
+        xfer = per_tok / (min(dp.tp, dd.tp) * bw)
     return {"pools": pools, "rate": wl.effective_rate_per_s, "prompt": wl.prompt_tokens, "output": wl.output_tokens,
             "shared_prefix_fraction": wl.shared_prefix_fraction, "kv_transfer_s_per_token": xfer,
             "label": f"{plan} rank {rank} ({row.id})"}

@@ -50,6 +50,23 @@ class Rental:
     usd_per_instance_hour: float
     usd_per_hour: float  # instances x usd_per_instance_hour (per-GPU billing: GPUs x its per-GPU price)
     offer: Offer = field(default_factory=Offer)
+    shared: bool = False  # P/D on one instance: both pools name it, each billed its share of the GPUs
+    network: str = ""  # the offer's NIC (``efa 400 Gb/s per GPU``); "" = not in the catalog (10 Gb/s Ethernet assumed)
+
+
+@dataclass(frozen=True)
+class KvLinkInfo:
+    """P/D: where a prompt's KV moves from the prefill to the decode pool (``recommender.offers.KvPath``):
+    ``kind`` an intra-instance fabric (nvlink4, xgmi, pcie5) when ``same_instance``, else the NIC kind
+    (infiniband, roce, efa, ethernet); ``bytes_per_s_per_gpu`` one direction (a transfer runs on
+    min(tp_p, tp_d) GPUs); ``known`` False when the NIC was assumed (not in the catalog)."""
+
+    kind: str
+    bytes_per_s_per_gpu: float
+    same_instance: bool = False
+    rdma: bool = False
+    known: bool = True
+    label: str = ""  # ``pcie5 64 GB/s (same instance)`` / ``efa 400 Gb/s``: what one transfer gets
 
 
 @dataclass(frozen=True)
@@ -140,6 +157,7 @@ class PlanRow:
     simulated: Mapping[str, Any] | None = None  # simulator check: {"ttft_s": {pct: s}, ..., "completed", "preempted"}
     pd_saving_vs_aggregated: float | None = None  # P/D rows: fraction cheaper per token than the best aggregated plan
     evidence: Evidence | None = None
+    kv_link: KvLinkInfo | None = None  # P/D rows: the path the KV moves over (what the search sized with)
 
     @property
     def disaggregated(self) -> bool:

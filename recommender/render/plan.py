@@ -63,7 +63,8 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
         unmeasured = ""
         if r.evidence is not None and not r.evidence.measured:
             unmeasured = f"unmeasured: {', '.join(r.evidence.unmeasured_families())}"
-        note = "; ".join(x for x in (pd, unmeasured, r.quality_note, "" if r.pareto else "dominated",
+        kv = f"kv link: {r.kv_link.label}" if r.kv_link is not None else ""
+        note = "; ".join(x for x in (pd, kv, unmeasured, r.quality_note, "" if r.pareto else "dominated",
                                      _sim_note(r, tp_ttft, tp_tpot)) if x)
         rows.append([
             r.rank, dep, r.gpus_total, rent_label(r.pools), tp, reps, f"{r.weight_dtype}/{r.kv_dtype}",
@@ -171,6 +172,11 @@ def rent_label(pools: Sequence[Pool]) -> str:
     for p in pools:
         r = p.rental
         if r is None:
+            continue
+        if r.shared:  # P and D on one instance: named once
+            part = f"{r.instances} x {r.provider} {r.gpus_per_instance}-GPU (P+D)"
+            if part not in parts:
+                parts.append(part)
             continue
         parts.append(f"{r.provider} $/GPU-h" if r.offer.per_gpu_billing else f"{r.instances} x {r.provider} {r.gpus_per_instance}-GPU")
     return " + ".join(parts) or "-"

@@ -105,11 +105,11 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
     if len(costs) == 1:
         res = analyze(PoolSpec(cost=costs[0][0], limits=costs[0][1], replicas=int(reps[0])), traffic)
     else:
-        # the KV link as the search sizes it (recommender.sizing.Sizer.kv_link): the slower end's NICs
+        # the KV link the search sized the plan with (recommender.sizing.Sizer.kv_link over the plan's
+        # kv_link path); plans written before paths were recorded: the policy's assumed bandwidth
         (pc, pl, pdep), (dc, dl, ddep) = costs[0], costs[-1]
         per_tok = mem.kv_cache_bytes_per_token(model, pdep.kv_dtype, 1)
-        default_nic = policy.kv_transfer_bandwidth_bytes_per_s
-        nic = min(getattr(d.gpu, "nic_bandwidth_bytes_per_s", None) or default_nic for d in (pdep, ddep))
+        nic = row.kv_link.bytes_per_s_per_gpu if row.kv_link is not None else policy.kv_transfer_bandwidth_bytes_per_s
         link = KvLink(bytes_per_token=per_tok, nic_bytes_per_s=nic, prefill_tp=pdep.tp, decode_tp=ddep.tp,
                       latency_s=policy.kv_transfer_latency_s)
         topology = Disaggregated(prefill=PoolSpec(cost=pc, limits=pl, replicas=int(reps[0])),

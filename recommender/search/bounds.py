@@ -48,7 +48,7 @@ import numpy as np
 
 from recommender.load.pool_inputs import pool_inputs
 from recommender.load.topology import PoolKind
-from recommender.offers import cheapest_rental
+from recommender.offers import cheapest_rental, rent_colocated
 from recommender.perf.step import EngineLimits, StepCostModel
 from recommender.sizing import Candidate, Sizer
 
@@ -369,4 +369,17 @@ class Bounds:
         dec = self._decode(dkey, seqs)
         if pre is None or dec is None:
             return None
-        return Bound(pre[0] + dec[0], self._latencies(pre[1], dec[1]), (pre[2], dec[2]))
+        usd = pre[0] + dec[0]
+        if c.gpu == c.decode_gpu and not self.sizer.workload.is_offline:
+            # both pools on one instance can cost less than two rentals (one 8-GPU instance, not two)
+            usd = min(usd, self._colocated_usd(c.gpu, ((c.tp, pre[2]), (c.decode_tp, dec[2]))))
+        return Bound(usd, self._latencies(pre[1], dec[1]), (pre[2], dec[2]))
+
+    def _colocated_usd(self, gpu: str, groups: tuple[tuple[int, int], ...]) -> float:
+        """USD/h of the cheapest single instance (or NVLink domain) holding every group; inf when none does."""
+        best = math.inf
+        for o in self.sizer.offers.get(gpu) or ():
+            got = rent_colocated(o, groups)
+            if got is not None:
+                best = min(best, got[0] * o.usd_per_instance_hour)
+        return best

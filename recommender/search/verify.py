@@ -62,7 +62,8 @@ def simulate_evaluation(ctx: SearchContext, ev: Evaluation, n_requests: int, see
         pp, dp = ev.pools
         return simulate_disaggregated(
             Disaggregated(prefill=PoolSpec(cost=costs[0], limits=pp.limits, replicas=pp.replicas),
-                          decode=PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas), kv_link=kv_link(ctx, c)),
+                          decode=PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas),
+                          kv_link=ev.kv_link or kv_link(ctx, c)),
             traffic, n_requests=n_requests, seed=seed, warmup_requests=warmup_requests)
     p = ev.pools[0]
     return simulate(PoolSpec(cost=costs[0], limits=p.limits, replicas=p.replicas), traffic, n_requests=n_requests,
@@ -98,7 +99,7 @@ def simulate_offline_job(ctx: SearchContext, ev: Evaluation, n_requests: int, se
         res = simulate_disaggregated(
             Disaggregated(prefill=PoolSpec(cost=costs[0], limits=pp.limits, replicas=pp.replicas),
                           decode=PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas),
-                          kv_link=kv_link(ctx, ev.candidate)),
+                          kv_link=ev.kv_link or kv_link(ctx, ev.candidate)),
             replay, seed=seed)
         return res, res.duration_s * w.offline_requests / n
     # aggregated: identical replicas behind round-robin; each runs its share of the burst at the completion
@@ -147,7 +148,7 @@ def _simulated_alike(ctx: SearchContext, ev: Evaluation) -> tuple[Any, ...]:
     and the KV link of a P/D pair. Two rows equal here simulate identically under one seed."""
     pools = tuple((ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0], p.limits, p.replicas)
                   for p in ev.pools)
-    return pools, (kv_link(ctx, ev.candidate) if ev.candidate.disaggregated else None)
+    return pools, ((ev.kv_link or kv_link(ctx, ev.candidate)) if ev.candidate.disaggregated else None)
 
 
 def verify_rows(ctx: SearchContext, rows: Sequence[RankedRow], evaluations: Sequence[Evaluation], k: int, seed: int,
