@@ -77,6 +77,7 @@ class Gpu:
     kernels: ArchSupport = UNKNOWN_ARCH  # this GPU's row of catalogs/kernel-support.yaml
     node_labels: tuple[tuple[str, str], ...] = ()  # Kubernetes node label (key, value) pairs naming this GPU model
     aliases: tuple[str, ...] = ()
+    gke_accelerators: tuple[str, ...] = ()  # GKE's cloud.google.com/gke-accelerator values for this GPU (k8s.gke_accelerator)
 
     def flops_per_s(self, dtype: str) -> float:
         """Dense tensor throughput for a compute dtype; int4/mxfp4 weight-only run at 16-bit."""
@@ -248,6 +249,7 @@ def gpu_from_doc(doc: Mapping[str, Any], where: str = "", kernels: Mapping[str, 
             kernels=table.get(arch, UNKNOWN_ARCH),
             node_labels=_node_labels(doc.get("k8s") or {}),
             aliases=tuple(str(a) for a in doc.get("aliases") or ()),
+            gke_accelerators=tuple(str(a) for a in (doc.get("k8s") or {}).get("gke_accelerator") or ()),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CatalogError(f"GPU catalog entry {where or doc.get('id')}: missing or bad field {e}") from None

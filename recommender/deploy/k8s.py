@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from recommender.deploy.cluster import gpu_affinity
+from recommender.deploy.gpu_select import gpu_affinity
 from recommender.deploy.spec import (
     DeploySpec,
     PoolSpec,
@@ -115,10 +115,10 @@ def _meta(name: str, spec: DeploySpec, comp: str) -> dict[str, Any]:
 
 
 def scheduling(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
-    """Pod-spec fields that put an engine pod on the plan's GPU model: a required node affinity on the
-    GPU's catalog node label, plus the user's node selector and tolerations."""
+    """Pod-spec fields that put an engine pod on the plan's GPU model: the node affinity of ``--gpu-label``
+    (``recommender.deploy.gpu_select``), plus the user's node selector and tolerations."""
     out: dict[str, Any] = {}
-    affinity = gpu_affinity(pool.gpu.node_labels)
+    affinity = gpu_affinity(pool.gpu, spec.cluster.gpu_label)
     if affinity:
         out["affinity"] = affinity
     if spec.cluster.node_selector:
