@@ -275,6 +275,14 @@ def _num_heads(model_id: str) -> int | None:
         return None
 
 
+def _context_tokens(model_id: str) -> int | None:
+    """The workload's catalog model's context (``max_position_embeddings``; None outside the catalog)."""
+    try:
+        return default_catalog().model(model_id).max_position_embeddings if model_id else None
+    except (RecommenderError, KeyError, OSError, ValueError):
+        return None
+
+
 def _with_catalog_defaults(workload: WorkloadEcho) -> tuple[str, str]:
     """(hf_repo, checkpoint_dtype); one the plan leaves out (None) comes from the model catalog entry of
     ``model``. An empty string stays empty (and is refused by the caller)."""
@@ -310,6 +318,10 @@ def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str,
         weights=weights, checkpoint_bytes=nbytes,
     )
     _check_model_tp(pool, pw, _num_heads(workload.model))
+    context = _context_tokens(workload.model)
+    if context is not None and pool.max_model_len > context:
+        raise DeployError(f"{pw}: max_model_len {pool.max_model_len:,} is above {workload.model}'s context of "
+                          f"{context:,} tokens (vLLM refuses to start); re-plan with prompts + outputs within it")
     return pool, weights_source
 
 

@@ -9,6 +9,7 @@ from typing import Sequence
 
 from recommender.catalog import Catalog, default_catalog
 from recommender.dtypes import loads_without_checkpoint
+from recommender.hf_config import ModelArch
 from recommender.errors import ConfigError, DoesNotFitError, InfeasibleError
 from recommender.perf.step import EngineLimits
 from recommender.plan import Plan, PlanRow
@@ -36,6 +37,7 @@ def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfi
     """Everything one search shares; each GPU is priced by its offers (of ``provider`` when given),
     or by the workload's ``prices:`` override."""
     model = catalog.model(workload.model)
+    check_context(workload, model)
     overrides = dict(workload.usd_per_gpu_hour_overrides)
     gpus = allowed_gpus(catalog, workload.gpus, overrides, provider)
     offers = {g.id: offers_for(g, overrides, provider) for g in gpus}
@@ -45,6 +47,17 @@ def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfi
     return SearchContext(workload=workload, model=model, gpus={g.id: g for g in gpus},
                          prices={k: float(v) for k, v in prices.items() if v is not None}, profile=profile,
                          rules=rules_of(policy), policy=policy, checkpoints=ckpts, offers=offers)
+
+
+def check_context(workload: Workload, model: ModelArch) -> None:
+    """Refuse, before any search, a workload whose longest prompt + output exceeds the model's context
+    (``max_position_embeddings``): vLLM would refuse ``--max-model-len`` above it."""
+    context = model.max_position_embeddings
+    if workload.max_model_len > context:
+        raise ConfigError(
+            f"prompt + output up to {workload.max_model_len:,} tokens ({workload.prompt_tokens.max_tokens:,} + "
+            f"{workload.output_tokens.max_tokens:,}) exceed {model.id}'s context of {context:,} tokens; shorten the "
+            "prompts or outputs (--prompt-tokens/--output-tokens or the workload's max), or pick a longer-context model")
 
 
 def checkpoint_for(ctx: SearchContext, dtype: str) -> str | None:
