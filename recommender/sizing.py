@@ -391,6 +391,17 @@ class Sizer:
                                dataclasses.replace(path, provider=""))
         return sorted(out.values(), key=lambda p: (-p.bytes_per_s_per_gpu, not p.same_instance, not p.known))
 
+    def _pd_replicas(self, run: Callable[[int, int, float], Any], lower: tuple[int, int], caps: tuple[int, int],
+                     target: float) -> tuple[int | None, int | None]:
+        """Fewest (prefill, decode) replicas meeting the SLOs at ``target`` on one link: decode first with ample
+        prefill (its TPOT), then prefill with that decode pool; None for a pool that misses at its cap."""
+        cap_p, cap_d = caps
+        rd = min_replicas(lambda k: self.ok(run(cap_p, k, target), ("tpot",)), lower[1], cap_d)
+        if rd is None:
+            return None, None
+        decode_replicas: int = rd
+        return min_replicas(lambda k: self.ok(run(k, decode_replicas, target)), lower[0], cap_p), rd
+
     def rent_pd(self, c: Candidate, path: KvPath, rp: int, rd: int) -> tuple[Rental, Rental] | str:
         """The cheapest rentals of ``rp`` prefill and ``rd`` decode TP groups whose KV moves over ``path``, or
         why none. Same instance: one instance (or NVLink domain) of an offer with that fabric holds both pools,
@@ -418,10 +429,10 @@ class Sizer:
                 return why  # no offer holds a TP group of this pool at all
         choice: tuple[float, Rental, Rental] | None = None
         for provider in sorted({o.provider for o in self.offers_of(c.gpu)} & {o.provider for o in self.offers_of(c.decode_gpu)}):
-            def able(gpu: str) -> list[Offer]:
-                return [o for o in self.offers_of(gpu) if o.provider == provider
-                        and o.nic_bytes_per_s_per_gpu >= path.bytes_per_s_per_gpu * (1 - 1e-9)]
-            r_p, r_d = cheapest_rental(able(c.gpu), c.tp, rp), cheapest_rental(able(c.decode_gpu), c.decode_tp, rd)
+            able_p, able_d = ([o for o in self.offers_of(gpu) if o.provider == provider
+                               and o.nic_bytes_per_s_per_gpu >= path.bytes_per_s_per_gpu * (1 - 1e-9)]
+                              for gpu in (c.gpu, c.decode_gpu))
+            r_p, r_d = cheapest_rental(able_p, c.tp, rp), cheapest_rental(able_d, c.decode_tp, rd)
             if r_p is None or r_d is None:
                 continue
             usd = r_p.usd_per_hour + r_d.usd_per_hour
@@ -637,18 +648,14 @@ class Sizer:
             run = runner(link)
             if sized is None or not self.ok(run(sized[0], sized[1], target)):
                 lo_p, lo_d = sized if sized is not None else (max([1, *hint[:1]]), max([1, *hint[1:2]]))
-                rd = min_replicas(lambda k: self.ok(run(cap_p, k, target), ("tpot",)), lo_d, cap_d)
-                if rd is None:
-                    failure = failure or self.price(c, pools_of(cap_p, cap_d), run(cap_p, cap_d, rate), ok=False,
-                                                    reason="decode pool misses its SLOs at its cap")
-                    break  # slower paths need more
-                decode_replicas: int = rd
-                rp = min_replicas(lambda k: self.ok(run(k, decode_replicas, target)), lo_p, cap_p)
-                if rp is None:
-                    failure = failure or self.price(c, pools_of(cap_p, rd), run(cap_p, rd, rate), ok=False,
-                                                    reason="prefill pool misses its SLOs at its cap or max_gpus")
+                got_p, got_d = self._pd_replicas(run, (lo_p, lo_d), (cap_p, cap_d), target)
+                if got_p is None or got_d is None:  # slower paths need more: stop here
+                    why = ("decode pool misses its SLOs at its cap" if got_d is None
+                           else "prefill pool misses its SLOs at its cap or max_gpus")
+                    rd_f = got_d or cap_d
+                    failure = failure or self.price(c, pools_of(cap_p, rd_f), run(cap_p, rd_f, rate), ok=False, reason=why)
                     break
-                sized = (rp, rd)
+                sized = (got_p, got_d)
             rented = self.rent_pd(c, path, *sized)
             if isinstance(rented, str):
                 whys.append(rented)
