@@ -555,7 +555,7 @@ class Sizer:
 
     def _size_agg(self, c: Candidate, hint: tuple[int, ...] = ()) -> Evaluation:
         w = self.workload
-        limits = limits_of(c, w.max_model_len, w.shared_prefix_fraction > 0)
+        limits = limits_of(c, w.max_model_len, w.prefix_caching)
         cost, why = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
         if cost is None:
             return self.infeasible(c, why, fits=False, binding="memory")
@@ -602,7 +602,7 @@ class Sizer:
         over its fabric, then the NICs of one provider's offers), rent them, keep the cheapest (ties: the
         faster path). A slower path needs at least the replicas of a faster one, so sizing resumes from them."""
         w = self.workload
-        p_limits, d_limits = pd_limits(c, w.max_model_len, w.shared_prefix_fraction > 0)
+        p_limits, d_limits = pd_limits(c, w.max_model_len, w.prefix_caching)
         p_cost, why_p = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, p_limits)
         d_cost, why_d = self.cost_model(c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype, d_limits)
         if p_cost is None or d_cost is None:

@@ -47,4 +47,4 @@ def test_deploy_refuses_a_plan_whose_max_model_len_exceeds_the_context() -> None
         row["max_model_len"] = 200_100
     assert doc["plans"]
     with pytest.raises(DeployError, match="above llama-3.1-8b's context of 131,072 tokens"):
-        render_deploy(doc, 1, "vllm")
+        render_deploy(doc, 1, "cmd")

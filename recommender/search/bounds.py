@@ -81,7 +81,7 @@ class Bounds:
         self.sizer = sizer
         w = sizer.workload
         self.target_req_s = w.effective_rate_per_s * (1 + sizer.headroom)
-        caching = w.shared_prefix_fraction > 0
+        caching = w.prefix_caching
         frac = w.shared_prefix_fraction
         self._both = pool_inputs(w.prompt_tokens, w.output_tokens, kind=PoolKind.AGGREGATED, shared_prefix_fraction=frac,
                                  block_tokens=16, prefix_caching=caching)
@@ -261,7 +261,7 @@ class Bounds:
         if key not in self._generous:
             w = self.sizer.workload
             lim = EngineLimits(max_num_seqs=self._min_seqs, max_num_batched_tokens=self._min_budget, chunked_prefill=True,
-                               enable_prefix_caching=w.shared_prefix_fraction > 0)
+                               enable_prefix_caching=w.prefix_caching)
             self._generous[key] = self.sizer.cost_model(gpu, tp, wd, kd, lim)[0]
         return self._generous[key]
 
