@@ -23,9 +23,9 @@ EFA) or plain Ethernet, in Gb/s per GPU (or per instance, shared by its GPUs), w
 without one is taken as :data:`UNKNOWN_NETWORK` (10 Gb/s Ethernet per instance) and the plan says so.
 
 KV paths of a P/D pair (:class:`KvPath`): on one instance (:func:`rent_colocated`: both pools' TP groups in
-one instance, or one NVLink domain) the KV moves over the intra-instance fabric; across instances, over the
-slower of the two offers' NICs, both pools renting from one provider (between providers there is only the
-public internet, which no plan assumes).
+one instance) the KV moves through host memory over the GPUs' host link (``recommender.sizing.Sizer.fabric_path``
+says why not NVLink); across instances, over the slower of the two offers' NICs, both pools renting from one
+provider (between providers there is only the public internet, which no plan assumes).
 """
 
 from __future__ import annotations
@@ -163,27 +163,25 @@ def rent(offer: Offer, tp: int, replicas: int) -> Rental | None:
 
 
 def rent_colocated(offer: Offer, groups: Sequence[tuple[int, int]]) -> tuple[int, int] | None:
-    """Instances of ``offer`` holding every ``(tp, replicas)`` group set TOGETHER on one instance (or one
-    NVLink domain of slices): ``(instances, gpus in them)``, or None when they do not fit one.
+    """One instance of ``offer`` holding every ``(tp, replicas)`` group TOGETHER: ``(1, its GPUs)``, or None
+    when they do not fit one (per-GPU billing has no instance to share; an NVLink-domain slice is one host,
+    so P and D share one slice, not the domain).
 
-    The TP sizes are powers of two dividing the instance (or domain) size, so packing succeeds whenever
-    ``sum(tp x replicas) <= n`` (n: GPUs per instance, or per NVLink domain); NVLink-domain slices rent
-    ``ceil(sum / gpus_per_instance)`` slices."""
+    The TP sizes are powers of two dividing the instance size, so packing succeeds whenever
+    ``sum(tp x replicas) <= n`` (n: GPUs per instance)."""
     if offer.per_tp_group or not groups:
         return None
     used = sum(tp * r for tp, r in groups)
     n = offer.gpus_per_instance
-    domain = offer.nvlink_domain_gpus or n
-    if used > domain or any(not fits(offer, tp) or domain % tp for tp, _ in groups):
+    if used > n or any(tp > n or n % tp for tp, _ in groups):
         return None
-    instances = math.ceil(used / n)
-    return instances, instances * n
+    return 1, n
 
 
 @dataclass(frozen=True)
 class KvPath:
-    """Where a P/D pair's KV moves: ``kind`` (an intra-instance fabric such as nvlink4, xgmi, pcie5 when
-    ``same_instance``; else the NIC kind) at ``bytes_per_s_per_gpu`` (one direction; a transfer runs on
+    """Where a P/D pair's KV moves: ``kind`` (the GPUs' host link such as pcie5 when ``same_instance``,
+    or an offer's ``fabric:``; else the NIC kind) at ``bytes_per_s_per_gpu`` (one direction; a transfer runs on
     ``min(tp_p, tp_d)`` GPUs in parallel). ``known``: False when the NIC was not in the catalog."""
 
     kind: str
@@ -197,11 +195,11 @@ class KvPath:
         return not self.same_instance and self.kind in RDMA_KINDS
 
     def label(self, gpus: int = 1) -> str:
-        """``nvlink4 450 GB/s`` (same instance) or ``roce 400 Gb/s`` / ``ethernet 10 Gb/s (assumed)``:
-        the bandwidth one transfer gets on ``gpus`` GPUs."""
+        """``pcie5 64 GB/s (same instance, via host memory)`` or ``roce 400 Gb/s`` / ``ethernet 10 Gb/s
+        (assumed...)``: the bandwidth one transfer gets on ``gpus`` GPUs."""
         bw = self.bytes_per_s_per_gpu * max(gpus, 1)
         if self.same_instance:
-            return f"{self.kind} {bw / 1e9:,.0f} GB/s (same instance)"
+            return f"{self.kind} {bw / 1e9:,.0f} GB/s (same instance, via host memory)"
         gbps = bw * 8 / 1e9
         text = f"{self.kind} {gbps:,.0f} Gb/s" if gbps >= 10 else f"{self.kind} {gbps:,.2g} Gb/s"
         return text if self.known else f"{text} (assumed: no NIC figure for the offer)"

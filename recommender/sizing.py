@@ -357,12 +357,16 @@ class Sizer:
         return offers if offers is not None else (workload_offer(gpu, self.prices[gpu]),)
 
     def fabric_path(self, offer: Offer) -> KvPath:
-        """The KV path inside one instance of ``offer``: its fabric (the GPU's interconnect unless the offer
-        says otherwise); a point-to-point mesh (xGMI) gives a pair of GPUs one link (peer bandwidth)."""
+        """The KV path between a prefill and a decode engine on one instance of ``offer``. Each engine is its own
+        process seeing only its own GPUs (CUDA_VISIBLE_DEVICES, or the device plugin in Kubernetes), so NVLink
+        peer access between them is not available (NVIDIA Dynamo's disaggregation communication guide: "NVLink
+        cannot be used between Kubernetes pods"); the KV is staged through host memory, bounded by the GPU's
+        host link (``interconnect.host_link``, PCIe Gen5 x16 = 64 GB/s one direction on H100). An offer's
+        ``fabric:`` overrides this where a deployment is known to do better."""
         ic = self.gpus[offer.gpu].interconnect
-        bw = offer.fabric_bytes_per_s or ic.peer_bandwidth_bytes_per_s or ic.bandwidth_bytes_per_s
-        return KvPath(kind=offer.fabric_kind or ic.kind, bytes_per_s_per_gpu=bw, same_instance=True,
-                      provider=offer.provider)
+        return KvPath(kind=offer.fabric_kind or ic.host_kind,
+                      bytes_per_s_per_gpu=offer.fabric_bytes_per_s or ic.host_bandwidth_bytes_per_s,
+                      same_instance=True, provider=offer.provider)
 
     @staticmethod
     def nic_path(prefill: Offer, decode: Offer) -> KvPath:
@@ -404,7 +408,7 @@ class Sizer:
 
     def rent_pd(self, c: Candidate, path: KvPath, rp: int, rd: int) -> tuple[Rental, Rental] | str:
         """The cheapest rentals of ``rp`` prefill and ``rd`` decode TP groups whose KV moves over ``path``, or
-        why none. Same instance: one instance (or NVLink domain) of an offer with that fabric holds both pools,
+        why none. Same instance: one instance of an offer with that path holds both pools,
         billed to each by its share of the GPUs; GPUs left over run more prefill replicas. Across instances:
         both pools at one provider, on offers whose NIC per GPU is at least the path's."""
         if path.same_instance:

@@ -60,14 +60,14 @@ def test_both_pools_on_one_instance_when_they_fit() -> None:
     assert rent_colocated(eight, [(1, 5), (2, 1)]) == (1, 8)  # 5 + 2 = 7 of 8 GPUs
     assert rent_colocated(eight, [(1, 5), (2, 2)]) is None  # 9 GPUs
     assert rent_colocated(eight, [(8, 1), (1, 1)]) is None  # 9 GPUs
-    # a GB200 NVL72 domain of 4-GPU trays: 10 x TP4 + 2 x TP8 = 56 GPUs = 14 trays of one domain
+    # a GB200 NVL72 tray is one host of 4 GPUs: P and D share a tray, not the domain
     tray = Offer("p", "gb200", 4, 42.0, nvlink_domain_gpus=72)
-    assert rent_colocated(tray, [(4, 10), (8, 2)]) == (14, 56)
-    assert rent_colocated(tray, [(8, 9), (1, 1)]) is None  # 73 > 72
+    assert rent_colocated(tray, [(2, 1), (1, 2)]) == (1, 4)
+    assert rent_colocated(tray, [(4, 1), (4, 1)]) is None and rent_colocated(tray, [(8, 1), (1, 1)]) is None
 
 
 def test_path_labels_name_the_bandwidth_one_transfer_gets() -> None:
-    assert KvPath("nvlink4", 450e9, same_instance=True).label(2) == "nvlink4 900 GB/s (same instance)"
+    assert KvPath("pcie5", 64e9, same_instance=True).label(2) == "pcie5 128 GB/s (same instance, via host memory)"
     assert KvPath("efa", 50e9).label(1) == "efa 400 Gb/s"
     assert KvPath("ethernet", 1.25e9, known=False).label(1).startswith("ethernet 10 Gb/s (assumed")
 
@@ -107,6 +107,9 @@ def test_the_kv_rate_a_plan_needs_is_below_its_links_bandwidth_x_cap(gpu: str, t
     assert ev.feasible, ev.reason
     _needs_below_link(ctx, ev)
     if ev.kv_path is not None and ev.kv_path.same_instance:
+        # engines see only their own GPUs: the KV goes through host memory at the GPU's host link (H100 SXM:
+        # PCIe Gen5 x16, 64 GB/s one direction; catalogs/gpus/h100-sxm.yaml host_link), not NVLink
+        assert (ev.kv_path.kind, ev.kv_path.bytes_per_s_per_gpu) == ("pcie5", 64e9)
         # one instance, billed once: the two pools' shares add up to its price
         rp, rd = ev.pools[0].rental, ev.pools[1].rental
         assert rp is not None and rd is not None and rp.offer == rd.offer and rp.shared and rd.shared

@@ -376,7 +376,7 @@ class Bounds:
         return Bound(usd, self._latencies(pre[1], dec[1]), (pre[2], dec[2]))
 
     def _colocated_usd(self, gpu: str, groups: tuple[tuple[int, int], ...]) -> float:
-        """USD/h of the cheapest single instance (or NVLink domain) holding every group; inf when none does."""
+        """USD/h of the cheapest single instance holding every group; inf when none does."""
         best = math.inf
         for o in self.sizer.offers.get(gpu) or ():
             got = rent_colocated(o, groups)
