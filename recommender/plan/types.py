@@ -278,6 +278,7 @@ class SearchMeta:
     timeout_s: float | None = None
     stopped_by: str | None = None  # "timeout" | "trials" | None (rank 1 proven / search complete)
     search_complete: bool | None = None
+    aggregated_rank1_proven: bool | None = None  # a P/D rank 1's aggregated rival was proven cheapest (P/D note)
     rank1_proven: bool | None = None
     rank1_proven_after: int | None = None
     shapes: int | None = None

@@ -103,6 +103,9 @@ def search_footer(m: SearchMeta) -> str:
     if m.trials is not None and m.trials != run:
         head += f"; {m.trials} trials in the study ranked"
     proof = "rank 1 proven cheapest in the space" if m.rank1_proven else "rank 1 NOT proven cheapest: raise --trials"
+    if m.aggregated_rank1_proven is not None:  # a P/D rank 1: its saving note is against this aggregated plan
+        proof += ("; the best aggregated plan (P/D notes) proven cheapest of its space" if m.aggregated_rank1_proven
+                  else "; the best aggregated plan (P/D notes) NOT proven: raise --trials")
     return f"{head}; {proof}; {m.seconds} s (seed {m.seed})"
 
 

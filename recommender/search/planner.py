@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -260,6 +261,23 @@ def _shape_worker(workload: Workload, policy: SearchPolicy, profile: EngineProfi
     record(make_study(ctx, settings, len(ctx.objective_names)), ctx, ch, res.evaluations)
 
 
+def aggregated_front(ctx: SearchContext, ch: SpaceChoices, budget: int, timeout_s: float | None) -> tuple[bool | None, int]:
+    """When the cheapest plan found is P/D, search the aggregated space on until its own rank 1 is proven, so
+    the "P/D N% cheaper than best aggregated" note compares against the cheapest aggregated plan there is, not
+    the cheapest one the P/D-led search happened to evaluate. (True: proven, False: the ``budget`` of
+    evaluations or the timeout ran out first, None: not needed (no P/D plan leads, or disaggregation is off);
+    the evaluations it made)."""
+    from recommender.search.shapes import shape_search
+
+    feas = [e for e in ctx.evaluator if e.feasible]
+    if not ch.disaggregation or not feas or not min(feas, key=lambda e: e.usd_per_million_tokens).candidate.disaggregated:
+        return None, 0
+    sub = shape_search(ctx, dataclasses.replace(ch, disaggregation=False), timeout_s=timeout_s, min_evaluations=0,
+                       max_evaluations=max(1, budget), reuse_cached=True,
+                       first=[e.candidate for e in feas if not e.candidate.disaggregated])
+    return bool(sub.rank1_proven), len(sub.evaluations)
+
+
 def recommend(workload: Workload, *, settings: SearchSettings | None = None, profile: EngineProfile | None = None,
               catalog: Catalog | None = None, policy: SearchPolicy | None = None,
               warm_start: Plan | Sequence[Plan] | None = None) -> Plan:
@@ -312,6 +330,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
     record(study, ctx, ch, res.evaluations)
     for pr in procs:
         pr.join()
+    agg_proven, agg_runs = aggregated_front(ctx, ch, trials - len(res.evaluations), timeout)
     verify = policy.verify if settings.verify is None else settings.verify
     stored = 0
     if settings.storage is not None:  # other workers' and earlier runs' trials that can rank
@@ -330,14 +349,15 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
         if not rows:
             raise InfeasibleError(infeasible_message(ctx, all_evals) + " (the simulator rejected every analytic plan)")
     elapsed = time.perf_counter() - t0
-    meta = {"seed": settings.seed, "trials": max(stored, len(all_evals)), "trials_run": len(res.evaluations), "trials_asked": trials,
+    meta = {"seed": settings.seed, "trials": max(stored, len(all_evals)), "trials_run": len(res.evaluations) + agg_runs, "trials_asked": trials,
             "timeout_s": timeout, "stopped_by": res.stopped_by, "search_complete": res.complete, "rank1_proven": res.rank1_proven,
             "rank1_proven_after": res.rank1_proven_after,
             "shapes": res.shapes, "pruned": res.pruned, "workers": n, "evaluations": ctx.evaluations,
             "seconds": round(elapsed, 3), "study_name": study.study_name, "storage": settings.storage,
             "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
-            "headroom": headroom(ctx), "verified": verify, "pricing": pricing_note(ctx, settings.provider)}
+            "headroom": headroom(ctx), "verified": verify, "pricing": pricing_note(ctx, settings.provider),
+            "aggregated_rank1_proven": agg_proven}
     return build_plan(workload=workload, model=ctx.model, rows=rows, why=why_rank_one(ctx, rows), engine=profile.engine,
                       profile=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization, meta=meta,
                       evaluations=all_evals)

@@ -208,12 +208,14 @@ def shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
 def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int | None = None,
                  timeout_s: float | None = None, on_evaluation: Callable[[Evaluation], None] | None = None,
                  first: Sequence[Candidate] = (), shard: tuple[int, int] = (0, 1),
-                 min_evaluations: int | None = None) -> ShapeSearchResult:
+                 min_evaluations: int | None = None, reuse_cached: bool = False) -> ShapeSearchResult:
     """Branch and bound over the space (see the module docstring). ``first`` are evaluated before the
     queues (e.g. the previous plan's rank 1); ``on_evaluation`` sees each fresh evaluation; ``shard``
     ``(i, n)`` keeps every n-th shape from the i-th (``--workers``). With ``min_evaluations``, the search
     stops as soon as rank 1 is proven and at least that many evaluations were made (the rest of the
-    budget would only refine the expensive or slow end of the front)."""
+    budget would only refine the expensive or slow end of the front). ``reuse_cached``: candidates an earlier
+    search evaluated count towards the incumbent (a second search over part of the space, e.g. aggregated
+    only, starts from what the first found)."""
     t0 = time.perf_counter()
     bounds = Bounds(ctx, ch.max_num_seqs, ch.budgets)
     k = usd_per_hour_to_objective(ctx)
@@ -237,11 +239,16 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
     best = math.inf
     done: list[Evaluation] = []
     slo_pruned: list[_Entry] = []
-    pruned, stopped, proven_after, exhausted = 0, "", 0, False
+    pruned, stopped, proven_after, exhausted, is_proven = 0, "", 0, False, False
 
     def run(c: Candidate, lower: tuple[int, ...] = ()) -> None:
         nonlocal front, best
         if ctx.evaluator.cached(c):
+            if reuse_cached:  # an earlier search's evaluation still bounds this one
+                ev = evaluate(ctx, c, lower)
+                if ev.feasible:
+                    front = _update_front(front, tuple(ev.objectives))
+                    best = min(best, ev.objectives[0])
             return
         ev = evaluate(ctx, c, lower)
         done.append(ev)
@@ -260,10 +267,10 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
         if timeout_s is not None and time.perf_counter() - t0 > timeout_s:
             stopped = "timeout"
             break
-        if not proven_after and q.cheapest_bound() >= best:
-            proven_after = len(done)
+        if not is_proven and q.cheapest_bound() >= best:
+            is_proven, proven_after = True, len(done)
             q.proven = True
-        if proven_after and min_evaluations is not None and len(done) >= min_evaluations:
+        if is_proven and min_evaluations is not None and len(done) >= min_evaluations:
             break
         e = q.pop()
         if e is None:
