@@ -59,6 +59,8 @@ class Network:
     source: str = ""
     date: str = ""
     known: bool = False  # False: not given in the catalog (the UNKNOWN_NETWORK default)
+    k8s_resource: str = ""  # the Kubernetes device resource of its RDMA NICs (``vpc.amazonaws.com/efa``), if known
+    k8s_per_gpu: float = 0.0  # those devices per GPU (a pod of tp GPUs requests ceil(tp x this))
 
     @property
     def rdma(self) -> bool:
@@ -264,8 +266,10 @@ def network_from_doc(doc: Mapping[str, Any] | None, at: str = "") -> Network:
     per_gpu, per_inst = float(doc.get("gbps_per_gpu") or 0.0), float(doc.get("gbps_per_instance") or 0.0)
     if (per_gpu > 0) == (per_inst > 0) or not math.isfinite(per_gpu + per_inst):
         raise CatalogError(f"{at} network: give exactly one positive gbps_per_gpu or gbps_per_instance")
+    k8s = doc.get("k8s") or {}
     return Network(kind=kind, gbps_per_gpu=per_gpu, gbps_per_instance=per_inst, source=str(doc.get("source", "")),
-                   date=str(doc.get("date", "")), known=True)
+                   date=str(doc.get("date", "")), known=True, k8s_resource=str(k8s.get("resource", "")),
+                   k8s_per_gpu=float(k8s.get("per_gpu") or 0.0))
 
 
 def restrict(offers: Iterable[Offer], provider: str | None) -> tuple[Offer, ...]:

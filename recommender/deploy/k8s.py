@@ -118,7 +118,13 @@ def scheduling(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     """Pod-spec fields that put an engine pod on the plan's GPU model: the node affinity of ``--gpu-label``
     (``recommender.deploy.gpu_select``), plus the user's node selector and tolerations."""
     out: dict[str, Any] = {}
-    affinity = gpu_affinity(pool.gpu, spec.cluster.gpu_label)
+    affinity = gpu_affinity(pool.gpu, spec.cluster.gpu_label) or {}
+    if spec.kv_link is not None and spec.kv_link.same_instance and pool.role == "decode":
+        # the plan puts P and D on one instance (the KV never leaves it): decode pods go where prefill pods run
+        prefill = next(p for p in spec.pools if p.role == "prefill")
+        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": selector_labels(spec, component(prefill))},
+             "topologyKey": "kubernetes.io/hostname"}]}
     if affinity:
         out["affinity"] = affinity
     if spec.cluster.node_selector:
@@ -156,20 +162,44 @@ def engine_container(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         env += [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_SIDE_CHANNEL_PORT)}]
         ports.append({"name": "nixl", "containerPort": NIXL_SIDE_CHANNEL_PORT, "protocol": "TCP"})
-    return {
+    rdma = rdma_devices(spec, pool)
+    requests: dict[str, Any] = {"cpu": cpu, "memory": memory, pool.gpu.k8s_resource: gpus, **rdma}
+    limits: dict[str, Any] = {pool.gpu.k8s_resource: gpus, **rdma}
+    if rdma and spec.kv_link is not None and spec.kv_link.kind == "efa":
+        env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"}]
+    out: dict[str, Any] = {
         "name": "vllm",
         "image": spec.cluster.image or image_for(pool),
         "command": ["vllm", "serve"],
         "args": [k8s_escape(a) for a in argv],  # Kubernetes expands $(VAR) in args; the names are validated too
         "env": env,
         "ports": ports,
-        "resources": {"requests": {"cpu": cpu, "memory": memory, pool.gpu.k8s_resource: gpus},
-                      "limits": {pool.gpu.k8s_resource: gpus}},
+        "resources": {"requests": requests, "limits": limits},
         "volumeMounts": [{"name": "hf-cache", "mountPath": HF_CACHE_PATH}, {"name": "dshm", "mountPath": "/dev/shm"}],
         "startupProbe": _http_probe(STARTUP_PERIOD_S, startup_failure_threshold(pool.checkpoint_bytes)),
         "readinessProbe": _http_probe(5, 3),
         "livenessProbe": _http_probe(10, 3),
     }
+    if rdma:  # RDMA registers (pins) the KV cache's memory
+        out["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    return out
+
+
+#: The device resource of InfiniBand/RoCE NICs when the offer names none: the NVIDIA Network Operator's RDMA
+#: shared device plugin in its sample configuration (clusters may name it otherwise: edit to match).
+DEFAULT_RDMA_RESOURCE = "rdma/rdma_shared_device_a"
+
+
+def rdma_devices(spec: DeploySpec, pool: PoolSpec) -> dict[str, str]:
+    """The RDMA NIC devices a P/D pod requests when the plan's KV path is RDMA (across instances over
+    InfiniBand, RoCE or EFA), so NIXL moves the KV by RDMA instead of falling back to TCP: the offer's
+    device resource x ceil(tp x devices per GPU) (AWS p5: 4 EFA per GPU), else one shared RDMA device."""
+    link = spec.kv_link
+    if pool.role == "both" or link is None or not link.rdma:
+        return {}
+    if pool.rdma_resource and pool.rdma_per_gpu > 0:
+        return {pool.rdma_resource: str(max(1, math.ceil(pool.tp * pool.rdma_per_gpu - 1e-9)))}
+    return {DEFAULT_RDMA_RESOURCE: "1"}
 
 
 def _engine_deployment(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from recommender.dtypes import SIXTEEN_BIT
 from recommender.errors import DeployError, RecommenderError
 from recommender.hf_config import is_model_repo
 from recommender.perf.memory import weight_bytes
-from recommender.plan import Plan, PlanRow, Pool, WorkloadEcho, load_plan
+from recommender.plan import KvLinkInfo, Plan, PlanRow, Pool, WorkloadEcho, load_plan
 
 #: bytes per parameter stored in a checkpoint of that dtype (scales / zero points ignored)
 BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 0.5}
@@ -75,6 +75,8 @@ class PoolSpec:
     max_model_len: int
     weights: WeightsChoice
     checkpoint_bytes: float  # bytes vLLM downloads and loads for one replica (whole checkpoint)
+    rdma_resource: str = ""  # the offer's RDMA NIC device resource in Kubernetes ("" = not known)
+    rdma_per_gpu: float = 0.0  # those devices per GPU
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class DeploySpec:
     summary: str  # one line: modelled latency / throughput / cost
     weights_source: str  # how checkpoint_bytes was obtained
     cluster: ClusterOptions = ClusterOptions()  # namespace, images, scheduling, storage class
+    kv_link: KvLinkInfo | None = None  # P/D: the path the plan's KV moves over (RDMA: NICs requested, NIXL backend)
 
     @property
     def gpus_total(self) -> int:
@@ -316,6 +319,8 @@ def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str,
         cuda_graphs=raw.cuda_graphs, gpu_memory_utilization=raw.gpu_memory_utilization,
         max_model_len=workload.max_model_len if workload.max_model_len is not None else row.max_model_len,
         weights=weights, checkpoint_bytes=nbytes,
+        rdma_resource=raw.rental.rdma_resource if raw.rental else "",
+        rdma_per_gpu=raw.rental.rdma_per_gpu if raw.rental else 0.0,
     )
     _check_model_tp(pool, pw, _num_heads(workload.model))
     context = _context_tokens(workload.model)
@@ -372,7 +377,7 @@ def build_spec(plan: Plan | Mapping[str, Any], rank: int = 1, checkpoint: str | 
         served_model_names=served,
         name=dns_label(f"vllm-{workload_name}"),
         disaggregated=row.disaggregated, pools=tuple(pools),
-        summary=_summary(row), weights_source=weights_source,
+        summary=_summary(row), weights_source=weights_source, kv_link=row.kv_link if row.disaggregated else None,
     )
 
 

@@ -52,12 +52,19 @@ def image_for(pool: PoolSpec) -> str:
     return f"{VLLM_IMAGE.get(pool.gpu.vendor, VLLM_IMAGE['nvidia'])}:{IMAGE_TAG}"
 
 
-def kv_transfer_config(role: str) -> dict[str, Any] | None:
+def nixl_backend(spec: DeploySpec) -> str:
+    """NIXL's transport for the plan's KV path: ``LIBFABRIC`` over AWS EFA (EFA speaks libfabric, not UCX),
+    else ``UCX`` (InfiniBand/RoCE verbs, host memory on one instance, TCP otherwise). vLLM 0.33's NixlConnector
+    reads ``kv_connector_extra_config.backends`` (default ``["UCX"]``, ``LIBFABRIC`` documented)."""
+    return "LIBFABRIC" if spec.kv_link is not None and spec.kv_link.kind == "efa" else "UCX"
+
+
+def kv_transfer_config(role: str, backend: str = "UCX") -> dict[str, Any] | None:
     """NixlConnector config for a disaggregated pool (None for an aggregated one)."""
     if role not in KV_ROLE:
         return None
     return {"kv_connector": "NixlConnector", "kv_role": KV_ROLE[role], "kv_buffer_device": "cuda",
-            "kv_connector_extra_config": {"backends": ["UCX"]}}
+            "kv_connector_extra_config": {"backends": [backend]}}
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ def engine_options(spec: DeploySpec, pool: PoolSpec) -> EngineOptions:
         quantization=pool.weights.quantization,
         dtype=pool.weights.dtype,
         max_cudagraph_capture_size=min(pool.max_num_seqs, MAX_CUDAGRAPH_CAPTURE_SIZE) if pool.cuda_graphs else None,
-        kv_transfer_config=kv_transfer_config(pool.role),
+        kv_transfer_config=kv_transfer_config(pool.role, nixl_backend(spec)),
     )
 
 

@@ -52,6 +52,8 @@ class Rental:
     offer: Offer = field(default_factory=Offer)
     shared: bool = False  # P/D on one instance: both pools name it, each billed its share of the GPUs
     network: str = ""  # the offer's NIC (``efa 400 Gb/s per GPU``); "" = not in the catalog (10 Gb/s Ethernet assumed)
+    rdma_resource: str = ""  # the Kubernetes device resource of the offer's RDMA NICs ("" = not known)
+    rdma_per_gpu: float = 0.0  # those devices per GPU
 
 
 @dataclass(frozen=True)

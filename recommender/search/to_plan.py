@@ -27,7 +27,7 @@ def _rental(p: EvalPool) -> Rental | None:
     return Rental(provider=o.provider, instances=r.instances, gpus_per_instance=o.gpus_per_instance,
                   usd_per_instance_hour=o.usd_per_instance_hour, usd_per_hour=r.usd_per_hour,
                   offer=Offer(sku=o.sku, date=o.date, source=o.source, per_gpu_billing=o.per_tp_group),
-                  shared=r.shared, network=net)
+                  shared=r.shared, network=net, rdma_resource=n.k8s_resource, rdma_per_gpu=n.k8s_per_gpu)
 
 
 def kv_link_info(ev: Evaluation) -> KvLinkInfo | None:
