@@ -34,7 +34,7 @@ from recommender.hf_config import ModelArch
 from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
 from recommender.load.capacity import analytic_capacity_per_s, saturation_rate_per_s
 from recommender.load.link import KvLink
-from recommender.offers import KvPath, Offer, Rental, cheapest_rental, rent_colocated, workload_offer
+from recommender.offers import KvPath, Offer, Rental, cheapest_rental, fits, rent_colocated, workload_offer
 from recommender.perf import memory as mem
 from recommender.estimator import build_deployment
 from recommender.perf.step import EngineLimits, StepCostModel
@@ -42,6 +42,9 @@ from recommender.profiles import EngineProfile
 from recommender.workload import Workload
 
 INFEASIBLE_OBJECTIVE = 1e9
+#: Fixed cost of one pipeline-stage hop per step (an RDMA send and the next stage's wait): an assumption of the
+#: order of a NIC round trip plus a kernel launch, not a measured figure.
+PP_HOP_LATENCY_S = 50e-6
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,13 @@ class Candidate:
     disaggregated: bool = False
     decode_gpu: str = ""
     decode_tp: int = 0
+    pp: int = 1  # pipeline stages of an aggregated replica, one instance (TP group) each (recommender.sizing.pipeline)
 
     @property
     def key(self) -> str:
         chunk = f"b{self.max_num_batched_tokens}" if self.max_num_batched_tokens else "nochunk"
-        base = f"{self.gpu}-tp{self.tp}-{self.weight_dtype}-kv{self.kv_dtype}-s{self.max_num_seqs}-{chunk}"
+        par = f"tp{self.tp}" + (f"pp{self.pp}" if self.pp > 1 else "")
+        base = f"{self.gpu}-{par}-{self.weight_dtype}-kv{self.kv_dtype}-s{self.max_num_seqs}-{chunk}"
         return f"pd-{base}-d-{self.decode_gpu}-tp{self.decode_tp}" if self.disaggregated else base
 
 
@@ -117,10 +122,11 @@ class Pool:
     usd_per_gpu_hour: float
     kv_capacity_tokens: int = 0
     rental: Rental | None = None  # the whole instances the pool rents (None: priced per GPU)
+    pp: int = 1  # pipeline stages per replica (each a TP group on its own instance)
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.replicas
+        return self.tp * self.pp * self.replicas
 
     @property
     def usd_per_hour(self) -> float:
@@ -250,11 +256,17 @@ class Sizer:
 
     # -- step-cost models -------------------------------------------------------------------------
 
-    def cost_model(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits) -> tuple[StepCostModel | None, str]:
-        """Cached (StepCostModel, "") or (None, why not: it does not fit) for one replica configuration."""
-        key = (gpu_id, tp, wd, kd, limits)
+    def cost_model(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits,
+                   pp: int = 1) -> tuple[StepCostModel | None, str]:
+        """Cached (StepCostModel, "") or (None, why not: it does not fit) for one replica configuration
+        (``pp`` > 1: pipeline stages across instances, :func:`pipeline_cost`)."""
+        key = (gpu_id, tp, wd, kd, limits, pp)
         hit = self._costs.get(key)
         if hit is None:
+            if pp > 1:
+                hit = self._pipeline_cost(gpu_id, tp, wd, kd, limits, pp)
+                self._costs[key] = hit
+                return hit
             dep = build_deployment(model=self.model, gpu=self.gpus[gpu_id], tp=tp, weight_dtype=wd, kv_dtype=kd,
                                    profile=self.profile, limits=limits,
                                    gpu_memory_utilization=self.rules.gpu_memory_utilization,
@@ -266,6 +278,43 @@ class Sizer:
                 hit = (StepCostModel.build(dep), "")
             self._costs[key] = hit
         return hit
+
+    def multinode_offers(self, gpu: str, tp: int) -> tuple[Offer, ...]:
+        """Offers a pipeline-parallel replica may span: a stage (TP group) fits one instance, and the offer
+        names its NIC (stages talk over it every step; an assumed 10 Gb/s is no basis for a multi-node plan)."""
+        return tuple(o for o in self.offers_of(gpu) if o.network.known and fits(o, tp) and not o.per_tp_group)
+
+    def _pipeline_cost(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits,
+                       pp: int) -> tuple[StepCostModel | None, str]:
+        """A replica of ``pp`` pipeline stages of ``tp`` GPUs (vLLM ``--pipeline-parallel-size``), stage k on
+        its own instance holding layers k L/pp .. (k+1) L/pp:
+
+        * memory: each stage is the model with ceil(L / pp) layers (and, conservatively, both the embedding
+          and the head) on ``tp`` GPUs; the replica holds the KV of the tokens one stage holds;
+        * time: a step passes through the stages in turn, so it costs the whole model on ``tp`` GPUs (each
+          stage reads its weights and KV once) plus, per stage boundary, the activations of the step's new
+          tokens (``hidden x 2 B`` each) over the slowest NIC per GPU of the offers it may rent
+          (:meth:`multinode_offers`) and a fixed ``PP_HOP_LATENCY_S``. One batch is in flight (vLLM can keep
+          up to ``pp`` in flight: this is conservative by up to ``pp`` x in throughput, not in latency)."""
+        model = self.model
+        if model.num_sliding_layers or model.num_layers < pp:
+            return None, f"pipeline parallel is not modelled for {model.id} (sliding-window layers or too few layers)"
+        offers = self.multinode_offers(gpu_id, tp)
+        if not offers:
+            return None, f"no {gpu_id} offer with a NIC in the catalog holds a TP{tp} stage (multi-node needs one)"
+        gpu = self.gpus[gpu_id]
+        stage_model = dataclasses.replace(model, num_layers=math.ceil(model.num_layers / pp))
+        common = dict(gpu=gpu, tp=tp, weight_dtype=wd, kv_dtype=kd, profile=self.profile, limits=limits,
+                      gpu_memory_utilization=self.rules.gpu_memory_utilization, max_model_len=self.workload.max_model_len)
+        stage = build_deployment(model=stage_model, **common)  # type: ignore[arg-type]
+        m = stage.memory()
+        if not m.fits:
+            return None, f"does not fit: a PP{pp} stage is short by {m.shortfall_bytes_per_gpu / 1e9:.1f} GB per GPU"
+        whole = StepCostModel.build(build_deployment(model=model, **common))  # type: ignore[arg-type]
+        nic = min(o.nic_bytes_per_s_per_gpu for o in offers)
+        return dataclasses.replace(
+            whole, kv_capacity_tokens=m.kv_capacity_tokens, overhead_s=whole.overhead_s + (pp - 1) * PP_HOP_LATENCY_S,
+            pp_hop_s_per_token=(pp - 1) * model.hidden_size * 2.0 / nic), ""
 
     def held_tokens_per_sequence(self) -> float:
         """Mean KV tokens one running sequence holds: its prompt, less the shared prefix (one copy for
@@ -291,17 +340,17 @@ class Sizer:
                                guess_per_s: float = 1.0) -> float:
         """Cached analytic capacity (requests/s) of one aggregated replica of ``c`` at ``limits``
         (``recommender.load.capacity.analytic_capacity_per_s``, 0.5% tolerance, from below)."""
-        key = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
+        key = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.pp, limits)
         if key not in self._capacities:
             w = self.workload
             # another limits of the same shape is the better guess: capacities differ by tens of percent
-            sibling = self._shape_capacity.get(key[:4])
+            sibling = self._shape_capacity.get(key[:5])
             self._capacities[key] = cap = analytic_capacity_per_s(
                 cost=cost, limits=limits, prompt=w.prompt_tokens, output=w.output_tokens,
                 shared_prefix_fraction=w.shared_prefix_fraction, rel_tol=5e-3,
                 start_per_s=sibling if sibling else guess_per_s, step=1.25 if sibling else 4.0)
             if math.isfinite(cap) and cap > 0:
-                self._shape_capacity[key[:4]] = cap
+                self._shape_capacity[key[:5]] = cap
         return self._capacities[key]
 
     def capacity_utilisation(self, ev: Evaluation) -> float:
@@ -315,7 +364,7 @@ class Sizer:
         if not ev.pools or not ev.feasible or rate <= 0:
             return ev.utilisation
         c = ev.candidate
-        maybe = [self.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
+        maybe = [self.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits, p.pp)[0] for p in ev.pools]
         costs = [cost for cost in maybe if cost is not None]
         if len(costs) != len(maybe):
             return ev.utilisation
@@ -464,9 +513,20 @@ class Sizer:
         fastest path the candidate can get, ``kv_bytes_per_token / (min(tp_p, tp_d) x bandwidth)``."""
         return mem.kv_cache_bytes_per_token(self.model, c.kv_dtype, 1) / self.kv_link(c).bytes_per_s
 
-    def rent_pool(self, gpu: str, tp: int, replicas: int) -> tuple[Rental | None, str]:
+    def rent_pool(self, gpu: str, tp: int, replicas: int, pp: int = 1) -> tuple[Rental | None, str]:
         """Whole instances of the cheapest offer for ``replicas`` TP groups (filled: the instances run every
-        TP group they hold), or (None, why) when no offer holds a TP group or rounding exceeds max_gpus."""
+        TP group they hold), or (None, why) when no offer holds a TP group or rounding exceeds max_gpus.
+        ``pp`` > 1: ``replicas x pp`` stage groups on offers that name their NIC (:meth:`multinode_offers`);
+        the rental's ``replicas`` then counts whole pipelines."""
+        if pp > 1:
+            stages = cheapest_rental(self.multinode_offers(gpu, tp), tp, replicas * pp)
+            if stages is None:
+                return None, f"no {gpu} offer with a NIC in the catalog holds a TP{tp} stage"
+            rental: Rental | None = dataclasses.replace(stages, replicas=stages.replicas // pp)
+            cap = self.workload.max_gpus
+            if cap and stages.replicas * tp > cap:
+                return None, f"{stages.instances} x {stages.offer.gpus_per_instance}-GPU instances exceed max_gpus {cap}"
+            return rental, ""
         offers = self.offers.get(gpu)
         if offers is None:  # no offers given (a hand-built context): per-GPU price, no rounding
             offers = (workload_offer(gpu, self.prices[gpu]),)
@@ -479,10 +539,10 @@ class Sizer:
             return None, f"{rental.instances} x {rental.offer.gpus_per_instance}-GPU instances exceed max_gpus {cap}"
         return rental, ""
 
-    def replica_cap(self, tp: int) -> int:
+    def replica_cap(self, tp: int, pp: int = 1) -> int:
         cap = self.rules.max_replicas
         if self.workload.max_gpus:
-            cap = min(cap, self.workload.max_gpus // tp)
+            cap = min(cap, self.workload.max_gpus // (tp * pp))
         return cap
 
     # -- SLO checks -------------------------------------------------------------------------------
@@ -560,7 +620,7 @@ class Sizer:
     def _size_agg(self, c: Candidate, hint: tuple[int, ...] = ()) -> Evaluation:
         w = self.workload
         limits = limits_of(c, w.max_model_len, w.prefix_caching)
-        cost, why = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
+        cost, why = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits, c.pp)
         if cost is None:
             return self.infeasible(c, why, fits=False, binding="memory")
         above = self.seqs_above_kv(cost, limits)
@@ -568,7 +628,7 @@ class Sizer:
             return self.infeasible(c, above, True, "KV capacity")
         rate = w.effective_rate_per_s
         target = rate * (1 + self.headroom)
-        cap = self.replica_cap(c.tp)
+        cap = self.replica_cap(c.tp, c.pp)
         if cap < 1:
             return self.infeasible(c, f"TP {c.tp} exceeds max_gpus {w.max_gpus}", True, "capacity")
 
@@ -590,14 +650,14 @@ class Sizer:
         r = min_replicas(lambda k: self.ok(run(k, target)), lower, cap)
         if r is None:
             pools = (Pool("both", c.gpu, c.tp, cap, c.weight_dtype, c.kv_dtype, limits, self.prices[c.gpu],
-                          cost.kv_capacity_tokens),)
+                          cost.kv_capacity_tokens, pp=c.pp),)
             return self.price(c, pools, run(cap, rate), ok=False, reason=f"misses its SLOs even with {cap} replicas",
                               saturation_rate_per_s=cap * per_replica_cap if w.is_offline else None)
-        rental, why = self.rent_pool(c.gpu, c.tp, r)
+        rental, why = self.rent_pool(c.gpu, c.tp, r, c.pp)
         if rental is None:
             return self.infeasible(c, why, True, "capacity")
         pools = (Pool("both", c.gpu, c.tp, rental.replicas, c.weight_dtype, c.kv_dtype, limits, rental.offer.usd_per_gpu_hour,
-                      cost.kv_capacity_tokens, rental),)
+                      cost.kv_capacity_tokens, rental, pp=c.pp),)
         return self.price(c, pools, run(rental.replicas, rate), ok=True,
                           saturation_rate_per_s=rental.replicas * per_replica_cap if w.is_offline else None)
 

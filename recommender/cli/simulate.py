@@ -47,6 +47,9 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
     row = doc.row(rank)
     if row is None:
         raise ConfigError(f"--rank {rank}: {plan} has {len(doc.rows)} plan(s)")
+    if any(p.pp > 1 for p in row.pools):
+        raise ConfigError(f"--rank {rank}: a multi-node (pipeline-parallel) plan is not simulated from a plan file yet; "
+                          "`recommend --workload FILE` verifies it in the simulator")
     wl = _length_source(workload, doc.workload.source)
     if wl is None:
         raise ConfigError(f"{plan} only summarises the length distributions and its workload source "

@@ -21,6 +21,7 @@ models need none), and probe ``/health`` on port 8000. The startup probe allows
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Any
 
 import yaml
@@ -36,6 +37,7 @@ from recommender.deploy.spec import (
 from recommender.deploy.vllm_cmd import (
     HTTP_PORT,
     NIXL_SIDE_CHANNEL_PORT,
+    RAY_PORT,
     engine_options,
     image_for,
     serve_argv,
@@ -203,6 +205,8 @@ def rdma_devices(spec: DeploySpec, pool: PoolSpec) -> dict[str, str]:
 
 
 def _engine_deployment(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
+    if pool.pp > 1:
+        return _engine_leader_worker_set(spec, pool)
     comp = component(pool)
     pod_labels = plan_labels(spec, comp)
     if spec.disaggregated:  # production-stack's router matches the pod label `model`
@@ -224,6 +228,43 @@ def _engine_deployment(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
                         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(pool.tp)}},
                     ],
                 },
+            },
+        },
+    }
+
+
+def _engine_leader_worker_set(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
+    """A multi-node replica as a LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``): each group is one replica
+    of ``pp`` pods of ``tp`` GPUs, one pipeline stage per node; the leader starts the Ray head and ``vllm serve``
+    (``--pipeline-parallel-size``, ``--distributed-executor-backend ray``), the workers join its Ray cluster at
+    ``$(LWS_LEADER_ADDRESS)`` (set by the LWS controller). A pod restart recreates its group. The Service selects
+    the leaders only (workers carry the component ``<comp>-worker``)."""
+    comp = component(pool)
+    leader = engine_container(spec, pool)
+    serve = "exec vllm serve " + " ".join(shlex.quote(a) for a in serve_argv(engine_options(spec, pool), "0.0.0.0", HTTP_PORT))
+    leader["command"] = ["/bin/sh", "-c"]
+    leader["args"] = [k8s_escape(f"ray start --head --port={RAY_PORT} && {serve}")]
+    worker = {k: v for k, v in engine_container(spec, pool).items()
+              if k not in ("startupProbe", "readinessProbe", "livenessProbe", "ports")}
+    worker["command"] = ["/bin/sh", "-c"]
+    worker["args"] = [f"ray start --address=$(LWS_LEADER_ADDRESS):{RAY_PORT} --block"]  # kubelet expands it
+    volumes = [{"name": "hf-cache", "persistentVolumeClaim": {"claimName": f"{spec.name}-hf-cache"}},
+               {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(pool.tp)}}]
+
+    def template(labels: dict[str, str], container: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"labels": labels, "annotations": plan_annotations(spec)},
+                "spec": {**scheduling(spec, pool), "containers": [container], "volumes": volumes}}
+
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": _meta(deployment_name(spec, pool), spec, comp),
+        "spec": {
+            "replicas": pool.replicas,
+            "leaderWorkerTemplate": {
+                "size": pool.pp,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": template(plan_labels(spec, comp), leader),
+                "workerTemplate": template(plan_labels(spec, f"{comp}-worker"), worker),
             },
         },
     }

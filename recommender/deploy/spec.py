@@ -77,6 +77,7 @@ class PoolSpec:
     checkpoint_bytes: float  # bytes vLLM downloads and loads for one replica (whole checkpoint)
     rdma_resource: str = ""  # the offer's RDMA NIC device resource in Kubernetes ("" = not known)
     rdma_per_gpu: float = 0.0  # those devices per GPU
+    pp: int = 1  # pipeline stages per replica, one node (TP group) each: a multi-node replica
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class DeploySpec:
     @property
     def gpus_total(self) -> int:
         """GPUs of all pools: sum of tp x replicas."""
-        return sum(p.tp * p.replicas for p in self.pools)
+        return sum(p.tp * p.pp * p.replicas for p in self.pools)
 
 
 # --------------------------------------------------------------------------- checks
@@ -320,7 +321,7 @@ def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str,
         max_model_len=workload.max_model_len if workload.max_model_len is not None else row.max_model_len,
         weights=weights, checkpoint_bytes=nbytes,
         rdma_resource=raw.rental.rdma_resource if raw.rental else "",
-        rdma_per_gpu=raw.rental.rdma_per_gpu if raw.rental else 0.0,
+        rdma_per_gpu=raw.rental.rdma_per_gpu if raw.rental else 0.0, pp=raw.pp,
     )
     _check_model_tp(pool, pw, _num_heads(workload.model))
     context = _context_tokens(workload.model)
@@ -400,7 +401,8 @@ def header_lines(spec: DeploySpec) -> list[str]:
     for p in spec.pools:
         on = {True: "on", False: "off"}
         lines.append(
-            f"Pool {p.role}: {p.replicas} x {p.gpu.id} TP{p.tp} ({p.replicas * p.tp} GPUs); weights {p.weight_dtype}, "
+            f"Pool {p.role}: {p.replicas} x {p.gpu.id} TP{p.tp}{f' x PP{p.pp} (one node per stage)' if p.pp > 1 else ''} "
+            f"({p.replicas * p.tp * p.pp} GPUs); weights {p.weight_dtype}, "
             f"KV cache {p.kv_dtype}; max_num_seqs {p.max_num_seqs}, max_num_batched_tokens {p.max_num_batched_tokens}, "
             f"chunked prefill {on[p.chunked_prefill]}, prefix caching {on[p.enable_prefix_caching]}, "
             f"CUDA graphs {on[p.cuda_graphs]}, gpu_memory_utilization {p.gpu_memory_utilization:g}, "

@@ -149,6 +149,7 @@ class StepCostModel:
     allreduces_per_layer: int = 2        # 1 for parallel attention+MLP blocks
     prefill_step_overhead_s: float = 0.0  # added to every step that carries prefill tokens
     gemm_m_half_tokens: float = 0.0       # tokens at which the GEMMs reach half their peak efficiency
+    pp_hop_s_per_token: float = 0.0       # pipeline parallel: seconds per new token to pass activations between stages
 
     @staticmethod
     def build(dep: Deployment) -> "StepCostModel":
@@ -266,7 +267,7 @@ class StepCostModel:
                    (new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token / comp)
         attn = max(kv_read_bytes / self.tp / bw, attention_flops / comp)
         fixed = self.overhead_s + (self.prefill_step_overhead_s if prefill else 0.0)
-        return gemm + attn + self.allreduce_s(new_tokens) + fixed
+        return gemm + attn + self.allreduce_s(new_tokens) + fixed + new_tokens * self.pp_hop_s_per_token
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
         """A decode-only step: ``batch`` sequences each holding ``context_tokens``."""

@@ -115,11 +115,12 @@ class Pool:
     checkpoint: str = ""  # pre-quantized checkpoint repo for this pool ("" = the plan's, else the model's)
     weights_bytes: float | None = None  # modelled weight bytes (only for models outside the catalog)
     rental: Rental | None = None  # the instances the pool rents (None: priced per GPU, or no price)
+    pp: int = 1  # pipeline stages per replica, each a TP group on its own instance (multi-node: --pipeline-parallel-size)
 
     @property
     def gpus(self) -> int:
-        """GPUs the pool runs: tp x replicas."""
-        return self.tp * self.replicas
+        """GPUs the pool runs: tp x pp x replicas."""
+        return self.tp * self.pp * self.replicas
 
     @property
     def usd_per_hour(self) -> float | None:

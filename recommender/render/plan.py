@@ -81,7 +81,7 @@ def deployment_cell(pools: Sequence[Pool]) -> str:
     per pool. ``b200 2xTP2``; P/D ``h100-sxm P 4xTP2 + D 1xTP4``, or ``P b200 4xTP1 + D b300 2xTP2`` across GPU types."""
     if len(pools) == 1:
         p = pools[0]
-        return f"{p.gpu} {p.replicas}xTP{p.tp}"
+        return f"{p.gpu} {p.replicas}xTP{p.tp}" + (f"xPP{p.pp}" if p.pp > 1 else "")
     prefill, decode = pools[0], pools[-1]
     if prefill.gpu == decode.gpu:
         return f"{prefill.gpu} P {prefill.replicas}xTP{prefill.tp} + D {decode.replicas}xTP{decode.tp}"

@@ -85,6 +85,9 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
     profile = profile or engine_profile("vllm")
     catalog = catalog or default_catalog()
     row = plan.top
+    if any(p.pp > 1 for p in row.pools):
+        raise RecommenderError("the current plan runs multi-node (pipeline-parallel) replicas, which the re-planner "
+                               "does not re-predict yet; re-plan from the workload file with `recommend`")
     reps = replicas if replicas is not None else row.pool_replicas
     max_len = int(row.max_model_len or plan.workload.max_model_len or workload.max_model_len)
     model = catalog.model(workload.model)

@@ -359,6 +359,8 @@ class Bounds:
         dkey = (c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype) if c.disaggregated else pkey
         if not self.rentable_shape(c):
             return None  # the sizer cannot rent a TP group of it: every combo is infeasible
+        if c.pp > 1:
+            return self._pipeline(c)
         if c.max_num_seqs and self._seqs_refused(dkey, c.max_num_seqs):
             return None  # the sizer refuses it (recommender.sizing.Sizer.seqs_above_kv): not worth a trial
         seqs = c.max_num_seqs or self._max_seqs
@@ -374,6 +376,15 @@ class Bounds:
             # both pools on one instance can cost less than two rentals (one 8-GPU instance, not two)
             usd = min(usd, self._colocated_usd(c.gpu, ((c.tp, pre[2]), (c.decode_tp, dec[2]))))
         return Bound(usd, self._latencies(pre[1], dec[1]), (pre[2], dec[2]))
+
+    def _pipeline(self, c: Candidate) -> Bound | None:
+        """A loose but valid bound for a pipeline-parallel shape: one whole pipeline (``pp`` stage groups on
+        offers naming their NIC) at no latency; None when no such offer holds a stage."""
+        rental = cheapest_rental(self.sizer.multinode_offers(c.gpu, c.tp), c.tp, c.pp)
+        if rental is None:
+            return None
+        usd = rental.usd_per_hour * (0.0 if self.sizer.workload.is_offline else 1.0)
+        return Bound(usd, tuple(0.0 for _ in self.sizer.workload.slos) or (0.0,), (1,))
 
     def _colocated_usd(self, gpu: str, groups: tuple[tuple[int, int], ...]) -> float:
         """USD/h of the cheapest single instance holding every group; inf when none does."""

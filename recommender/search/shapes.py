@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from recommender.perf import memory as mem
 from recommender.search.bounds import Bound, Bounds
 from recommender.search.evaluate import SearchContext, evaluate
 from recommender.search.space import SpaceChoices, parallelism_valid, pd_pair_valid, weight_dtype_valid
@@ -176,7 +177,32 @@ def usd_per_hour_to_objective(ctx: SearchContext) -> float:
 
 def _combos(ch: SpaceChoices, shape: Candidate) -> list[Candidate]:
     return [Candidate(shape.gpu, shape.tp, shape.weight_dtype, shape.kv_dtype, s, b, shape.disaggregated,
-                      shape.decode_gpu, shape.decode_tp) for s in ch.max_num_seqs for b in ch.budgets]
+                      shape.decode_gpu, shape.decode_tp, shape.pp) for s in ch.max_num_seqs for b in ch.budgets]
+
+
+#: Pipeline-parallel stage counts tried for a model no single instance holds (``pipeline_shapes``).
+PIPELINE_STAGES = (2, 4)
+
+
+def pipeline_shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
+    """Aggregated shapes whose replica spans instances (``pp`` stages of the largest TP group an offer with a
+    NIC holds), for each GPU and dtype pair where the weights alone exceed that TP group's memory: models
+    that do not fit one instance. The sizer prices the stage hops (``recommender.sizing.Sizer._pipeline_cost``)."""
+    out: list[Candidate] = []
+    frac = ctx.rules.gpu_memory_utilization
+    for g in ch.gpus:
+        gpu = ctx.gpus[g]
+        tps = [tp for tp in ch.tps if not parallelism_valid(ctx.model, gpu, tp) and ctx.multinode_offers(g, tp)]
+        if not tps:
+            continue
+        tp = max(tps)
+        for wd, kd in itertools.product(ch.weight_dtypes, ch.kv_dtypes):
+            if weight_dtype_valid(ctx.model, gpu, wd, kd):
+                continue
+            if mem.weights_bytes_per_gpu(ctx.model, wd, tp) <= gpu.memory_bytes * frac:
+                continue  # one instance holds it: no pipeline needed
+            out += [Candidate(g, tp, wd, kd, 0, 0, pp=pp) for pp in PIPELINE_STAGES if pp <= ctx.model.num_layers]
+    return out
 
 
 def shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
@@ -202,7 +228,7 @@ def shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
                     pair_ok[key] = not pd_pair_valid(ctx.gpus[g], ctx.gpus[dg], tp, dtp, ch.pd_heterogeneous)
                 if pair_ok[key]:
                     pd.append(Candidate(g, tp, wd, kd, 0, 0, True, dg, dtp))
-    return agg + pd
+    return agg + pipeline_shapes(ctx, ch) + pd
 
 
 def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int | None = None,
