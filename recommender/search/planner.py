@@ -270,6 +270,9 @@ def aggregated_front(ctx: SearchContext, ch: SpaceChoices, budget: int, timeout_
     from recommender.search.shapes import shape_search
 
     feas = [e for e in ctx.evaluator if e.feasible]
+    if not ctx.policy.pd_saving_proof and feas and ch.disaggregation:
+        best = min(feas, key=lambda e: e.usd_per_million_tokens)
+        return (False if best.candidate.disaggregated else None), 0
     if not ch.disaggregation or not feas or not min(feas, key=lambda e: e.usd_per_million_tokens).candidate.disaggregated:
         return None, 0
     sub = shape_search(ctx, dataclasses.replace(ch, disaggregation=False), timeout_s=timeout_s, min_evaluations=0,
