@@ -49,6 +49,8 @@ class Interconnect:
     bandwidth_bytes_per_s: float
     gpus_per_domain: int
     peer_bandwidth_bytes_per_s: float | None = None
+    host_kind: str = "pcie4"  # the GPU's link to host memory (``host_link:``), one direction
+    host_bandwidth_bytes_per_s: float = 32e9
 
     def ring_bandwidth_bytes_per_s(self, tp: int) -> float:
         """Bandwidth one GPU gets in a ring collective over ``tp`` GPUs."""
@@ -79,6 +81,7 @@ class Gpu:
     kernels: ArchSupport = UNKNOWN_ARCH  # this GPU's row of catalogs/kernel-support.yaml
     node_labels: tuple[tuple[str, str], ...] = ()  # Kubernetes node label (key, value) pairs naming this GPU model
     aliases: tuple[str, ...] = ()
+    gke_accelerators: tuple[str, ...] = ()  # GKE's cloud.google.com/gke-accelerator values for this GPU (k8s.gke_accelerator)
 
     def flops_per_s(self, dtype: str) -> float:
         """Dense tensor throughput for a compute dtype; int4/mxfp4 weight-only run at 16-bit."""
@@ -244,6 +247,7 @@ def gpu_from_doc(doc: Mapping[str, Any], where: str = "", kernels: Mapping[str, 
                 bandwidth_bytes_per_s=units.parse_bandwidth(ic["bandwidth"], f"{where} interconnect.bandwidth"),
                 gpus_per_domain=int(ic["gpus_per_domain"]),
                 peer_bandwidth_bytes_per_s=units.parse_bandwidth(peer) if peer else None,
+                **_host_link(ic.get("host_link"), where),
             ),
             offers=offers_from_doc(str(doc["id"]).lower(), doc.get("offers"), where),
             vllm_supported=bool(vllm.get("supported", True)),
@@ -252,9 +256,18 @@ def gpu_from_doc(doc: Mapping[str, Any], where: str = "", kernels: Mapping[str, 
             kernels=table.get(arch, UNKNOWN_ARCH),
             node_labels=_node_labels(doc.get("k8s") or {}),
             aliases=tuple(str(a) for a in doc.get("aliases") or ()),
+            gke_accelerators=tuple(str(a) for a in (doc.get("k8s") or {}).get("gke_accelerator") or ()),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CatalogError(f"GPU catalog entry {where or doc.get('id')}: missing or bad field {e}") from None
+
+
+def _host_link(doc: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
+    """``interconnect.host_link: {kind, bandwidth}`` -> Interconnect keywords (absent: PCIe Gen4 x16, 32 GB/s)."""
+    if not doc:
+        return {}
+    return {"host_kind": str(doc["kind"]),
+            "host_bandwidth_bytes_per_s": units.parse_bandwidth(doc["bandwidth"], f"{where} interconnect.host_link")}
 
 
 def _node_labels(k8s: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

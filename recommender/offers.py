@@ -17,19 +17,62 @@ Rounding (:func:`rent`), for ``replicas`` TP groups of ``tp`` GPUs on an offer o
 (ties: fewer instances, then the lower USD per GPU-hour, then provider name), so each pool of a plan names one offer.
 A workload's ``prices:`` override becomes an offer of provider ``workload`` billed per GPU with
 instances of one TP group (no rounding beyond the TP group).
+
+Network (:class:`Network`, the offer's ``network:``): the NIC between instances, RDMA (InfiniBand, RoCE,
+EFA) or plain Ethernet, in Gb/s per GPU (or per instance, shared by its GPUs), with its dated source. An offer
+without one is taken as :data:`UNKNOWN_NETWORK` (10 Gb/s Ethernet per instance) and the plan says so.
+
+KV paths of a P/D pair (:class:`KvPath`): on one instance (:func:`rent_colocated`: both pools' TP groups in
+one instance) the KV moves through host memory over the GPUs' host link (``recommender.sizing.Sizer.fabric_path``
+says why not NVLink); across instances, over the slower of the two offers' NICs, both pools renting from one
+provider (between providers there is only the public internet, which no plan assumes).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from recommender import units
 from recommender.errors import CatalogError
 
 #: Provider name of the offers made from a workload's ``prices:`` overrides.
 WORKLOAD_PROVIDER = "workload"
+
+#: NIC kinds that move KV by RDMA (NIXL over UCX / libfabric); anything else is TCP.
+RDMA_KINDS = frozenset({"infiniband", "roce", "efa"})
+NETWORK_KINDS = RDMA_KINDS | {"ethernet"}
+#: What an offer without a ``network:`` is taken to have: 10 Gb/s Ethernet per instance (shared by its GPUs).
+UNKNOWN_NIC_GBPS = 10.0
+
+
+@dataclass(frozen=True)
+class Network:
+    """The inter-instance NIC of an offer: ``kind`` (infiniband, roce, efa, ethernet) and Gb/s (one direction)
+    per GPU (``gbps_per_gpu``) or per instance (``gbps_per_instance``, shared by its GPUs)."""
+
+    kind: str = "ethernet"
+    gbps_per_gpu: float = 0.0
+    gbps_per_instance: float = UNKNOWN_NIC_GBPS
+    source: str = ""
+    date: str = ""
+    known: bool = False  # False: not given in the catalog (the UNKNOWN_NETWORK default)
+    k8s_resource: str = ""  # the Kubernetes device resource of its RDMA NICs (``vpc.amazonaws.com/efa``), if known
+    k8s_per_gpu: float = 0.0  # those devices per GPU (a pod of tp GPUs requests ceil(tp x this))
+
+    @property
+    def rdma(self) -> bool:
+        return self.kind in RDMA_KINDS
+
+    def bytes_per_s_per_gpu(self, gpus_per_instance: int) -> float:
+        """One GPU's share of the NIC, bytes/s: ``gbps_per_gpu x 1e9 / 8``, else ``gbps_per_instance / n``."""
+        gbps = self.gbps_per_gpu or self.gbps_per_instance / max(gpus_per_instance, 1)
+        return gbps * 1e9 / 8.0
+
+
+UNKNOWN_NETWORK = Network()
 
 
 @dataclass(frozen=True)
@@ -45,10 +88,18 @@ class Offer:
     sku: str = ""
     nvlink_domain_gpus: int = 0  # > 0: instances are slices of one NVLink domain of that many GPUs
     per_tp_group: bool = False  # True: billed per GPU, an instance is one TP group (workload prices:)
+    network: Network = field(default=UNKNOWN_NETWORK)  # the NIC between instances
+    fabric_kind: str = ""  # intra-instance fabric when it differs from the GPU's interconnect ("" = the GPU's)
+    fabric_bytes_per_s: float = 0.0  # its bandwidth per GPU, one direction (0 = the GPU's)
 
     @property
     def usd_per_gpu_hour(self) -> float:
         return self.usd_per_instance_hour / self.gpus_per_instance
+
+    @property
+    def nic_bytes_per_s_per_gpu(self) -> float:
+        """One GPU's share of the offer's NIC (bytes/s, one direction)."""
+        return self.network.bytes_per_s_per_gpu(self.gpus_per_instance)
 
     def label(self) -> str:
         """``provider 8xGPU`` (or ``provider per-GPU`` for per-GPU billing)."""
@@ -63,16 +114,24 @@ class Rental:
     tp: int
     instances: int
     replicas: int  # TP groups the instances hold (>= the replicas asked for)
+    share: float = 1.0  # fraction of the instances billed to this pool (< 1: P and D share one instance)
 
     @property
     def gpus_billed(self) -> int:
-        return self.tp * self.replicas if self.offer.per_tp_group else self.instances * self.offer.gpus_per_instance
+        """GPUs this pool pays for (a shared instance: its share, rounded)."""
+        if self.offer.per_tp_group:
+            return self.tp * self.replicas
+        return round(self.instances * self.offer.gpus_per_instance * self.share)
 
     @property
     def usd_per_hour(self) -> float:
         if self.offer.per_tp_group:
             return self.offer.usd_per_gpu_hour * self.tp * self.replicas
-        return self.instances * self.offer.usd_per_instance_hour
+        return self.instances * self.offer.usd_per_instance_hour * self.share
+
+    @property
+    def shared(self) -> bool:
+        return self.share < 1.0
 
 
 def workload_offer(gpu: str, usd_per_gpu_hour: float) -> Offer:
@@ -103,6 +162,49 @@ def rent(offer: Offer, tp: int, replicas: int) -> Rental | None:
     groups = n // tp
     instances = math.ceil(replicas / groups)
     return Rental(offer, tp, instances, instances * groups)
+
+
+def rent_colocated(offer: Offer, groups: Sequence[tuple[int, int]]) -> tuple[int, int] | None:
+    """One instance of ``offer`` holding every ``(tp, replicas)`` group TOGETHER: ``(1, its GPUs)``, or None
+    when they do not fit one (per-GPU billing has no instance to share; an NVLink-domain slice is one host,
+    so P and D share one slice, not the domain).
+
+    The TP sizes are powers of two dividing the instance size, so packing succeeds whenever
+    ``sum(tp x replicas) <= n`` (n: GPUs per instance)."""
+    if offer.per_tp_group or not groups:
+        return None
+    used = sum(tp * r for tp, r in groups)
+    n = offer.gpus_per_instance
+    if used > n or any(tp > n or n % tp for tp, _ in groups):
+        return None
+    return 1, n
+
+
+@dataclass(frozen=True)
+class KvPath:
+    """Where a P/D pair's KV moves: ``kind`` (the GPUs' host link such as pcie5 when ``same_instance``,
+    or an offer's ``fabric:``; else the NIC kind) at ``bytes_per_s_per_gpu`` (one direction; a transfer runs on
+    ``min(tp_p, tp_d)`` GPUs in parallel). ``known``: False when the NIC was not in the catalog."""
+
+    kind: str
+    bytes_per_s_per_gpu: float
+    same_instance: bool = False
+    known: bool = True
+    provider: str = ""
+
+    @property
+    def rdma(self) -> bool:
+        return not self.same_instance and self.kind in RDMA_KINDS
+
+    def label(self, gpus: int = 1) -> str:
+        """``pcie5 64 GB/s (same instance, via host memory)`` or ``roce 400 Gb/s`` / ``ethernet 10 Gb/s
+        (assumed...)``: the bandwidth one transfer gets on ``gpus`` GPUs."""
+        bw = self.bytes_per_s_per_gpu * max(gpus, 1)
+        if self.same_instance:
+            return f"{self.kind} {bw / 1e9:,.0f} GB/s (same instance, via host memory)"
+        gbps = bw * 8 / 1e9
+        text = f"{self.kind} {gbps:,.0f} Gb/s" if gbps >= 10 else f"{self.kind} {gbps:,.2g} Gb/s"
+        return text if self.known else f"{text} (assumed: no NIC figure for the offer)"
 
 
 def cheapest_rental(offers: Iterable[Offer], tp: int, replicas: int) -> Rental | None:
@@ -140,12 +242,34 @@ def offers_from_doc(gpu: str, entries: Sequence[Mapping[str, Any]] | None, where
                 price = float(per_gpu) * n if per_gpu is not None else float(per_inst or 0.0)
                 if n < 1 or not math.isfinite(price) or price <= 0:
                     raise CatalogError(f"{at}: gpus_per_instance and the price must be positive")
+                fab = e.get("fabric") or {}
                 out.append(Offer(provider=str(e["provider"]).lower(), gpu=gpu, gpus_per_instance=n, usd_per_instance_hour=price,
                                  date=str(e.get("date", "")), source=str(e.get("source", "")), sku=str(e.get("sku", "")),
-                                 nvlink_domain_gpus=int(e.get("nvlink_domain_gpus") or 0)))
+                                 nvlink_domain_gpus=int(e.get("nvlink_domain_gpus") or 0),
+                                 network=network_from_doc(e.get("network"), at),
+                                 fabric_kind=str(fab.get("kind", "")),
+                                 fabric_bytes_per_s=units.parse_bandwidth(fab["bandwidth"], f"{at} fabric.bandwidth")
+                                 if fab.get("bandwidth") else 0.0))
         except (KeyError, TypeError, ValueError) as err:
             raise CatalogError(f"{at}: missing or bad field {err}") from None
     return tuple(out)
+
+
+def network_from_doc(doc: Mapping[str, Any] | None, at: str = "") -> Network:
+    """``network: {kind, gbps_per_gpu | gbps_per_instance, source, date}`` -> :class:`Network`;
+    absent -> :data:`UNKNOWN_NETWORK`."""
+    if not doc:
+        return UNKNOWN_NETWORK
+    kind = str(doc.get("kind", "")).lower()
+    if kind not in NETWORK_KINDS:
+        raise CatalogError(f"{at} network.kind {kind!r}: use one of {', '.join(sorted(NETWORK_KINDS))}")
+    per_gpu, per_inst = float(doc.get("gbps_per_gpu") or 0.0), float(doc.get("gbps_per_instance") or 0.0)
+    if (per_gpu > 0) == (per_inst > 0) or not math.isfinite(per_gpu + per_inst):
+        raise CatalogError(f"{at} network: give exactly one positive gbps_per_gpu or gbps_per_instance")
+    k8s = doc.get("k8s") or {}
+    return Network(kind=kind, gbps_per_gpu=per_gpu, gbps_per_instance=per_inst, source=str(doc.get("source", "")),
+                   date=str(doc.get("date", "")), known=True, k8s_resource=str(k8s.get("resource", "")),
+                   k8s_per_gpu=float(k8s.get("per_gpu") or 0.0))
 
 
 def restrict(offers: Iterable[Offer], provider: str | None) -> tuple[Offer, ...]:

@@ -24,6 +24,7 @@ ends with 2% of its deadline to spare, and the reported utilisation is ``running
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -33,7 +34,7 @@ from recommender.hf_config import ModelArch
 from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
 from recommender.load.capacity import analytic_capacity_per_s, saturation_rate_per_s
 from recommender.load.link import KvLink
-from recommender.offers import Offer, Rental, cheapest_rental, workload_offer
+from recommender.offers import KvPath, Offer, Rental, cheapest_rental, fits, rent_colocated, workload_offer
 from recommender.perf import memory as mem
 from recommender.estimator import build_deployment
 from recommender.perf.step import EngineLimits, StepCostModel
@@ -41,6 +42,9 @@ from recommender.profiles import EngineProfile
 from recommender.workload import Workload
 
 INFEASIBLE_OBJECTIVE = 1e9
+#: Fixed cost of one pipeline-stage hop per step (an RDMA send and the next stage's wait): an assumption of the
+#: order of a NIC round trip plus a kernel launch, not a measured figure.
+PP_HOP_LATENCY_S = 50e-6
 
 
 @dataclass(frozen=True)
@@ -58,11 +62,13 @@ class Candidate:
     disaggregated: bool = False
     decode_gpu: str = ""
     decode_tp: int = 0
+    pp: int = 1  # pipeline stages of an aggregated replica, one instance (TP group) each (recommender.sizing.pipeline)
 
     @property
     def key(self) -> str:
         chunk = f"b{self.max_num_batched_tokens}" if self.max_num_batched_tokens else "nochunk"
-        base = f"{self.gpu}-tp{self.tp}-{self.weight_dtype}-kv{self.kv_dtype}-s{self.max_num_seqs}-{chunk}"
+        par = f"tp{self.tp}" + (f"pp{self.pp}" if self.pp > 1 else "")
+        base = f"{self.gpu}-{par}-{self.weight_dtype}-kv{self.kv_dtype}-s{self.max_num_seqs}-{chunk}"
         return f"pd-{base}-d-{self.decode_gpu}-tp{self.decode_tp}" if self.disaggregated else base
 
 
@@ -116,10 +122,11 @@ class Pool:
     usd_per_gpu_hour: float
     kv_capacity_tokens: int = 0
     rental: Rental | None = None  # the whole instances the pool rents (None: priced per GPU)
+    pp: int = 1  # pipeline stages per replica (each a TP group on its own instance)
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.replicas
+        return self.tp * self.pp * self.replicas
 
     @property
     def usd_per_hour(self) -> float:
@@ -150,6 +157,8 @@ class Evaluation:
     binding: str = ""
     reason: str = ""
     load: Any = field(default=None, compare=False, repr=False)
+    kv_path: KvPath | None = None  # P/D: where the KV moves (same instance or the offers' NIC)
+    kv_link: KvLink | None = field(default=None, compare=False, repr=False)  # P/D: the link it was sized with
 
     def latency(self, metric: str, percentile: str) -> float:
         return self.latencies.get(metric, {}).get(percentile, math.inf)
@@ -247,11 +256,17 @@ class Sizer:
 
     # -- step-cost models -------------------------------------------------------------------------
 
-    def cost_model(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits) -> tuple[StepCostModel | None, str]:
-        """Cached (StepCostModel, "") or (None, why not: it does not fit) for one replica configuration."""
-        key = (gpu_id, tp, wd, kd, limits)
+    def cost_model(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits,
+                   pp: int = 1) -> tuple[StepCostModel | None, str]:
+        """Cached (StepCostModel, "") or (None, why not: it does not fit) for one replica configuration
+        (``pp`` > 1: pipeline stages across instances, :func:`pipeline_cost`)."""
+        key = (gpu_id, tp, wd, kd, limits, pp)
         hit = self._costs.get(key)
         if hit is None:
+            if pp > 1:
+                hit = self._pipeline_cost(gpu_id, tp, wd, kd, limits, pp)
+                self._costs[key] = hit
+                return hit
             dep = build_deployment(model=self.model, gpu=self.gpus[gpu_id], tp=tp, weight_dtype=wd, kv_dtype=kd,
                                    profile=self.profile, limits=limits,
                                    gpu_memory_utilization=self.rules.gpu_memory_utilization,
@@ -263,6 +278,43 @@ class Sizer:
                 hit = (StepCostModel.build(dep), "")
             self._costs[key] = hit
         return hit
+
+    def multinode_offers(self, gpu: str, tp: int) -> tuple[Offer, ...]:
+        """Offers a pipeline-parallel replica may span: a stage (TP group) fits one instance, and the offer
+        names its NIC (stages talk over it every step; an assumed 10 Gb/s is no basis for a multi-node plan)."""
+        return tuple(o for o in self.offers_of(gpu) if o.network.known and fits(o, tp) and not o.per_tp_group)
+
+    def _pipeline_cost(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits,
+                       pp: int) -> tuple[StepCostModel | None, str]:
+        """A replica of ``pp`` pipeline stages of ``tp`` GPUs (vLLM ``--pipeline-parallel-size``), stage k on
+        its own instance holding layers k L/pp .. (k+1) L/pp:
+
+        * memory: each stage is the model with ceil(L / pp) layers (and, conservatively, both the embedding
+          and the head) on ``tp`` GPUs; the replica holds the KV of the tokens one stage holds;
+        * time: a step passes through the stages in turn, so it costs the whole model on ``tp`` GPUs (each
+          stage reads its weights and KV once) plus, per stage boundary, the activations of the step's new
+          tokens (``hidden x 2 B`` each) over the slowest NIC per GPU of the offers it may rent
+          (:meth:`multinode_offers`) and a fixed ``PP_HOP_LATENCY_S``. One batch is in flight (vLLM can keep
+          up to ``pp`` in flight: this is conservative by up to ``pp`` x in throughput, not in latency)."""
+        model = self.model
+        if model.num_sliding_layers or model.num_layers < pp:
+            return None, f"pipeline parallel is not modelled for {model.id} (sliding-window layers or too few layers)"
+        offers = self.multinode_offers(gpu_id, tp)
+        if not offers:
+            return None, f"no {gpu_id} offer with a NIC in the catalog holds a TP{tp} stage (multi-node needs one)"
+        gpu = self.gpus[gpu_id]
+        stage_model = dataclasses.replace(model, num_layers=math.ceil(model.num_layers / pp))
+        common = dict(gpu=gpu, tp=tp, weight_dtype=wd, kv_dtype=kd, profile=self.profile, limits=limits,
+                      gpu_memory_utilization=self.rules.gpu_memory_utilization, max_model_len=self.workload.max_model_len)
+        stage = build_deployment(model=stage_model, **common)  # type: ignore[arg-type]
+        m = stage.memory()
+        if not m.fits:
+            return None, f"does not fit: a PP{pp} stage is short by {m.shortfall_bytes_per_gpu / 1e9:.1f} GB per GPU"
+        whole = StepCostModel.build(build_deployment(model=model, **common))  # type: ignore[arg-type]
+        nic = min(o.nic_bytes_per_s_per_gpu for o in offers)
+        return dataclasses.replace(
+            whole, kv_capacity_tokens=m.kv_capacity_tokens, overhead_s=whole.overhead_s + (pp - 1) * PP_HOP_LATENCY_S,
+            pp_hop_s_per_token=(pp - 1) * model.hidden_size * 2.0 / nic), ""
 
     def held_tokens_per_sequence(self) -> float:
         """Mean KV tokens one running sequence holds: its prompt, less the shared prefix (one copy for
@@ -288,17 +340,17 @@ class Sizer:
                                guess_per_s: float = 1.0) -> float:
         """Cached analytic capacity (requests/s) of one aggregated replica of ``c`` at ``limits``
         (``recommender.load.capacity.analytic_capacity_per_s``, 0.5% tolerance, from below)."""
-        key = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
+        key = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.pp, limits)
         if key not in self._capacities:
             w = self.workload
             # another limits of the same shape is the better guess: capacities differ by tens of percent
-            sibling = self._shape_capacity.get(key[:4])
+            sibling = self._shape_capacity.get(key[:5])
             self._capacities[key] = cap = analytic_capacity_per_s(
                 cost=cost, limits=limits, prompt=w.prompt_tokens, output=w.output_tokens,
                 shared_prefix_fraction=w.shared_prefix_fraction, rel_tol=5e-3,
                 start_per_s=sibling if sibling else guess_per_s, step=1.25 if sibling else 4.0)
             if math.isfinite(cap) and cap > 0:
-                self._shape_capacity[key[:4]] = cap
+                self._shape_capacity[key[:5]] = cap
         return self._capacities[key]
 
     def capacity_utilisation(self, ev: Evaluation) -> float:
@@ -312,7 +364,7 @@ class Sizer:
         if not ev.pools or not ev.feasible or rate <= 0:
             return ev.utilisation
         c = ev.candidate
-        maybe = [self.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
+        maybe = [self.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits, p.pp)[0] for p in ev.pools]
         costs = [cost for cost in maybe if cost is not None]
         if len(costs) != len(maybe):
             return ev.utilisation
@@ -323,16 +375,18 @@ class Sizer:
             pp, dp = ev.pools
             sat = saturation_rate_per_s(
                 lambda x: self.analyze_pd(c, PoolSpec(cost=costs[0], limits=pp.limits, replicas=pp.replicas),
-                                          PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas), x),
+                                          PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas), x,
+                                          ev.kv_link),
                 rel_tol=5e-3, start_per_s=rate, step=1.25)
         return rate / sat if sat > 0 else math.inf
 
-    def analyze_pd(self, c: Candidate, prefill: PoolSpec, decode: PoolSpec, rate_per_s: float) -> Any:
+    def analyze_pd(self, c: Candidate, prefill: PoolSpec, decode: PoolSpec, rate_per_s: float,
+                   link: KvLink | None = None) -> Any:
         """The analytic model of a P/D pair at ``rate_per_s`` with the workload's lengths and the pair's
-        KV link (:meth:`kv_link`)."""
+        KV link (``link``, default :meth:`kv_link` on the fastest path)."""
         w = self.workload
         return analyze_disaggregated(
-            Disaggregated(prefill=prefill, decode=decode, kv_link=self.kv_link(c)),
+            Disaggregated(prefill=prefill, decode=decode, kv_link=link or self.kv_link(c)),
             Traffic(rate_per_s=rate_per_s, prompt=w.prompt_tokens, output=w.output_tokens,
                     shared_prefix_fraction=w.shared_prefix_fraction))
 
@@ -346,24 +400,133 @@ class Sizer:
         """Utilisation cap: the rules' for live traffic; ``OFFLINE_MAX_UTILISATION`` for an offline job."""
         return OFFLINE_MAX_UTILISATION if self.workload.is_offline else self.rules.max_utilisation
 
-    def kv_link(self, c: Candidate) -> KvLink:
-        """The P/D KV-transfer link: KV bytes per token, NIC bandwidth per GPU (the GPU catalog's
-        ``nic_bandwidth_bytes_per_s`` where given, else the rules'; the slower end), both TP sizes and the
-        fixed ``kv_transfer_latency_s`` per transfer."""
-        default = self.rules.kv_transfer_bandwidth_bytes_per_s
-        nics = [getattr(self.gpus[g], "nic_bandwidth_bytes_per_s", None) or default for g in (c.gpu, c.decode_gpu)]
-        return KvLink(bytes_per_token=mem.kv_cache_bytes_per_token(self.model, c.kv_dtype, 1), nic_bytes_per_s=min(nics),
-                      prefill_tp=c.tp, decode_tp=c.decode_tp, latency_s=self.rules.kv_transfer_latency_s)
+    def offers_of(self, gpu: str) -> tuple[Offer, ...]:
+        """The offers a pool of ``gpu`` may rent (none given, a hand-built context: one per-GPU offer)."""
+        offers = self.offers.get(gpu)
+        return offers if offers is not None else (workload_offer(gpu, self.prices[gpu]),)
+
+    def fabric_path(self, offer: Offer) -> KvPath:
+        """The KV path between a prefill and a decode engine on one instance of ``offer``. Each engine is its own
+        process seeing only its own GPUs (CUDA_VISIBLE_DEVICES, or the device plugin in Kubernetes), so NVLink
+        peer access between them is not available (NVIDIA Dynamo's disaggregation communication guide: "NVLink
+        cannot be used between Kubernetes pods"); the KV is staged through host memory, bounded by the GPU's
+        host link (``interconnect.host_link``, PCIe Gen5 x16 = 64 GB/s one direction on H100). An offer's
+        ``fabric:`` overrides this where a deployment is known to do better."""
+        ic = self.gpus[offer.gpu].interconnect
+        return KvPath(kind=offer.fabric_kind or ic.host_kind,
+                      bytes_per_s_per_gpu=offer.fabric_bytes_per_s or ic.host_bandwidth_bytes_per_s,
+                      same_instance=True, provider=offer.provider)
+
+    @staticmethod
+    def nic_path(prefill: Offer, decode: Offer) -> KvPath:
+        """The KV path between instances of two offers of one provider: the slower NIC per GPU."""
+        slow = prefill if prefill.nic_bytes_per_s_per_gpu <= decode.nic_bytes_per_s_per_gpu else decode
+        return KvPath(kind=slow.network.kind, bytes_per_s_per_gpu=slow.nic_bytes_per_s_per_gpu,
+                      known=prefill.network.known and decode.network.known, provider=prefill.provider)
+
+    def kv_paths(self, c: Candidate) -> list[KvPath]:
+        """Every KV path a P/D candidate can get, fastest first (a same-instance path before a NIC of equal
+        bandwidth): the fabric of each offer one instance of which holds a TP group of each pool, and for
+        each provider renting both GPUs, the slower NIC of each pair of its offers (``recommender.offers``)."""
+        out: dict[tuple[str, float, bool, bool], KvPath] = {}
+        p_offers, d_offers = self.offers_of(c.gpu), self.offers_of(c.decode_gpu)
+        if c.gpu == c.decode_gpu:
+            for o in p_offers:
+                if rent_colocated(o, [(c.tp, 1), (c.decode_tp, 1)]) is not None:
+                    f = self.fabric_path(o)
+                    out.setdefault((f.kind, f.bytes_per_s_per_gpu, True, True), dataclasses.replace(f, provider=""))
+        for op in p_offers:
+            for od in d_offers:
+                if op.provider != od.provider:
+                    continue
+                path = self.nic_path(op, od)
+                out.setdefault((path.kind, path.bytes_per_s_per_gpu, False, path.known),
+                               dataclasses.replace(path, provider=""))
+        return sorted(out.values(), key=lambda p: (-p.bytes_per_s_per_gpu, not p.same_instance, not p.known))
+
+    def _pd_replicas(self, run: Callable[[int, int, float], Any], lower: tuple[int, int], caps: tuple[int, int],
+                     target: float) -> tuple[int | None, int | None]:
+        """Fewest (prefill, decode) replicas meeting the SLOs at ``target`` on one link: decode first with ample
+        prefill (its TPOT), then prefill with that decode pool; None for a pool that misses at its cap."""
+        cap_p, cap_d = caps
+        rd = min_replicas(lambda k: self.ok(run(cap_p, k, target), ("tpot",)), lower[1], cap_d)
+        if rd is None:
+            return None, None
+        decode_replicas: int = rd
+        return min_replicas(lambda k: self.ok(run(k, decode_replicas, target)), lower[0], cap_p), rd
+
+    def rent_pd(self, c: Candidate, path: KvPath, rp: int, rd: int) -> tuple[Rental, Rental] | str:
+        """The cheapest rentals of ``rp`` prefill and ``rd`` decode TP groups whose KV moves over ``path``, or
+        why none. Same instance: one instance of an offer with that path holds both pools,
+        billed to each by its share of the GPUs; GPUs left over run more prefill replicas. Across instances:
+        both pools at one provider, on offers whose NIC per GPU is at least the path's."""
+        if path.same_instance:
+            best: tuple[float, Offer, int, int] | None = None
+            for o in self.offers_of(c.gpu):
+                f = self.fabric_path(o)
+                if (f.kind, f.bytes_per_s_per_gpu) != (path.kind, path.bytes_per_s_per_gpu):
+                    continue
+                got = rent_colocated(o, [(c.tp, rp), (c.decode_tp, rd)])
+                if got is not None and (best is None or got[0] * o.usd_per_instance_hour < best[0]):
+                    best = (got[0] * o.usd_per_instance_hour, o, got[0], got[1])
+            if best is None:
+                return f"no single {c.gpu} instance holds {rp} x TP{c.tp} + {rd} x TP{c.decode_tp}"
+            _, o, inst, gpus = best
+            rp_held = rp + (gpus - rp * c.tp - rd * c.decode_tp) // c.tp
+            p_gpus, d_gpus = rp_held * c.tp, rd * c.decode_tp
+            share_p = p_gpus / (p_gpus + d_gpus)
+            return (Rental(o, c.tp, inst, rp_held, share=share_p), Rental(o, c.decode_tp, inst, rd, share=1.0 - share_p))
+        for gpu, tp in ((c.gpu, c.tp), (c.decode_gpu, c.decode_tp)):
+            rental, why = self.rent_pool(gpu, tp, 1)
+            if rental is None:
+                return why  # no offer holds a TP group of this pool at all
+        choice: tuple[float, Rental, Rental] | None = None
+        for provider in sorted({o.provider for o in self.offers_of(c.gpu)} & {o.provider for o in self.offers_of(c.decode_gpu)}):
+            able_p, able_d = ([o for o in self.offers_of(gpu) if o.provider == provider
+                               and o.nic_bytes_per_s_per_gpu >= path.bytes_per_s_per_gpu * (1 - 1e-9)]
+                              for gpu in (c.gpu, c.decode_gpu))
+            r_p, r_d = cheapest_rental(able_p, c.tp, rp), cheapest_rental(able_d, c.decode_tp, rd)
+            if r_p is None or r_d is None:
+                continue
+            usd = r_p.usd_per_hour + r_d.usd_per_hour
+            if choice is None or round(usd, 9) < round(choice[0], 9):
+                choice = (usd, r_p, r_d)
+        if choice is None:
+            return f"no provider rents both pools over {path.label()}"
+        cap = self.workload.max_gpus
+        if cap and choice[1].replicas * c.tp + choice[2].replicas * c.decode_tp > cap:
+            return f"the pools' instances exceed max_gpus {cap}"
+        return choice[1], choice[2]
+
+    def kv_link(self, c: Candidate, path: KvPath | None = None) -> KvLink:
+        """The P/D KV-transfer link over ``path`` (default: the fastest of :meth:`kv_paths`): KV bytes per
+        token, the path's bandwidth per GPU, both TP sizes and the fixed ``kv_transfer_latency_s`` per transfer."""
+        if path is None:
+            paths = self.kv_paths(c)
+            path = paths[0] if paths else KvPath("ethernet", self.rules.kv_transfer_bandwidth_bytes_per_s, known=False)
+        return KvLink(bytes_per_token=mem.kv_cache_bytes_per_token(self.model, c.kv_dtype, 1),
+                      nic_bytes_per_s=path.bytes_per_s_per_gpu, prefill_tp=c.tp, decode_tp=c.decode_tp,
+                      latency_s=self.rules.kv_transfer_latency_s)
 
     def kv_transfer_s_per_token(self, c: Candidate) -> float:
-        """Seconds to move one token's KV from a prefill replica to a decode replica over the network
-        (``tp`` NICs in parallel on the slower side): ``kv_bytes_per_token / (min(tp_p, tp_d) x bandwidth)``."""
-        per_tok = mem.kv_cache_bytes_per_token(self.model, c.kv_dtype, 1)
-        return per_tok / (min(c.tp, c.decode_tp) * self.rules.kv_transfer_bandwidth_bytes_per_s)
+        """Seconds to move one token's KV from a prefill replica to a decode replica at least: over the
+        fastest path the candidate can get, ``kv_bytes_per_token / (min(tp_p, tp_d) x bandwidth)``."""
+        return mem.kv_cache_bytes_per_token(self.model, c.kv_dtype, 1) / self.kv_link(c).bytes_per_s
 
-    def rent_pool(self, gpu: str, tp: int, replicas: int) -> tuple[Rental | None, str]:
+    def rent_pool(self, gpu: str, tp: int, replicas: int, pp: int = 1) -> tuple[Rental | None, str]:
         """Whole instances of the cheapest offer for ``replicas`` TP groups (filled: the instances run every
-        TP group they hold), or (None, why) when no offer holds a TP group or rounding exceeds max_gpus."""
+        TP group they hold), or (None, why) when no offer holds a TP group or rounding exceeds max_gpus.
+        ``pp`` > 1: ``replicas x pp`` stage groups on offers that name their NIC (:meth:`multinode_offers`);
+        the rental's ``replicas`` then counts whole pipelines."""
+        if pp > 1:
+            stages = cheapest_rental(self.multinode_offers(gpu, tp), tp, replicas * pp)
+            if stages is None:
+                return None, f"no {gpu} offer with a NIC in the catalog holds a TP{tp} stage"
+            rental: Rental | None = dataclasses.replace(stages, replicas=stages.replicas // pp)
+            cap = self.workload.max_gpus
+            if cap and stages.replicas * tp > cap:
+                return None, f"{stages.instances} x {stages.offer.gpus_per_instance}-GPU instances exceed max_gpus {cap}"
+            return rental, ""
         offers = self.offers.get(gpu)
         if offers is None:  # no offers given (a hand-built context): per-GPU price, no rounding
             offers = (workload_offer(gpu, self.prices[gpu]),)
@@ -376,10 +539,10 @@ class Sizer:
             return None, f"{rental.instances} x {rental.offer.gpus_per_instance}-GPU instances exceed max_gpus {cap}"
         return rental, ""
 
-    def replica_cap(self, tp: int) -> int:
+    def replica_cap(self, tp: int, pp: int = 1) -> int:
         cap = self.rules.max_replicas
         if self.workload.max_gpus:
-            cap = min(cap, self.workload.max_gpus // tp)
+            cap = min(cap, self.workload.max_gpus // (tp * pp))
         return cap
 
     # -- SLO checks -------------------------------------------------------------------------------
@@ -456,8 +619,8 @@ class Sizer:
 
     def _size_agg(self, c: Candidate, hint: tuple[int, ...] = ()) -> Evaluation:
         w = self.workload
-        limits = limits_of(c, w.max_model_len, w.shared_prefix_fraction > 0)
-        cost, why = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits)
+        limits = limits_of(c, w.max_model_len, w.prefix_caching)
+        cost, why = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits, c.pp)
         if cost is None:
             return self.infeasible(c, why, fits=False, binding="memory")
         above = self.seqs_above_kv(cost, limits)
@@ -465,7 +628,7 @@ class Sizer:
             return self.infeasible(c, above, True, "KV capacity")
         rate = w.effective_rate_per_s
         target = rate * (1 + self.headroom)
-        cap = self.replica_cap(c.tp)
+        cap = self.replica_cap(c.tp, c.pp)
         if cap < 1:
             return self.infeasible(c, f"TP {c.tp} exceeds max_gpus {w.max_gpus}", True, "capacity")
 
@@ -487,20 +650,23 @@ class Sizer:
         r = min_replicas(lambda k: self.ok(run(k, target)), lower, cap)
         if r is None:
             pools = (Pool("both", c.gpu, c.tp, cap, c.weight_dtype, c.kv_dtype, limits, self.prices[c.gpu],
-                          cost.kv_capacity_tokens),)
+                          cost.kv_capacity_tokens, pp=c.pp),)
             return self.price(c, pools, run(cap, rate), ok=False, reason=f"misses its SLOs even with {cap} replicas",
                               saturation_rate_per_s=cap * per_replica_cap if w.is_offline else None)
-        rental, why = self.rent_pool(c.gpu, c.tp, r)
+        rental, why = self.rent_pool(c.gpu, c.tp, r, c.pp)
         if rental is None:
             return self.infeasible(c, why, True, "capacity")
         pools = (Pool("both", c.gpu, c.tp, rental.replicas, c.weight_dtype, c.kv_dtype, limits, rental.offer.usd_per_gpu_hour,
-                      cost.kv_capacity_tokens, rental),)
+                      cost.kv_capacity_tokens, rental, pp=c.pp),)
         return self.price(c, pools, run(rental.replicas, rate), ok=True,
                           saturation_rate_per_s=rental.replicas * per_replica_cap if w.is_offline else None)
 
     def _size_disagg(self, c: Candidate, hint: tuple[int, ...] = ()) -> Evaluation:
+        """P/D: size the pools for each KV path the offers allow (:meth:`kv_paths`, fastest first: one instance
+        over its fabric, then the NICs of one provider's offers), rent them, keep the cheapest (ties: the
+        faster path). A slower path needs at least the replicas of a faster one, so sizing resumes from them."""
         w = self.workload
-        p_limits, d_limits = pd_limits(c, w.max_model_len, w.shared_prefix_fraction > 0)
+        p_limits, d_limits = pd_limits(c, w.max_model_len, w.prefix_caching)
         p_cost, why_p = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, p_limits)
         d_cost, why_d = self.cost_model(c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype, d_limits)
         if p_cost is None or d_cost is None:
@@ -511,44 +677,75 @@ class Sizer:
             return self.infeasible(c, "decode pool: " + above, True, "KV capacity")
         rate = w.effective_rate_per_s
         target = rate * (1 + self.headroom)
-
-        def run(rp: int, rd: int, at: float) -> Any:
-            return self.analyze_pd(c, PoolSpec(cost=p_cost, limits=p_limits, replicas=rp),
-                                   PoolSpec(cost=d_cost, limits=d_limits, replicas=rd), at)
-
         cap_p, cap_d = self.replica_cap(c.tp), self.replica_cap(c.decode_tp)
         if cap_p < 1 or cap_d < 1:
             return self.infeasible(c, "pools exceed max_gpus", True, "capacity")
+        paths = self.kv_paths(c)
+        if not paths:
+            return self.infeasible(c, f"no provider rents both {c.gpu} and {c.decode_gpu} (a P/D pair needs one "
+                                      "network between its pools)", True, "capacity")
+
+        def runner(link: KvLink) -> Callable[[int, int, float], Any]:
+            def run(rp: int, rd: int, at: float) -> Any:
+                return self.analyze_pd(c, PoolSpec(cost=p_cost, limits=p_limits, replicas=rp),
+                                       PoolSpec(cost=d_cost, limits=d_limits, replicas=rd), at, link)
+            return run
 
         def pools_of(rp: int, rd: int, rent_p: Rental | None = None, rent_d: Rental | None = None) -> tuple[Pool, ...]:
             return (Pool("prefill", c.gpu, c.tp, rp, c.weight_dtype, c.kv_dtype, p_limits,
-                         rent_p.offer.usd_per_gpu_hour if rent_p else self.prices[c.gpu], p_cost.kv_capacity_tokens, rent_p),
+                         rent_p.usd_per_hour / (rp * c.tp) if rent_p else self.prices[c.gpu], p_cost.kv_capacity_tokens, rent_p),
                     Pool("decode", c.decode_gpu, c.decode_tp, rd, c.weight_dtype, c.kv_dtype, d_limits,
-                         rent_d.offer.usd_per_gpu_hour if rent_d else self.prices[c.decode_gpu], d_cost.kv_capacity_tokens,
-                         rent_d))
+                         rent_d.usd_per_hour / (rd * c.decode_tp) if rent_d else self.prices[c.decode_gpu],
+                         d_cost.kv_capacity_tokens, rent_d))
 
-        # size decode with ample prefill, then prefill with the chosen decode pool
-        rd = min_replicas(lambda k: self.ok(run(cap_p, k, target), ("tpot",)), max([1, *hint[1:2]]), cap_d)
-        if rd is None:
-            return self.price(c, pools_of(cap_p, cap_d), run(cap_p, cap_d, rate), ok=False,
-                              reason="decode pool misses its SLOs at its cap")
-        decode_replicas: int = rd
-        rp = min_replicas(lambda k: self.ok(run(k, decode_replicas, target)), max([1, *hint[:1]]), cap_p)
-        ok = rp is not None
-        rp = rp or cap_p
-        rent_p, why_p = self.rent_pool(c.gpu, c.tp, rp)
-        rent_d, why_d = self.rent_pool(c.decode_gpu, c.decode_tp, rd)
-        if ok and (rent_p is None or rent_d is None):
-            return self.infeasible(c, why_p or why_d, True, "capacity")
-        if rent_p is not None and rent_d is not None:
-            rp, rd = rent_p.replicas, rent_d.replicas
-        reason = "" if ok else "prefill pool misses its SLOs at its cap or max_gpus"
+        sized: tuple[int, int] | None = None
+        best: tuple[float, int, KvPath, Rental, Rental] | None = None
+        failure: Evaluation | None = None
+        whys: list[str] = []
+        for order, path in enumerate(paths):
+            if best is not None and sized is not None:
+                # a slower path needs at least these replicas and renting more never costs less: a bound
+                floor = self.rent_pd(c, path, *sized)
+                if isinstance(floor, str) or round(floor[0].usd_per_hour + floor[1].usd_per_hour, 9) >= round(best[0], 9):
+                    continue
+            link = self.kv_link(c, path)
+            run = runner(link)
+            if sized is None or not self.ok(run(sized[0], sized[1], target)):
+                lo_p, lo_d = sized if sized is not None else (max([1, *hint[:1]]), max([1, *hint[1:2]]))
+                got_p, got_d = self._pd_replicas(run, (lo_p, lo_d), (cap_p, cap_d), target)
+                if got_p is None or got_d is None:  # slower paths need more: stop here
+                    why = ("decode pool misses its SLOs at its cap" if got_d is None
+                           else "prefill pool misses its SLOs at its cap or max_gpus")
+                    rd_f = got_d or cap_d
+                    failure = failure or self.price(c, pools_of(cap_p, rd_f), run(cap_p, rd_f, rate), ok=False, reason=why)
+                    break
+                sized = (got_p, got_d)
+            rented = self.rent_pd(c, path, *sized)
+            if isinstance(rented, str):
+                whys.append(rented)
+                continue
+            rent_p, rent_d = rented
+            usd = rent_p.usd_per_hour + rent_d.usd_per_hour
+            if best is None or round(usd, 9) < round(best[0], 9):
+                best = (usd, order, path, rent_p, rent_d)
+        if best is None:
+            if failure is not None:
+                return failure
+            return self.infeasible(c, whys[0] if whys else "no rental holds the pools", True, "capacity")
+        _, _, path, rent_p, rent_d = best
+        if not path.same_instance:  # the offers rented may have faster NICs than the path sized for
+            path = self.nic_path(rent_p.offer, rent_d.offer)
+        link = self.kv_link(c, path)
+        run = runner(link)
+        rp, rd = rent_p.replicas, rent_d.replicas
+        ok, reason = True, ""
         if w.max_gpus and rp * c.tp + rd * c.decode_tp > w.max_gpus:
-            ok = False
+            ok, reason = False, f"the pools' instances exceed max_gpus {w.max_gpus}"
         sat = None
         if w.is_offline:  # sized for the rate: the saturation rate is near it
             sat = saturation_rate_per_s(lambda x: run(rp, rd, x), rel_tol=1e-2, start_per_s=rate, step=1.25)
             if ok and rate > OFFLINE_MAX_UTILISATION * sat:
                 ok, reason = False, f"the job would end after {OFFLINE_MAX_UTILISATION:.0%} of its deadline"
-        return self.price(c, pools_of(rp, rd, rent_p, rent_d), run(rp, rd, rate), ok=ok, reason=reason,
-                          saturation_rate_per_s=sat)
+        ev = self.price(c, pools_of(rp, rd, rent_p, rent_d), run(rp, rd, rate), ok=ok, reason=reason,
+                        saturation_rate_per_s=sat)
+        return dataclasses.replace(ev, kv_path=path, kv_link=link)

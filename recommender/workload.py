@@ -9,6 +9,7 @@ A workload file (``examples/*.yaml``)::
     prompt_tokens: {dist: lognormal, mean: 6000, std: 1200, min: 4000, max: 8000}
     output_tokens: {dist: normal, mean: 150, std: 50, min: 16, max: 512}
     shared_prefix_fraction: 0.3     # share of prompt tokens that hit the prefix cache
+    multi_turn: true                # conversations resend their history: prefix caching on (no modelled gain)
     gpus: [h100-sxm, h200]          # default: every catalog GPU
     max_gpus: 16
     prices: {h100-sxm: "$2.49/h"}   # USD per GPU-hour overrides
@@ -253,8 +254,14 @@ class Workload:
     name: str = "workload"
     source: str = ""
     checkpoints: Mapping[str, str] = field(default_factory=dict)
+    multi_turn: bool = False  # conversations resend their history (prefix caching helps; the gain is not modelled)
     #: traffic over a day (``day:`` in the file), validated by ``recommender.autoscale`` (``recommend autoscale``)
     day: Mapping[str, Any] | None = None
+
+    @property
+    def prefix_caching(self) -> bool:
+        """Whether the engine runs with prefix caching: a shared prefix, or multi-turn conversations."""
+        return self.shared_prefix_fraction > 0 or self.multi_turn
 
     @property
     def max_model_len(self) -> int:
@@ -401,6 +408,7 @@ class WorkloadSpec(BaseModel):
     prompt_tokens: _DistSpec
     output_tokens: _DistSpec
     shared_prefix_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
+    multi_turn: bool = False
     gpus: list[str] | None = Field(default=None, min_length=1, max_length=1000)
     max_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS)
     prices: dict[str, str | float] = Field(default_factory=dict)
@@ -451,6 +459,7 @@ class WorkloadSpec(BaseModel):
             name=self.name or (Path(source).stem if source else "workload"),
             source=source,
             checkpoints={k.lower(): v for k, v in self.checkpoints.items()},
+            multi_turn=self.multi_turn,
             day=self.day,
         )
 

@@ -87,8 +87,8 @@ def test_running_the_script_sends_the_plans_rates(path: Path, tmp_path: Path) ->
     (tmp_path / "bin").mkdir()
     for prog in ("vllm", "recommend"):
         stub = tmp_path / "bin" / prog
-        stub.write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > "$LOG_DIR/{prog}.$$.argv"\n'
-                        f'ls "$LOG_DIR" >/dev/null\n', encoding="utf-8")
+        stub.write_text(f'#!/bin/sh\n{{ for a in "$@"; do printf "%s\\n" "$a"; done; echo --end--; }} >> "$LOG_DIR/{prog}.log"\n',
+                        encoding="utf-8")  # one log per program, runs in the order they ran
         stub.chmod(0o755)
     script = tmp_path / "bench.sh"
     script.write_text(render_deploy(plan, formats="bench")["bench.sh"], encoding="utf-8")
@@ -98,7 +98,12 @@ def test_running_the_script_sends_the_plans_rates(path: Path, tmp_path: Path) ->
            "BASE_URL": "http://router:8000", "REPLICA_URL": "http://engine-0:8000"}
     res = subprocess.run(["sh", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    runs = [p.read_text().splitlines() for p in sorted(logs.glob("vllm.*.argv"), key=lambda p: p.stat().st_mtime_ns)]
+    def calls(prog: str) -> list[list[str]]:
+        log = logs / f"{prog}.log"
+        text = log.read_text() if log.exists() else ""
+        return [c.strip("\n").splitlines() for c in text.split("--end--\n") if c.strip()]
+
+    runs = calls("vllm")
     row = next(r for r in plan.rows if r.rank == 1)
     w = plan.workload
     rate = w.arrival_rate_per_s
@@ -112,7 +117,7 @@ def test_running_the_script_sends_the_plans_rates(path: Path, tmp_path: Path) ->
     assert value(first, "--request-rate") == ("inf" if rate is None else f"{rate:.6g}")
     if w.prompt_tokens is not None:
         assert value(first, "--random-input-len") == str(round(w.prompt_tokens.mean))
-    calibrations = list(logs.glob("recommend.*.argv"))
+    calibrations = calls("recommend")
     if row.disaggregated:
         assert len(runs) == 1 and not calibrations     # P/D: checked by the SLO run only, said in the script
         return
@@ -121,8 +126,7 @@ def test_running_the_script_sends_the_plans_rates(path: Path, tmp_path: Path) ->
     assert value(second, "--base-url") == "http://engine-0:8000"
     if rate is not None:
         assert float(value(second, "--request-rate")) == pytest.approx(rate / replicas, rel=1e-5)
-    (cal,) = calibrations
-    argv = cal.read_text().splitlines()
+    (argv,) = calibrations
     assert argv[0] == "calibrate" and argv[1] == "bench-results/replica.json"
     assert value(argv, "--tp") == str(row.pools[0].tp) and value(argv, "--gpu") == row.pools[0].gpu
     assert value(argv, "--max-num-seqs") == str(row.pools[0].max_num_seqs)

@@ -43,12 +43,68 @@ def _pod_specs(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (AMD, "amd.com/gpu.device-id", "74a1"),                       # MI300X PCI device id 0x74a1
 ])
 def test_every_engine_pod_is_pinned_to_the_gpu_model(path: Path, key: str, value: str) -> None:
-    specs = _pod_specs(k8s_objects(_render(path, "k8s")))
+    # --gpu-label gfd: the GPU feature discovery label is required
+    specs = _pod_specs(k8s_objects(_render(path, "k8s", cluster_options(gpu_label="gfd"))))
     assert specs
     for spec in specs:
         terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         expr = terms[0]["matchExpressions"][0]
         assert expr["key"] == key and expr["operator"] == "In" and value in expr["values"]
+    # the default (cluster kind unknown): the same label only preferred, so pods schedule without GFD
+    for spec in _pod_specs(k8s_objects(_render(path, "k8s"))):
+        node = spec["affinity"]["nodeAffinity"]
+        assert "requiredDuringSchedulingIgnoredDuringExecution" not in node
+        prefs = [t["preference"]["matchExpressions"][0] for t in node["preferredDuringSchedulingIgnoredDuringExecution"]]
+        assert any(e["key"] == key and value in e["values"] for e in prefs)
+
+
+def _schedules_on(spec: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a node with ``labels`` satisfies the pod's required node affinity and nodeSelector (Kubernetes'
+    rule: every key of nodeSelector, and every matchExpression of one of the required terms, In = value listed)."""
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    req = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not req:
+        return True
+    return any(all(labels.get(e["key"]) in e["values"] for e in t["matchExpressions"]) for t in req["nodeSelectorTerms"])
+
+
+# node labels as each cluster kind sets them for an 8 x H100 SXM node (GKE a3-highgpu-8g: the Compute Engine
+# accelerator type nvidia-h100-80gb; EKS p5.48xlarge: its instance type; GFD: the NVML product name)
+GFD_NODE = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+GKE_NODE = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+EKS_NODE = {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+
+
+@pytest.mark.parametrize(("choice", "fits", "misses"), [
+    (None, [GFD_NODE, GKE_NODE, EKS_NODE, {}], []),          # default: soft, any node with the GPU resource
+    ("gfd", [GFD_NODE], [GKE_NODE, EKS_NODE, {}]),
+    ("gke", [GKE_NODE], [GFD_NODE, EKS_NODE, {}]),
+    ("eks", [EKS_NODE], [GFD_NODE, GKE_NODE, {}]),
+    ("none", [GFD_NODE, GKE_NODE, EKS_NODE, {}], []),
+])
+def test_gpu_label_choice_decides_which_clusters_schedule_the_pods(choice: str | None, fits: list[dict[str, str]],
+                                                                  misses: list[dict[str, str]]) -> None:
+    for fmt in ("k8s", "helm"):
+        files = _render(AGG, fmt, cluster_options(gpu_label=choice))
+        if fmt == "k8s":
+            specs = _pod_specs(k8s_objects(files))
+        else:
+            specs = yaml.safe_load(files["helm-values.yaml"])["servingEngineSpec"]["modelSpec"]
+            STRICT_CHART.validate(yaml.safe_load(files["helm-values.yaml"]))
+        assert specs
+        for spec in specs:
+            assert all(_schedules_on(spec, n) for n in fits), (fmt, choice, spec.get("affinity"))
+            assert not any(_schedules_on(spec, n) for n in misses), (fmt, choice, spec.get("affinity"))
+    if choice == "none":
+        assert all("affinity" not in s for s in _pod_specs(k8s_objects(_render(AGG, "k8s", cluster_options(gpu_label="none")))))
+
+
+def test_a_gpu_label_the_catalog_lacks_is_refused_in_one_line() -> None:
+    with pytest.raises(DeployError, match="--gpu-label gke: the catalog names no gke node label for mi300x"):
+        _render(AMD, "k8s", cluster_options(gpu_label="gke"))
+    with pytest.raises(DeployError, match="--gpu-label 'gce'"):
+        cluster_options(gpu_label="gce")
 
 
 def test_cluster_options_reach_every_object_and_validate() -> None:
@@ -75,9 +131,12 @@ def test_helm_values_carry_the_options_and_pass_the_chart_schema() -> None:
     CHART.validate(values)
     for m in values["servingEngineSpec"]["modelSpec"]:
         assert (m["repository"], m["tag"]) == ("registry.example.com/vllm/vllm-openai", "v0.33.0-patched")
-        exprs = m["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"]
-        assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H200"]} in exprs
-        assert {"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["h200-pool"]} in exprs
+        # the user's node selector is required; the GPU model label (default --gpu-label auto) only preferred
+        node = m["affinity"]["nodeAffinity"]
+        exprs = node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"]
+        assert exprs == [{"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["h200-pool"]}]
+        prefs = [t["preference"]["matchExpressions"] for t in node["preferredDuringSchedulingIgnoredDuringExecution"]]
+        assert [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H200"]}] in prefs
         assert m["storageClass"] == "fast-rwx" and m["tolerations"]
     assert (values["routerSpec"]["repository"], values["routerSpec"]["tag"]) == ("lmcache/lmstack-router", "v0.1.12")
 

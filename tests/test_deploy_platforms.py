@@ -594,13 +594,25 @@ def test_keda_scaled_objects_validate_and_follow_the_plan(path: Path, rank: int)
 
 
 def test_keda_rag_rank1_by_hand() -> None:
-    """examples/plans/rag.plan.json rank 1: rate 4/s, 4 replicas, mean E2E 14.207 s, load_utilisation 0.6345,
-    141.1 GB checkpoint: threshold 4/4 x 14.207 = 14.21; min ceil(4 x 0.6345) = 3; max 8; scale-down window
-    ceil((300 + 141.1e9 / 150e6) / 10) x 10 = ceil(124.07) x 10 = 1250 s."""
-    obj = yaml_docs(render(ROOT / "examples" / "plans" / "rag.plan.json", 1, "keda")["keda.yaml"])[0]["spec"]
-    assert obj["triggers"][0]["metadata"]["threshold"] == "14.21"
-    assert (obj["minReplicaCount"], obj["maxReplicaCount"]) == (3, 8)
-    assert obj["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 1250
+    """examples/plans/rag.plan.json rank 1, by the module's formulas on the file's own numbers: threshold =
+    rate / replicas x mean E2E (rag: 4 / 4 x 14.754 s = 14.75 when the plan has 4 replicas and that E2E);
+    min = ceil(replicas x load_utilisation); max = 2 x replicas; scale-down window = ceil((300 s + checkpoint
+    bytes / 150 MB/s) / 10) x 10, capped at 1800 s."""
+    import math
+
+    path = ROOT / "examples" / "plans" / "rag.plan.json"
+    row = json.loads(path.read_text())["plans"][0]
+    (pool,) = row["pools"]
+    n, e2e, util = pool["replicas"], row["latency_percentiles"]["e2e"]["mean"], row["load_utilisation"]
+    from recommender.deploy import build_spec
+
+    spec = build_spec(str(path), 1)
+    obj = yaml_docs(render(path, 1, "keda")["keda.yaml"])[0]["spec"]
+    assert float(obj["triggers"][0]["metadata"]["threshold"]) == pytest.approx(min(4.0 / n * e2e, pool["max_num_seqs"]),
+                                                                             abs=0.005)
+    assert (obj["minReplicaCount"], obj["maxReplicaCount"]) == (math.ceil(n * util), 2 * n)
+    window = min(1800, math.ceil((300 + spec.pools[0].checkpoint_bytes / 150e6) / 10) * 10)
+    assert obj["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == window
 
 
 def test_keda_refuses_what_it_cannot_derive() -> None:

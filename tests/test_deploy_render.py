@@ -189,9 +189,11 @@ def test_k8s_engines_match_the_plan(path: Path, rank: int) -> None:
         assert c["resources"]["limits"] == {resource: str(pool["tp"])}
         assert c["image"] == ("vllm/vllm-openai-rocm:v0.33.0" if resource == "amd.com/gpu" else "vllm/vllm-openai:v0.33.0")
         assert c["command"] == ["vllm", "serve"]
-        # pinned to the GPU model by the node label in the catalog (k8s.node_labels)
-        terms = dep["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        expr = terms["nodeSelectorTerms"][0]["matchExpressions"][0]
+        # steered to the GPU model by the node label in the catalog (k8s.node_labels), softly by default
+        # (--gpu-label auto: a cluster without GPU feature discovery still schedules the pod)
+        node = dep["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        assert "requiredDuringSchedulingIgnoredDuringExecution" not in node
+        expr = node["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]["matchExpressions"][0]
         gpu = default_catalog().gpu(pool["gpu"])
         assert expr["key"] == ("amd.com/gpu.device-id" if gpu.vendor == "amd" else "nvidia.com/gpu.product")
         assert expr["operator"] == "In" and expr["values"] == [v for k, v in gpu.node_labels if k == expr["key"]]

@@ -122,7 +122,9 @@ def test_a_script_runs_by_its_own_shebang(tmp_path: Path) -> None:
     env = fake_path(tmp_path)
     proc = subprocess.run([str(tmp_path / "out" / "vllm-serve.sh")], env=env, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
-    assert Path(env["ARGV_OUT"]).read_bytes().split(b"\0")[:2] == [b"serve", b"meta-llama/Llama-3.1-8B-Instruct"]
+    doc = json.loads(path.read_text())
+    model = doc["plans"][0].get("checkpoint") or doc["workload"]["hf_repo"]  # a pre-quantized checkpoint when named
+    assert Path(env["ARGV_OUT"]).read_bytes().split(b"\0")[:2] == [b"serve", model.encode()]
 
 
 @pytest.mark.parametrize("sh", SHELLS)

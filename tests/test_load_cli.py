@@ -161,7 +161,7 @@ def test_plan_disaggregated_uses_the_rows_kv_link(tmp_path: Path) -> None:
     plan = _plan(tmp_path, [_pool("prefill", 1, 64, 8192), _pool("decode", 2, 256, 2048)], True)
     doc = json.loads(plan.read_text())
     per_token = 32 * 2 * 8 * 128  # llama-3.1-8b: 32 layers x (K and V) x 8 KV heads x 128 dims x 1 B (fp8)
-    doc["plans"][0]["kv_link"] = {"bytes_per_token": float(per_token), "nic_bytes_per_s": 1e6, "prefill_tp": 1,
+    doc["plans"][0]["kv_link_model"] = {"bytes_per_token": float(per_token), "nic_bytes_per_s": 1e6, "prefill_tp": 1,
                                   "decode_tp": 1, "latency_s": 0.0}
     slow = tmp_path / "slow.json"
     slow.write_text(json.dumps(doc))

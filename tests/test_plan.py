@@ -222,8 +222,7 @@ def test_plan_types_are_frozen() -> None:
 
 
 def test_the_80_column_table_keeps_each_pools_replicas_and_tp_in_the_deployment_cell() -> None:
-    # examples/plans/long-context.plan.json: rank 1 is P/D on mi300x (prefill 4 replicas of TP1, decode 2 of TP1),
-    # ranks 2-5 aggregated; at 80 columns the TP and replicas columns are hidden, the deployment cell keeps them
+    # examples/plans/long-context.plan.json (aggregated since P/D pays for its real KV link); at 80 columns the TP and replicas columns are hidden, the deployment cell keeps them
     path = Path(__file__).resolve().parents[1] / "examples" / "plans" / "long-context.plan.json"
     doc = json.loads(path.read_text())
     table = render_table(load_plan(path), width=80)
@@ -235,7 +234,12 @@ def test_the_80_column_table_keeps_each_pools_replicas_and_tp_in_the_deployment_
         want = (f"{row['pools'][0]['gpu']} P {cells[0]} + D {cells[1]}" if len(cells) == 2
                 else f"{row['pools'][0]['gpu']} {cells[0]}")
         assert line.split("  ")[0] == str(row["rank"]) and want in line, (want, line)
-    assert "mi300x P 4xTP1 + D 2xTP1" in body[2]
+    # a P/D plan keeps both pools' cells too (tests/data/plans/pd-h100-one-instance.plan.json: `recommend --model
+    # llama-3.1-70b --gpus h100 --rate 1 --prompt-tokens 6000 --output-tokens 200 --slo tpot=30ms --trials 40
+    # --verify 0 --seed 3 --format json`; rank 1 P 1xTP2 + D 1xTP2 on one instance, rank 3 P 3xTP1 + D 1xTP1)
+    pd = Path(__file__).resolve().parent / "data" / "plans" / "pd-h100-one-instance.plan.json"
+    body = render_table(load_plan(pd), width=80).split("\n\n")[1].splitlines()
+    assert "h100-sxm P 1xTP2 + D 1xTP2" in body[2] and "h100-sxm P 3xTP1 + D 1xTP1" in body[4]
 
 
 def test_a_pd_row_across_gpu_types_names_each_pools_gpu() -> None:

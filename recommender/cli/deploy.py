@@ -45,9 +45,10 @@ def deploy_cmd(
     image: Optional[str] = typer.Option(None, "--image", help="Engine image (default vllm/vllm-openai[-rocm]:v0.33.0)."),
     router_image: Optional[str] = typer.Option(None, "--router-image", help="Router image, pinned to a tag (default lmcache/lmstack-router:v0.1.12)."),
     storage_class: Optional[str] = typer.Option(None, "--storage-class", help="StorageClass of the HF cache volume."),
-    node_selector: List[str] = typer.Option([], "--node-selector", help="Extra node label key=value for engine pods (repeatable); the GPU model label is always pinned."),
+    node_selector: List[str] = typer.Option([], "--node-selector", help="Extra node label key=value for engine pods (repeatable, required)."),
+    gpu_label: Optional[str] = typer.Option(None, "--gpu-label", help="How pods select the GPU model's nodes: auto (default: a soft preference on every label below), gfd (nvidia.com/gpu.product, required), gke (cloud.google.com/gke-accelerator), eks (node.kubernetes.io/instance-type), none."),
     toleration: List[str] = typer.Option([], "--toleration", help="Toleration key=value:Effect, key:Effect or key (repeatable)."),
-    values: Optional[Path] = typer.Option(None, "--values", help="YAML with namespace, image, router_image, storage_class, node_selector, tolerations (flags win)."),
+    values: Optional[Path] = typer.Option(None, "--values", help="YAML with namespace, image, router_image, storage_class, node_selector, tolerations, gpu_label (flags win)."),
     schedule: str = typer.Option("*/5 * * * *", "--schedule", help="replan-cronjob: cron schedule of the re-planner."),
     traffic: str = typer.Option("prometheus+http://prometheus-operated.monitoring.svc:9090", "--traffic", help="replan-cronjob: traffic source of `recommend replan` (a Prometheus server scraping the engine pods)."),
     selector: Optional[str] = typer.Option(None, "--selector", help="replan-cronjob: PromQL label matchers (default: model_name=\"<served model name>\")."),
@@ -66,7 +67,8 @@ def deploy_cmd(
                               apply=apply, image=replan_image.strip())
     doc = load_plan(plan)
     cluster = cluster_options(values_file=values, namespace=namespace, image=image, router_image=router_image,
-                              storage_class=storage_class, node_selector=node_selector, tolerations=toleration)
+                              storage_class=storage_class, node_selector=node_selector, tolerations=toleration,
+                              gpu_label=gpu_label)
     if out is None:
         files = render_deploy(doc, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster, replan=replan)
         if as_json:

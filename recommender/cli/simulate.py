@@ -49,6 +49,9 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
     row = doc.row(rank)
     if row is None:
         raise ConfigError(f"--rank {rank}: {plan} has {len(doc.rows)} plan(s)")
+    if any(p.pp > 1 for p in row.pools):
+        raise ConfigError(f"--rank {rank}: a multi-node (pipeline-parallel) plan is not simulated from a plan file yet; "
+                          "`recommend --workload FILE` verifies it in the simulator")
     echo = doc.workload
     lengths = None if workload is not None else _echoed_lengths(echo)
     wl = None
@@ -74,16 +77,17 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
     link = None
     if len(pools) == 2:
         (_, dp, _, _), (_, dd, _, _) = pools
-        if row.kv_link:  # the link the row was sized with (policy bandwidth / the GPUs' NICs, latency)
+        if row.kv_link_model:  # the link the row was sized with (its path's bandwidth, both TPs, latency)
             from recommender.load.link import KvLink
 
-            kl = row.kv_link
+            kl = row.kv_link_model
             link = KvLink(bytes_per_token=float(kl["bytes_per_token"]), nic_bytes_per_s=float(kl["nic_bytes_per_s"]),
                           prefill_tp=int(kl.get("prefill_tp", dp.tp)), decode_tp=int(kl.get("decode_tp", dd.tp)),
                           latency_s=float(kl.get("latency_s", 0.0)))
-        else:  # a plan written before #31: the default policy's bandwidth, as a fixed delay per token
+        else:  # an older plan: its KV path's bandwidth (or the policy's), as a fixed delay per token
             per_tok = mem.kv_cache_bytes_per_token(model, dp.kv_dtype, 1)
-            xfer = per_tok / (min(dp.tp, dd.tp) * SearchPolicy().kv_transfer_bandwidth_bytes_per_s)
+            bw = row.kv_link.bytes_per_s_per_gpu if row.kv_link is not None else SearchPolicy().kv_transfer_bandwidth_bytes_per_s
+            xfer = per_tok / (min(dp.tp, dd.tp) * bw)
     if lengths is not None:
         prompt, output = lengths
         rate = echo.arrival_rate_per_s

@@ -65,6 +65,11 @@ def normalise_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(f for f in FORMATS + EXTRA_FORMATS if f in names)
 
 
+def _asked_all(formats: str | Iterable[str]) -> bool:
+    items = [formats] if isinstance(formats, str) else list(formats)
+    return any(part.strip().lower() == "all" for item in items for part in str(item).split(","))
+
+
 def render_deploy(plan: Plan | Mapping[str, Any], rank: int = 1, formats: str | Iterable[str] = FORMATS,
                   checkpoint: str | None = None, *, plan_name: str | None = None,
                   gpus: GpuLookup | None = None, cluster: ClusterOptions | None = None,
@@ -82,7 +87,11 @@ def render_deploy(plan: Plan | Mapping[str, Any], rank: int = 1, formats: str | 
     if cluster is not None:
         spec = dataclasses.replace(spec, cluster=cluster)
     files: dict[str, str] = {}
-    for fmt in normalise_formats(formats):
+    chosen = normalise_formats(formats)
+    multinode = any(p.pp > 1 for p in spec.pools)
+    for fmt in chosen:
+        if fmt == "helm" and multinode and _asked_all(formats):
+            continue  # the chart has no multi-node replica: --format all writes cmd and k8s (a LeaderWorkerSet)
         if fmt == "replan-cronjob":
             from recommender.deploy.replan_job import render_replan_cronjob
             from recommender.plan import dump_plan

@@ -1,10 +1,10 @@
 """Where the manifests land: namespace, images, scheduling (GPU pinning, tolerations, node selector) and
 the cache volume's storage class. From ``recommend deploy`` flags or a small values file.
 
-GPU pinning: every engine pod gets a required node affinity on the GPU model's node label from the
-catalog (``k8s.node_labels`` in ``catalogs/gpus/<id>.yaml``: NVIDIA GPU feature discovery's
-``nvidia.com/gpu.product``, the AMD node labeller's ``amd.com/gpu.device-id``), so a plan sized for H200
-never lands on A100s. ``--node-selector`` adds labels of the user's own (a node pool, a zone).
+GPU selection: ``--gpu-label`` (``gpu_label:``) picks the node label that names the GPU model
+(``recommender.deploy.gpu_select``: NVIDIA GPU feature discovery, GKE, EKS, none; by default a soft
+preference on all of them, so clusters without those labels still schedule). ``--node-selector`` adds
+required labels of the user's own (a node pool, a zone).
 
 Values file (YAML, every key optional)::
 
@@ -14,6 +14,7 @@ Values file (YAML, every key optional)::
     storage_class: fast-rwx
     node_selector: {cloud.google.com/gke-nodepool: h200-pool}
     tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+    gpu_label: gke                                            # auto | gfd | gke | eks | none
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from recommender.deploy.gpu_select import GpuLabel
 from recommender.errors import DeployError
 from recommender.yamlfile import read_yaml_file
 
@@ -46,6 +48,17 @@ class ClusterOptions:
     storage_class: str | None = None
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[Mapping[str, str], ...] = ()
+    gpu_label: GpuLabel = GpuLabel.AUTO  # how engine pods select the GPU model's nodes (deploy/gpu_select.py)
+
+
+def gpu_label_of(value: str | GpuLabel | None, what: str = "--gpu-label") -> GpuLabel:
+    """``auto|gfd|gke|eks|none`` -> :class:`GpuLabel` (one-line error otherwise)."""
+    if value is None or isinstance(value, GpuLabel):
+        return value or GpuLabel.AUTO
+    try:
+        return GpuLabel(str(value).strip().lower())
+    except ValueError:
+        raise DeployError(f"{what} {value!r}: use one of {', '.join(g.value for g in GpuLabel)}") from None
 
 
 def _check_label(key: str, value: str, what: str) -> None:
@@ -111,14 +124,16 @@ def check(opts: ClusterOptions) -> ClusterOptions:
 
 def cluster_options(*, values_file: str | Path | None = None, namespace: str | None = None, image: str | None = None,
                     router_image: str | None = None, storage_class: str | None = None,
-                    node_selector: Sequence[str] = (), tolerations: Sequence[str] = ()) -> ClusterOptions:
+                    node_selector: Sequence[str] = (), tolerations: Sequence[str] = (),
+                    gpu_label: str | GpuLabel | None = None) -> ClusterOptions:
     """Values file first, then flags on top (flags win; list flags add to the file's lists)."""
     opts = ClusterOptions()
     if values_file is not None:
         doc = read_yaml_file(Path(values_file), "deploy values file", "see recommend deploy -h") or {}
         if not isinstance(doc, dict):
             raise DeployError(f"values file {values_file}: must be a mapping")
-        unknown = set(doc) - {"namespace", "image", "router_image", "storage_class", "node_selector", "tolerations"}
+        unknown = set(doc) - {"namespace", "image", "router_image", "storage_class", "node_selector", "tolerations",
+                              "gpu_label"}
         if unknown:
             raise DeployError(f"values file {values_file}: unknown key {min(unknown)!r}")
         sel = doc.get("node_selector") or {}
@@ -128,21 +143,12 @@ def cluster_options(*, values_file: str | Path | None = None, namespace: str | N
             namespace=doc.get("namespace"), image=doc.get("image"), router_image=str(doc.get("router_image") or ROUTER_IMAGE),
             storage_class=doc.get("storage_class"),
             node_selector=parse_node_selector([f"{k}={v}" for k, v in sel.items()]),
-            tolerations=_tolerations_from_doc(doc.get("tolerations") or []))
+            tolerations=_tolerations_from_doc(doc.get("tolerations") or []),
+            gpu_label=gpu_label_of(doc.get("gpu_label"), f"values file {values_file}: gpu_label"))
     opts = replace(
         opts, namespace=namespace or opts.namespace, image=image or opts.image,
         router_image=router_image or opts.router_image, storage_class=storage_class or opts.storage_class,
         node_selector=opts.node_selector + parse_node_selector(node_selector),
-        tolerations=opts.tolerations + tuple(parse_toleration(t) for t in tolerations))
+        tolerations=opts.tolerations + tuple(parse_toleration(t) for t in tolerations),
+        gpu_label=gpu_label_of(gpu_label) if gpu_label is not None else opts.gpu_label)
     return check(opts)
-
-
-def gpu_affinity(node_labels: Sequence[tuple[str, str]]) -> dict[str, Any] | None:
-    """Required node affinity: the node carries one of the GPU model's label values (None: no labels known)."""
-    by_key: dict[str, list[str]] = {}
-    for key, value in node_labels:
-        by_key.setdefault(key, []).append(value)
-    if not by_key:
-        return None
-    exprs = [{"key": k, "operator": "In", "values": vals} for k, vals in by_key.items()]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": exprs}]}}}

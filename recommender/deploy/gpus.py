@@ -29,6 +29,8 @@ class GpuFacts:
     k8s_resource: str  # e.g. "nvidia.com/gpu", "amd.com/gpu"
     kernels: ArchSupport = UNKNOWN_ARCH
     node_labels: tuple[tuple[str, str], ...] = field(default=())  # (label key, value) pinning the GPU model
+    gke_accelerators: tuple[str, ...] = ()  # GKE cloud.google.com/gke-accelerator values (catalog k8s.gke_accelerator)
+    aws_instance_types: tuple[str, ...] = ()  # EKS node.kubernetes.io/instance-type values (the AWS offers' SKUs)
 
     def supports_dtype(self, dtype: str) -> bool:
         """True when vLLM 0.33 has a kernel for ``dtype`` weights on this GPU."""
@@ -51,6 +53,8 @@ def facts_from_gpu(gpu: Gpu) -> GpuFacts:
         k8s_resource=gpu.k8s_resource or ("amd.com/gpu" if gpu.vendor == "amd" else "nvidia.com/gpu"),
         kernels=gpu.kernels,
         node_labels=gpu.node_labels,
+        gke_accelerators=gpu.gke_accelerators,
+        aws_instance_types=tuple(dict.fromkeys(o.sku.split()[0] for o in gpu.offers if o.provider == "aws" and o.sku)),
     )
 
 

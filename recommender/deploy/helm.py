@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from recommender.deploy.cluster import gpu_affinity
+from recommender.deploy.gpu_select import gpu_affinity
 from recommender.deploy.k8s import (
     HF_TOKEN_KEY,
     HF_TOKEN_SECRET,
@@ -109,15 +109,10 @@ def _model_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         "hf_token": {"secretName": HF_TOKEN_SECRET, "secretKey": HF_TOKEN_KEY},
         "vllmConfig": vllm_config,
     }
-    affinity = gpu_affinity(pool.gpu.node_labels)
-    if affinity:  # the chart ignores nodeSelectorTerms when affinity is set; merge the user's selector in
-        terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        for k, v in spec.cluster.node_selector:
-            terms[0]["matchExpressions"].append({"key": k, "operator": "In", "values": [v]})
+    # the chart ignores nodeSelectorTerms when affinity is set: the user's selector goes into the affinity
+    affinity = gpu_affinity(pool.gpu, spec.cluster.gpu_label, spec.cluster.node_selector)
+    if affinity:
         entry["affinity"] = affinity
-    elif spec.cluster.node_selector:
-        entry["nodeSelectorTerms"] = [{"matchExpressions": [{"key": k, "operator": "In", "values": [v]}
-                                                            for k, v in spec.cluster.node_selector]}]
     if spec.cluster.tolerations:
         entry["tolerations"] = [dict(t) for t in spec.cluster.tolerations]
     if spec.cluster.storage_class:
@@ -174,6 +169,10 @@ def values(spec: DeploySpec) -> dict[str, Any]:
 
 def render_helm(spec: DeploySpec) -> dict[str, str]:
     """``helm-values.yaml`` for ``helm install <release> vllm/vllm-stack -f helm-values.yaml``."""
+    if any(p.pp > 1 for p in spec.pools):
+        raise DeployError(f"plan {spec.plan_id}: a replica spans {max(p.pp for p in spec.pools)} nodes (pipeline "
+                          "parallel) and production-stack's chart runs one pod per replica; use --format k8s "
+                          "(a LeaderWorkerSet) or cmd")
     header = "\n".join(comment_lines(spec)) + (
         "\n# Install: helm repo add vllm https://vllm-project.github.io/production-stack && "
         "helm install <release> vllm/vllm-stack -f helm-values.yaml\n"

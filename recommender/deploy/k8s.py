@@ -21,11 +21,12 @@ models need none), and probe ``/health`` on port 8000. The startup probe allows
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Any
 
 import yaml
 
-from recommender.deploy.cluster import gpu_affinity
+from recommender.deploy.gpu_select import gpu_affinity
 from recommender.deploy.spec import (
     DeploySpec,
     PoolSpec,
@@ -36,6 +37,7 @@ from recommender.deploy.spec import (
 from recommender.deploy.vllm_cmd import (
     HTTP_PORT,
     NIXL_SIDE_CHANNEL_PORT,
+    RAY_PORT,
     engine_options,
     image_for,
     serve_argv,
@@ -115,10 +117,16 @@ def _meta(name: str, spec: DeploySpec, comp: str) -> dict[str, Any]:
 
 
 def scheduling(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
-    """Pod-spec fields that put an engine pod on the plan's GPU model: a required node affinity on the
-    GPU's catalog node label, plus the user's node selector and tolerations."""
+    """Pod-spec fields that put an engine pod on the plan's GPU model: the node affinity of ``--gpu-label``
+    (``recommender.deploy.gpu_select``), plus the user's node selector and tolerations."""
     out: dict[str, Any] = {}
-    affinity = gpu_affinity(pool.gpu.node_labels)
+    affinity = gpu_affinity(pool.gpu, spec.cluster.gpu_label) or {}
+    if spec.kv_link is not None and spec.kv_link.same_instance and pool.role == "decode":
+        # the plan puts P and D on one instance (the KV never leaves it): decode pods go where prefill pods run
+        prefill = next(p for p in spec.pools if p.role == "prefill")
+        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": selector_labels(spec, component(prefill))},
+             "topologyKey": "kubernetes.io/hostname"}]}
     if affinity:
         out["affinity"] = affinity
     if spec.cluster.node_selector:
@@ -156,23 +164,49 @@ def engine_container(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         env += [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_SIDE_CHANNEL_PORT)}]
         ports.append({"name": "nixl", "containerPort": NIXL_SIDE_CHANNEL_PORT, "protocol": "TCP"})
-    return {
+    rdma = rdma_devices(spec, pool)
+    requests: dict[str, Any] = {"cpu": cpu, "memory": memory, pool.gpu.k8s_resource: gpus, **rdma}
+    limits: dict[str, Any] = {pool.gpu.k8s_resource: gpus, **rdma}
+    if rdma and spec.kv_link is not None and spec.kv_link.kind == "efa":
+        env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"}]
+    out: dict[str, Any] = {
         "name": "vllm",
         "image": spec.cluster.image or image_for(pool),
         "command": ["vllm", "serve"],
         "args": [k8s_escape(a) for a in argv],  # Kubernetes expands $(VAR) in args; the names are validated too
         "env": env,
         "ports": ports,
-        "resources": {"requests": {"cpu": cpu, "memory": memory, pool.gpu.k8s_resource: gpus},
-                      "limits": {pool.gpu.k8s_resource: gpus}},
+        "resources": {"requests": requests, "limits": limits},
         "volumeMounts": [{"name": "hf-cache", "mountPath": HF_CACHE_PATH}, {"name": "dshm", "mountPath": "/dev/shm"}],
         "startupProbe": _http_probe(STARTUP_PERIOD_S, startup_failure_threshold(pool.checkpoint_bytes)),
         "readinessProbe": _http_probe(5, 3),
         "livenessProbe": _http_probe(10, 3),
     }
+    if rdma:  # RDMA registers (pins) the KV cache's memory
+        out["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    return out
+
+
+#: The device resource of InfiniBand/RoCE NICs when the offer names none: the NVIDIA Network Operator's RDMA
+#: shared device plugin in its sample configuration (clusters may name it otherwise: edit to match).
+DEFAULT_RDMA_RESOURCE = "rdma/rdma_shared_device_a"
+
+
+def rdma_devices(spec: DeploySpec, pool: PoolSpec) -> dict[str, str]:
+    """The RDMA NIC devices a P/D pod requests when the plan's KV path is RDMA (across instances over
+    InfiniBand, RoCE or EFA), so NIXL moves the KV by RDMA instead of falling back to TCP: the offer's
+    device resource x ceil(tp x devices per GPU) (AWS p5: 4 EFA per GPU), else one shared RDMA device."""
+    link = spec.kv_link
+    if pool.role == "both" or link is None or not link.rdma:
+        return {}
+    if pool.rdma_resource and pool.rdma_per_gpu > 0:
+        return {pool.rdma_resource: str(max(1, math.ceil(pool.tp * pool.rdma_per_gpu - 1e-9)))}
+    return {DEFAULT_RDMA_RESOURCE: "1"}
 
 
 def _engine_deployment(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
+    if pool.pp > 1:
+        return _engine_leader_worker_set(spec, pool)
     comp = component(pool)
     pod_labels = plan_labels(spec, comp)
     if spec.disaggregated:  # production-stack's router matches the pod label `model`
@@ -194,6 +228,43 @@ def _engine_deployment(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
                         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(pool.tp)}},
                     ],
                 },
+            },
+        },
+    }
+
+
+def _engine_leader_worker_set(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
+    """A multi-node replica as a LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``): each group is one replica
+    of ``pp`` pods of ``tp`` GPUs, one pipeline stage per node; the leader starts the Ray head and ``vllm serve``
+    (``--pipeline-parallel-size``, ``--distributed-executor-backend ray``), the workers join its Ray cluster at
+    ``$(LWS_LEADER_ADDRESS)`` (set by the LWS controller). A pod restart recreates its group. The Service selects
+    the leaders only (workers carry the component ``<comp>-worker``)."""
+    comp = component(pool)
+    leader = engine_container(spec, pool)
+    serve = "exec vllm serve " + " ".join(shlex.quote(a) for a in serve_argv(engine_options(spec, pool), "0.0.0.0", HTTP_PORT))
+    leader["command"] = ["/bin/sh", "-c"]
+    leader["args"] = [k8s_escape(f"ray start --head --port={RAY_PORT} && {serve}")]
+    worker = {k: v for k, v in engine_container(spec, pool).items()
+              if k not in ("startupProbe", "readinessProbe", "livenessProbe", "ports")}
+    worker["command"] = ["/bin/sh", "-c"]
+    worker["args"] = [f"ray start --address=$(LWS_LEADER_ADDRESS):{RAY_PORT} --block"]  # kubelet expands it
+    volumes = [{"name": "hf-cache", "persistentVolumeClaim": {"claimName": f"{spec.name}-hf-cache"}},
+               {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(pool.tp)}}]
+
+    def template(labels: dict[str, str], container: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"labels": labels, "annotations": plan_annotations(spec)},
+                "spec": {**scheduling(spec, pool), "containers": [container], "volumes": volumes}}
+
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": _meta(deployment_name(spec, pool), spec, comp),
+        "spec": {
+            "replicas": pool.replicas,
+            "leaderWorkerTemplate": {
+                "size": pool.pp,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": template(plan_labels(spec, comp), leader),
+                "workerTemplate": template(plan_labels(spec, f"{comp}-worker"), worker),
             },
         },
     }

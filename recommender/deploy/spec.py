@@ -34,7 +34,7 @@ from recommender.dtypes import SIXTEEN_BIT
 from recommender.errors import DeployError, RecommenderError
 from recommender.hf_config import is_model_repo
 from recommender.perf.memory import weight_bytes
-from recommender.plan import Plan, PlanRow, Pool, WorkloadEcho, load_plan
+from recommender.plan import KvLinkInfo, Plan, PlanRow, Pool, WorkloadEcho, load_plan
 
 #: bytes per parameter stored in a checkpoint of that dtype (scales / zero points ignored)
 BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 0.5}
@@ -75,6 +75,9 @@ class PoolSpec:
     max_model_len: int
     weights: WeightsChoice
     checkpoint_bytes: float  # bytes vLLM downloads and loads for one replica (whole checkpoint)
+    rdma_resource: str = ""  # the offer's RDMA NIC device resource in Kubernetes ("" = not known)
+    rdma_per_gpu: float = 0.0  # those devices per GPU
+    pp: int = 1  # pipeline stages per replica, one node (TP group) each: a multi-node replica
 
 
 @dataclass(frozen=True)
@@ -102,11 +105,12 @@ class DeploySpec:
     load_utilisation: float | None = None  # rate / saturation rate of the row
     ttft_mean_s: float | None = None
     e2e_mean_s: float | None = None
+    kv_link: KvLinkInfo | None = None  # P/D: the path the plan's KV moves over (RDMA: NICs requested, NIXL backend)
 
     @property
     def gpus_total(self) -> int:
         """GPUs of all pools: sum of tp x replicas."""
-        return sum(p.tp * p.replicas for p in self.pools)
+        return sum(p.tp * p.pp * p.replicas for p in self.pools)
 
 
 # --------------------------------------------------------------------------- checks
@@ -280,6 +284,14 @@ def _num_heads(model_id: str) -> int | None:
         return None
 
 
+def _context_tokens(model_id: str) -> int | None:
+    """The workload's catalog model's context (``max_position_embeddings``; None outside the catalog)."""
+    try:
+        return default_catalog().model(model_id).max_position_embeddings if model_id else None
+    except (RecommenderError, KeyError, OSError, ValueError):
+        return None
+
+
 def _with_catalog_defaults(workload: WorkloadEcho) -> tuple[str, str]:
     """(hf_repo, checkpoint_dtype); one the plan leaves out (None) comes from the model catalog entry of
     ``model``. An empty string stays empty (and is refused by the caller)."""
@@ -313,8 +325,14 @@ def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str,
         cuda_graphs=raw.cuda_graphs, gpu_memory_utilization=raw.gpu_memory_utilization,
         max_model_len=workload.max_model_len if workload.max_model_len is not None else row.max_model_len,
         weights=weights, checkpoint_bytes=nbytes,
+        rdma_resource=raw.rental.rdma_resource if raw.rental else "",
+        rdma_per_gpu=raw.rental.rdma_per_gpu if raw.rental else 0.0, pp=raw.pp,
     )
     _check_model_tp(pool, pw, _num_heads(workload.model))
+    context = _context_tokens(workload.model)
+    if context is not None and pool.max_model_len > context:
+        raise DeployError(f"{pw}: max_model_len {pool.max_model_len:,} is above {workload.model}'s context of "
+                          f"{context:,} tokens (vLLM refuses to start); re-plan with prompts + outputs within it")
     return pool, weights_source
 
 
@@ -365,7 +383,7 @@ def build_spec(plan: Plan | Mapping[str, Any], rank: int = 1, checkpoint: str | 
         served_model_names=served,
         name=dns_label(f"vllm-{workload_name}"),
         disaggregated=row.disaggregated, pools=tuple(pools),
-        summary=_summary(row), weights_source=weights_source,
+        summary=_summary(row), weights_source=weights_source, kv_link=row.kv_link if row.disaggregated else None,
         arrival_rate_per_s=_finite_or_none(workload.arrival_rate_per_s),
         load_utilisation=_finite_or_none(row.load_utilisation),
         ttft_mean_s=_finite_or_none((row.latency_percentiles.get("ttft") or {}).get("mean")),
@@ -396,7 +414,8 @@ def header_lines(spec: DeploySpec) -> list[str]:
     for p in spec.pools:
         on = {True: "on", False: "off"}
         lines.append(
-            f"Pool {p.role}: {p.replicas} x {p.gpu.id} TP{p.tp} ({p.replicas * p.tp} GPUs); weights {p.weight_dtype}, "
+            f"Pool {p.role}: {p.replicas} x {p.gpu.id} TP{p.tp}{f' x PP{p.pp} (one node per stage)' if p.pp > 1 else ''} "
+            f"({p.replicas * p.tp * p.pp} GPUs); weights {p.weight_dtype}, "
             f"KV cache {p.kv_dtype}; max_num_seqs {p.max_num_seqs}, max_num_batched_tokens {p.max_num_batched_tokens}, "
             f"chunked prefill {on[p.chunked_prefill]}, prefix caching {on[p.enable_prefix_caching]}, "
             f"CUDA graphs {on[p.cuda_graphs]}, gpu_memory_utilization {p.gpu_memory_utilization:g}, "

@@ -55,12 +55,19 @@ def image_for(pool: PoolSpec) -> str:
     return f"{VLLM_IMAGE.get(pool.gpu.vendor, VLLM_IMAGE['nvidia'])}:{IMAGE_TAG}"
 
 
-def kv_transfer_config(role: str) -> dict[str, Any] | None:
+def nixl_backend(spec: DeploySpec) -> str:
+    """NIXL's transport for the plan's KV path: ``LIBFABRIC`` over AWS EFA (EFA speaks libfabric, not UCX),
+    else ``UCX`` (InfiniBand/RoCE verbs, host memory on one instance, TCP otherwise). vLLM 0.33's NixlConnector
+    reads ``kv_connector_extra_config.backends`` (default ``["UCX"]``, ``LIBFABRIC`` documented)."""
+    return "LIBFABRIC" if spec.kv_link is not None and spec.kv_link.kind == "efa" else "UCX"
+
+
+def kv_transfer_config(role: str, backend: str = "UCX") -> dict[str, Any] | None:
     """NixlConnector config for a disaggregated pool (None for an aggregated one)."""
     if role not in KV_ROLE:
         return None
     return {"kv_connector": "NixlConnector", "kv_role": KV_ROLE[role], "kv_buffer_device": "cuda",
-            "kv_connector_extra_config": {"backends": ["UCX"]}}
+            "kv_connector_extra_config": {"backends": [backend]}}
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,7 @@ class EngineOptions:
     dtype: str | None
     max_cudagraph_capture_size: int | None  # None: CUDA graphs off (--enforce-eager)
     kv_transfer_config: dict[str, Any] | None = field(default=None, hash=False, compare=True)
+    pipeline_parallel_size: int = 1  # > 1: stages on other nodes of a Ray cluster (--distributed-executor-backend ray)
 
 
 def engine_options(spec: DeploySpec, pool: PoolSpec) -> EngineOptions:
@@ -99,7 +107,8 @@ def engine_options(spec: DeploySpec, pool: PoolSpec) -> EngineOptions:
         quantization=pool.weights.quantization,
         dtype=pool.weights.dtype,
         max_cudagraph_capture_size=min(pool.max_num_seqs, MAX_CUDAGRAPH_CAPTURE_SIZE) if pool.cuda_graphs else None,
-        kv_transfer_config=kv_transfer_config(pool.role),
+        kv_transfer_config=kv_transfer_config(pool.role, nixl_backend(spec)),
+        pipeline_parallel_size=pool.pp,
     )
 
 
@@ -133,6 +142,8 @@ def serve_groups(o: EngineOptions, host: str = "0.0.0.0", port: int = HTTP_PORT)
         ["--host", host],
         ["--port", str(port)],
         ["--tensor-parallel-size", str(o.tensor_parallel_size)],
+        *([["--pipeline-parallel-size", str(o.pipeline_parallel_size)], ["--distributed-executor-backend", "ray"]]
+          if o.pipeline_parallel_size > 1 else []),
         ["--max-model-len", str(o.max_model_len)],
         ["--max-num-seqs", str(o.max_num_seqs)],
         ["--enable-chunked-prefill" if o.enable_chunked_prefill else "--disable-chunked-prefill"],
@@ -157,8 +168,15 @@ def _script(spec: DeploySpec, pool: PoolSpec) -> str:
     groups = serve_groups(o, "0.0.0.0", port)
     check_serve_args([a for g in groups for a in g])
     lines = ["#!/bin/sh", *comment_lines(spec)]
+    hosts = f"{pool.replicas} host(s)" if pool.pp == 1 else f"the first node of each of {pool.replicas} replica(s)"
     lines += ["#", f"# This script starts ONE {pool.role if pool.role != 'both' else 'engine'} replica: "
-              f"run it on {pool.replicas} host(s), each with {pool.tp} x {pool.gpu.id} GPU(s)."]
+              f"run it on {hosts}, each with {pool.tp} x {pool.gpu.id} GPU(s)."]
+    if pool.pp > 1:
+        lines += [
+            f"# A replica spans {pool.pp} nodes of {pool.tp} GPUs (pipeline parallel, one stage per node) joined in a",
+            f"# Ray cluster: on the first node `ray start --head --port={RAY_PORT}`, on each of the other {pool.pp - 1}",
+            f"# `ray start --address=<first node>:{RAY_PORT} --block`; then run this script on the first node.",
+        ]
     if spec.disaggregated:
         lines += [
             "# Put a P/D proxy in front of the pools: it sends each request to a prefill instance with",
@@ -174,6 +192,10 @@ def _script(spec: DeploySpec, pool: PoolSpec) -> str:
         lines += [shell.export(NIXL_HOST_ENV), shell.export("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side_port))]
     lines += [shell.command_lines(groups, prefix="exec vllm serve")]
     return "\n".join(lines) + "\n"
+
+
+#: The Ray head's port of a multi-node replica (``ray start --head --port``).
+RAY_PORT = 6379
 
 
 def cmd_file_name(pool: PoolSpec) -> str:

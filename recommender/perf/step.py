@@ -186,6 +186,7 @@ class StepCostModel:
     weight_stream_efficiency: float = 1.0  # the weight dtype's kernels' share of the profile's HBM efficiency
     expert_bandwidth_efficiency: float = 1.0  # routed-expert grouped GEMMs' share of it (profile)
     moe_layer_overhead_s: float = 0.0     # fixed time per MoE layer per step (profile; already in overhead_s)
+    pp_hop_s_per_token: float = 0.0       # pipeline parallel: seconds per new token to pass activations between stages
 
     @staticmethod
     def build(dep: Deployment) -> "StepCostModel":
@@ -341,7 +342,7 @@ class StepCostModel:
         gemm = max(w_s, lin / comp)
         attn = max(kv_read_bytes / self.tp / bw, attention_flops / comp)
         fixed = self.overhead_s + (self.prefill_step_overhead_s if prefill else 0.0)
-        return gemm + attn + self.allreduce_s(new_tokens) + fixed
+        return gemm + attn + self.allreduce_s(new_tokens) + fixed + new_tokens * self.pp_hop_s_per_token
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
         """A decode-only step per output token: ``batch`` sequences each holding ``context_tokens``.

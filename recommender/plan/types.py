@@ -50,6 +50,25 @@ class Rental:
     usd_per_instance_hour: float
     usd_per_hour: float  # instances x usd_per_instance_hour (per-GPU billing: GPUs x its per-GPU price)
     offer: Offer = field(default_factory=Offer)
+    shared: bool = False  # P/D on one instance: both pools name it, each billed its share of the GPUs
+    network: str = ""  # the offer's NIC (``efa 400 Gb/s per GPU``); "" = not in the catalog (10 Gb/s Ethernet assumed)
+    rdma_resource: str = ""  # the Kubernetes device resource of the offer's RDMA NICs ("" = not known)
+    rdma_per_gpu: float = 0.0  # those devices per GPU
+
+
+@dataclass(frozen=True)
+class KvLinkInfo:
+    """P/D: where a prompt's KV moves from the prefill to the decode pool (``recommender.offers.KvPath``):
+    ``kind`` an intra-instance fabric (nvlink4, xgmi, pcie5) when ``same_instance``, else the NIC kind
+    (infiniband, roce, efa, ethernet); ``bytes_per_s_per_gpu`` one direction (a transfer runs on
+    min(tp_p, tp_d) GPUs); ``known`` False when the NIC was assumed (not in the catalog)."""
+
+    kind: str
+    bytes_per_s_per_gpu: float
+    same_instance: bool = False
+    rdma: bool = False
+    known: bool = True
+    label: str = ""  # ``pcie5 64 GB/s (same instance)`` / ``efa 400 Gb/s``: what one transfer gets
 
 
 @dataclass(frozen=True)
@@ -96,11 +115,12 @@ class Pool:
     checkpoint: str = ""  # pre-quantized checkpoint repo for this pool ("" = the plan's, else the model's)
     weights_bytes: float | None = None  # modelled weight bytes (only for models outside the catalog)
     rental: Rental | None = None  # the instances the pool rents (None: priced per GPU, or no price)
+    pp: int = 1  # pipeline stages per replica, each a TP group on its own instance (multi-node: --pipeline-parallel-size)
 
     @property
     def gpus(self) -> int:
-        """GPUs the pool runs: tp x replicas."""
-        return self.tp * self.replicas
+        """GPUs the pool runs: tp x pp x replicas."""
+        return self.tp * self.pp * self.replicas
 
     @property
     def usd_per_hour(self) -> float | None:
@@ -142,8 +162,10 @@ class PlanRow:
     evidence: Evidence | None = None
     # "int8/fp8": weight/KV dtypes of twins that predict exactly this row's numbers, collapsed into it (#31)
     twin_dtypes: tuple[str, ...] = ()
-    # P/D: the KV link the row was sized with (``recommender.load.link.KvLink`` fields), for ``simulate --plan``
-    kv_link: Mapping[str, float] | None = None
+    kv_link: KvLinkInfo | None = None  # P/D rows: the path the KV moves over (what the search sized with)
+    # P/D: that link's load-model fields (``recommender.load.link.KvLink``: bytes per token, NIC bytes/s, TPs,
+    # latency), so ``simulate --plan`` replays the transfer the row was sized with
+    kv_link_model: Mapping[str, float] | None = None
 
     @property
     def disaggregated(self) -> bool:
@@ -270,6 +292,7 @@ class SearchMeta:
     timeout_s: float | None = None
     stopped_by: str | None = None  # "timeout" | "trials" | None (rank 1 proven / search complete)
     search_complete: bool | None = None
+    aggregated_rank1_proven: bool | None = None  # a P/D rank 1's aggregated rival was proven cheapest (P/D note)
     rank1_proven: bool | None = None
     rank1_proven_after: int | None = None
     shapes: int | None = None

@@ -63,7 +63,8 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
         unmeasured = ""
         if r.evidence is not None and not r.evidence.measured:
             unmeasured = f"unmeasured: {', '.join(r.evidence.unmeasured_families())}"
-        note = "; ".join(x for x in (pd, unmeasured, r.quality_note, "" if r.pareto else "dominated",
+        kv = f"kv link: {r.kv_link.label}" if r.kv_link is not None else ""
+        note = "; ".join(x for x in (pd, kv, unmeasured, r.quality_note, "" if r.pareto else "dominated",
                                      _sim_note(r, tp_ttft, tp_tpot)) if x)
         rows.append([
             r.rank, dep, r.gpus_total, rent_label(r.pools), tp, reps, " | ".join((f"{r.weight_dtype}/{r.kv_dtype}", *r.twin_dtypes)),
@@ -80,7 +81,7 @@ def deployment_cell(pools: Sequence[Pool]) -> str:
     per pool. ``b200 2xTP2``; P/D ``h100-sxm P 4xTP2 + D 1xTP4``, or ``P b200 4xTP1 + D b300 2xTP2`` across GPU types."""
     if len(pools) == 1:
         p = pools[0]
-        return f"{p.gpu} {p.replicas}xTP{p.tp}"
+        return f"{p.gpu} {p.replicas}xTP{p.tp}" + (f"xPP{p.pp}" if p.pp > 1 else "")
     prefill, decode = pools[0], pools[-1]
     if prefill.gpu == decode.gpu:
         return f"{prefill.gpu} P {prefill.replicas}xTP{prefill.tp} + D {decode.replicas}xTP{decode.tp}"
@@ -102,6 +103,9 @@ def search_footer(m: SearchMeta) -> str:
     if m.trials is not None and m.trials != run:
         head += f"; {m.trials} trials in the study ranked"
     proof = "rank 1 proven cheapest in the space" if m.rank1_proven else "rank 1 NOT proven cheapest: raise --trials"
+    if m.aggregated_rank1_proven is not None:  # a P/D rank 1: its saving note is against this aggregated plan
+        proof += ("; the best aggregated plan (P/D notes) proven cheapest of its space" if m.aggregated_rank1_proven
+                  else "; the best aggregated plan (P/D notes) NOT proven: raise --trials")
     return f"{head}; {proof}; {m.seconds} s (seed {m.seed})"
 
 
@@ -171,6 +175,11 @@ def rent_label(pools: Sequence[Pool]) -> str:
     for p in pools:
         r = p.rental
         if r is None:
+            continue
+        if r.shared:  # P and D on one instance: named once
+            part = f"{r.instances} x {r.provider} {r.gpus_per_instance}-GPU (P+D)"
+            if part not in parts:
+                parts.append(part)
             continue
         parts.append(f"{r.provider} $/GPU-h" if r.offer.per_gpu_billing else f"{r.instances} x {r.provider} {r.gpus_per_instance}-GPU")
     return " + ".join(parts) or "-"

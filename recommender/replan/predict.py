@@ -104,6 +104,9 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
     profile = profile or engine_profile("vllm")
     catalog = catalog or default_catalog()
     row = plan.top
+    if any(p.pp > 1 for p in row.pools):
+        raise RecommenderError("the current plan runs multi-node (pipeline-parallel) replicas, which the re-planner "
+                               "does not re-predict yet; re-plan from the workload file with `recommend`")
     reps = replicas if replicas is not None else row.pool_replicas
     model = catalog.model(workload.model)
     costs = pool_step_costs(plan, workload, profile=profile, catalog=catalog)
@@ -114,11 +117,11 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
     if len(costs) == 1:
         res = analyze(PoolSpec(cost=costs[0][0], limits=costs[0][1], replicas=int(reps[0])), traffic)
     else:
-        # the KV link as the search sizes it (recommender.sizing.Sizer.kv_link): the slower end's NICs
+        # the KV link the search sized the plan with (recommender.sizing.Sizer.kv_link over the plan's
+        # kv_link path); plans written before paths were recorded: the policy's assumed bandwidth
         (pc, pl, pdep), (dc, dl, ddep) = costs[0], costs[-1]
         per_tok = mem.kv_cache_bytes_per_token(model, pdep.kv_dtype, 1)
-        default_nic = policy.kv_transfer_bandwidth_bytes_per_s
-        nic = min(getattr(d.gpu, "nic_bandwidth_bytes_per_s", None) or default_nic for d in (pdep, ddep))
+        nic = row.kv_link.bytes_per_s_per_gpu if row.kv_link is not None else policy.kv_transfer_bandwidth_bytes_per_s
         link = KvLink(bytes_per_token=per_tok, nic_bytes_per_s=nic, prefill_tp=pdep.tp, decode_tp=ddep.tp,
                       latency_s=policy.kv_transfer_latency_s)
         topology = Disaggregated(prefill=PoolSpec(cost=pc, limits=pl, replicas=int(reps[0])),

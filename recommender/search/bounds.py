@@ -59,7 +59,7 @@ import numpy as np
 
 from recommender.load.pool_inputs import pool_inputs
 from recommender.load.topology import PoolKind
-from recommender.offers import cheapest_rental
+from recommender.offers import cheapest_rental, rent_colocated
 from recommender.perf.step import EngineLimits, StepCostModel
 from recommender.sizing import Candidate, Sizer
 
@@ -96,7 +96,7 @@ class Bounds:
         self.sizer = sizer
         w = sizer.workload
         self.target_req_s = w.effective_rate_per_s * (1 + sizer.headroom)
-        caching = w.shared_prefix_fraction > 0
+        caching = w.prefix_caching
         frac = w.shared_prefix_fraction
         self._both = pool_inputs(w.prompt_tokens, w.output_tokens, kind=PoolKind.AGGREGATED, shared_prefix_fraction=frac,
                                  block_tokens=16, prefix_caching=caching)
@@ -370,7 +370,7 @@ class Bounds:
         if key not in self._generous:
             w = self.sizer.workload
             lim = EngineLimits(max_num_seqs=self._min_seqs, max_num_batched_tokens=self._min_budget, chunked_prefill=True,
-                               enable_prefix_caching=w.shared_prefix_fraction > 0)
+                               enable_prefix_caching=w.prefix_caching)
             self._generous[key] = self.sizer.cost_model(gpu, tp, wd, kd, lim)[0]
         return self._generous[key]
 
@@ -468,6 +468,8 @@ class Bounds:
         dkey = (c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype) if c.disaggregated else pkey
         if not self.rentable_shape(c):
             return None  # the sizer cannot rent a TP group of it: every combo is infeasible
+        if c.pp > 1:
+            return self._pipeline(c)
         if c.max_num_seqs and self._seqs_refused(dkey, c.max_num_seqs):
             return None  # the sizer refuses it (recommender.sizing.Sizer.seqs_above_kv): not worth a trial
         seqs = c.max_num_seqs or self._max_seqs
@@ -478,4 +480,26 @@ class Bounds:
         dec = self._decode(dkey, seqs)
         if pre is None or dec is None:
             return None
-        return Bound(pre[0] + dec[0], self._latencies(pre[1], dec[1]), (pre[2], dec[2]))
+        usd = pre[0] + dec[0]
+        if c.gpu == c.decode_gpu and not self.sizer.workload.is_offline:
+            # both pools on one instance can cost less than two rentals (one 8-GPU instance, not two)
+            usd = min(usd, self._colocated_usd(c.gpu, ((c.tp, pre[2]), (c.decode_tp, dec[2]))))
+        return Bound(usd, self._latencies(pre[1], dec[1]), (pre[2], dec[2]))
+
+    def _pipeline(self, c: Candidate) -> Bound | None:
+        """A loose but valid bound for a pipeline-parallel shape: one whole pipeline (``pp`` stage groups on
+        offers naming their NIC) at no latency; None when no such offer holds a stage."""
+        rental = cheapest_rental(self.sizer.multinode_offers(c.gpu, c.tp), c.tp, c.pp)
+        if rental is None:
+            return None
+        usd = rental.usd_per_hour * (0.0 if self.sizer.workload.is_offline else 1.0)
+        return Bound(usd, tuple(0.0 for _ in self.sizer.workload.slos) or (0.0,), (1,))
+
+    def _colocated_usd(self, gpu: str, groups: tuple[tuple[int, int], ...]) -> float:
+        """USD/h of the cheapest single instance holding every group; inf when none does."""
+        best = math.inf
+        for o in self.sizer.offers.get(gpu) or ():
+            got = rent_colocated(o, groups)
+            if got is not None:
+                best = min(best, got[0] * o.usd_per_instance_hour)
+        return best

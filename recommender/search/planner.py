@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from typing import Sequence
 
 from recommender.catalog import Catalog, default_catalog
 from recommender.dtypes import loads_without_checkpoint
+from recommender.hf_config import ModelArch
 from recommender.errors import ConfigError, DoesNotFitError, InfeasibleError
 from recommender.perf.step import EngineLimits
 from recommender.plan import Plan, PlanRow
@@ -36,6 +38,7 @@ def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfi
     """Everything one search shares; each GPU is priced by its offers (of ``provider`` when given),
     or by the workload's ``prices:`` override."""
     model = catalog.model(workload.model)
+    check_context(workload, model)
     overrides = dict(workload.usd_per_gpu_hour_overrides)
     gpus = allowed_gpus(catalog, workload.gpus, overrides, provider)
     offers = {g.id: offers_for(g, overrides, provider) for g in gpus}
@@ -45,6 +48,17 @@ def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfi
     return SearchContext(workload=workload, model=model, gpus={g.id: g for g in gpus},
                          prices={k: float(v) for k, v in prices.items() if v is not None}, profile=profile,
                          rules=rules_of(policy), policy=policy, checkpoints=ckpts, offers=offers)
+
+
+def check_context(workload: Workload, model: ModelArch) -> None:
+    """Refuse, before any search, a workload whose longest prompt + output exceeds the model's context
+    (``max_position_embeddings``): vLLM would refuse ``--max-model-len`` above it."""
+    context = model.max_position_embeddings
+    if workload.max_model_len > context:
+        raise ConfigError(
+            f"prompt + output up to {workload.max_model_len:,} tokens ({workload.prompt_tokens.max_tokens:,} + "
+            f"{workload.output_tokens.max_tokens:,}) exceed {model.id}'s context of {context:,} tokens; shorten the "
+            "prompts or outputs (--prompt-tokens/--output-tokens or the workload's max), or pick a longer-context model")
 
 
 def checkpoint_for(ctx: SearchContext, dtype: str) -> str | None:
@@ -247,6 +261,26 @@ def _shape_worker(workload: Workload, policy: SearchPolicy, profile: EngineProfi
     record(make_study(ctx, settings, len(ctx.objective_names)), ctx, ch, res.evaluations)
 
 
+def aggregated_front(ctx: SearchContext, ch: SpaceChoices, budget: int, timeout_s: float | None) -> tuple[bool | None, int]:
+    """When the cheapest plan found is P/D, search the aggregated space on until its own rank 1 is proven, so
+    the "P/D N% cheaper than best aggregated" note compares against the cheapest aggregated plan there is, not
+    the cheapest one the P/D-led search happened to evaluate. (True: proven, False: the ``budget`` of
+    evaluations or the timeout ran out first, None: not needed (no P/D plan leads, or disaggregation is off);
+    the evaluations it made)."""
+    from recommender.search.shapes import shape_search
+
+    feas = [e for e in ctx.evaluator if e.feasible]
+    if not ctx.policy.pd_saving_proof and feas and ch.disaggregation:
+        best = min(feas, key=lambda e: e.usd_per_million_tokens)
+        return (False if best.candidate.disaggregated else None), 0
+    if not ch.disaggregation or not feas or not min(feas, key=lambda e: e.usd_per_million_tokens).candidate.disaggregated:
+        return None, 0
+    sub = shape_search(ctx, dataclasses.replace(ch, disaggregation=False), timeout_s=timeout_s, min_evaluations=0,
+                       max_evaluations=max(1, budget), reuse_cached=True,
+                       first=[e.candidate for e in feas if not e.candidate.disaggregated])
+    return bool(sub.rank1_proven), len(sub.evaluations)
+
+
 def recommend(workload: Workload, *, settings: SearchSettings | None = None, profile: EngineProfile | None = None,
               catalog: Catalog | None = None, policy: SearchPolicy | None = None,
               warm_start: Plan | Sequence[Plan] | None = None) -> Plan:
@@ -299,6 +333,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
     record(study, ctx, ch, res.evaluations)
     for pr in procs:
         pr.join()
+    agg_proven, agg_runs = aggregated_front(ctx, ch, trials - len(res.evaluations), timeout)
     verify = policy.verify if settings.verify is None else settings.verify
     stored = 0
     if settings.storage is not None:  # other workers' and earlier runs' trials that can rank
@@ -317,14 +352,15 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
         if not rows:
             raise InfeasibleError(infeasible_message(ctx, all_evals) + " (the simulator rejected every analytic plan)")
     elapsed = time.perf_counter() - t0
-    meta = {"seed": settings.seed, "trials": max(stored, len(all_evals)), "trials_run": len(res.evaluations), "trials_asked": trials,
+    meta = {"seed": settings.seed, "trials": max(stored, len(all_evals)), "trials_run": len(res.evaluations) + agg_runs, "trials_asked": trials,
             "timeout_s": timeout, "stopped_by": res.stopped_by, "search_complete": res.complete, "rank1_proven": res.rank1_proven,
             "rank1_proven_after": res.rank1_proven_after,
             "shapes": res.shapes, "pruned": res.pruned, "workers": n, "evaluations": ctx.evaluations,
             "seconds": round(elapsed, 3), "study_name": study.study_name, "storage": settings.storage,
             "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
-            "headroom": headroom(ctx), "verified": verify, "pricing": pricing_note(ctx, settings.provider)}
+            "headroom": headroom(ctx), "verified": verify, "pricing": pricing_note(ctx, settings.provider),
+            "aggregated_rank1_proven": agg_proven}
     return build_plan(workload=workload, model=ctx.model, rows=rows, why=why_rank_one(ctx, rows), engine=profile.engine,
                       profile=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization, meta=meta,
                       evaluations=all_evals)

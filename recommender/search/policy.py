@@ -30,6 +30,7 @@ class _SearchPolicySpec(BaseModel):
     disaggregation: bool = True
     pd_heterogeneous_gpus: bool = False
     pd_min_saving: float = Field(0.05, ge=0.0, lt=1.0)
+    pd_saving_proof: bool = True
     prefer_measured: bool = True
     evidence_band: float = Field(0.15, ge=0.0, le=2.0)
     kv_transfer_bandwidth_bytes_per_s: float = Field(5e10, gt=0)
@@ -59,6 +60,7 @@ class SearchPolicy:
     disaggregation: bool = True
     pd_heterogeneous_gpus: bool = False
     pd_min_saving: float = 0.05
+    pd_saving_proof: bool = True  # a P/D rank 1: search the aggregated space on until its rank 1 is proven
     prefer_measured: bool = True
     evidence_band: float = 0.15
     kv_transfer_bandwidth_bytes_per_s: float = 5e10

@@ -164,11 +164,14 @@ def rank_rows(ctx: SearchContext, evaluations: Sequence[Evaluation], top: int) -
         twins[tk] = len(rows)
         ckpt = ctx.workload.checkpoints.get(c.weight_dtype) or ctx.checkpoints.get(c.weight_dtype, "")
         native = ctx.model.checkpoint_dtype
-        notes = "; ".join(x for x in (quality_note(e, ctx.policy), kv_note(e, ctx)) if x)
+        online = ""
+        if c.weight_dtype == "fp8" and c.weight_dtype != native and not ckpt:
+            online = f"fp8 quantized online at load from the {native} checkpoint (no pre-quantized fp8 checkpoint known)"
+        notes = "; ".join(x for x in (quality_note(e, ctx.policy), kv_note(e, ctx), online) if x)
         rows.append(RankedRow(rank=len(rows) + 1, evaluation=e, pareto=i in front, quality_note=notes,
                             checkpoint=ckpt if c.weight_dtype != native else "", pd_saving=pd_saving(e, best_agg),
                             evidence=evidence_of(ctx, e), load_utilisation=ctx.capacity_utilisation(e),
-                            kv_link={k: float(v) for k, v in asdict(ctx.kv_link(c)).items()} if c.disaggregated else None))
+                            kv_link={k: float(v) for k, v in asdict(e.kv_link or ctx.kv_link(c)).items()} if c.disaggregated else None))
         if len(rows) >= top:
             break
     return rows

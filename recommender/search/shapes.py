@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from recommender.perf import memory as mem
 from recommender.search.bounds import Bound, Bounds
 from recommender.search.evaluate import SearchContext, evaluate
 from recommender.search.space import SpaceChoices, parallelism_valid, pd_pair_valid, weight_dtype_valid
@@ -186,7 +187,32 @@ def usd_per_hour_to_objective(ctx: SearchContext) -> float:
 
 def _combos(ch: SpaceChoices, shape: Candidate) -> list[Candidate]:
     return [Candidate(shape.gpu, shape.tp, shape.weight_dtype, shape.kv_dtype, s, b, shape.disaggregated,
-                      shape.decode_gpu, shape.decode_tp) for s in ch.max_num_seqs for b in ch.budgets]
+                      shape.decode_gpu, shape.decode_tp, shape.pp) for s in ch.max_num_seqs for b in ch.budgets]
+
+
+#: Pipeline-parallel stage counts tried for a model no single instance holds (``pipeline_shapes``).
+PIPELINE_STAGES = (2, 4)
+
+
+def pipeline_shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
+    """Aggregated shapes whose replica spans instances (``pp`` stages of the largest TP group an offer with a
+    NIC holds), for each GPU and dtype pair where the weights alone exceed that TP group's memory: models
+    that do not fit one instance. The sizer prices the stage hops (``recommender.sizing.Sizer._pipeline_cost``)."""
+    out: list[Candidate] = []
+    frac = ctx.rules.gpu_memory_utilization
+    for g in ch.gpus:
+        gpu = ctx.gpus[g]
+        tps = [tp for tp in ch.tps if not parallelism_valid(ctx.model, gpu, tp) and ctx.multinode_offers(g, tp)]
+        if not tps:
+            continue
+        tp = max(tps)
+        for wd, kd in itertools.product(ch.weight_dtypes, ch.kv_dtypes):
+            if weight_dtype_valid(ctx.model, gpu, wd, kd):
+                continue
+            if mem.weights_bytes_per_gpu(ctx.model, wd, tp) <= gpu.memory_bytes * frac:
+                continue  # one instance holds it: no pipeline needed
+            out += [Candidate(g, tp, wd, kd, 0, 0, pp=pp) for pp in PIPELINE_STAGES if pp <= ctx.model.num_layers]
+    return out
 
 
 def shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
@@ -212,18 +238,20 @@ def shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
                     pair_ok[key] = not pd_pair_valid(ctx.gpus[g], ctx.gpus[dg], tp, dtp, ch.pd_heterogeneous)
                 if pair_ok[key]:
                     pd.append(Candidate(g, tp, wd, kd, 0, 0, True, dg, dtp))
-    return agg + pd
+    return agg + pipeline_shapes(ctx, ch) + pd
 
 
 def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int | None = None,
                  timeout_s: float | None = None, on_evaluation: Callable[[Evaluation], None] | None = None,
                  first: Sequence[Candidate] = (), shard: tuple[int, int] = (0, 1),
-                 min_evaluations: int | None = None) -> ShapeSearchResult:
+                 min_evaluations: int | None = None, reuse_cached: bool = False) -> ShapeSearchResult:
     """Branch and bound over the space (see the module docstring). ``first`` are evaluated before the
     queues (e.g. the previous plan's rank 1); ``on_evaluation`` sees each fresh evaluation; ``shard``
     ``(i, n)`` keeps every n-th shape from the i-th (``--workers``). With ``min_evaluations``, the search
     stops as soon as rank 1 is proven and at least that many evaluations were made (the rest of the
-    budget would only refine the expensive or slow end of the front)."""
+    budget would only refine the expensive or slow end of the front). ``reuse_cached``: candidates an earlier
+    search evaluated count towards the incumbent (a second search over part of the space, e.g. aggregated
+    only, starts from what the first found)."""
     t0 = time.perf_counter()
     bounds = Bounds(ctx, ch.max_num_seqs, ch.budgets)
     k = usd_per_hour_to_objective(ctx)
@@ -247,7 +275,7 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
     best = math.inf
     done: list[Evaluation] = []
     slo_pruned: list[_Entry] = []
-    pruned, stopped, proven_after, exhausted = 0, "", 0, False
+    pruned, stopped, proven_after, exhausted, is_proven = 0, "", 0, False, False
 
     best_agg = math.inf
     saving = ctx.policy.pd_min_saving
@@ -255,6 +283,11 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
     def run(c: Candidate, lower: tuple[int, ...] = ()) -> None:
         nonlocal front, best, best_agg
         if ctx.evaluator.cached(c):
+            if reuse_cached:  # an earlier search's evaluation still bounds this one
+                ev = evaluate(ctx, c, lower)
+                if ev.feasible:
+                    front = _update_front(front, tuple(ev.objectives))
+                    best = min(best, ev.objectives[0])
             return
         ev = evaluate(ctx, c, lower)
         done.append(ev)
@@ -275,10 +308,10 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
         if timeout_s is not None and time.perf_counter() - t0 > timeout_s:
             stopped = "timeout"
             break
-        if not proven_after and math.isfinite(best) and q.beats_none(best, best_agg, saving):
-            proven_after = len(done)
+        if not is_proven and math.isfinite(best) and q.beats_none(best, best_agg, saving):
+            is_proven, proven_after = True, len(done)
             q.proven = True
-        if proven_after and min_evaluations is not None and len(done) >= min_evaluations:
+        if is_proven and min_evaluations is not None and len(done) >= min_evaluations:
             break
         e = q.pop()
         if e is None:

@@ -32,7 +32,7 @@ def candidate_from_params(p: dict[str, Any]) -> Candidate:
         gpu=p["gpu"], tp=int(p["tp"]), weight_dtype=p["weight_dtype"], kv_dtype=p["kv_dtype"],
         max_num_seqs=int(p["max_num_seqs"]), max_num_batched_tokens=int(p["max_num_batched_tokens"]),
         disaggregated=dis, decode_gpu=p.get("decode_gpu", "") if dis else "",
-        decode_tp=int(p.get("decode_tp", 0)) if dis else 0,
+        decode_tp=int(p.get("decode_tp", 0)) if dis else 0, pp=int(p.get("pp", 1)),
     )
 
 
@@ -42,6 +42,8 @@ def params_of(c: Candidate) -> dict[str, Any]:
                          "disaggregated": c.disaggregated}
     if c.disaggregated:
         d.update(decode_gpu=c.decode_gpu, decode_tp=c.decode_tp)
+    if c.pp > 1:
+        d["pp"] = c.pp
     return d
 
 
@@ -69,7 +71,7 @@ def distributions(ch: SpaceChoices) -> dict[str, Any]:
     d: dict[str, Any] = {"gpu": Cat(ch.gpus), "tp": Cat(ch.tps), "weight_dtype": Cat(ch.weight_dtypes),
                          "kv_dtype": Cat(ch.kv_dtypes), "max_num_seqs": Cat(ch.max_num_seqs),
                          "max_num_batched_tokens": Cat(ch.budgets), "disaggregated": Cat((False, True)),
-                         "decode_gpu": Cat(ch.gpus), "decode_tp": Cat(ch.tps)}
+                         "decode_gpu": Cat(ch.gpus), "decode_tp": Cat(ch.tps), "pp": Cat((1, 2, 4))}
     return d
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from recommender.hf_config import ModelArch
-from recommender.plan import LengthSummary, Offer, Plan, PlanRow, Pool, PoolRole, Rental, SearchMeta, WorkloadEcho
+from recommender.plan import KvLinkInfo, LengthSummary, Offer, Plan, PlanRow, Pool, PoolRole, Rental, SearchMeta, WorkloadEcho
 from recommender.search.evaluate import Evaluation
 from recommender.search.evaluate import Pool as EvalPool
 from recommender.search.recommend_rows import RankedRow
@@ -21,9 +21,23 @@ def _rental(p: EvalPool) -> Rental | None:
     if r is None:
         return None
     o = r.offer
+    n = o.network
+    net = "" if not n.known else (f"{n.kind} {n.gbps_per_gpu:g} Gb/s per GPU" if n.gbps_per_gpu
+                                   else f"{n.kind} {n.gbps_per_instance:g} Gb/s per instance")
     return Rental(provider=o.provider, instances=r.instances, gpus_per_instance=o.gpus_per_instance,
                   usd_per_instance_hour=o.usd_per_instance_hour, usd_per_hour=r.usd_per_hour,
-                  offer=Offer(sku=o.sku, date=o.date, source=o.source, per_gpu_billing=o.per_tp_group))
+                  offer=Offer(sku=o.sku, date=o.date, source=o.source, per_gpu_billing=o.per_tp_group),
+                  shared=r.shared, network=net, rdma_resource=n.k8s_resource, rdma_per_gpu=n.k8s_per_gpu)
+
+
+def kv_link_info(ev: Evaluation) -> KvLinkInfo | None:
+    """The P/D row's KV path as plan data (None for aggregated rows)."""
+    path = ev.kv_path
+    if path is None or not ev.candidate.disaggregated:
+        return None
+    gpus = min(ev.candidate.tp, ev.candidate.decode_tp)
+    return KvLinkInfo(kind=path.kind, bytes_per_s_per_gpu=path.bytes_per_s_per_gpu, same_instance=path.same_instance,
+                      rdma=path.rdma, known=path.known, label=path.label(gpus))
 
 
 def _pool(p: EvalPool, gmu: float, checkpoint: str) -> Pool:
@@ -32,7 +46,7 @@ def _pool(p: EvalPool, gmu: float, checkpoint: str) -> Pool:
                 max_num_batched_tokens=p.limits.max_num_batched_tokens, chunked_prefill=p.limits.chunked_prefill,
                 enable_prefix_caching=p.limits.enable_prefix_caching, cuda_graphs=True, gpu_memory_utilization=gmu,
                 usd_per_gpu_hour=p.usd_per_hour / max(p.gpus, 1), kv_capacity_tokens=p.kv_capacity_tokens,
-                checkpoint=checkpoint, rental=_rental(p))
+                checkpoint=checkpoint, rental=_rental(p), pp=p.pp)
 
 
 def _finite(x: float | None) -> float | None:
@@ -56,7 +70,7 @@ def plan_row(r: RankedRow, w: Workload, gmu: float) -> PlanRow:
         usd_per_million_tokens=_finite(ev.usd_per_million_tokens), pareto=r.pareto, binding=ev.binding,
         quality_note=r.quality_note, checkpoint=r.checkpoint, simulated=r.simulated,
         pd_saving_vs_aggregated=r.pd_saving, evidence=r.evidence, twin_dtypes=r.twin_dtypes,
-        kv_link=dict(r.kv_link) if r.kv_link else None,
+        kv_link=kv_link_info(ev), kv_link_model=dict(r.kv_link) if r.kv_link else None,
     )
 
 

@@ -55,14 +55,15 @@ def simulate_evaluation(ctx: SearchContext, ev: Evaluation, n_requests: int, see
                       shared_prefix_fraction=w.shared_prefix_fraction)
     costs: list[Any] = []
     for p in ev.pools:
-        cost, why = ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)
+        cost, why = ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits, p.pp)
         assert cost is not None, why  # an evaluated (feasible) pool always has a cost model
         costs.append(cost)
     if c.disaggregated:
         pp, dp = ev.pools
         return simulate_disaggregated(
             Disaggregated(prefill=PoolSpec(cost=costs[0], limits=pp.limits, replicas=pp.replicas),
-                          decode=PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas), kv_link=kv_link(ctx, c)),
+                          decode=PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas),
+                          kv_link=ev.kv_link or kv_link(ctx, c)),
             traffic, n_requests=n_requests, seed=seed, warmup_requests=warmup_requests)
     p = ev.pools[0]
     return simulate(PoolSpec(cost=costs[0], limits=p.limits, replicas=p.replicas), traffic, n_requests=n_requests,
@@ -91,14 +92,14 @@ def simulate_offline_job(ctx: SearchContext, ev: Evaluation, n_requests: int, se
     rng = random.Random(seed)
     rows = list(zip([0.0] * n, w.prompt_tokens.sample(rng, n), w.output_tokens.sample(rng, n)))
     replay = Replay(rows=tuple(rows), shared_prefix_fraction=w.shared_prefix_fraction)
-    costs: list[Any] = [ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
+    costs: list[Any] = [ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits, p.pp)[0] for p in ev.pools]
     assert all(c is not None for c in costs), "an evaluated plan has cost models"
     if ev.candidate.disaggregated:
         pp, dp = ev.pools
         res = simulate_disaggregated(
             Disaggregated(prefill=PoolSpec(cost=costs[0], limits=pp.limits, replicas=pp.replicas),
                           decode=PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas),
-                          kv_link=kv_link(ctx, ev.candidate)),
+                          kv_link=ev.kv_link or kv_link(ctx, ev.candidate)),
             replay, seed=seed)
         return res, res.duration_s * w.offline_requests / n
     # aggregated: identical replicas behind round-robin; each runs its share of the burst at the completion
@@ -145,9 +146,9 @@ def meets(ctx: SearchContext, sim: dict[str, Any]) -> bool:
 def _simulated_alike(ctx: SearchContext, ev: Evaluation) -> tuple[Any, ...]:
     """What a simulation of ``ev`` depends on: each pool's step-cost model (numbers only), limits and replicas,
     and the KV link of a P/D pair. Two rows equal here simulate identically under one seed."""
-    pools = tuple((ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0], p.limits, p.replicas)
+    pools = tuple((ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits, p.pp)[0], p.limits, p.replicas)
                   for p in ev.pools)
-    return pools, (kv_link(ctx, ev.candidate) if ev.candidate.disaggregated else None)
+    return pools, ((ev.kv_link or kv_link(ctx, ev.candidate)) if ev.candidate.disaggregated else None)
 
 
 def verify_rows(ctx: SearchContext, rows: Sequence[RankedRow], evaluations: Sequence[Evaluation], k: int, seed: int,
