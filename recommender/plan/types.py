@@ -265,6 +265,8 @@ class SearchMeta:
     shapes: int | None = None
     pruned: int | None = None
     workers: int | None = None
+    rate_basis: str | None = None  # what the workload's arrival_rate_per_s is ("mean"; None: plans made before)
+    sized_rate_per_s: float | None = None  # the rate replicas were sized for: arrival_rate_per_s x (1 + headroom)
 
 
 @dataclass(frozen=True)
@@ -296,5 +298,7 @@ class Plan:
     def sized_rate_per_s(self) -> float | None:
         """Arrival rate (req/s) the plan was sized for: the workload's rate x (1 + the search's headroom);
         None for offline plans."""
+        if self.search.sized_rate_per_s is not None:
+            return self.search.sized_rate_per_s
         r = self.workload.arrival_rate_per_s
         return None if r is None else r * (1.0 + self.search.headroom)

@@ -1,7 +1,8 @@
 """From an Observation to the Workload the planner sizes for, plus the SLO-risk check.
 
-* Forecast (requests/s) over the rate points of the last ``lookback_s``:
-  ``peak`` = max of the sub-window rates; ``ewma`` = exponentially weighted mean in time order with
+* Forecast (requests/s): ``mean`` = requests / seconds of the points within this run's window (``window_s``;
+  the estimate of a Poisson process's rate, the plans' sizing basis); over the rate points of the last
+  ``lookback_s``: ``peak`` = max of the sub-window rates; ``ewma`` = exponentially weighted mean in time order with
   ``level += a * (rate - level)``, ``a = 1 - 2 ** (-duration_s / halflife_s)`` (the first point seeds it).
 * Planned rate = ``max(forecast * (1 + headroom), min_rate_per_s)``: the plan is sized with headroom.
 * Lengths: the observed distributions (empirical samples from logs, histogram buckets from metrics)
@@ -33,6 +34,10 @@ def forecast_rate_per_s(points: Iterable[RatePoint], policy: Policy, now_s: floa
                  key=lambda p: p.end_s)
     if not pts:
         return 0.0
+    if policy.forecast_method == "mean":
+        recent = [p for p in pts if p.end_s > now_s - policy.window_s + 1e-6] or pts[-1:]
+        seconds = sum(p.duration_s for p in recent)
+        return sum(p.rate_per_s * p.duration_s for p in recent) / seconds
     if policy.forecast_method == "peak":
         return max(p.rate_per_s for p in pts)
     level = pts[0].rate_per_s

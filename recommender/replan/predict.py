@@ -32,6 +32,9 @@ from recommender.units import fmt_seconds
 from recommender.workload import Workload
 
 
+UTILISATION_MISS = "predicted utilisation"
+
+
 @dataclass(frozen=True)
 class Prediction:
     """The model's verdict on one deployment at ``rate_per_s`` (latencies in seconds)."""
@@ -47,6 +50,11 @@ class Prediction:
     @property
     def meets(self) -> bool:
         return not self.misses
+
+    @property
+    def slo_misses(self) -> tuple[str, ...]:
+        """The misses other than the utilisation cap (a sizing margin, not an SLO): saturation or an SLO."""
+        return tuple(m for m in self.misses if not m.startswith(UTILISATION_MISS))
 
     def summary(self, workload: Workload) -> str:
         """'tpot p90 25.1 ms, utilisation 0.61' for the workload's SLO metrics."""
@@ -123,7 +131,7 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
                       f"{res.bottleneck or 'capacity'})")
     else:
         if res.utilisation > policy.max_utilisation:
-            misses.append(f"predicted utilisation {res.utilisation:.2f} > cap {policy.max_utilisation:.2f} at "
+            misses.append(f"{UTILISATION_MISS} {res.utilisation:.2f} > cap {policy.max_utilisation:.2f} at "
                           f"{rate:.2f} req/s")
         for s in workload.slos:
             v = lat[s.metric][s.percentile]

@@ -27,6 +27,7 @@ from recommender.atomic import atomic_write_text
 from recommender.errors import RecommenderError, TrafficSourceError
 from recommender.plan import Plan, dump_plan, plan_document
 from recommender.replan import plans
+from recommender.replan.band import check_band
 from recommender.replan.history import History, Transaction
 from recommender.replan.observation import InsufficientDataError
 from recommender.replan.observe import (
@@ -244,22 +245,48 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
     except RecommenderError as e:
         return finish("error", "", f"{e}; keeping the current plan", e.exit_code, now)
     observed_risks = slo_risks(obs, base_wl.slos, policy)
+    band = check_band(obs, current, false_alarm=policy.band_false_alarm, subwindow_s=policy.subwindow_s,
+                      min_requests=policy.min_requests, default_headroom=policy.headroom)
     observed: dict[str, Any] = {
         **obs.to_dict(), "forecast_method": policy.forecast_method, "forecast_rate_per_s": round(forecast, 4),
         "headroom": policy.headroom, "planned_rate_per_s": workload.arrival_rate_per_s,
         "slo": slo_attainment(obs, base_wl.slos, policy), "notes": list(obs.notes) + notes,
-        "workload": workload.to_dict()}
-    try:
-        pred = predict(current, workload)
-    except RecommenderError as e:
-        pred = None
-        observed["notes"].append(f"the current plan could not be evaluated under the model ({e}); searching")
-    risks = (list(pred.misses) if pred is not None else []) + observed_risks
+        "sizing": None if band is None else band.to_dict(), "workload": workload.to_dict()}
+    burst_risks: list[str] = []
+    burst_holds = ""
+    # a real burst above the rate the model is asked about anyway: the plan under the model at the burst's rate
+    if band is not None and band.burst and band.burst_per_s > workload.effective_rate_per_s:
+        at_burst = dataclasses.replace(workload, arrival_rate_per_s=band.burst_per_s)
+        try:
+            bp = predict(current, at_burst)
+            observed["burst_predicted"] = bp.to_dict()
+            if not bp.slo_misses:  # the utilisation cap is the sizing margin: a burst acts only on an SLO
+                burst_holds = (f"; at the burst's {band.burst_per_s:.2f} req/s the model predicts "
+                               f"{bp.summary(at_burst)}: the SLOs hold")
+            else:
+                burst_risks = [f"burst of {band.burst_per_s:.2f} req/s ({band.record.text()}): {m}" for m in bp.slo_misses]
+                workload = at_burst  # the proposal must carry the burst
+                observed["planned_rate_per_s"] = workload.arrival_rate_per_s
+                observed["workload"] = workload.to_dict()
+        except RecommenderError as e:
+            observed["notes"].append(f"the burst could not be evaluated under the model ({e})")
+    own_traffic = band is not None and band.rate_inside and not band.lengths and not observed_risks and (
+        not band.burst or bool(burst_holds))
+    pred: Prediction | None = None
+    if not own_traffic:
+        try:
+            pred = predict(current, workload)
+        except RecommenderError as e:
+            observed["notes"].append(f"the current plan could not be evaluated under the model ({e}); searching")
+    risks = (list(pred.misses) if pred is not None else []) + burst_risks + observed_risks
     observed["slo_risks"] = risks
     if pred is not None:
         observed["current_predicted"] = pred.to_dict()
     in_band = ""
-    if pred is not None and not risks:
+    if own_traffic and band is not None:
+        in_band = (f"{band.where()}{burst_holds}: the plan was sized for this traffic; "
+                   f"keeping {plans.describe(current)}, no search")
+    elif pred is not None and not risks:
         moved = _lengths_moved(current, workload, policy.band_length_tolerance)
         busy = pred.utilisation >= policy.band_min_utilisation
         smaller = _smaller_meets(predict, current, workload) if not moved and busy else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from recommender.catalog import Catalog, default_catalog
 from recommender.dtypes import loads_without_checkpoint
@@ -214,6 +214,14 @@ def pricing_note(ctx: SearchContext, provider: str | None) -> str:
             f"({', '.join(providers)}; catalogs/gpus, dated); --provider NAME restricts{over}")
 
 
+def sizing_record(workload: Workload, headroom_fraction: float, basis: str) -> dict[str, Any]:
+    """What the plan was sized for (the plan's ``search.rate_basis`` / ``sized_rate_per_s``, read back by
+    ``recommend replan``): the workload's rate on the policy's basis x (1 + headroom); none for offline jobs."""
+    if workload.is_offline or workload.arrival_rate_per_s is None:
+        return {}
+    return {"rate_basis": basis, "sized_rate_per_s": round(workload.arrival_rate_per_s * (1.0 + headroom_fraction), 6)}
+
+
 def _budget(settings: StudySettings, policy: SearchPolicy) -> tuple[int, float | None]:
     """(trials asked, timeout): ``--trials`` wins over the policy's timeout unless ``--timeout`` is given too."""
     trials = settings.trials or policy.trials
@@ -324,7 +332,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
             "seconds": round(elapsed, 3), "study_name": study.study_name, "storage": settings.storage,
             "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
-            "headroom": headroom(ctx), "verified": verify, "pricing": pricing_note(ctx, settings.provider)}
+            "headroom": headroom(ctx), "verified": verify, **sizing_record(workload, headroom(ctx), policy.rate_basis), "pricing": pricing_note(ctx, settings.provider)}
     return build_plan(workload=workload, model=ctx.model, rows=rows, why=why_rank_one(ctx, rows), engine=profile.engine,
                       profile=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization, meta=meta,
                       evaluations=all_evals)
