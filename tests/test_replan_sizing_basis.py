@@ -96,9 +96,12 @@ def test_doubled_traffic_proposes_a_larger_plan_sized_once(tmp_path):
     assert r.proposed.top.usd_per_hour > PLAN.top.usd_per_hour
     seen = r.observed["arrival_rate_per_s"]
     assert 7.6 < seen < 8.4  # 7,200 +- 3 sd (255) requests over 900 s
-    # the proposal is sized for the observed mean + 20% once, and says so
-    assert r.proposed.workload.arrival_rate_per_s == pytest.approx(seen, rel=1e-3)
-    assert r.proposed.search.sized_rate_per_s == pytest.approx(seen * 1.2, rel=1e-3)
+    # the forecast is the highest window mean (a full window or one sub-window short of it), and the
+    # proposal is sized for it + 20% once, and says so
+    forecast = r.observed["forecast_rate_per_s"]
+    assert forecast == pytest.approx(seen, rel=0.02)
+    assert r.proposed.workload.arrival_rate_per_s == pytest.approx(forecast, rel=1e-3)
+    assert r.proposed.search.sized_rate_per_s == pytest.approx(forecast * 1.2, rel=1e-3)
     assert "outside the band (the mean is above" in r.observed["sizing"]["text"]
 
 
@@ -143,7 +146,7 @@ def test_the_test_is_noise_not_a_tolerance(tmp_path):
     low edge (sqrt(240) - 1.645)^2 = 192.7) it is noise."""
     policy = policy_from_dict({})
     long = poisson_log(tmp_path / "low.jsonl", rate_per_s=3.6, seconds=900, seed=1)
-    band = check_band(source_of(long, policy).observe(), PLAN, false_alarm=0.001, subwindow_s=60, min_requests=20, default_headroom=0.2)
+    band = check_band(source_of(long, policy).observe(), PLAN, false_alarm=0.001, subwindow_s=60, min_requests=20)
     assert band is not None and not band.rate_inside and "the mean is below" in band.where()
     short = dataclasses.replace(band, requests=216, span_s=60.0, mean_per_s=3.6,
                                 mean_low_per_s=count_edges(4.0, 60, z_two_sided(0.001))[0] / 60)

@@ -52,15 +52,15 @@ class SizingRecord:
                 f"+ {self.headroom:.0%})")
 
 
-def sizing_record(plan: Plan, default_headroom: float) -> SizingRecord | None:
-    """The plan's record (``search.rate_basis``, ``sized_rate_per_s``, ``headroom``); plans written before the
-    record existed are read on the mean basis with ``default_headroom`` when their ``search.headroom`` is 0.
-    None for offline plans (no arrival rate)."""
+def sizing_record(plan: Plan) -> SizingRecord | None:
+    """The plan's record (``search.rate_basis``, ``sized_rate_per_s``, ``headroom``); a plan written before the
+    record existed is read on the mean basis with its ``search.headroom`` (:meth:`Plan.sized_rate_per_s`; a
+    version-1 or hand-written plan without one: 0, its rate is the sized rate). None for offline plans."""
     rate = plan.workload.arrival_rate_per_s
     if rate is None or rate <= 0:
         return None
     m = plan.search
-    h = m.headroom if (m.rate_basis is not None or m.headroom > 0) else default_headroom
+    h = m.headroom
     sized = m.sized_rate_per_s if m.sized_rate_per_s is not None else rate * (1.0 + h)
     return SizingRecord(basis=m.rate_basis or "mean", basis_rate_per_s=float(rate), headroom=float(h),
                         sized_rate_per_s=float(sized))
@@ -178,10 +178,10 @@ def _lengths_differ(obs: Observation, plan: Plan, z: float, min_requests: int) -
     return "; ".join(out)
 
 
-def check_band(obs: Observation, plan: Plan, *, false_alarm: float, subwindow_s: float, min_requests: int,
-               default_headroom: float) -> BandCheck | None:
+def check_band(obs: Observation, plan: Plan, *, false_alarm: float, subwindow_s: float,
+               min_requests: int) -> BandCheck | None:
     """Test ``obs`` against the plan's record (module docstring); None for a plan without a rate."""
-    rec = sizing_record(plan, default_headroom)
+    rec = sizing_record(plan)
     if rec is None:
         return None
     n = float(obs.requests)

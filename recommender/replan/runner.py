@@ -156,6 +156,20 @@ def _lengths_moved(plan: Plan, workload: Workload, tolerance: float) -> str:
     return "; ".join(out)
 
 
+def scale_down_workload(workload: Workload, obs: Any, policy: Policy, forecast_per_s: float) -> Workload:
+    """The workload a search for a cheaper plan sizes for (the current plan is not at risk): the forecast's
+    one-sided upper confidence bound at ``band_false_alarm`` for Poisson counts over the window,
+    ``(sqrt(forecast x T) + z/2)^2 / T``, x (1 + headroom). A smaller plan is adopted only when it carries
+    the highest rate the window's data allows, so noise in the window means does not scale down a plan that
+    the next window scales up again; a search at risk sizes for the forecast itself (the rise is real)."""
+    from recommender.replan.band import count_edges, z_one_sided
+
+    span_s = max(float(obs.window_s), 1.0)
+    high = count_edges(forecast_per_s, span_s, z_one_sided(policy.band_false_alarm))[1] / span_s
+    rate = max(float(workload.effective_rate_per_s), high * (1.0 + policy.headroom))
+    return dataclasses.replace(workload, arrival_rate_per_s=rate)
+
+
 def stamp(plan: Plan, *, run_id: str, deployment: str, time_s: float, wanted: str,
           reason: str, window: tuple[float, float] | None) -> Plan:
     """The plan a change writes, carrying which run adopted it (``Plan.replan``; deploy ignores it)."""
@@ -246,7 +260,7 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
         return finish("error", "", f"{e}; keeping the current plan", e.exit_code, now)
     observed_risks = slo_risks(obs, base_wl.slos, policy)
     band = check_band(obs, current, false_alarm=policy.band_false_alarm, subwindow_s=policy.subwindow_s,
-                      min_requests=policy.min_requests, default_headroom=policy.headroom)
+                      min_requests=policy.min_requests)
     observed: dict[str, Any] = {
         **obs.to_dict(), "forecast_method": policy.forecast_method, "forecast_rate_per_s": round(forecast, 4),
         "headroom": policy.headroom, "planned_rate_per_s": workload.arrival_rate_per_s,
@@ -301,7 +315,8 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
         proposed = current
     else:
         try:
-            proposed = plans.check_plan(planner(workload, current), "the planner's proposal")
+            proposed = plans.check_plan(planner(scale_down_workload(workload, obs, policy, forecast) if not risks
+                                                else workload, current), "the planner's proposal")
         except RecommenderError as e:
             return finish("error", "", f"planner failed for the observed workload ({e}); keeping the current plan",
                           e.exit_code, now, observed)
