@@ -9,8 +9,7 @@ distributions (the ones the plan echoes), written as a request log the re-planne
 from __future__ import annotations
 
 import dataclasses
-import json
-import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,30 +24,17 @@ from recommender.replan.runner import model_predictor, replan_once
 from recommender.workload import load_workload
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from poisson_traffic import END_S, write_poisson_log  # noqa: E402
 PLAN = load_plan(ROOT / "examples" / "plans" / "rag.plan.json")
 WORKLOAD = load_workload(ROOT / "examples" / "rag.yaml")
-END_S = 1.7e9
 
 
 def poisson_log(path: Path, *, rate_per_s: float, seconds: float, seed: int,
                 bursts: tuple[tuple[float, float, float], ...] = ()) -> Path:
-    """Poisson arrivals at ``rate_per_s`` over ``seconds`` ending at END_S (plus, per (start, length, extra
-    rate) burst, a second Poisson stream), lengths drawn from the workload's distributions."""
-    rng = random.Random(seed)
-    ts: list[float] = []
-    for start, length, rate in ((0.0, seconds, rate_per_s), *bursts):
-        t = END_S - seconds + start
-        while True:
-            t += rng.expovariate(rate)
-            if t >= END_S - seconds + start + length:
-                break
-            ts.append(t)
-    ts.sort()
-    prompts = WORKLOAD.prompt_tokens.sample(rng, len(ts))
-    outputs = WORKLOAD.output_tokens.sample(rng, len(ts))
-    with path.open("w") as f:
-        for t, p, o in zip(ts, prompts, outputs):
-            f.write(json.dumps({"timestamp": t, "prompt_tokens": p, "output_tokens": o}) + "\n")
+    """Poisson arrivals at ``rate_per_s`` (plus bursts) ending at END_S, lengths from the workload's
+    distributions (benchmarks/poisson_traffic.py, the generator the README's replan runs use)."""
+    write_poisson_log(path, WORKLOAD, rate_per_s=rate_per_s, seconds=seconds, seed=seed, end_s=END_S, bursts=bursts)
     return path
 
 
