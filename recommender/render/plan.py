@@ -102,6 +102,8 @@ def search_footer(m: SearchMeta) -> str:
     if m.trials is not None and m.trials != run:
         head += f"; {m.trials} trials in the study ranked"
     proof = "rank 1 proven cheapest in the space" if m.rank1_proven else "rank 1 NOT proven cheapest: raise --trials"
+    if not m.rank1_proven and m.verification and "the analytic rank 1 was" in m.verification:
+        proof = "rank 1 NOT proven cheapest (the simulator dropped the analytic optimum)"
     return f"{head}; {proof}; {m.seconds} s (seed {m.seed})"
 
 
@@ -161,8 +163,9 @@ def verified_line(plan: Plan) -> str:
         return ""
     each = ", ".join(f"rank {rank} {sim['requests']:,}" for rank, sim in runs)
     warm = max(int(sim.get("warmup_requests") or 0) * 100 // max(int(sim["requests"]), 1) for _, sim in runs)
-    return (f"Verified in the simulator (requests per plan): {each}; first {warm}% discarded as warm-up; "
+    line = (f"Verified in the simulator (requests per plan): {each}; first {warm}% discarded as warm-up; "
             "each served >= 98% of its offered load over the second half.")
+    return f"{line} {plan.search.verification}" if plan.search.verification else line
 
 
 def rent_label(pools: Sequence[Pool]) -> str:

@@ -118,6 +118,11 @@ def why_rank_one(ctx: SearchContext, rows: Sequence[RankedRow]) -> str:
                 f"on {ea.gpus_total} vs {eb.gpus_total} GPUs ({', '.join(lat) or 'same latencies'}); rank 1 is listed first for "
                 f"{'its latencies' if ea.objectives[1:] < eb.objectives[1:] else 'its weight/KV dtypes, which lose less accuracy'}."
                 f" Binding constraint for rank 1: {ea.binding}.")
+    if saving < 0:  # rank 1 is dearer: it is measured, rank 2 rests on a GPU family without measurements
+        return (f"Rank 1 ({a.label()}, {a.candidate.weight_dtype}/{a.candidate.kv_dtype} KV) costs "
+                f"${ea.usd_per_million_tokens:.3f}/M tokens, {-saving:.0%} more than rank 2 ({b.label()}), which rests on "
+                f"a GPU family without measured rows: within the profile's error band the measured plan ranks first. "
+                f"Binding constraint for rank 1: {ea.binding}.")
     reasons = []
     if ea.gpus_total < eb.gpus_total:
         reasons.append(f"{ea.gpus_total} GPUs instead of {eb.gpus_total}")
@@ -318,21 +323,23 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
     rows = rank_rows(ctx, all_evals, settings.top)
     if not rows:
         raise InfeasibleError(infeasible_message(ctx, all_evals))
+    verification, lost_first = "", False
     if verify:
-        from recommender.search.verify import verify_rows
+        from recommender.search.verify import verify as verify_plans
 
-        rows = verify_rows(ctx, rows, all_evals, verify, settings.seed, settings.top)
+        rows, verification, lost_first = verify_plans(ctx, rows, all_evals, verify, settings.seed, settings.top)
         if not rows:
             raise InfeasibleError(infeasible_message(ctx, all_evals) + " (the simulator rejected every analytic plan)")
     elapsed = time.perf_counter() - t0
     meta = {"seed": settings.seed, "trials": max(stored, len(all_evals)), "trials_run": len(res.evaluations), "trials_asked": trials,
-            "timeout_s": timeout, "stopped_by": res.stopped_by, "search_complete": res.complete, "rank1_proven": res.rank1_proven,
+            "timeout_s": timeout, "stopped_by": res.stopped_by, "search_complete": res.complete, "rank1_proven": res.rank1_proven and not lost_first,
             "rank1_proven_after": res.rank1_proven_after,
             "shapes": res.shapes, "pruned": res.pruned, "workers": n, "evaluations": ctx.evaluations,
             "seconds": round(elapsed, 3), "study_name": study.study_name, "storage": settings.storage,
             "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
-            "headroom": headroom(ctx), "verified": verify, **sizing_record(workload, headroom(ctx), policy.rate_basis), "pricing": pricing_note(ctx, settings.provider)}
+            "headroom": headroom(ctx), "verified": verify, **sizing_record(workload, headroom(ctx), policy.rate_basis),
+            **({"verification": verification} if verification else {}), "pricing": pricing_note(ctx, settings.provider)}
     return build_plan(workload=workload, model=ctx.model, rows=rows, why=why_rank_one(ctx, rows), engine=profile.engine,
                       profile=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization, meta=meta,
                       evaluations=all_evals)
