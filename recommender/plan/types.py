@@ -268,6 +268,7 @@ class SearchMeta:
     rate_basis: str | None = None  # what the workload's arrival_rate_per_s is ("mean"; None: plans made before)
     sized_rate_per_s: float | None = None  # the rate replicas were sized for: arrival_rate_per_s x (1 + headroom)
     verification: str | None = None  # what the simulator's verification changed (None: every checked plan passed)
+    sensitivity: Mapping[str, Any] | None = None  # how far rank 1 holds (recommender.search.sensitivity)
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,7 @@ def render_table(plan: Plan, *, width: int | None = None) -> str:
     if dropped:
         foot += f"\n{len(dropped)} columns hidden to fit {width} columns ({', '.join(dropped)}); --wide shows all."
     lines = [wrap_text(head, width), "", body, "", wrap_text(plan.why, width), wrap_text(foot, width)]
-    for extra in (job_line(plan), verified_line(plan)):
+    for extra in (job_line(plan), verified_line(plan), sensitivity_line(plan)):
         if extra:
             lines.append(wrap_text(extra, width))
     return "\n".join(lines)
@@ -166,6 +166,12 @@ def verified_line(plan: Plan) -> str:
     line = (f"Verified in the simulator (requests per plan): {each}; first {warm}% discarded as warm-up; "
             "each served >= 98% of its offered load over the second half.")
     return f"{line} {plan.search.verification}" if plan.search.verification else line
+
+
+def sensitivity_line(plan: Plan) -> str:
+    """How far rank 1 holds (price, rate, output length; ``search.sensitivity``), or ''."""
+    s = plan.search.sensitivity
+    return str(s.get("text") or "") if s else ""
 
 
 def rent_label(pools: Sequence[Pool]) -> str:

@@ -330,6 +330,9 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
         rows, verification, lost_first = verify_plans(ctx, rows, all_evals, verify, settings.seed, settings.top)
         if not rows:
             raise InfeasibleError(infeasible_message(ctx, all_evals) + " (the simulator rejected every analytic plan)")
+    from recommender.search.sensitivity import sensitivity
+
+    sens = sensitivity(ctx, rows[0].evaluation)
     elapsed = time.perf_counter() - t0
     meta = {"seed": settings.seed, "trials": max(stored, len(all_evals)), "trials_run": len(res.evaluations), "trials_asked": trials,
             "timeout_s": timeout, "stopped_by": res.stopped_by, "search_complete": res.complete, "rank1_proven": res.rank1_proven and not lost_first,
@@ -339,7 +342,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
             "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
             "headroom": headroom(ctx), "verified": verify, **sizing_record(workload, headroom(ctx), policy.rate_basis),
-            **({"verification": verification} if verification else {}), "pricing": pricing_note(ctx, settings.provider)}
+            **({"verification": verification} if verification else {}), "sensitivity": sens.to_dict(), "pricing": pricing_note(ctx, settings.provider)}
     return build_plan(workload=workload, model=ctx.model, rows=rows, why=why_rank_one(ctx, rows), engine=profile.engine,
                       profile=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization, meta=meta,
                       evaluations=all_evals)
