@@ -140,6 +140,7 @@ class PlanRow:
     simulated: Mapping[str, Any] | None = None  # simulator check: {"ttft_s": {pct: s}, ..., "completed", "preempted"}
     pd_saving_vs_aggregated: float | None = None  # P/D rows: fraction cheaper per token than the best aggregated plan
     evidence: Evidence | None = None
+    bands: Mapping[str, Any] | None = None  # p10-p90 bands and P(SLO met) from the evidence class (search/bands.py)
 
     @property
     def disaggregated(self) -> bool:
@@ -269,6 +270,7 @@ class SearchMeta:
     sized_rate_per_s: float | None = None  # the rate replicas were sized for: arrival_rate_per_s x (1 + headroom)
     verification: str | None = None  # what the simulator's verification changed (None: every checked plan passed)
     sensitivity: Mapping[str, Any] | None = None  # how far rank 1 holds (recommender.search.sensitivity)
+    confidence: float | None = None  # --confidence: rows ranked only with P(all SLOs met) >= this
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ class SearchSettings(StudySettings):
     top: int = 5
     verify: int | None = None
     provider: str | None = None  # price with this provider's offers only (default: the cheapest offer per GPU)
+    confidence: float = 0.5  # rank only plans with P(all SLOs met) >= this (0.5: the point prediction meets them)
 
 
 def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfile, catalog: Catalog,
@@ -219,6 +221,9 @@ def pricing_note(ctx: SearchContext, provider: str | None) -> str:
             f"({', '.join(providers)}; catalogs/gpus, dated); --provider NAME restricts{over}")
 
 
+DEFAULT_CONFIDENCE = 0.5
+
+
 def sizing_record(workload: Workload, headroom_fraction: float, basis: str) -> dict[str, Any]:
     """What the plan was sized for (the plan's ``search.rate_basis`` / ``sized_rate_per_s``, read back by
     ``recommend replan``): the workload's rate on the policy's basis x (1 + headroom); none for offline jobs."""
@@ -323,6 +328,21 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
     rows = rank_rows(ctx, all_evals, settings.top)
     if not rows:
         raise InfeasibleError(infeasible_message(ctx, all_evals))
+    from recommender.search.bands import p_slo, with_bands
+
+    confident = settings.confidence > DEFAULT_CONFIDENCE
+    conf_note = ""
+    if confident:  # chance-constrained: the cheapest plans whose P(all SLOs met) reaches the confidence
+        pool = with_bands(ctx, rank_rows(ctx, all_evals, 4 * settings.top + 3 * (policy.verify or 0)))
+        sure = [r for r in pool if p_slo(r) >= settings.confidence]
+        if sure:
+            rows = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(sure[:settings.top])]
+        else:  # the most confident first: a higher confidence still never ranks a cheaper, less sure plan first
+            ranked = sorted(pool, key=lambda r: (-p_slo(r), r.evaluation.usd_per_million_tokens))
+            rows = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(ranked[:settings.top])]
+            conf_note = (f"No plan evaluated reaches P(all SLOs met) >= {settings.confidence:g}; ranked by it, the "
+                         f"most likely first ({rows[0].label()}: {p_slo(rows[0]):.3f}). ")
+            confident = False
     verification, lost_first = "", False
     if verify:
         from recommender.search.verify import verify as verify_plans
@@ -330,6 +350,10 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
         rows, verification, lost_first = verify_plans(ctx, rows, all_evals, verify, settings.seed, settings.top)
         if not rows:
             raise InfeasibleError(infeasible_message(ctx, all_evals) + " (the simulator rejected every analytic plan)")
+    rows = with_bands(ctx, rows)
+    if confident and any(p_slo(r) >= settings.confidence for r in rows):  # verification's replacements too
+        rows = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(
+            r for r in rows if p_slo(r) >= settings.confidence)]
     from recommender.search.sensitivity import sensitivity
 
     sens = sensitivity(ctx, rows[0].evaluation)
@@ -342,8 +366,9 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
             "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
             "headroom": headroom(ctx), "verified": verify, **sizing_record(workload, headroom(ctx), policy.rate_basis),
-            **({"verification": verification} if verification else {}), "sensitivity": sens.to_dict(), "pricing": pricing_note(ctx, settings.provider)}
-    return build_plan(workload=workload, model=ctx.model, rows=rows, why=why_rank_one(ctx, rows), engine=profile.engine,
+            **({"verification": verification} if verification else {}), "sensitivity": sens.to_dict(),
+            **({"confidence": settings.confidence} if confident else {}), "pricing": pricing_note(ctx, settings.provider)}
+    return build_plan(workload=workload, model=ctx.model, rows=rows, why=conf_note + why_rank_one(ctx, rows), engine=profile.engine,
                       profile=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization, meta=meta,
                       evaluations=all_evals)
 

@@ -27,6 +27,7 @@ class RankedRow:
     pd_saving: float | None = None  # P/D rows: fraction cheaper per token than the best aggregated plan
     evidence: Evidence | None = None
     load_utilisation: float | None = None  # rate / capacity (Sizer.capacity_utilisation); None: ev.utilisation
+    bands: dict[str, Any] | None = None  # recommender.search.bands.bands_of
 
     @property
     def candidate(self) -> Candidate:

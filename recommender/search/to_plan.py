@@ -55,7 +55,7 @@ def plan_row(r: RankedRow, w: Workload, gmu: float) -> PlanRow:
         usd_per_million_output_tokens=_finite(ev.usd_per_million_output_tokens),
         usd_per_million_tokens=_finite(ev.usd_per_million_tokens), pareto=r.pareto, binding=ev.binding,
         quality_note=r.quality_note, checkpoint=r.checkpoint, simulated=r.simulated,
-        pd_saving_vs_aggregated=r.pd_saving, evidence=r.evidence,
+        pd_saving_vs_aggregated=r.pd_saving, evidence=r.evidence, bands=r.bands,
     )
 
 
