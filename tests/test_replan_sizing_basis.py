@@ -89,6 +89,9 @@ def test_doubled_traffic_proposes_a_larger_plan_sized_once(tmp_path):
     assert r.proposed.workload.arrival_rate_per_s == pytest.approx(forecast, rel=1e-3)
     assert r.proposed.search.sized_rate_per_s == pytest.approx(forecast * 1.2, rel=1e-3)
     assert "outside the band (the mean is above" in r.observed["sizing"]["text"]
+    # the decision record carries each plan's P(all SLOs met) from its bands (the proposal's at the forecast)
+    assert r.observed["p_slo_met"]["current"] == PLAN.top.bands["p_slo"]
+    assert r.observed["p_slo_met"]["proposed"] == r.proposed.top.bands["p_slo"] and 0.5 <= r.observed["p_slo_met"]["proposed"] <= 1
 
 
 def test_a_burst_acts_when_the_model_says_an_slo_fails_there(tmp_path):

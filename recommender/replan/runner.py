@@ -330,6 +330,9 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
             observed["proposed_predicted"] = pp.to_dict()
         except RecommenderError:
             proposal_meets = ""  # the planner's own evaluation stands
+    # P(all SLOs met) of each plan's rank 1 from its bands (recommender.search.bands), at the workload it was made
+    # for: the proposal's is at this run's forecast; None for plans written without bands
+    observed["p_slo_met"] = {"current": _p_slo(current), "proposed": _p_slo(proposed)}
     with history.decision(dep) as tx:
         recover_lost_row(tx, out_dir)
         if in_band:
@@ -349,6 +352,12 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
                 return finish("error", d.wanted, f"decided to change ({d.reason}) but writing {out_dir} failed: {e}; "
                               f"the deployed plan is unchanged", getattr(e, "exit_code", 2), now, observed, plan, tx=tx)
         return finish("changed", d.wanted, d.reason, EXIT_CHANGED, now, observed, plan, written, tx=tx)
+
+
+def _p_slo(plan: Plan) -> float | None:
+    b = plan.top.bands
+    p = b.get("p_slo") if b else None
+    return float(p) if isinstance(p, (int, float)) else None
 
 
 def _past_runs(tx: Transaction, policy: Policy, now: float, window_s: float) -> list[PastRun]:
