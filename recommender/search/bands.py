@@ -35,6 +35,7 @@ from recommender.catalog import default_catalog
 from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
 from recommender.search.evaluate import Evaluation, SearchContext
 from recommender.search.recommend_rows import RankedRow
+from recommender.workload import LengthDist
 
 PRIOR_SIGMA = 0.5
 PRIOR_ROWS = 5.0
@@ -112,11 +113,12 @@ def row_class(ctx: SearchContext, ev: Evaluation) -> EvidenceClass:
     return max(classes, key=lambda c: c.sigma)
 
 
-def analyze_fixed(ctx: SearchContext, ev: Evaluation, rate_per_s: float) -> Any:
-    """The analytic model of ``ev``'s pools (replicas fixed) at ``rate_per_s`` with the workload's lengths."""
+def analyze_fixed(ctx: SearchContext, ev: Evaluation, rate_per_s: float, output: LengthDist | None = None) -> Any:
+    """The analytic model of ``ev``'s pools (replicas fixed) at ``rate_per_s`` with the workload's lengths
+    (``output``: other output lengths); None when a pool has no cost model."""
     w = ctx.workload
     costs = [ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
-    traffic = Traffic(rate_per_s=rate_per_s, prompt=w.prompt_tokens, output=w.output_tokens,
+    traffic = Traffic(rate_per_s=rate_per_s, prompt=w.prompt_tokens, output=output or w.output_tokens,
                       shared_prefix_fraction=w.shared_prefix_fraction)
     if any(c is None for c in costs):
         return None

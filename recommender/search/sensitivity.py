@@ -23,7 +23,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from recommender.load import PoolSpec, Traffic, analyze
 from recommender.search.evaluate import Evaluation, SearchContext
 from recommender.workload import LengthDist
 
@@ -124,29 +123,12 @@ def scaled(d: LengthDist, k: float) -> LengthDist:
 def meets_at(ctx: SearchContext, ev: Evaluation, rate_per_s: float, output: LengthDist) -> bool:
     """Rank 1's pools (replicas fixed) under the analytic model at ``rate_per_s`` with ``output`` lengths:
     stable and every SLO met (the utilisation cap is the sizing margin, not an SLO)."""
-    w = ctx.workload
-    maybe = [ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
-    costs = [c for c in maybe if c is not None]
-    if len(costs) != len(maybe):
-        return False
-    if ev.candidate.disaggregated:
-        from recommender.load import Disaggregated, analyze_disaggregated
+    from recommender.search.bands import analyze_fixed
 
-        pp, dp = ev.pools
-        res = analyze_disaggregated(
-            Disaggregated(prefill=PoolSpec(cost=costs[0], limits=pp.limits, replicas=pp.replicas),
-                          decode=PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas),
-                          kv_link=ctx.kv_link(ev.candidate)),
-            Traffic(rate_per_s=rate_per_s, prompt=w.prompt_tokens, output=output,
-                    shared_prefix_fraction=w.shared_prefix_fraction))
-    else:
-        p = ev.pools[0]
-        res = analyze(PoolSpec(cost=costs[0], limits=p.limits, replicas=p.replicas),
-                      Traffic(rate_per_s=rate_per_s, prompt=w.prompt_tokens, output=output,
-                              shared_prefix_fraction=w.shared_prefix_fraction))
-    if not res.stable:
+    res = analyze_fixed(ctx, ev, rate_per_s, output)
+    if res is None or not res.stable:
         return False
-    return all(getattr(res, f"{s.metric}_s").at(s.percentile) <= s.limit_s for s in w.slos)
+    return all(getattr(res, f"{s.metric}_s").at(s.percentile) <= s.limit_s for s in ctx.workload.slos)
 
 
 def _largest(ok: Any) -> float | None:
