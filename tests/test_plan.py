@@ -40,9 +40,11 @@ def test_a_version_1_file_reads_as_the_same_plan_as_version_2() -> None:
         assert a.ttft_s == pytest.approx(b.ttft_s, rel=1e-6)
     # version 1 did not echo the allowed GPU types, nor how prices were found
     assert dataclasses.replace(v1.workload, gpus=v2.workload.gpus) == v2.workload and v1.slos == v2.slos
-    # the version-1 writer knew neither the pricing note nor the sizing record (rate_basis, sized_rate_per_s)
+    # the version-1 writer knew neither the pricing note, the sizing record (rate_basis, sized_rate_per_s) nor
+    # the sensitivity
     assert dataclasses.replace(v1.search, pricing=v2.search.pricing, rate_basis=v2.search.rate_basis,
-                               sized_rate_per_s=v2.search.sized_rate_per_s) == v2.search
+                               sized_rate_per_s=v2.search.sized_rate_per_s,
+                               sensitivity=v2.search.sensitivity) == v2.search
     assert v1.sized_rate_per_s() == pytest.approx(v2.sized_rate_per_s())  # read back from the headroom
 
 
