@@ -99,3 +99,19 @@ def test_on_rag_a_higher_confidence_moves_rank_1_to_dearer_surer_plans():
     costs = [t.usd_per_million_tokens for t in tops]
     assert costs == sorted(costs) and costs[-1] > costs[0], costs
     assert tops[2].bands["p_slo"] >= 0.9 and tops[0].bands["p_slo"] < 0.9
+
+
+def test_at_confidence_0_9_a_thinly_measured_rank_1_gives_way_to_a_well_measured_plan():
+    """a100-80gb (ampere: no rows in the vLLM fit, the 0.5 prior) priced at $1/GPU-h is rank 1 by its point
+    prediction at P 0.77; at --confidence 0.9 the h100-sxm plan (hopper, 19 rows) takes rank 1."""
+    w = Workload(model="llama-3.1-8b", prompt_tokens=LengthDist.lognormal(1000, 600, 32, 4096),
+                 output_tokens=LengthDist.lognormal(250, 150, 8, 1024), arrival_rate_per_s=10.0,
+                 gpus=("h100-sxm", "a100-80gb"), usd_per_gpu_hour_overrides={"h100-sxm": 4.0, "a100-80gb": 1.0},
+                 slos=(Slo("ttft", 1.0, "p90"), Slo("tpot", 0.03, "p90")), name="thin")
+    policy = dataclasses.replace(POLICY, trials=150)
+    point = recommend(w, settings=SearchSettings(seed=0, trials=150, verify=0), policy=policy)
+    sure = recommend(w, settings=SearchSettings(seed=0, trials=150, verify=0, confidence=0.9), policy=policy)
+    assert point.top.gpu == "a100-80gb" and point.top.bands["class_rows"] == 0 and point.top.bands["p_slo"] < 0.9
+    assert point.top.bands["sigma"] == PRIOR_SIGMA
+    assert sure.top.gpu == "h100-sxm" and sure.top.bands["class_rows"] > 0 and sure.top.bands["p_slo"] >= 0.9
+    assert sure.top.usd_per_million_tokens > point.top.usd_per_million_tokens
