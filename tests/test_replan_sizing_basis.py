@@ -140,3 +140,19 @@ def test_the_test_is_noise_not_a_tolerance(tmp_path):
     short = dataclasses.replace(band, requests=216, span_s=60.0, mean_per_s=3.6,
                                 mean_low_per_s=count_edges(4.0, 60, z_two_sided(0.001))[0] / 60)
     assert short.rate_inside
+
+
+def test_the_models_verdict_carries_p_slo_from_the_plans_band():
+    """replan.predict rebuilds the plan from its file and computes P(all SLOs met) at a rate with the plan's
+    band (its sigma); at the plan's own rate it is the search's P (bands.py, another code path) within the
+    bisection's resolution (8 halvings of +-4 sigma in ln g)."""
+    from recommender.replan.predict import predict_plan
+
+    # chat's rank 1 is on h100-pcie (hopper: no family fit; replan.predict builds with the engine profile, while
+    # the search applies a family's fitted parameters, so on mi300x (cdna3) the two differ: 0.915 vs 0.870)
+    chat = load_plan(ROOT / "examples" / "plans" / "chat.plan.json")
+    wl = load_workload(ROOT / "examples" / "chat.yaml")
+    pred = predict_plan(chat, wl)
+    assert pred.p_slo == pytest.approx(chat.top.bands["p_slo"], abs=0.03)
+    assert predict_plan(chat, dataclasses.replace(wl, arrival_rate_per_s=wl.arrival_rate_per_s * 1.3)).p_slo < pred.p_slo
+    assert policy_from_dict({"slo_risk": {"confidence": 0.9}}).slo_risk_confidence == 0.9

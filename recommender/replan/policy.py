@@ -57,6 +57,7 @@ class Policy:
     scale_down_windows: int = 3
     slo_risk_factor: float = 1.0
     slo_risk_min_requests: int = 50
+    slo_risk_confidence: float = 0.5  # at risk when P(all SLOs met) at the forecast is below this (0.5: the point prediction)
     min_scrape_interval_s: float = 30.0
     max_scrape_interval_s: float = 3600.0
     wait_for_baseline: bool = True
@@ -89,6 +90,7 @@ class _SloRisk(BaseModel):
     model_config = ConfigDict(extra="forbid")
     factor: float = Field(default=1.0, gt=0)
     min_requests: int = Field(default=50, ge=1)
+    confidence: float = Field(default=0.5, ge=0.5, lt=1.0)
 
 
 class _Metrics(BaseModel):
@@ -149,7 +151,7 @@ class PolicySpec(BaseModel):
             lookback_s=_dur(f.lookback, "forecast.lookback"), min_saving=self.min_saving,
             cooldown_s=_dur(self.cooldown, "cooldown"), max_replica_change=self.max_replica_change,
             scale_down_windows=self.scale_down_windows, slo_risk_factor=self.slo_risk.factor,
-            slo_risk_min_requests=self.slo_risk.min_requests,
+            slo_risk_min_requests=self.slo_risk.min_requests, slo_risk_confidence=self.slo_risk.confidence,
             min_scrape_interval_s=_dur(m.min_scrape_interval, "metrics.min_scrape_interval"),
             max_scrape_interval_s=_dur(m.max_scrape_interval, "metrics.max_scrape_interval"),
             wait_for_baseline=m.wait_for_baseline, scrape_timeout_s=_dur(m.timeout, "metrics.timeout"),

@@ -293,6 +293,10 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
         except RecommenderError as e:
             observed["notes"].append(f"the current plan could not be evaluated under the model ({e}); searching")
     risks = (list(pred.misses) if pred is not None else []) + burst_risks + observed_risks
+    if pred is not None and pred.meets and pred.p_slo is not None and pred.p_slo < policy.slo_risk_confidence:
+        # the point prediction meets the SLOs, but the band's pessimistic end at the policy's confidence does not
+        risks.append(f"P(all SLOs met) {pred.p_slo:.2f} < {policy.slo_risk_confidence:g} at "
+                     f"{pred.rate_per_s:.2f} req/s (the plan's error band)")
     observed["slo_risks"] = risks
     if pred is not None:
         observed["current_predicted"] = pred.to_dict()
