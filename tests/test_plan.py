@@ -43,7 +43,12 @@ def test_a_version_1_file_reads_as_the_same_plan_as_version_2() -> None:
                                output_tokens=v2.workload.output_tokens) == v2.workload and v1.slos == v2.slos
     assert v1.workload.prompt_tokens is not None and v2.workload.prompt_tokens is not None
     assert dataclasses.replace(v2.workload.prompt_tokens, mean_param=None, std_param=None) == v1.workload.prompt_tokens
-    assert dataclasses.replace(v1.search, pricing=v2.search.pricing) == v2.search
+    # the version-1 writer knew neither the pricing note, the sizing record (rate_basis, sized_rate_per_s) nor
+    # the sensitivity
+    assert dataclasses.replace(v1.search, pricing=v2.search.pricing, rate_basis=v2.search.rate_basis,
+                               sized_rate_per_s=v2.search.sized_rate_per_s,
+                               sensitivity=v2.search.sensitivity) == v2.search
+    assert v1.sized_rate_per_s() == pytest.approx(v2.sized_rate_per_s())  # read back from the headroom
 
 
 def test_version_1_pools_inherit_the_row_settings() -> None:

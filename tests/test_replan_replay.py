@@ -96,7 +96,7 @@ def test_24h_diurnal_replay_follows_the_load_with_few_changes_and_no_flapping(tm
 
 
 def test_doubling_triggers_a_scale_up_at_the_next_run_even_in_cooldown(tmp_path):
-    policy = Policy(max_replica_change=None)
+    policy = Policy(max_replica_change=None, forecast_method="peak")  # the peak forecast's mechanics
     t_double = T0 + HOUR
     log = log_of(np.concatenate([even(4.0, T0, t_double), even(8.0, t_double, T0 + 2 * HOUR)]))
     history = History(str(tmp_path / "h.db"))
@@ -117,7 +117,7 @@ def test_doubling_triggers_a_scale_up_at_the_next_run_even_in_cooldown(tmp_path)
 def test_at_risk_the_step_cap_does_not_hold_back_a_scale_up(tmp_path):
     """5 replicas, load doubles to 8 req/s: 9 replicas (5 + the default cap of 4) would still miss
     8 x 1.2 = 9.6 req/s under the model, so the whole step to ceil(9.6) = 10 is taken at once."""
-    policy = Policy()  # max_replica_change 4
+    policy = Policy(forecast_method="peak")  # max_replica_change 4
     t_double = T0 + HOUR
     log = log_of(np.concatenate([even(4.0, T0, t_double), even(8.0, t_double, T0 + 3 * HOUR)]))
     history = History(str(tmp_path / "h.db"))
@@ -138,7 +138,7 @@ def test_drop_scales_down_only_after_the_windows_and_the_cooldown(tmp_path):
     and +95 changes 10 -> 6 (capped). After it +100, +115, +130 are disjoint (the 30-min cooldown has
     ended by then), so +130 changes 6 -> 3.
     """
-    policy = Policy()
+    policy = Policy(forecast_method="peak")  # the lookback's mechanics (the default forecast is the window mean)
     t_drop = T0 + HOUR
     log = log_of(np.concatenate([even(8.0, T0, t_drop), even(2.0, t_drop, T0 + 4 * HOUR)]))
     history = History(str(tmp_path / "h.db"))
@@ -168,7 +168,10 @@ def test_drop_scales_down_only_after_the_windows_and_the_cooldown(tmp_path):
 
 def test_small_savings_do_not_switch(tmp_path):
     policy = Policy()
-    log = log_of(even(9.0, T0, T0 + HOUR))  # 9 x 1.2 = 10.8 -> 11 replicas; current 12: saves 1/12 = 8.3%
+    # a search for a cheaper plan sizes for the rate's upper bound over the 900 s window (runner.scale_down_workload):
+    # (sqrt(8.5 x 900) + 3.0902 / 2)^2 / 900 = 8.80 req/s (z one-sided at 0.001 = 3.0902), x 1.2 = 10.56 -> 11
+    # replicas; current 12: saves 1/12 = 8.3%
+    log = log_of(even(8.5, T0, T0 + HOUR))
     history = History(str(tmp_path / "h.db"))
     for m in (20, 25, 30, 35):
         r = run_at(T0 + m * 60.0, log, fake_plan(12, 12.0), history, FakePlanner(), policy)

@@ -54,6 +54,7 @@ def main_job(
     profile: Optional[str] = typer.Option(None, "--profile", help="Calibrated profile YAML (from recommend calibrate)."),
     policy: Optional[str] = typer.Option(None, "--policy", help="Search policy YAML (default policies/search.yaml)."),
     verify: Optional[int] = typer.Option(None, "--verify", help="Verify the top K plans in the discrete-event simulator (default 3; 0 = off)."),
+    confidence: float = typer.Option(0.5, "--confidence", help="Rank only plans whose P(all SLOs met), from the held-out error of their evidence class, is at least P (default 0.5: the point prediction meets them)."),
     provider: Optional[str] = typer.Option(None, "--provider", help="Price with this provider's offers only (catalogs/gpus offers:, e.g. lambda, coreweave, runpod); default: the cheapest offer per GPU."),
     emit: Optional[str] = typer.Option(None, "--emit", help="Write the plan JSON and rank 1's deployment files (vllm cmd, k8s, helm; see --targets) to DIR."),
     targets: str = typer.Option("all", "--targets", help="--emit: deploy formats to write, as `deploy --format` (e.g. all,kserve,llm-d or platforms)."),
@@ -107,7 +108,7 @@ def main_job(
         verify = top if verify is None else max(verify, top) if verify else verify
     settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout, storage=storage,
                               study_name=study_name, workers=workers, top=top, verify=verify,
-                              provider=provider)
+                              provider=provider, confidence=confidence)
     prof = resolve_profile(engine, profile)
     plan = recommend(w, settings=settings, profile=prof, policy=load_search_policy(policy))
     if emit:  # before stdout: a refused folder must not follow a printed plan

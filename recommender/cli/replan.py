@@ -44,8 +44,10 @@ def search_planner(*, storage: str | None, study_name: str, profile_file: str | 
     """Adapter: ``recommender.search.planner`` warm-started from the current plan and the previous
     proposal of this deployment (from the history), verifying rank 1 only.
 
-    The workload it gets already carries the replan policy's headroom, so the search runs with its
-    own headroom set to 0 (headroom is applied once). The study lives in memory unless ``storage`` is
+    The workload it gets carries the rate to size for (the forecast x (1 + headroom), the headroom of
+    ``policies/search.yaml``); the search gets the forecast (``rate / (1 + headroom)``) on the mean basis and
+    adds that same headroom, so the headroom is applied once and the proposal records the rate it was sized
+    for as a plan from the main job does ("mean 8.00 + 20%"). The study lives in memory unless ``storage`` is
     given; each run's study is named ``<study_name>:<unix time>:<random>``, unique even for runs started
     in the same second (Optuna's enqueue skips parameters a study has already seen, and two runs sharing
     a study would rank each other's trials).
@@ -63,7 +65,9 @@ def search_planner(*, storage: str | None, study_name: str, profile_file: str | 
             from recommender.profiles import resolve_profile
 
             profile = resolve_profile("vllm", profile_file)
-        policy = dataclasses.replace(load_search_policy(), headroom=0.0)
+        policy = load_search_policy()
+        basis = float(workload.effective_rate_per_s) / (1.0 + policy.headroom)
+        workload = dataclasses.replace(workload, arrival_rate_per_s=basis)
         settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout_s, storage=storage, verify=1,
                                   study_name=f"{study_name}:{int(time.time())}:{uuid.uuid4().hex[:8]}")
         warm = [p for p in (current, previous_proposal(history_url, deployment, current)) if p is not None]
@@ -106,6 +110,9 @@ def render_result(r: ReplanResult) -> str:
     if o:
         lines.append(f"observed   {o['source']} {', '.join(o['where'])}: {o['requests']:g} requests over "
                      f"{o['window_s']:g} s = {_fmt_rate(o['arrival_rate_per_s'])}")
+        sizing = o.get("sizing")
+        if sizing:
+            lines.append(f"sizing     {sizing['text']}")
         lines.append(f"forecast   {o['forecast_method']} {_fmt_rate(o['forecast_rate_per_s'])}; planned with "
                      f"{o['headroom']:.0%} headroom: {_fmt_rate(o['planned_rate_per_s'])}")
         lines.append(f"lengths    prompt tokens {_lengths(o['prompt_tokens'])}; output tokens {_lengths(o['output_tokens'])}")

@@ -166,6 +166,7 @@ class PlanRow:
     # P/D: that link's load-model fields (``recommender.load.link.KvLink``: bytes per token, NIC bytes/s, TPs,
     # latency), so ``simulate --plan`` replays the transfer the row was sized with
     kv_link_model: Mapping[str, float] | None = None
+    bands: Mapping[str, Any] | None = None  # p10-p90 bands and P(SLO met) from the evidence class (search/bands.py)
 
     @property
     def disaggregated(self) -> bool:
@@ -298,6 +299,11 @@ class SearchMeta:
     shapes: int | None = None
     pruned: int | None = None
     workers: int | None = None
+    rate_basis: str | None = None  # what the workload's arrival_rate_per_s is ("mean"; None: plans made before)
+    sized_rate_per_s: float | None = None  # the rate replicas were sized for: arrival_rate_per_s x (1 + headroom)
+    verification: str | None = None  # what the simulator's verification changed (None: every checked plan passed)
+    sensitivity: Mapping[str, Any] | None = None  # how far rank 1 holds (recommender.search.sensitivity)
+    confidence: float | None = None  # --confidence: rows ranked only with P(all SLOs met) >= this
 
 
 @dataclass(frozen=True)
@@ -329,5 +335,7 @@ class Plan:
     def sized_rate_per_s(self) -> float | None:
         """Arrival rate (req/s) the plan was sized for: the workload's rate x (1 + the search's headroom);
         None for offline plans."""
+        if self.search.sized_rate_per_s is not None:
+            return self.search.sized_rate_per_s
         r = self.workload.arrival_rate_per_s
         return None if r is None else r * (1.0 + self.search.headroom)

@@ -14,11 +14,11 @@ from recommender.render.table import fit_table, wrap_text
 from recommender.units import fmt_seconds
 
 TABLE_HEADERS = ["rank", "deployment", "GPUs", "rent", "TP", "replicas", "weights/KV", "max seqs", "chunk",
-                 "TTFT", "TPOT", "out tok/s", "util", "$/hour", "$/M out", "$/M tok", "binding", "note"]
+                 "TTFT", "TPOT", "out tok/s", "util", "$/hour", "$/M out", "$/M tok", "P(SLO)", "binding", "note"]
 #: Columns a narrow terminal loses first (first listed goes first); what stays at 80 columns is the compact set:
 #: rank, deployment, GPUs, weights/KV, TTFT, TPOT, $/M tok. TP and replicas go first: the deployment cell
 #: holds them (:func:`deployment_cell`).
-DROP_ORDER = ["replicas", "TP", "note", "$/M out", "util", "max seqs", "chunk", "out tok/s", "$/hour", "rent", "binding"]
+DROP_ORDER = ["replicas", "TP", "note", "P(SLO)", "$/M out", "util", "max seqs", "chunk", "out tok/s", "$/hour", "rent", "binding"]
 
 
 def _pct_label(plan: Plan, metric: str) -> str:
@@ -41,6 +41,22 @@ def _sim_note(r: PlanRow, pct_ttft: str, pct_tpot: str) -> str:
     sim_tpot = r.simulated.get("tpot_s", {}).get(pct_tpot)
     return "(sim {} / {})".format(fmt_seconds(sim_ttft) if sim_ttft is not None else "-",
                                   fmt_seconds(sim_tpot) if sim_tpot is not None else "-")
+
+
+def p_slo_cell(r: PlanRow) -> str:
+    """'0.87 (16)': P(all SLOs met) and the rows behind its evidence class; '-' without bands."""
+    b = r.bands or {}
+    p = b.get("p_slo")
+    return "-" if p is None else f"{p:.2f} ({b.get('class_rows', 0)})"
+
+
+def band_text(b: Any, key: str) -> str:
+    """'0.48-0.70' of a band record's [p10, p90] (seconds or req/s), '' without."""
+    v = (b or {}).get(key)
+    if not v or v[0] is None:
+        return ""
+    hi = "inf" if v[1] is None else f"{v[1]:.4g}"
+    return f"{v[0]:.4g}-{hi}"
 
 
 def plan_table_rows(plan: Plan) -> list[list[Any]]:
@@ -71,7 +87,8 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
             r.main_pool.max_num_seqs, chunk,
             fmt_seconds(r.latency("ttft", tp_ttft)), fmt_seconds(r.latency("tpot", tp_tpot)),
             _num(r.output_tokens_per_s, ",.0f"), _num(r.load_utilisation, ".2f"), _num(r.usd_per_hour, ",.2f"),
-            _num(r.usd_per_million_output_tokens, ".3f"), _num(r.usd_per_million_tokens, ".3f"), r.binding, note,
+            _num(r.usd_per_million_output_tokens, ".3f"), _num(r.usd_per_million_tokens, ".3f"), p_slo_cell(r),
+            r.binding, note,
         ])
     return rows
 
@@ -106,6 +123,8 @@ def search_footer(m: SearchMeta) -> str:
     if m.aggregated_rank1_proven is not None:  # a P/D rank 1: its saving note is against this aggregated plan
         proof += ("; the best aggregated plan (P/D notes) proven cheapest of its space" if m.aggregated_rank1_proven
                   else "; the best aggregated plan (P/D notes) NOT proven: raise --trials")
+    if not m.rank1_proven and m.verification and "the analytic rank 1 was" in m.verification:
+        proof = "rank 1 NOT proven cheapest (the simulator dropped the analytic optimum)"
     return f"{head}; {proof}; {m.seconds} s (seed {m.seed})"
 
 
@@ -137,7 +156,7 @@ def render_table(plan: Plan, *, width: int | None = None) -> str:
     if dropped:
         foot += f"\n{len(dropped)} columns hidden to fit {width} columns ({', '.join(dropped)}); --wide shows all."
     lines = [wrap_text(head, width), "", body, "", wrap_text(plan.why, width), wrap_text(foot, width)]
-    for extra in (job_line(plan), verified_line(plan)):
+    for extra in (job_line(plan), verified_line(plan), sensitivity_line(plan)):
         if extra:
             lines.append(wrap_text(extra, width))
     return "\n".join(lines)
@@ -165,8 +184,15 @@ def verified_line(plan: Plan) -> str:
         return ""
     each = ", ".join(f"rank {rank} {sim['requests']:,}" for rank, sim in runs)
     warm = max(int(sim.get("warmup_requests") or 0) * 100 // max(int(sim["requests"]), 1) for _, sim in runs)
-    return (f"Verified in the simulator (requests per plan): {each}; first {warm}% discarded as warm-up; "
+    line = (f"Verified in the simulator (requests per plan): {each}; first {warm}% discarded as warm-up; "
             "each served >= 98% of its offered load over the second half.")
+    return f"{line} {plan.search.verification}" if plan.search.verification else line
+
+
+def sensitivity_line(plan: Plan) -> str:
+    """How far rank 1 holds (price, rate, output length; ``search.sensitivity``), or ''."""
+    s = plan.search.sensitivity
+    return str(s.get("text") or "") if s else ""
 
 
 def rent_label(pools: Sequence[Pool]) -> str:
@@ -201,11 +227,28 @@ CSV_COLUMNS = ["rank", "id", "gpu", "role", "tp", "replicas", "pool_gpus", "weig
                "binding", "quality_note", "job_finish_s", "job_usd"]
 
 
+def band_columns(r: PlanRow) -> dict[str, Any]:
+    """The CSV's band columns: P(SLO met), the evidence class and its rows, p10/p90 of TTFT, TPOT, e2e, capacity."""
+    b = r.bands or {}
+    out: dict[str, Any] = {"p_slo": b.get("p_slo", ""), "evidence_class": b.get("class", ""),
+                           "evidence_rows": b.get("class_rows", "")}
+    for k, (c10, c90) in {"ttft_s": ("ttft_p10_s", "ttft_p90_s"), "tpot_s": ("tpot_p10_s", "tpot_p90_s"),
+                          "e2e_s": ("e2e_p10_s", "e2e_p90_s"),
+                          "capacity_per_s": ("capacity_per_s_p10", "capacity_per_s_p90")}.items():
+        lo, hi = (b.get(k) or [None, None])
+        out[c10], out[c90] = ("" if lo is None else lo), ("" if hi is None else hi)
+    return out
+
+
+BAND_CSV_COLUMNS = ["p_slo", "evidence_class", "evidence_rows", "ttft_p10_s", "ttft_p90_s", "tpot_p10_s", "tpot_p90_s",
+                    "e2e_p10_s", "e2e_p90_s", "capacity_per_s_p10", "capacity_per_s_p90"]
+
+
 def render_csv(plan: Plan) -> str:
     """One row per pool (a P/D plan has a prefill and a decode row with the same rank and id): the pool's
     role, GPU, TP, replicas and engine limits, then the plan's latencies, cost and ranking fields."""
     buf = io.StringIO()
-    wr = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    wr = csv.DictWriter(buf, fieldnames=[*CSV_COLUMNS, *BAND_CSV_COLUMNS], lineterminator="\n")
     wr.writeheader()
     for r in plan.rows:
         job = job_of(r, plan.workload)  # offline jobs only: when it ends and what it costs
@@ -222,6 +265,7 @@ def render_csv(plan: Plan) -> str:
                 "usd_per_hour": r.usd_per_hour, "usd_per_million_output_tokens": r.usd_per_million_output_tokens,
                 "usd_per_million_tokens": r.usd_per_million_tokens, "pareto": r.pareto, "binding": r.binding,
                 "quality_note": r.quality_note, "job_finish_s": job.finish_s if job else "", "job_usd": job.usd if job else "",
+                **band_columns(r),
             }))
     return buf.getvalue()
 

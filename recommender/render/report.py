@@ -103,12 +103,32 @@ def _walkthrough(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str
     return "".join(parts)
 
 
+def _bands_section(row: PlanRow) -> str:
+    """The row's p10-p90 bands and P(SLO met) (docs/bands.md), or '' without bands."""
+    b = row.bands
+    if not b:
+        return ""
+    cells = []
+    for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "e2e")):
+        lo, hi = (b.get(key) or [None, None])
+        if lo is not None:
+            cells.append(f"{name} {fmt_seconds(lo)} - {'saturated' if hi is None else fmt_seconds(hi)}")
+    cap = b.get("capacity_per_s")
+    if cap:
+        cells.append(f"capacity {cap[0]:.3g} - {cap[1]:.3g} req/s")
+    each = ", ".join(f"{k} {v:.2f}" for k, v in (b.get("p_slo_each") or {}).items())
+    p = b.get("p_slo")
+    return (f"<h3>Error band (p10-p90) and P(SLO met)</h3><p>Evidence class {_e(str(b.get('class')))} "
+            f"({b.get('class_rows', 0)} rows, log-sd {b.get('sigma')}): {_e('; '.join(cells))}. "
+            f"P(all SLOs met) {'-' if p is None else f'{p:.2f}'}{_e(f' ({each})' if each else '')}.</p>")
+
+
 def _plan_details(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str:
     head = (f"#{row.rank} {row.label()}, {row.weight_dtype}/{row.kv_dtype}: "
             f"${row.usd_per_million_tokens or math.inf:.3f}/M tokens, ${row.usd_per_hour or math.inf:,.2f}/h, "
             f"binding {row.binding}")
     return (f'<details{" open" if row.rank == 1 else ""} id="plan-{row.rank}"><summary>{_e(head)}</summary>'
-            f"<h3>Percentiles at the workload's rate</h3>{_percentile_table(row)}"
+            f"<h3>Percentiles at the workload's rate</h3>{_percentile_table(row)}{_bands_section(row)}"
             f"<h3>Estimate walkthrough</h3><p class='note'>`recommend estimate` of each pool at the workload's mean "
             f"lengths and as many requests in flight as KV capacity and max_num_seqs allow (its capacity); the "
             f"percentiles above are at the workload's rate.</p>{_walkthrough(plan, row, profile)}</details>")

@@ -1,7 +1,9 @@
 """From an Observation to the Workload the planner sizes for, plus the SLO-risk check.
 
-* Forecast (requests/s) over the rate points of the last ``lookback_s``:
-  ``peak`` = max of the sub-window rates; ``ewma`` = exponentially weighted mean in time order with
+* Forecast (requests/s) over the rate points of the last ``lookback_s``: ``mean`` = the highest mean rate
+  over ``window_s`` (requests / seconds of the points ending within one window length; a window mean is the
+  estimate of a Poisson process's rate, the plans' sizing basis, and the highest of the lookback holds the
+  fleet through a dip like ``peak`` does); ``peak`` = max of the sub-window rates; ``ewma`` = exponentially weighted mean in time order with
   ``level += a * (rate - level)``, ``a = 1 - 2 ** (-duration_s / halflife_s)`` (the first point seeds it).
 * Planned rate = ``max(forecast * (1 + headroom), min_rate_per_s)``: the plan is sized with headroom.
 * Lengths: the observed distributions (empirical samples from logs, histogram buckets from metrics)
@@ -33,6 +35,8 @@ def forecast_rate_per_s(points: Iterable[RatePoint], policy: Policy, now_s: floa
                  key=lambda p: p.end_s)
     if not pts:
         return 0.0
+    if policy.forecast_method == "mean":
+        return _highest_window_mean(pts, policy.window_s)
     if policy.forecast_method == "peak":
         return max(p.rate_per_s for p in pts)
     level = pts[0].rate_per_s
@@ -40,6 +44,21 @@ def forecast_rate_per_s(points: Iterable[RatePoint], policy: Policy, now_s: floa
         a = 1.0 - 2.0 ** (-p.duration_s / policy.ewma_halflife_s)
         level += a * (p.rate_per_s - level)
     return level
+
+
+def _highest_window_mean(pts: Sequence[RatePoint], window_s: float) -> float:
+    """The highest mean rate over ``window_s`` of time-ordered rate points: for each point, the
+    duration-weighted mean of the points ending within ``window_s`` up to it, counted when they cover at least
+    90% of ``min(window_s, all the points' time)`` (a partial window is a noisier estimate)."""
+    total_s = sum(p.duration_s for p in pts)
+    need_s = 0.9 * min(window_s, total_s)
+    best = 0.0
+    for i, last in enumerate(pts):
+        inside = [p for p in pts[: i + 1] if p.end_s > last.end_s - window_s + 1e-6]
+        seconds = sum(p.duration_s for p in inside)
+        if seconds >= need_s - 1e-9:
+            best = max(best, sum(p.rate_per_s * p.duration_s for p in inside) / seconds)
+    return best
 
 
 def rate_points_from_observed(observed: Mapping[str, Any] | None) -> list[RatePoint]:

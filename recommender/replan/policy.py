@@ -45,9 +45,9 @@ from recommender.yamlfile import validation_message
 class Policy:
     """All durations in seconds, fractions as 0..1."""
 
-    headroom: float = 0.2
+    headroom: float = 0.2  # the search policy's (policies/search.yaml): set once, for plans and re-plans
     window_s: float = 900.0
-    forecast_method: str = "peak"  # "peak" | "ewma"
+    forecast_method: str = "mean"  # "mean" | "peak" | "ewma"
     subwindow_s: float = 60.0
     ewma_halflife_s: float = 600.0
     lookback_s: float = 3600.0
@@ -57,6 +57,7 @@ class Policy:
     scale_down_windows: int = 3
     slo_risk_factor: float = 1.0
     slo_risk_min_requests: int = 50
+    slo_risk_confidence: float = 0.5  # at risk when P(all SLOs met) at the forecast is below this (0.5: the point prediction)
     min_scrape_interval_s: float = 30.0
     max_scrape_interval_s: float = 3600.0
     wait_for_baseline: bool = True
@@ -67,6 +68,7 @@ class Policy:
     min_rate_per_s: float = 0.01
     band_length_tolerance: float = 0.25
     band_min_utilisation: float = 0.3
+    band_false_alarm: float = 0.001
 
 
 def _dur(v: Any, what: str) -> float:
@@ -78,7 +80,7 @@ def _dur(v: Any, what: str) -> float:
 
 class _Forecast(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    method: Literal["peak", "ewma"] = "peak"
+    method: Literal["mean", "peak", "ewma"] = "mean"
     subwindow: str | float = "1m"
     ewma_halflife: str | float = "10m"
     lookback: str | float = "1h"
@@ -88,6 +90,7 @@ class _SloRisk(BaseModel):
     model_config = ConfigDict(extra="forbid")
     factor: float = Field(default=1.0, gt=0)
     min_requests: int = Field(default=50, ge=1)
+    confidence: float = Field(default=0.5, ge=0.5, lt=1.0)
 
 
 class _Metrics(BaseModel):
@@ -110,6 +113,7 @@ class _Band(BaseModel):
     model_config = ConfigDict(extra="forbid")
     length_tolerance: float = Field(default=0.25, ge=0.0, le=10.0)
     min_utilisation: float = Field(default=0.3, ge=0.0, le=1.0)
+    false_alarm: float = Field(default=0.001, gt=0.0, lt=0.5)
 
 
 class PolicySpec(BaseModel):
@@ -117,7 +121,7 @@ class PolicySpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     version: Literal[1] = 1
-    headroom: float = Field(default=0.2, ge=0.0, le=10.0)
+    headroom: float | None = None  # refused: the headroom is set once, in policies/search.yaml
     window: str | float = "15m"
     forecast: _Forecast = _Forecast()
     min_saving: float = Field(default=0.10, ge=0.0, lt=1.0)
@@ -135,21 +139,26 @@ class PolicySpec(BaseModel):
         _dur(v, info.field_name)
         return v
 
-    def build(self) -> Policy:
+    def build(self, headroom: float = 0.2) -> Policy:
+        """The frozen policy; ``headroom`` is the search policy's (the one sizing basis)."""
+        if self.headroom is not None:
+            raise ValueError("headroom is set once, in policies/search.yaml (the sizing basis shared by the search and "
+                             "replan, docs/sizing-basis.md); remove it from the replan policy")
         f, m, d = self.forecast, self.metrics, self.data
         p = Policy(
-            headroom=self.headroom, window_s=_dur(self.window, "window"), forecast_method=f.method,
+            headroom=headroom, window_s=_dur(self.window, "window"), forecast_method=f.method,
             subwindow_s=_dur(f.subwindow, "forecast.subwindow"), ewma_halflife_s=_dur(f.ewma_halflife, "forecast.ewma_halflife"),
             lookback_s=_dur(f.lookback, "forecast.lookback"), min_saving=self.min_saving,
             cooldown_s=_dur(self.cooldown, "cooldown"), max_replica_change=self.max_replica_change,
             scale_down_windows=self.scale_down_windows, slo_risk_factor=self.slo_risk.factor,
-            slo_risk_min_requests=self.slo_risk.min_requests,
+            slo_risk_min_requests=self.slo_risk.min_requests, slo_risk_confidence=self.slo_risk.confidence,
             min_scrape_interval_s=_dur(m.min_scrape_interval, "metrics.min_scrape_interval"),
             max_scrape_interval_s=_dur(m.max_scrape_interval, "metrics.max_scrape_interval"),
             wait_for_baseline=m.wait_for_baseline, scrape_timeout_s=_dur(m.timeout, "metrics.timeout"),
             min_requests=d.min_requests, min_span_s=_dur(d.min_span, "data.min_span"),
             max_length_samples=d.max_length_samples, min_rate_per_s=d.min_rate_per_s,
-            band_length_tolerance=self.band.length_tolerance, band_min_utilisation=self.band.min_utilisation)
+            band_length_tolerance=self.band.length_tolerance, band_min_utilisation=self.band.min_utilisation,
+            band_false_alarm=self.band.false_alarm)
         for name in ("window_s", "subwindow_s", "ewma_halflife_s", "lookback_s", "min_scrape_interval_s",
                      "max_scrape_interval_s", "scrape_timeout_s"):
             if getattr(p, name) <= 0:
@@ -161,9 +170,17 @@ class PolicySpec(BaseModel):
         return p
 
 
-def policy_from_dict(doc: Mapping[str, Any], where: str = "<policy>") -> Policy:
+def search_headroom() -> float:
+    """The headroom of ``policies/search.yaml``: plans are sized with it, and re-plans size with it too."""
+    from recommender.search.policy import load_search_policy
+
+    return load_search_policy().headroom
+
+
+def policy_from_dict(doc: Mapping[str, Any], where: str = "<policy>", headroom: float | None = None) -> Policy:
+    """``doc`` validated; ``headroom`` defaults to the search policy's."""
     try:
-        return PolicySpec.model_validate(doc).build()
+        return PolicySpec.model_validate(doc).build(search_headroom() if headroom is None else headroom)
     except ValidationError as e:
         raise ConfigError(validation_message(e, where)) from None
     except ValueError as e:
@@ -173,7 +190,7 @@ def policy_from_dict(doc: Mapping[str, Any], where: str = "<policy>") -> Policy:
 def load_policy(path: str | Path | None) -> Policy:
     """Read a policy YAML file; None gives the defaults (the values in policies/replan.yaml)."""
     if path is None:
-        return Policy()
+        return Policy(headroom=search_headroom())
     from recommender.yamlfile import read_yaml_file
 
     doc = read_yaml_file(path, "policy", "see policies/replan.yaml")

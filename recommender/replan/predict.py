@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any, Mapping
 
 from recommender.catalog import Catalog, default_catalog
@@ -32,6 +33,9 @@ from recommender.units import fmt_seconds
 from recommender.workload import Workload
 
 
+UTILISATION_MISS = "predicted utilisation"
+
+
 @dataclass(frozen=True)
 class Prediction:
     """The model's verdict on one deployment at ``rate_per_s`` (latencies in seconds)."""
@@ -43,10 +47,16 @@ class Prediction:
     latencies: Mapping[str, Mapping[str, float]]  # metric -> percentile -> seconds
     misses: tuple[str, ...]  # why it fails ("" when it meets the load)
     replicas: tuple[int, ...] = ()
+    p_slo: float | None = None  # P(all SLOs met) at this rate from the plan's band (None: the plan has no bands)
 
     @property
     def meets(self) -> bool:
         return not self.misses
+
+    @property
+    def slo_misses(self) -> tuple[str, ...]:
+        """The misses other than the utilisation cap (a sizing margin, not an SLO): saturation or an SLO."""
+        return tuple(m for m in self.misses if not m.startswith(UTILISATION_MISS))
 
     def summary(self, workload: Workload) -> str:
         """'tpot p90 25.1 ms, utilisation 0.61' for the workload's SLO metrics."""
@@ -59,6 +69,7 @@ class Prediction:
         return {"rate_per_s": round(self.rate_per_s, 4), "stable": self.stable,
                 "utilisation": round(self.utilisation, 4) if math.isfinite(self.utilisation) else None,
                 "max_utilisation": self.max_utilisation, "meets": self.meets, "misses": list(self.misses),
+                "p_slo": self.p_slo,
                 "latencies_s": {m: {p: (round(v, 5) if math.isfinite(v) else None) for p, v in d.items()}
                                 for m, d in self.latencies.items()}}
 
@@ -112,21 +123,26 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
     costs = pool_step_costs(plan, workload, profile=profile, catalog=catalog)
     rate = float(workload.effective_rate_per_s)
     sfx = workload.shared_prefix_fraction
-    traffic = Traffic(rate_per_s=rate, prompt=workload.prompt_tokens, output=workload.output_tokens,
-                      shared_prefix_fraction=sfx)
-    if len(costs) == 1:
-        res = analyze(PoolSpec(cost=costs[0][0], limits=costs[0][1], replicas=int(reps[0])), traffic)
-    else:
+    link: KvLink | None = None
+    if len(costs) > 1:
         # the KV link the search sized the plan with (recommender.sizing.Sizer.kv_link over the plan's
         # kv_link path); plans written before paths were recorded: the policy's assumed bandwidth
-        (pc, pl, pdep), (dc, dl, ddep) = costs[0], costs[-1]
+        pdep, ddep = costs[0][2], costs[-1][2]
         per_tok = mem.kv_cache_bytes_per_token(model, pdep.kv_dtype, 1)
         nic = row.kv_link.bytes_per_s_per_gpu if row.kv_link is not None else policy.kv_transfer_bandwidth_bytes_per_s
         link = KvLink(bytes_per_token=per_tok, nic_bytes_per_s=nic, prefill_tp=pdep.tp, decode_tp=ddep.tp,
                       latency_s=policy.kv_transfer_latency_s)
-        topology = Disaggregated(prefill=PoolSpec(cost=pc, limits=pl, replicas=int(reps[0])),
-                                 decode=PoolSpec(cost=dc, limits=dl, replicas=int(reps[-1])), kv_link=link)
-        res = analyze_disaggregated(topology, traffic)
+
+    def run(at_per_s: float) -> Any:
+        traffic = Traffic(rate_per_s=at_per_s, prompt=workload.prompt_tokens, output=workload.output_tokens,
+                          shared_prefix_fraction=sfx)
+        if link is None:
+            return analyze(PoolSpec(cost=costs[0][0], limits=costs[0][1], replicas=int(reps[0])), traffic)
+        return analyze_disaggregated(Disaggregated(
+            prefill=PoolSpec(cost=costs[0][0], limits=costs[0][1], replicas=int(reps[0])),
+            decode=PoolSpec(cost=costs[-1][0], limits=costs[-1][1], replicas=int(reps[-1])), kv_link=link), traffic)
+
+    res = run(rate)
     lat = {m: {p: float(getattr(res, f"{m}_s").at(p)) for p in ("mean", "p50", "p90", "p95", "p99")}
            for m in ("ttft", "tpot", "e2e")}
     misses = []
@@ -135,15 +151,42 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
                       f"{res.bottleneck or 'capacity'})")
     else:
         if res.utilisation > policy.max_utilisation:
-            misses.append(f"predicted utilisation {res.utilisation:.2f} > cap {policy.max_utilisation:.2f} at "
+            misses.append(f"{UTILISATION_MISS} {res.utilisation:.2f} > cap {policy.max_utilisation:.2f} at "
                           f"{rate:.2f} req/s")
         for s in workload.slos:
             v = lat[s.metric][s.percentile]
             if v > s.limit_s:
                 misses.append(f"predicted {s.metric} {s.percentile} {fmt_seconds(v)} > {fmt_seconds(s.limit_s)} SLO "
                               f"at {rate:.2f} req/s")
+    sigma = (row.bands or {}).get("sigma") if row.bands else None
+    p_met = p_slo_met(run, rate, workload, float(sigma)) if isinstance(sigma, (int, float)) and sigma > 0 else None
     return Prediction(rate, bool(res.stable), float(res.utilisation), policy.max_utilisation, lat, tuple(misses),
-                      tuple(int(r) for r in reps))
+                      tuple(int(r) for r in reps), p_met)
+
+
+def p_slo_met(run: Any, rate_per_s: float, workload: Workload, sigma: float, steps: int = 8) -> float | None:
+    """P(all SLOs met) at ``rate_per_s`` when every step time is off by a lognormal factor ``g`` of log-sd
+    ``sigma`` (the plan's evidence class, ``recommender.search.bands``): ``Phi(ln g* / sigma)``, ``g*`` the largest
+    factor with the pools stable and every ``g x L(g x rate)`` within its limit (time rescaling; bisection in
+    ``ln g`` over +-4 sigma). None without SLOs."""
+    if not workload.slos:
+        return None
+
+    def ok(ln_g: float) -> bool:
+        g = math.exp(ln_g)
+        r = run(rate_per_s * g)
+        return bool(r.stable) and all(g * float(getattr(r, f"{s.metric}_s").at(s.percentile)) <= s.limit_s
+                                      for s in workload.slos)
+
+    lo, hi = -4.0 * sigma, 4.0 * sigma
+    if not ok(lo):
+        return 0.0
+    if ok(hi):
+        return 1.0
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return round(NormalDist().cdf(lo / sigma), 4)
 
 
 def smaller_shape_meets(plan: Plan, workload: Workload, **kw: Any) -> tuple[int, ...] | None:

@@ -27,6 +27,7 @@ from recommender.atomic import atomic_write_text
 from recommender.errors import RecommenderError
 from recommender.plan import Plan, dump_plan, plan_document
 from recommender.replan import plans
+from recommender.replan.band import check_band
 from recommender.replan.history import History, Transaction
 from recommender.replan.observation import InsufficientDataError, check_observation
 from recommender.replan.observe import (
@@ -155,6 +156,20 @@ def _lengths_moved(plan: Plan, workload: Workload, tolerance: float) -> str:
     return "; ".join(out)
 
 
+def scale_down_workload(workload: Workload, obs: Any, policy: Policy, forecast_per_s: float) -> Workload:
+    """The workload a search for a cheaper plan sizes for (the current plan is not at risk): the forecast's
+    one-sided upper confidence bound at ``band_false_alarm`` for Poisson counts over the window,
+    ``(sqrt(forecast x T) + z/2)^2 / T``, x (1 + headroom). A smaller plan is adopted only when it carries
+    the highest rate the window's data allows, so noise in the window means does not scale down a plan that
+    the next window scales up again; a search at risk sizes for the forecast itself (the rise is real)."""
+    from recommender.replan.band import count_edges, z_one_sided
+
+    span_s = max(float(obs.window_s), 1.0)
+    high = count_edges(forecast_per_s, span_s, z_one_sided(policy.band_false_alarm))[1] / span_s
+    rate = max(float(workload.effective_rate_per_s), high * (1.0 + policy.headroom))
+    return dataclasses.replace(workload, arrival_rate_per_s=rate)
+
+
 def stamp(plan: Plan, *, run_id: str, deployment: str, time_s: float, wanted: str,
           reason: str, window: tuple[float, float] | None) -> Plan:
     """The plan a change writes, carrying which run adopted it (``Plan.replan``; deploy ignores it)."""
@@ -247,22 +262,52 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
     except RecommenderError as e:
         return finish("error", "", f"{e}; keeping the current plan", e.exit_code, now)
     observed_risks = slo_risks(obs, base_wl.slos, policy)
+    band = check_band(obs, current, false_alarm=policy.band_false_alarm, subwindow_s=policy.subwindow_s,
+                      min_requests=policy.min_requests)
     observed: dict[str, Any] = {
         **obs.to_dict(), "forecast_method": policy.forecast_method, "forecast_rate_per_s": round(forecast, 4),
         "headroom": policy.headroom, "planned_rate_per_s": workload.arrival_rate_per_s,
         "slo": slo_attainment(obs, base_wl.slos, policy), "notes": list(obs.notes) + notes,
-        "workload": workload.to_dict()}
-    try:
-        pred = predict(current, workload)
-    except RecommenderError as e:
-        pred = None
-        observed["notes"].append(f"the current plan could not be evaluated under the model ({e}); searching")
-    risks = (list(pred.misses) if pred is not None else []) + observed_risks
+        "sizing": None if band is None else band.to_dict(), "workload": workload.to_dict()}
+    burst_risks: list[str] = []
+    burst_holds = ""
+    # a real burst above the rate the model is asked about anyway: the plan under the model at the burst's rate
+    if band is not None and band.burst and band.burst_per_s > workload.effective_rate_per_s:
+        at_burst = dataclasses.replace(workload, arrival_rate_per_s=band.burst_per_s)
+        try:
+            bp = predict(current, at_burst)
+            observed["burst_predicted"] = bp.to_dict()
+            if not bp.slo_misses:  # the utilisation cap is the sizing margin: a burst acts only on an SLO
+                burst_holds = (f"; at the burst's {band.burst_per_s:.2f} req/s the model predicts "
+                               f"{bp.summary(at_burst)}: the SLOs hold")
+            else:
+                burst_risks = [f"burst of {band.burst_per_s:.2f} req/s ({band.record.text()}): {m}" for m in bp.slo_misses]
+                workload = at_burst  # the proposal must carry the burst
+                observed["planned_rate_per_s"] = workload.arrival_rate_per_s
+                observed["workload"] = workload.to_dict()
+        except RecommenderError as e:
+            observed["notes"].append(f"the burst could not be evaluated under the model ({e})")
+    own_traffic = band is not None and band.rate_inside and not band.lengths and not observed_risks and (
+        not band.burst or bool(burst_holds))
+    pred: Prediction | None = None
+    if not own_traffic:
+        try:
+            pred = predict(current, workload)
+        except RecommenderError as e:
+            observed["notes"].append(f"the current plan could not be evaluated under the model ({e}); searching")
+    risks = (list(pred.misses) if pred is not None else []) + burst_risks + observed_risks
+    if pred is not None and pred.meets and pred.p_slo is not None and pred.p_slo < policy.slo_risk_confidence:
+        # the point prediction meets the SLOs, but the band's pessimistic end at the policy's confidence does not
+        risks.append(f"P(all SLOs met) {pred.p_slo:.2f} < {policy.slo_risk_confidence:g} at "
+                     f"{pred.rate_per_s:.2f} req/s (the plan's error band)")
     observed["slo_risks"] = risks
     if pred is not None:
         observed["current_predicted"] = pred.to_dict()
     in_band = ""
-    if pred is not None and not risks:
+    if own_traffic and band is not None:
+        in_band = (f"{band.where()}{burst_holds}: the plan was sized for this traffic; "
+                   f"keeping {plans.describe(current)}, no search")
+    elif pred is not None and not risks:
         moved = _lengths_moved(current, workload, policy.band_length_tolerance)
         busy = pred.utilisation >= policy.band_min_utilisation
         smaller = _smaller_meets(predict, current, workload) if not moved and busy else None
@@ -277,7 +322,8 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
         proposed = current
     else:
         try:
-            proposed = plans.check_plan(planner(workload, current), "the planner's proposal")
+            proposed = plans.check_plan(planner(scale_down_workload(workload, obs, policy, forecast) if not risks
+                                                else workload, current), "the planner's proposal")
         except RecommenderError as e:
             return finish("error", "", f"planner failed for the observed workload ({e}); keeping the current plan",
                           e.exit_code, now, observed)
@@ -291,6 +337,9 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
             observed["proposed_predicted"] = pp.to_dict()
         except RecommenderError:
             proposal_meets = ""  # the planner's own evaluation stands
+    # P(all SLOs met) of each plan's rank 1 from its bands (recommender.search.bands), at the workload it was made
+    # for: the proposal's is at this run's forecast; None for plans written without bands
+    observed["p_slo_met"] = {"current": _p_slo(current), "proposed": _p_slo(proposed)}
     with history.decision(dep) as tx:
         recover_lost_row(tx, out_dir)
         if in_band:
@@ -310,6 +359,12 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
                 return finish("error", d.wanted, f"decided to change ({d.reason}) but writing {out_dir} failed: {e}; "
                               f"the deployed plan is unchanged", getattr(e, "exit_code", 2), now, observed, plan, tx=tx)
         return finish("changed", d.wanted, d.reason, EXIT_CHANGED, now, observed, plan, written, tx=tx)
+
+
+def _p_slo(plan: Plan) -> float | None:
+    b = plan.top.bands
+    p = b.get("p_slo") if b else None
+    return float(p) if isinstance(p, (int, float)) else None
 
 
 def _past_runs(tx: Transaction, policy: Policy, now: float, window_s: float) -> list[PastRun]:

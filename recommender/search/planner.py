@@ -6,7 +6,7 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from recommender.catalog import Catalog, default_catalog
 from recommender.dtypes import loads_without_checkpoint
@@ -31,6 +31,7 @@ class SearchSettings(StudySettings):
     top: int = 5
     verify: int | None = None
     provider: str | None = None  # price with this provider's offers only (default: the cheapest offer per GPU)
+    confidence: float = 0.5  # rank only plans with P(all SLOs met) >= this (0.5: the point prediction meets them)
 
 
 def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfile, catalog: Catalog,
@@ -132,6 +133,11 @@ def why_rank_one(ctx: SearchContext, rows: Sequence[RankedRow]) -> str:
                 f"on {ea.gpus_total} vs {eb.gpus_total} GPUs ({', '.join(lat) or 'same latencies'}); rank 1 is listed first for "
                 f"{'its latencies' if ea.objectives[1:] < eb.objectives[1:] else 'its weight/KV dtypes, which lose less accuracy'}."
                 f" Binding constraint for rank 1: {ea.binding}.")
+    if saving < 0:  # rank 1 is dearer: it is measured, rank 2 rests on a GPU family without measurements
+        return (f"Rank 1 ({a.label()}, {a.candidate.weight_dtype}/{a.candidate.kv_dtype} KV) costs "
+                f"${ea.usd_per_million_tokens:.3f}/M tokens, {-saving:.0%} more than rank 2 ({b.label()}), which rests on "
+                f"a GPU family without measured rows: within the profile's error band the measured plan ranks first. "
+                f"Binding constraint for rank 1: {ea.binding}.")
     reasons = []
     if ea.gpus_total < eb.gpus_total:
         reasons.append(f"{ea.gpus_total} GPUs instead of {eb.gpus_total}")
@@ -226,6 +232,17 @@ def pricing_note(ctx: SearchContext, provider: str | None) -> str:
         return f"{provider} offers only (--provider){over}"
     return (f"cheapest whole-instance offer per GPU and pool among {len(providers)} providers "
             f"({', '.join(providers)}; catalogs/gpus, dated); --provider NAME restricts{over}")
+
+
+DEFAULT_CONFIDENCE = 0.5
+
+
+def sizing_record(workload: Workload, headroom_fraction: float, basis: str) -> dict[str, Any]:
+    """What the plan was sized for (the plan's ``search.rate_basis`` / ``sized_rate_per_s``, read back by
+    ``recommend replan``): the workload's rate on the policy's basis x (1 + headroom); none for offline jobs."""
+    if workload.is_offline or workload.arrival_rate_per_s is None:
+        return {}
+    return {"rate_basis": basis, "sized_rate_per_s": round(workload.arrival_rate_per_s * (1.0 + headroom_fraction), 6)}
 
 
 def _budget(settings: StudySettings, policy: SearchPolicy) -> tuple[int, float | None]:
@@ -345,23 +362,48 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
     rows = rank_rows(ctx, all_evals, settings.top)
     if not rows:
         raise InfeasibleError(infeasible_message(ctx, all_evals))
-    if verify:
-        from recommender.search.verify import verify_rows
+    from recommender.search.bands import p_slo, with_bands
 
-        rows = verify_rows(ctx, rows, all_evals, verify, settings.seed, settings.top)
+    confident = settings.confidence > DEFAULT_CONFIDENCE
+    conf_note = ""
+    if confident:  # chance-constrained: the cheapest plans whose P(all SLOs met) reaches the confidence
+        pool = with_bands(ctx, rank_rows(ctx, all_evals, 4 * settings.top + 3 * (policy.verify or 0)))
+        sure = [r for r in pool if p_slo(r) >= settings.confidence]
+        if sure:
+            rows = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(sure[:settings.top])]
+        else:  # the most confident first: a higher confidence still never ranks a cheaper, less sure plan first
+            ranked = sorted(pool, key=lambda r: (-p_slo(r), r.evaluation.usd_per_million_tokens))
+            rows = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(ranked[:settings.top])]
+            conf_note = (f"No plan evaluated reaches P(all SLOs met) >= {settings.confidence:g}; ranked by it, the "
+                         f"most likely first ({rows[0].label()}: {p_slo(rows[0]):.3f}). ")
+            confident = False
+    verification, lost_first = "", False
+    if verify:
+        from recommender.search.verify import verify as verify_plans
+
+        rows, verification, lost_first = verify_plans(ctx, rows, all_evals, verify, settings.seed, settings.top)
         if not rows:
             raise InfeasibleError(infeasible_message(ctx, all_evals) + " (the simulator rejected every analytic plan)")
+    rows = with_bands(ctx, rows)
+    if confident and any(p_slo(r) >= settings.confidence for r in rows):  # verification's replacements too
+        rows = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(
+            r for r in rows if p_slo(r) >= settings.confidence)]
+    from recommender.search.sensitivity import sensitivity
+
+    sens = sensitivity(ctx, rows[0].evaluation)
     elapsed = time.perf_counter() - t0
     meta = {"seed": settings.seed, "trials": max(stored, len(all_evals)), "trials_run": len(res.evaluations) + agg_runs, "trials_asked": trials,
-            "timeout_s": timeout, "stopped_by": res.stopped_by, "search_complete": res.complete, "rank1_proven": res.rank1_proven,
+            "timeout_s": timeout, "stopped_by": res.stopped_by, "search_complete": res.complete, "rank1_proven": res.rank1_proven and not lost_first,
             "rank1_proven_after": res.rank1_proven_after,
             "shapes": res.shapes, "pruned": res.pruned, "workers": n, "evaluations": ctx.evaluations,
             "seconds": round(elapsed, 3), "study_name": study.study_name, "storage": settings.storage,
             "objectives": ctx.objective_names, "constraints": ctx.constraint_names,
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
-            "headroom": headroom(ctx), "verified": verify, "pricing": pricing_note(ctx, settings.provider),
+            "headroom": headroom(ctx), "verified": verify, **sizing_record(workload, headroom(ctx), policy.rate_basis),
+            **({"verification": verification} if verification else {}), "sensitivity": sens.to_dict(),
+            **({"confidence": settings.confidence} if confident else {}), "pricing": pricing_note(ctx, settings.provider),
             "aggregated_rank1_proven": agg_proven}
-    return build_plan(workload=workload, model=ctx.model, rows=rows, why=why_rank_one(ctx, rows), engine=profile.engine,
+    return build_plan(workload=workload, model=ctx.model, rows=rows, why=conf_note + why_rank_one(ctx, rows), engine=profile.engine,
                       profile=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization, meta=meta,
                       evaluations=all_evals)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -20,6 +20,7 @@ class _SearchPolicySpec(BaseModel):
     timeout_s: float = Field(60.0, gt=0)
     population_size: int = Field(40, ge=2)
     headroom: float = Field(0.2, ge=0.0, le=5.0)
+    rate_basis: Literal["mean"] = "mean"
     max_utilisation: float = Field(0.85, gt=0.0, le=1.0)
     tensor_parallel: list[int] = [1, 2, 4, 8]
     weight_dtypes: list[str] = ["native", "fp8", "int8", "int4", "fp4"]
@@ -50,6 +51,7 @@ class SearchPolicy:
     timeout_s: float = 60.0
     population_size: int = 40
     headroom: float = 0.2
+    rate_basis: str = "mean"  # the rate a plan is sized for is rate_basis x (1 + headroom): docs/sizing-basis.md
     max_utilisation: float = 0.85
     tensor_parallel: tuple[int, ...] = (1, 2, 4, 8)
     weight_dtypes: tuple[str, ...] = ("native", "fp8", "int8", "int4", "fp4")

@@ -29,6 +29,7 @@ class RankedRow:
     load_utilisation: float | None = None  # rate / capacity (Sizer.capacity_utilisation); None: ev.utilisation
     twin_dtypes: tuple[str, ...] = ()  # "int8/fp8": dtype twins with identical predicted numbers, collapsed here
     kv_link: dict[str, float] | None = None  # P/D: the KV link's fields (recommender.load.link.KvLink)
+    bands: dict[str, Any] | None = None  # recommender.search.bands.bands_of
 
     @property
     def candidate(self) -> Candidate:

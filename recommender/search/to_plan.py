@@ -69,7 +69,7 @@ def plan_row(r: RankedRow, w: Workload, gmu: float) -> PlanRow:
         usd_per_million_output_tokens=_finite(ev.usd_per_million_output_tokens),
         usd_per_million_tokens=_finite(ev.usd_per_million_tokens), pareto=r.pareto, binding=ev.binding,
         quality_note=r.quality_note, checkpoint=r.checkpoint, simulated=r.simulated,
-        pd_saving_vs_aggregated=r.pd_saving, evidence=r.evidence, twin_dtypes=r.twin_dtypes,
+        pd_saving_vs_aggregated=r.pd_saving, evidence=r.evidence, twin_dtypes=r.twin_dtypes, bands=r.bands,
         kv_link=kv_link_info(ev), kv_link_model=dict(r.kv_link) if r.kv_link else None,
     )
 

@@ -1,0 +1,224 @@
+"""Error bands and P(SLO met) for plan rows, from the held-out error of their evidence class (issue #24, 1-2).
+
+**Evidence class** of a row: engine x GPU family x weight dtype x model class (dense / MoE). Its rows and
+error come from the profile's fit data (``catalogs/profiles/<engine>.yaml``, ``fit:``), never from code:
+
+* a ``fit.classes`` entry naming the class (``{engine, family, dtype, model_class, rows, held_out:
+  {median_ape_pct}}``), when the fit provides one;
+* else the family's rows: the held-out report ``by: gpu`` (``per_group.<gpu>.start.n``, GPUs of the family)
+  plus the family fit's ``families.<family>.rows``; its error: those groups' held-out median APE (row
+  weighted), else the report's overall held-out median APE. The fit does not yet break rows down by weight
+  dtype or model class, so those two parts of the class take the family's rows until it does.
+
+Error model: the modelled step times are off by a factor ``g``, lognormal with log-sd ``sigma``. A median
+absolute relative error ``m`` is ``0.6745 sigma_fit`` (the median of ``|N(0, sigma)|``); with ``n`` rows the
+class's sigma is shrunk toward a wide prior, ``sigma^2 = (n sigma_fit^2 + N0 sigma0^2) / (n + N0)``
+(``N0 = 5`` rows of prior weight, ``sigma0 = PRIOR_SIGMA = 0.5``: p10-p90 of x0.53 - x1.90); a class with no
+rows gets the prior itself. Fewer rows, wider band.
+
+If every step takes ``g`` times as long, the deployment at rate ``lambda`` behaves as the modelled one at
+``g lambda`` with every time x ``g`` (time rescaling), so a latency percentile is ``g L(g lambda)`` and the
+capacity is ``capacity / g``. The p10-p90 band takes ``g = exp(-/+ 1.2816 sigma)``; P(SLO met) =
+``Phi(ln g* / sigma)``, ``g*`` the largest ``g`` with every SLO met and the pools stable (bisection); 0.5 at
+``g* = 1`` (the point prediction exactly at a limit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any, Mapping, Sequence
+
+from recommender.catalog import default_catalog
+from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
+from recommender.search.evaluate import Evaluation, SearchContext
+from recommender.search.recommend_rows import RankedRow
+from recommender.workload import LengthDist
+
+PRIOR_SIGMA = 0.5
+PRIOR_ROWS = 5.0
+Z90 = 1.2816  # standard normal 90th percentile
+MEDIAN_ABS_Z = 0.6745  # median of |N(0, 1)|
+METRICS = ("ttft", "tpot", "e2e")
+
+
+@dataclass(frozen=True)
+class EvidenceClass:
+    engine: str
+    family: str
+    dtype: str
+    model_class: str  # "dense" | "moe"
+    rows: int
+    sigma: float  # log-sd of the modelled step times' error
+
+    @property
+    def label(self) -> str:
+        return f"{self.engine}/{self.family}/{self.dtype}/{self.model_class}"
+
+
+def _median_ape(stats: Any) -> float | None:
+    v = stats.get("median_ape_pct") if isinstance(stats, Mapping) else None
+    return float(v) / 100.0 if isinstance(v, (int, float)) and v > 0 else None
+
+
+def class_sigma(rows: int, fit_sigma: float | None) -> float:
+    """The shrunk log-sd (module docstring); the prior at 0 rows or without a fitted error."""
+    if rows <= 0 or fit_sigma is None:
+        return PRIOR_SIGMA
+    return math.sqrt((rows * fit_sigma ** 2 + PRIOR_ROWS * PRIOR_SIGMA ** 2) / (rows + PRIOR_ROWS))
+
+
+def evidence_class(ctx: SearchContext, gpu: str, dtype: str) -> EvidenceClass:
+    """The class of one pool (GPU, weight dtype) under ``ctx``'s profile and model."""
+    prof = ctx.profile
+    fit: Mapping[str, Any] = prof.fit or {}
+    gpus = default_catalog().gpus
+    family = gpus[gpu].arch if gpu in gpus else gpu
+    fam_of_profile, fam_rows = prof.evidence(gpu)
+    family = fam_of_profile or family
+    model_class = "moe" if getattr(ctx.model, "is_moe", False) or getattr(ctx.model, "num_experts", 0) else "dense"
+    for c in fit.get("classes") or ():  # a per-class table, when the fit provides one
+        if isinstance(c, Mapping) and (c.get("family"), c.get("dtype"), c.get("model_class")) == (
+                family, dtype, model_class) and c.get("engine", prof.engine) == prof.engine:
+            n = int(c.get("rows") or 0)
+            m = _median_ape((c.get("held_out") or {}))
+            return EvidenceClass(prof.engine, family, dtype, model_class, n,
+                                 class_sigma(n, None if m is None else m / MEDIAN_ABS_Z))
+    rows, weighted, overall = fam_rows, 0.0, None
+    for report in fit.get("held_out") or ():
+        if not isinstance(report, Mapping) or report.get("by") != "gpu":
+            continue
+        overall = _median_ape((report.get("held_out") or {}).get("all"))
+        for g, stats in (report.get("per_group") or {}).items():
+            if not isinstance(stats, Mapping) or g not in gpus or gpus[g].arch != family:
+                continue
+            cnt = (stats.get("start") or {}).get("n")
+            m = _median_ape(stats.get("held_out"))
+            if isinstance(cnt, int) and cnt > 0:
+                rows += cnt
+                if m is not None:
+                    weighted += cnt * m
+        break
+    fam_group_rows = rows - fam_rows
+    m = weighted / fam_group_rows if fam_group_rows > 0 and weighted > 0 else overall
+    return EvidenceClass(prof.engine, family, dtype, model_class, rows,
+                         class_sigma(rows, None if m is None else m / MEDIAN_ABS_Z))
+
+
+def row_class(ctx: SearchContext, ev: Evaluation) -> EvidenceClass:
+    """The row's class: its least-evidenced pool's (the widest band)."""
+    classes = [evidence_class(ctx, p.gpu, p.weight_dtype) for p in ev.pools]
+    return max(classes, key=lambda c: c.sigma)
+
+
+def analyze_fixed(ctx: SearchContext, ev: Evaluation, rate_per_s: float, output: LengthDist | None = None) -> Any:
+    """The analytic model of ``ev``'s pools (replicas fixed) at ``rate_per_s`` with the workload's lengths
+    (``output``: other output lengths); None when a pool has no cost model."""
+    w = ctx.workload
+    costs = [ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
+    traffic = Traffic(rate_per_s=rate_per_s, prompt=w.prompt_tokens, output=output or w.output_tokens,
+                      shared_prefix_fraction=w.shared_prefix_fraction)
+    if any(c is None for c in costs):
+        return None
+    if ev.candidate.disaggregated:
+        pp, dp = ev.pools
+        return analyze_disaggregated(
+            Disaggregated(prefill=PoolSpec(cost=costs[0], limits=pp.limits, replicas=pp.replicas),  # type: ignore[arg-type]
+                          decode=PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas),  # type: ignore[arg-type]
+                          kv_link=ctx.kv_link(ev.candidate)), traffic)
+    p = ev.pools[0]
+    return analyze(PoolSpec(cost=costs[0], limits=p.limits, replicas=p.replicas), traffic)  # type: ignore[arg-type]
+
+
+def _at(ctx: SearchContext, ev: Evaluation, g: float) -> dict[str, float] | None:
+    """Latency at each SLO's percentile (and every metric at the row's percentile) with step times x g."""
+    res = analyze_fixed(ctx, ev, ctx.workload.effective_rate_per_s * g)
+    if res is None or not res.stable:
+        return None
+    out = {}
+    for m in METRICS:
+        for pct in ("p50", "p90", "p95", "p99", "mean"):
+            v = getattr(res, f"{m}_s").at(pct)
+            out[f"{m}@{pct}"] = g * v if math.isfinite(v) else math.inf
+    return out
+
+
+def bands_of(ctx: SearchContext, ev: Evaluation, percentiles: Mapping[str, str],
+             load_utilisation: float | None) -> dict[str, Any]:
+    """The row's ``bands`` record: class, p10/p90 of TTFT, TPOT, e2e (each at ``percentiles[metric]``, the
+    plan's headline) and capacity, and P(SLO met) per SLO and for all of them (None: offline or no SLOs)."""
+    cls = row_class(ctx, ev)
+    w = ctx.workload
+    cache: dict[float, dict[str, float] | None] = {}
+
+    def at(g: float) -> dict[str, float] | None:
+        if g not in cache:
+            cache[g] = _at(ctx, ev, g)
+        return cache[g]
+
+    lo_g, hi_g = math.exp(-Z90 * cls.sigma), math.exp(Z90 * cls.sigma)
+    fast, slow = at(lo_g), at(hi_g)
+    out: dict[str, Any] = {"class": cls.label, "class_rows": cls.rows, "sigma": round(cls.sigma, 4)}
+    for m in METRICS:
+        key = f"{m}@{percentiles[m]}"
+        out[f"{m}_s"] = [None if fast is None else _round(fast[key]), None if slow is None else _round(slow[key])]
+    rate = w.effective_rate_per_s
+    if load_utilisation and load_utilisation > 0 and math.isfinite(load_utilisation) and rate > 0:
+        cap = rate / load_utilisation
+        out["capacity_per_s"] = [round(cap / hi_g, 4), round(cap / lo_g, 4)]
+    if w.is_offline or not w.slos:
+        out["p_slo"] = None
+        return out
+    per: dict[str, float] = {}
+    for s in w.slos:
+        g = _largest_g(lambda x, s=s: (lat := at(x)) is not None and lat[f"{s.metric}@{s.percentile}"] <= s.limit_s,
+                       cls.sigma)
+        per[f"{s.metric}@{s.percentile}"] = g
+    out["p_slo_each"] = {k: _p(g, cls.sigma) for k, g in per.items()}
+    out["p_slo"] = _p(min(per.values()), cls.sigma)  # every SLO holds iff g <= each one's g* (all include stability)
+    return out
+
+
+def p_slo(r: RankedRow) -> float:
+    """P(all SLOs met) of a row with bands; 1.0 without SLOs (nothing to miss), 0.0 without bands."""
+    if r.bands is None:
+        return 0.0
+    p = r.bands.get("p_slo")
+    return 1.0 if p is None else float(p)
+
+
+def with_bands(ctx: SearchContext, rows: Sequence[RankedRow]) -> list[RankedRow]:
+    """``rows`` with their ``bands`` (computed once per row), headline percentiles per metric as the plan's."""
+    w = ctx.workload
+    default = w.slos[0].percentile if w.slos else "p90"
+    pcts = {m: next((s.percentile for s in w.slos if s.metric == m), default) for m in METRICS}
+    return [r if r.bands is not None else dataclasses.replace(r, bands=bands_of(ctx, r.evaluation, pcts, r.load_utilisation))
+            for r in rows]
+
+
+def _round(v: float) -> float | None:
+    return round(v, 6) if math.isfinite(v) else None
+
+
+def _p(g: float, sigma: float) -> float:
+    if g <= 0:
+        return 0.0
+    if math.isinf(g):
+        return 1.0
+    return round(NormalDist().cdf(math.log(g) / sigma), 4)
+
+
+def _largest_g(ok: Any, sigma: float, steps: int = 8) -> float:
+    """Largest g in [exp(-4 sigma), exp(4 sigma)] with ok(g) (monotone: larger g, slower), by bisection in ln g;
+    0 when even the fastest fails, inf when even the slowest holds."""
+    lo, hi = -4.0 * sigma, 4.0 * sigma
+    if not ok(math.exp(lo)):
+        return 0.0
+    if ok(math.exp(hi)):
+        return math.inf
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ok(math.exp(mid)) else (lo, mid)
+    return math.exp(lo)
