@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from recommender import progress
+from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
 
 
@@ -30,6 +31,7 @@ def calibrate_cmd(
     held_out_by: str = typer.Option("source", "--held-out-by", help="Leave-one-group-out key: source (file or table), model, gpu, config."),
     fmt: str = typer.Option("text", "--format", "-f", help="text|json"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr."),
+    wide: options.Wide = False,
 ) -> None:
     """Fit efficiency parameters to benchmark results; report error before/after and held-out; write a profile."""
     from recommender.calibrate.api import CalibrateRequest, calibrate
@@ -50,5 +52,5 @@ def calibrate_cmd(
     if fmt == "json":
         typer.echo(json.dumps(result_json(run.result, str(Path(out)), run.files, run.skipped), indent=2))
     else:
-        typer.echo(render_text(run.result, str(Path(out)), run.files, run.skipped, conditions=run.conditions,
-                               planner_error=run.planner_error, families=run.families))
+        options.echo_fitted(render_text(run.result, str(Path(out)), run.files, run.skipped, conditions=run.conditions,
+                                        planner_error=run.planner_error, families=run.families), wide)

@@ -44,6 +44,7 @@ def estimate_cmd(
     random_output_len: Optional[int] = typer.Option(None, "--random-output-len", help="[--bench] output tokens (default 128, or --output-tokens)."),
     seed: int = typer.Option(0, "--seed", help="[--bench] random seed of the simulated arrivals."),
     fmt_name: Annotated[str, options.format_option(options.TextOrJson)] = "text",
+    wide: options.Wide = False,
 ) -> None:
     """Explain one configuration: memory -> decode floor -> batched decode -> prefill -> capacity -> throughput -> cost."""
     fmt = options.choice(options.TextOrJson, fmt_name, "--format")
@@ -54,7 +55,7 @@ def estimate_cmd(
                           gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
                           max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     if bench:
-        _bench(req, num_prompts, request_rate, max_concurrency, burstiness, random_input_len, random_output_len, seed, fmt)
+        _bench(req, num_prompts, request_rate, max_concurrency, burstiness, random_input_len, random_output_len, seed, fmt, wide)
         return
     dep, load, est = estimate_request(req)
     extra = {}
@@ -67,24 +68,26 @@ def estimate_cmd(
     if fmt == "json":
         typer.echo(estimate_json(dep, load, est, extra, cond, pricing))
     else:
-        typer.echo(render_walkthrough(dep, load, est, replicas, pricing, cond))
+        text = [render_walkthrough(dep, load, est, replicas, pricing, cond)]
         if extra:
             from recommender.units import fmt_seconds
 
-            typer.echo(f"\nUnder load: open-loop Poisson arrivals at {rate:g} req/s over {replicas} replica(s)")
+            text.append(f"\nUnder load: open-loop Poisson arrivals at {rate:g} req/s over {replicas} replica(s)")
             for k, v in extra.items():
                 if k == "rate_per_s":
                     continue
                 shown = fmt_seconds(v) if k.endswith("_s") and k != "output_tokens_per_s" and isinstance(v, float) else (
                     f"{v:,.2f}" if isinstance(v, float) else str(v))
-                typer.echo(f"  {k:<18} {shown}")
+                text.append(f"  {k:<18} {shown}")
+        options.echo_fitted("\n".join(text), wide)
     if not est.fits:
         typer.echo(f"error: {does_not_fit_message(dep, est)}", err=True)
         raise typer.Exit(3)
 
 
 def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optional[float], max_concurrency: Optional[int],
-           burstiness: float, input_len: Optional[int], output_len: Optional[int], seed: int, fmt: str) -> None:
+           burstiness: float, input_len: Optional[int], output_len: Optional[int], seed: int, fmt: str,
+           wide: bool = False) -> None:
     """``--bench``: the run ``vllm bench serve`` would make, predicted; its result keys printed."""
     import dataclasses
     import json
@@ -116,14 +119,14 @@ def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optio
     if fmt == "json":
         typer.echo(json.dumps({**res, "load": load.describe(), "conditions": cond}, indent=2))
         return
-    typer.echo(f"Predicted `vllm bench serve` on {dep.model.id}, {req.replicas} x {dep.tp} {dep.gpu.id} "
-               f"({dep.weight_dtype} weights, {dep.kv_dtype} KV): {load.describe()}")
-    for c in cond:
-        typer.echo(f"  {c}")
-    typer.echo(f"  method: {res['method']}" + (" (discrete-event simulation of every request)" if res["method"] == "simulated"
+    text = [f"Predicted `vllm bench serve` on {dep.model.id}, {req.replicas} x {dep.tp} {dep.gpu.id} "
+               f"({dep.weight_dtype} weights, {dep.kv_dtype} KV): {load.describe()}"]
+    text += [f"  {c}" for c in cond]
+    text.append(f"  method: {res['method']}" + (" (discrete-event simulation of every request)" if res["method"] == "simulated"
                                                else " (finite-run transient: means only)"))
-    typer.echo("")
+    text.append("")
     for key, val in res.items():
         if key in ("method", "num_prompts", "request_rate", "burstiness", "max_concurrency"):
             continue
-        typer.echo(f"{key:<26} {val:,.2f}" if isinstance(val, float) else f"{key:<26} {val}")
+        text.append(f"{key:<26} {val:,.2f}" if isinstance(val, float) else f"{key:<26} {val}")
+    options.echo_fitted("\n".join(text), wide)

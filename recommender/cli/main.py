@@ -36,7 +36,7 @@ def main_job(
     slo: List[str] = typer.Option([], "--slo", help="SLO, repeatable or comma-separated: tpot=30ms, ttft=2s@p99, e2e=20s@p90, 'ttft=500ms,tpot=30ms'. A unit is required (us, ms, s, min); percentile p50|p90|p95|p99|mean, default p90. Overrides the file's SLO for the same metric."),
     top: int = typer.Option(5, "--top", help="Plans to show."),
     fmt: str = typer.Option("table", "--format", "-f", help="table|json|yaml|csv"),
-    wide: bool = typer.Option(False, "--wide", help="Every table column, whatever the terminal width."),
+    wide: bool = typer.Option(False, "--wide", help="Every table column and whole lines, whatever the terminal width (any command)."),
     report: Optional[str] = typer.Option(None, "--report", help="Write a self-contained HTML report (chart, table, per-plan walkthrough) to FILE.html."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write the Pareto chart alone to FILE (.html; .svg/.png need kaleido)."),
     seed: int = typer.Option(0, "--seed", help="Sampler seed (same seed, same plan)."),
@@ -61,6 +61,9 @@ def main_job(
     from recommender.cli.app import set_debug
 
     set_debug(debug)
+    from recommender.cli.options import set_wide
+
+    set_wide(wide)  # `recommend --wide SUBCOMMAND` keeps every line whole
     progress.configure(quiet=quiet)  # `recommend --quiet SUBCOMMAND ...` silences every command's bar
     if ctx.invoked_subcommand is not None:
         return

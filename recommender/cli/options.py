@@ -77,3 +77,28 @@ MaxNumSeqs = Annotated[Optional[int], typer.Option("--max-num-seqs", help="Engin
 MaxNumBatchedTokens = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="Engine token budget per step.")]
 ChunkedPrefill = Annotated[bool, typer.Option("--chunked-prefill/--no-chunked-prefill", help="vLLM chunked prefill.")]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed (same seed, same result).")]
+
+# -- output width -------------------------------------------------------------------------------------------
+Wide = Annotated[bool, typer.Option("--wide", help="Lines as long as they come (default: fitted to $COLUMNS or the terminal).")]
+
+#: set by the main callback's --wide (``recommend --wide SUBCOMMAND``)
+_wide_flag = [False]
+
+
+def set_wide(on: bool) -> None:
+    _wide_flag[0] = on
+
+
+def echo_fitted(text: str, wide: bool = False, *, err: bool = False) -> None:
+    """Echo ``text`` with every line fitted to the terminal (``recommender.render.table.fit_text``), unless
+    --wide (here or on the main command) or the output is a file or pipe without $COLUMNS."""
+    from recommender.render.table import fit_text
+
+    typer.echo(fit_text(text, None if wide else fitted_width()), err=err)
+
+
+def fitted_width() -> int | None:
+    """The width to fit text to: None with the main command's --wide, else ``terminal_width()``."""
+    from recommender.render.table import terminal_width
+
+    return None if _wide_flag[0] else terminal_width()

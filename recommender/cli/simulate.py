@@ -227,6 +227,7 @@ def simulate_cmd(
     timeseries: Optional[Path] = typer.Option(None, "--timeseries", help="Write queue / running / KV usage over time to this CSV."),
     fmt_name: Annotated[str, options.format_option(options.TextOrJson)] = "text",
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr."),
+    wide: options.Wide = False,
 ) -> None:
     """Simulate requests through a vLLM-like scheduler and print simulated percentiles beside the analytic model's."""
     if quiet:
@@ -270,4 +271,7 @@ def simulate_cmd(
         w.writerows(zip(ts.t_s, ts.queue_len, ts.running, (round(k, 4) for k in ts.kv_usage)))
         atomic_write_text(Path(timeseries), buf.getvalue())
         doc["timeseries_csv"] = str(timeseries)
-    typer.echo(json.dumps(doc, indent=2) if fmt == "json" else _text(doc))
+    if fmt == "json":
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        options.echo_fitted(_text(doc), wide)
