@@ -42,6 +42,7 @@ from pydantic import (
 )
 
 from recommender import units
+from recommender.bounded import read_file_text
 from recommender.errors import ConfigError
 from recommender.yamlfile import read_yaml_file, validation_message
 
@@ -425,7 +426,10 @@ def workload_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> Worklo
     try:
         return WorkloadSpec.model_validate(doc).build(source)
     except ValidationError as e:
-        raise ConfigError(validation_message(e, source)) from None
+        text = None
+        if source and Path(source).is_file():  # the error names the line and column of the key
+            text = read_file_text(Path(source), "workload file")
+        raise ConfigError(validation_message(e, source, model=WorkloadSpec, text=text)) from None
 
 
 def load_workload(path: str | Path) -> Workload:

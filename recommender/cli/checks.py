@@ -28,6 +28,9 @@ def check_writable_file(path: str, flag: str) -> None:
         raise ConfigError(f"{flag} {path}: folder {parent} does not exist; create it first")
     if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise ConfigError(f"{flag} {path}: not writable; choose another path")
+    why = _cannot_create_in(parent)
+    if why:
+        raise ConfigError(f"{flag} {path}: cannot write in {parent} ({why}); choose another path")
 
 
 def check_writable_dir(path: str, flag: str) -> None:
@@ -40,6 +43,22 @@ def check_writable_dir(path: str, flag: str) -> None:
         probe = probe.parent
     if not os.access(probe, os.W_OK):
         raise ConfigError(f"{flag} {path}: {probe} is not writable; choose another folder")
+    why = _cannot_create_in(probe)
+    if why:
+        raise ConfigError(f"{flag} {path}: cannot write in {probe} ({why}); choose another folder")
+
+
+def _cannot_create_in(folder: Path) -> str:
+    """Why a file cannot be created in ``folder`` (empty when it can): a real probe, since ``os.access``
+    says yes to root on read-only and virtual file systems (/proc, a read-only mount)."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".recommend-probe-", delete=True):
+            pass
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    return ""
 
 
 def check_plot(path: str) -> None:

@@ -41,7 +41,7 @@ def main_job(
     plot: Optional[str] = typer.Option(None, "--plot", help="Write the Pareto chart alone to FILE (.html; .svg/.png need kaleido)."),
     seed: int = typer.Option(0, "--seed", help="Sampler seed (same seed, same plan)."),
     trials: Optional[int] = typer.Option(None, "--trials", help="Optuna trials (default: policies/search.yaml)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Search time limit in seconds."),
+    timeout: Optional[str] = typer.Option(None, "--timeout", help="Search time limit: 30s, 2min, or seconds (default: policies/search.yaml)."),
     storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL to keep the study (sqlite:///study.db, postgresql://..., or a .log journal file)."),
     study_name: Optional[str] = typer.Option(None, "--study-name", help="Study name in --storage (default: recommend-<workload name>)."),
     workers: int = typer.Option(1, "--workers", help="Processes sharing --storage (a .log journal file or PostgreSQL); the branch and bound is split by shape."),
@@ -81,8 +81,9 @@ def main_job(
     from recommender.search.policy import load_search_policy
     from recommender.workload import Slo, load_workload, workload_from_flags
 
+    timeout_s = units.parse_duration_s(timeout, "--timeout") if timeout is not None else None
     check_main_options(fmt=fmt, formats=RENDERERS, top=top, workers=workers, storage=storage, trials=trials,
-                       seed=seed, timeout=timeout, plot=plot, report=report, emit=emit)
+                       seed=seed, timeout=timeout_s, plot=plot, report=report, emit=emit)
     slos = [Slo.parse(part) for s in slo for part in s.split(",") if part.strip()]  # tpot=30ms,ttft=2s
     base = load_workload(workload) if workload else None
     w = workload_from_flags(
@@ -93,7 +94,7 @@ def main_job(
     w = resolve_workload_names(w)
     if report:  # the report shows simulated against analytic percentiles for every listed plan
         verify = top if verify is None else max(verify, top) if verify else verify
-    settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout, storage=storage,
+    settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout_s, storage=storage,
                               study_name=study_name, workers=workers, top=top, verify=verify,
                               provider=provider)
     prof = resolve_profile(engine, profile)
@@ -106,12 +107,16 @@ def main_job(
     if plot:
         from recommender.render.plot import write_plot
 
-        write_plot(plot, plan, plan.evaluations)
+        with progress.bar(f"export {plot}", total=1, unit="file") as bar:
+            write_plot(plot, plan, plan.evaluations)
+            bar.update(1)
         typer.echo(f"wrote {plot}", err=True)
     if report:
         from recommender.render.report import write_report
 
-        write_report(report, plan, profile=prof)
+        with progress.bar(f"export {report}", total=1, unit="file") as bar:
+            write_report(report, plan, profile=prof)
+            bar.update(1)
         typer.echo(f"wrote {report}", err=True)
     if emit:
         _emit(emit, plan, workload or w.source)

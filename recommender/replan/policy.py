@@ -165,7 +165,7 @@ def policy_from_dict(doc: Mapping[str, Any], where: str = "<policy>") -> Policy:
     try:
         return PolicySpec.model_validate(doc).build()
     except ValidationError as e:
-        raise ConfigError(validation_message(e, where)) from None
+        raise ConfigError(validation_message(e, where, model=PolicySpec)) from None
     except ValueError as e:
         raise ConfigError(f"{where}: {e}") from None
 

@@ -296,6 +296,8 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
         res = shape_search(ctx, ch, max_evaluations=max(1, trials // n), timeout_s=timeout, first=first, shard=(0, n),
                            min_evaluations=None if settings.trials else max(1, policy.front_trials // n),
                            on_evaluation=lambda _ev: bar.update(1))
+        bar.total = bar.n  # the search stops once rank 1 is proven: the bar ends full, not at a fraction of the cap
+        bar.refresh()
     record(study, ctx, ch, res.evaluations)
     for pr in procs:
         pr.join()

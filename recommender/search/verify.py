@@ -25,6 +25,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from recommender import progress
 from recommender.search.evaluate import Evaluation, SearchContext, kv_link
 from recommender.search.recommend_rows import RankedRow, more_rows
 
@@ -154,10 +155,17 @@ def verify_rows(ctx: SearchContext, rows: Sequence[RankedRow], evaluations: Sequ
                 top: int) -> list[RankedRow]:
     """Simulate rows in rank order until ``k`` pass (at most ``3 k`` tried); drop failures, re-rank."""
     pool = list(rows) + more_rows(ctx, evaluations, rows, extra=2 * k)
-    kept: list[RankedRow] = []
-    passed = tried = 0
     pcts = [s.percentile for s in ctx.workload.slos] or ["p90"]
     done: dict[tuple[Any, ...], dict[str, Any]] = {}  # rows that simulate alike (e.g. fp8 / int8 weights on H100)
+    with progress.bar(f"verify top {k} in the simulator", total=k, unit="plan") as bar:
+        kept = _verify_loop(ctx, pool, k, seed, top, pcts, done, bar)
+    return [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(kept)]
+
+
+def _verify_loop(ctx: SearchContext, pool: Sequence[RankedRow], k: int, seed: int, top: int, pcts: Sequence[str],
+                 done: dict[tuple[Any, ...], dict[str, Any]], bar: Any) -> list[RankedRow]:
+    kept: list[RankedRow] = []
+    passed = tried = 0
     for r in pool:
         if passed < k and tried < 3 * k:
             # the queue's correlation time follows the fraction of capacity in use (the row's
@@ -179,8 +187,9 @@ def verify_rows(ctx: SearchContext, rows: Sequence[RankedRow], evaluations: Sequ
             if not meets(ctx, sim):
                 continue
             passed += 1
+            bar.update(1)
             r = dataclasses.replace(r, simulated=sim)
         kept.append(r)
         if len(kept) >= top:
             break
-    return [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(kept)]
+    return kept
