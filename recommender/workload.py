@@ -44,6 +44,7 @@ from pydantic import (
 from recommender import units
 from recommender.bounded import read_file_text
 from recommender.errors import ConfigError
+from recommender.offers import OwnedGpus
 from recommender.yamlfile import read_yaml_file, validation_message
 
 PERCENTILES = ("mean", "p50", "p90", "p95", "p99")
@@ -245,6 +246,7 @@ class Workload:
     name: str = "workload"
     source: str = ""
     checkpoints: Mapping[str, str] = field(default_factory=dict)
+    inventory: tuple[OwnedGpus, ...] = ()  # GPUs the user owns (--inventory / inventory:): plans use only these
 
     @property
     def max_model_len(self) -> int:
@@ -357,6 +359,34 @@ class _Traffic(BaseModel):
         return self
 
 
+class _OwnedSpec(BaseModel):
+    model_config = _STRICT
+    gpus: int = Field(gt=0, le=MAX_GPUS)
+    usd_per_gpu_hour: str | float | None = None
+    gpus_per_node: int = Field(default=0, ge=0, le=MAX_GPUS)
+
+
+def _inventory(doc: Mapping[str, int | _OwnedSpec], source: str) -> tuple[OwnedGpus, ...]:
+    """``inventory: {h100-sxm: 16, a100-80gb: {gpus: 8, usd_per_gpu_hour: 1.2, gpus_per_node: 8}}``."""
+    from recommender.catalog import default_catalog
+    from recommender.errors import CatalogError
+
+    out = []
+    for gpu, v in doc.items():
+        try:
+            gpu = default_catalog().gpu_id(gpu)
+        except CatalogError as e:
+            raise CatalogError(f"{source}: inventory: {e}") from None
+        spec = _OwnedSpec(gpus=v) if isinstance(v, int) else v
+        price = None if spec.usd_per_gpu_hour is None else units.parse_usd_per_hour(
+            spec.usd_per_gpu_hour, f"{source}: inventory.{gpu}.usd_per_gpu_hour")
+        if price is not None and not (math.isfinite(price) and 0 < price <= MAX_USD_PER_GPU_HOUR):
+            raise ConfigError(f"{source}: inventory.{gpu}.usd_per_gpu_hour must be above $0 and at most "
+                              f"${MAX_USD_PER_GPU_HOUR:g}")
+        out.append(OwnedGpus(gpu=str(gpu), count=spec.gpus, usd_per_gpu_hour=price, gpus_per_node=spec.gpus_per_node))
+    return tuple(out)
+
+
 class WorkloadSpec(BaseModel):
     """The YAML schema of a workload file (validated, then turned into :class:`Workload`)."""
 
@@ -373,6 +403,7 @@ class WorkloadSpec(BaseModel):
     slo: list[str] = Field(default_factory=list)
     checkpoints: dict[str, str] = Field(default_factory=dict)
     description: str | None = None
+    inventory: dict[str, int | _OwnedSpec] = Field(default_factory=dict)
 
     _coerce_prompt = field_validator("prompt_tokens", mode="before")(classmethod(lambda cls, v: _dist_from_any(v)))
     _coerce_output = field_validator("output_tokens", mode="before")(classmethod(lambda cls, v: _dist_from_any(v)))
@@ -399,6 +430,7 @@ class WorkloadSpec(BaseModel):
             name=self.name or (Path(source).stem if source else "workload"),
             source=source,
             checkpoints={k.lower(): v for k, v in self.checkpoints.items()},
+            inventory=_inventory(self.inventory, source),
         )
 
 

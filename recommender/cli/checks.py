@@ -113,4 +113,7 @@ def resolve_workload_names(w: Workload) -> Workload:
     cat.model(w.model)
     gpus = tuple(dict.fromkeys(cat.gpu_id(g) for g in w.gpus)) if w.gpus else None
     prices = {cat.gpu_id(k): v for k, v in w.usd_per_gpu_hour_overrides.items()}
-    return dataclasses.replace(w, gpus=gpus, usd_per_gpu_hour_overrides=prices)
+    owned = tuple(dataclasses.replace(o, gpu=cat.gpu_id(o.gpu)) for o in w.inventory)
+    if len({o.gpu for o in owned}) < len(owned):
+        raise ConfigError("--inventory names a GPU type twice; give each type once with its total count")
+    return dataclasses.replace(w, gpus=gpus, usd_per_gpu_hour_overrides=prices, inventory=owned)

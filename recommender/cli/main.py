@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def _print_version(value: bool) -> None:
     if value:
-        from recommender import __version__
+        from recommender.version import __version__
 
         typer.echo(f"recommend {__version__}")
         raise typer.Exit(0)
@@ -49,6 +49,7 @@ def main_job(
     profile: Optional[str] = typer.Option(None, "--profile", help="Calibrated profile YAML (from recommend calibrate)."),
     policy: Optional[str] = typer.Option(None, "--policy", help="Search policy YAML (default policies/search.yaml)."),
     verify: Optional[int] = typer.Option(None, "--verify", help="Verify the top K plans in the discrete-event simulator (default 3; 0 = off)."),
+    inventory: Optional[str] = typer.Option(None, "--inventory", help="Plan onto GPUs you own: h100-sxm=16,a100-80gb=8 (add @$2.10/h for an amortised price per GPU-hour; without one the cost counts GPU-hours). Nodes as they are (the GPU's NVLink domain; inventory: in the workload for other node sizes); says how many more GPUs the SLO needs when these are not enough."),
     provider: Optional[str] = typer.Option(None, "--provider", help="Price with this provider's offers only (catalogs/gpus offers:, e.g. lambda, coreweave, runpod); default: the cheapest offer per GPU."),
     emit: Optional[str] = typer.Option(None, "--emit", help="Write the plan JSON and rank 1's deployment files (vllm cmd, k8s, helm) to DIR."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr (any command)."),
@@ -91,6 +92,12 @@ def main_job(
         prompt_tokens=units.parse_count(prompt_tokens, "--prompt-tokens") if prompt_tokens else None,
         output_tokens=units.parse_count(output_tokens, "--output-tokens") if output_tokens else None,
     ).with_slos(slos)
+    if inventory:
+        import dataclasses
+
+        from recommender.offers import parse_inventory
+
+        w = dataclasses.replace(w, inventory=parse_inventory(inventory))
     w = resolve_workload_names(w)
     if report:  # the report shows simulated against analytic percentiles for every listed plan
         verify = top if verify is None else max(verify, top) if verify else verify

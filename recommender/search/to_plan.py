@@ -23,7 +23,7 @@ def _rental(p: EvalPool) -> Rental | None:
     o = r.offer
     return Rental(provider=o.provider, instances=r.instances, gpus_per_instance=o.gpus_per_instance,
                   usd_per_instance_hour=o.usd_per_instance_hour, usd_per_hour=r.usd_per_hour,
-                  offer=Offer(sku=o.sku, date=o.date, source=o.source, per_gpu_billing=o.per_tp_group))
+                  offer=Offer(sku=o.sku, date=o.date, source=o.source, per_gpu_billing=o.per_tp_group or o.owned))
 
 
 def _pool(p: EvalPool, gmu: float, checkpoint: str) -> Pool:
