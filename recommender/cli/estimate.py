@@ -77,7 +77,7 @@ def estimate_cmd(
                 if k == "rate_per_s":
                     continue
                 shown = fmt_seconds(v) if k.endswith("_s") and k != "output_tokens_per_s" and isinstance(v, float) else (
-                    f"{v:,.2f}" if isinstance(v, float) else str(v))
+                    f"${v:,.4f}" if k.startswith("usd_per_million") else f"{v:,.2f}" if isinstance(v, float) else str(v))
                 text.append(f"  {k:<18} {shown}")
         options.echo_fitted("\n".join(text), wide)
     if not est.fits:
