@@ -126,3 +126,11 @@ def test_progress_bar_ends_full_and_verification_has_its_own_phase(monkeypatch: 
     assert len(search) == 1 and search[0]["n"] == search[0]["total"] > 0
     assert [b for b in bars if b["what"] == "verify top 1 in the simulator"] == [
         {"what": "verify top 1 in the simulator", "total": 1, "n": 1}]
+
+
+def test_a_profile_parameter_typo_names_the_closest_parameter(tmp_path: Path) -> None:
+    prof = tmp_path / "p.yaml"
+    prof.write_text("engine: vllm\nparameters:\n  hbm_bandwith_efficiency: 0.7\n")
+    res = run("estimate", "-m", "llama-3.1-8b", "-g", "h100", "--prompt-tokens", "1k", "--output-tokens", "100",
+              "--profile", str(prof))
+    assert res.exit_code == 2 and "did you mean 'hbm_bandwidth_efficiency'?" in res.stderr

@@ -86,3 +86,9 @@ def test_cli_inventory_flag_and_yaml_form(tmp_path: Path) -> None:
     w = load_workload(f)
     assert w.inventory == (OwnedGpus(gpu="h100-sxm", count=16),
                            OwnedGpus(gpu="a100-80gb", count=12, usd_per_gpu_hour=1.2, gpus_per_node=4))
+
+
+def test_inventory_and_provider_are_one_or_the_other() -> None:
+    res = CliRunner().invoke(app, ["-m", "llama-3.1-8b", "--rate", "1", "--prompt-tokens", "1k", "--output-tokens",
+                                   "100", "--inventory", "h100=8", "--provider", "aws"])
+    assert res.exit_code == 2 and "--provider aws prices rented GPUs and --inventory" in res.stderr

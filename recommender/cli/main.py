@@ -95,6 +95,8 @@ def main_job(
     if inventory:
         import dataclasses
 
+        if provider:
+            raise fail(f"--provider {provider} prices rented GPUs and --inventory plans on GPUs you own; give one", 2)
         from recommender.offers import parse_inventory
 
         w = dataclasses.replace(w, inventory=parse_inventory(inventory))
