@@ -134,3 +134,13 @@ def test_a_profile_parameter_typo_names_the_closest_parameter(tmp_path: Path) ->
     res = run("estimate", "-m", "llama-3.1-8b", "-g", "h100", "--prompt-tokens", "1k", "--output-tokens", "100",
               "--profile", str(prof))
     assert res.exit_code == 2 and "did you mean 'hbm_bandwidth_efficiency'?" in res.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc")
+def test_calibrate_and_simulate_outputs_are_checked_before_the_work() -> None:
+    bench = Path(__file__).resolve().parent / "data" / "bench" / "vllm-8b-c1-in1024-out128.json"
+    res = run("calibrate", str(bench), "--out", "/proc/p.yaml", "-q")
+    assert res.exit_code == 2 and res.stderr.startswith("error: --out /proc/p.yaml: cannot write in /proc")
+    plan = Path(__file__).resolve().parent.parent / "examples" / "plans" / "chat.plan.json"
+    res = run("simulate", "--plan", str(plan), "--timeseries", "/proc/t.csv", "-n", "100", "-q")
+    assert res.exit_code == 2 and res.stderr.startswith("error: --timeseries /proc/t.csv: cannot write in /proc")

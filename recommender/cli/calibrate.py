@@ -11,6 +11,7 @@ import typer
 from recommender import progress
 from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
+from recommender.errors import ConfigError
 
 
 @app.command("calibrate")
@@ -42,6 +43,14 @@ def calibrate_cmd(
 
     if fmt not in ("text", "json"):
         raise typer.BadParameter("--format must be text or json")
+    from recommender.cli.checks import check_writable_dir
+
+    if Path(out).is_dir():
+        raise ConfigError(f"--out {out}: is a directory; give a profile file name (e.g. profiles/my-cluster.yaml)")
+    try:
+        check_writable_dir(str(Path(out).parent), "--out")  # before the fit, not after it
+    except ConfigError as e:  # name the user's file, not only its folder
+        raise ConfigError(f"--out {out}: {str(e).split(': ', 1)[-1]}") from None
     defaults = {k: v for k, v in {"model": model, "gpu": gpu, "tp": tp, "weight_dtype": weight_dtype,
                                   "kv_dtype": kv_dtype, "max_num_seqs": max_num_seqs,
                                   "max_num_batched_tokens": max_num_batched_tokens}.items() if v is not None}

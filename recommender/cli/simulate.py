@@ -241,6 +241,10 @@ def simulate_cmd(
         raise ConfigError(f"--rate {rate}: requests per second must be > 0")
     if shared_prefix_fraction is not None and not 0.0 <= shared_prefix_fraction < 1.0:
         raise ConfigError(f"--shared-prefix-fraction {shared_prefix_fraction}: must be in [0, 1)")
+    if timeseries is not None:
+        from recommender.cli.checks import check_writable_file
+
+        check_writable_file(str(timeseries), "--timeseries")  # before the run, not after it
     if plan is not None:
         setup = _plan_setup(plan, rank, workload)
         if rate is not None:
