@@ -70,6 +70,7 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
         per_tok = mem.kv_cache_bytes_per_token(model, dp.kv_dtype, 1)
         xfer = per_tok / (min(dp.tp, dd.tp) * SearchPolicy().kv_transfer_bandwidth_bytes_per_s)
     return {"pools": pools, "rate": wl.effective_rate_per_s, "prompt": wl.prompt_tokens, "output": wl.output_tokens,
+            "plan_load_utilisation": row.load_utilisation,
             "shared_prefix_fraction": wl.shared_prefix_fraction, "kv_transfer_s_per_token": xfer,
             "label": f"{plan} rank {rank} ({row.id})"}
 
@@ -159,6 +160,7 @@ def _doc(setup: dict[str, Any], ana: Any, sim: Any, requests: int, seed: int) ->
                "simulated": getattr(sim, f"{m}_s").to_dict()} for m in ("ttft", "tpot", "e2e")}
     return {
         "config": setup["label"], "rate_per_s": setup["rate"], "requests": sim.completed, "seed": seed,
+        "plan_load_utilisation": setup.get("plan_load_utilisation"),
         "latency_s": lat,
         "analytic": {"stable": ana.stable, "utilisation": fin(ana.utilisation), "bottleneck": ana.bottleneck,
                      "mean_running_batch": fin(ana.mean_running_batch), "queue_wait_mean_s": fin(ana.queue_wait_mean_s),
@@ -184,10 +186,15 @@ def _text(doc: dict[str, Any]) -> str:
         for src in ("analytic", "simulated"):
             rows.append([m.upper(), src] + [s(d[src][k]) for k in ("mean", "p50", "p90", "p95", "p99")])
     a, sm = doc["analytic"], doc["simulated"]
-    util = "unstable" if not a["stable"] else f"utilisation {a['utilisation']:.2f} ({a['bottleneck']})"
+    # one vocabulary: the plan's load utilisation is rate / capacity; the analytic model's figure is its busiest
+    # resource; the simulator's is the share of time the engine runs a step
+    util = "unstable" if not a["stable"] else f"busiest resource at {a['utilisation']:.2f} of its capacity ({a['bottleneck']})"
+    plan_util = doc.get("plan_load_utilisation")
+    if plan_util is not None:
+        util += f"; the plan's load utilisation (rate / capacity) {plan_util:.2f}"
     head = (f"{doc['config']}: {doc['requests']:,} requests at {doc['rate_per_s']:.3g} req/s, seed {doc['seed']}\n"
             f"analytic: {util}, mean running {a['mean_running_batch'] if a['mean_running_batch'] is None else round(a['mean_running_batch'], 1)}\n"
-            f"simulated: mean running {sm['mean_running_batch']:.1f}, busy {sm['busy_fraction']:.0%}, "
+            f"simulated: mean running {sm['mean_running_batch']:.1f}, engine stepping {sm['busy_fraction']:.0%} of the time, "
             f"{sm['output_tokens_per_s']:,.0f} output tok/s, {sm['preempted']} preemptions, "
             f"peak queue {sm['max_queue_len']}, peak KV {sm['max_kv_usage']:.0%}"
             + ("" if sm["stable"] else "  [queue still growing: overloaded]"))
