@@ -7,6 +7,7 @@ docstring): 5 TP2 groups on 8-GPU nodes use ceil(5 / (8 // 2)) = 2 nodes and cos
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -92,3 +93,14 @@ def test_inventory_and_provider_are_one_or_the_other() -> None:
     res = CliRunner().invoke(app, ["-m", "llama-3.1-8b", "--rate", "1", "--prompt-tokens", "1k", "--output-tokens",
                                    "100", "--inventory", "h100=8", "--provider", "aws"])
     assert res.exit_code == 2 and "--provider aws prices rented GPUs and --inventory" in res.stderr
+
+
+def test_the_plan_file_keeps_the_inventory_so_replanning_stays_on_owned_gpus() -> None:
+    from recommender.plan import dump_plan, load_plan
+    from recommender.replan.observe import base_workload_from_plan
+
+    w = _workload("llama-3.1-8b", 10.0, "h100-sxm=8@$2.10/h")
+    plan = load_plan(json.loads(dump_plan(recommend(w, settings=SearchSettings(trials=40, verify=0)))))  # type: ignore[arg-type]
+    assert plan.workload.inventory == (OwnedGpus(gpu="h100-sxm", count=8, usd_per_gpu_hour=2.1),)
+    again = recommend(base_workload_from_plan(plan), settings=SearchSettings(trials=40, verify=0))
+    assert all(p.rental is not None and p.rental.provider == "owned" for r in again.rows for p in r.pools)

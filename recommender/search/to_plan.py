@@ -69,7 +69,8 @@ def workload_echo(w: Workload, model: ModelArch) -> WorkloadEcho:
                         name=w.name, arrival_rate_per_s=w.arrival_rate_per_s, offline_requests=w.offline_requests,
                         deadline_s=w.deadline_s, prompt_tokens=_lengths(w.prompt_tokens),
                         output_tokens=_lengths(w.output_tokens), max_model_len=w.max_model_len,
-                        shared_prefix_fraction=w.shared_prefix_fraction, source=w.source, gpus=w.gpus)
+                        shared_prefix_fraction=w.shared_prefix_fraction, source=w.source, gpus=w.gpus,
+                        inventory=w.inventory)
 
 
 def build_plan(*, workload: Workload, model: ModelArch, rows: Sequence[RankedRow], why: str, engine: str,
