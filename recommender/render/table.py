@@ -82,8 +82,8 @@ _PIPE_RULE = re.compile(r"^\|(?:[-:]+\|)+\s*$")
 def fit_text(text: str, width: int | None) -> str:
     """Every line of ``text`` at most ``width`` columns (unchanged when width is None).
 
-    - tabulate tables (``simple`` and ``github`` formats) that are too wide are rebuilt with their widest
-      column's cells wrapped, then, if still too wide, without their rightmost columns;
+    - tabulate tables (``simple`` and ``github`` formats) that are too wide are rebuilt by :func:`fit_rows`
+      (prose columns wrapped, then the rightmost columns dropped);
     - ``label  formula = value`` lines become ``label = value`` with the formula on the next line;
     - other prose wraps with a hanging indent under its second column (or four spaces in).
     """
