@@ -13,9 +13,8 @@ from recommender.errors import (
     ConfigError, DeployError, DoesNotFitError, InfeasibleError, RecommenderError,
 )
 from recommender.plan import Plan, PlanRow, Pool, PoolRole, dump_plan, load_plan, with_replicas
+from recommender.version import __version__
 from recommender.workload import Slo, Workload, load_workload
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ConfigError", "DeployError", "DoesNotFitError", "InfeasibleError", "Plan", "PlanRow", "Pool", "PoolRole",

@@ -358,7 +358,9 @@ def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, re
 
     ``ttft_s``, ``tpot_s``, ``e2e_s`` and ``output_tokens_per_s`` become the means under that load
     (what ``vllm bench serve --request-rate R`` reports); an unstable configuration reports
-    ``stable: false`` and no finite latency.
+    ``stable: false`` and no finite latency. ``usd_per_million_tokens`` = usd_per_hour / (R x 3600 x (prompt +
+    output)) x 1e6 and ``usd_per_million_output_tokens`` = usd_per_hour / (R x 3600 x output) x 1e6: the cost
+    at that rate, as the plan prices a configuration at the workload's rate.
     """
     from recommender.load import PoolSpec, Traffic, analyze
     from recommender.perf.step import StepCostModel
@@ -383,6 +385,10 @@ def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, re
     out["tpot_s"] = res.tpot_s.at("mean") if res.stable else inf
     out["e2e_s"] = res.e2e_s.at("mean") if res.stable else inf
     out["output_tokens_per_s"] = rate_per_s * load.output_tokens if res.stable else 0.0
+    # priced at the rate it was given (what the plan reports): USD/h over the tokens that rate brings
+    per_hour_tokens = rate_per_s * 3600.0
+    out["usd_per_million_output_tokens"] = est.usd_per_hour / (per_hour_tokens * load.output_tokens) * 1e6
+    out["usd_per_million_tokens"] = est.usd_per_hour / (per_hour_tokens * (load.prompt_tokens + load.output_tokens)) * 1e6
     return out
 
 

@@ -26,6 +26,14 @@ KV paths of a P/D pair (:class:`KvPath`): on one instance (:func:`rent_colocated
 one instance) the KV moves through host memory over the GPUs' host link (``recommender.sizing.Sizer.fabric_path``
 says why not NVLink); across instances, over the slower of the two offers' NICs, both pools renting from one
 provider (between providers there is only the public internet, which no plan assumes).
+GPUs the user owns (``--inventory h100-sxm=16``, :class:`OwnedGpus`) become an offer of provider ``owned``
+(:func:`owned_offer`): nodes of ``gpus_per_node`` GPUs as they are, a TP group inside one node, at most
+``owned_nodes`` nodes, and billed per GPU in use at the amortised USD per GPU-hour the user gives (1.0 when
+none is given, so that the cost counts GPU-hours)::
+
+    groups per node  g = n // tp
+    nodes used       i = ceil(replicas / g)            (refused when i > owned_nodes)
+    usd_per_hour     = usd_per_gpu_hour x tp x replicas
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ from recommender.errors import CatalogError
 
 #: Provider name of the offers made from a workload's ``prices:`` overrides.
 WORKLOAD_PROVIDER = "workload"
+#: Provider name of the offers made from the user's own GPUs (``--inventory``).
+OWNED_PROVIDER = "owned"
 
 #: NIC kinds that move KV by RDMA (NIXL over UCX / libfabric); anything else is TCP.
 RDMA_KINDS = frozenset({"infiniband", "roce", "efa"})
@@ -91,6 +101,8 @@ class Offer:
     network: Network = field(default=UNKNOWN_NETWORK)  # the NIC between instances
     fabric_kind: str = ""  # intra-instance fabric when it differs from the GPU's interconnect ("" = the GPU's)
     fabric_bytes_per_s: float = 0.0  # its bandwidth per GPU, one direction (0 = the GPU's)
+    owned: bool = False  # the user's own nodes (--inventory): billed per GPU in use, TP group inside one node
+    owned_nodes: int = 0  # owned: how many nodes there are (0: no limit, for sizing what a shortfall needs)
 
     @property
     def usd_per_gpu_hour(self) -> float:
@@ -118,14 +130,14 @@ class Rental:
 
     @property
     def gpus_billed(self) -> int:
-        """GPUs this pool pays for (a shared instance: its share, rounded)."""
-        if self.offer.per_tp_group:
+        """GPUs this pool pays for (a shared instance: its share, rounded; owned nodes: the GPUs in use)."""
+        if self.offer.per_tp_group or self.offer.owned:
             return self.tp * self.replicas
         return round(self.instances * self.offer.gpus_per_instance * self.share)
 
     @property
     def usd_per_hour(self) -> float:
-        if self.offer.per_tp_group:
+        if self.offer.per_tp_group or self.offer.owned:
             return self.offer.usd_per_gpu_hour * self.tp * self.replicas
         return self.instances * self.offer.usd_per_instance_hour * self.share
 
@@ -138,6 +150,56 @@ def workload_offer(gpu: str, usd_per_gpu_hour: float) -> Offer:
     """The offer a workload's ``prices: {gpu: "$X/h"}`` stands for (billed per GPU)."""
     return Offer(provider=WORKLOAD_PROVIDER, gpu=gpu, gpus_per_instance=1, usd_per_instance_hour=usd_per_gpu_hour,
                  source="workload prices:", per_tp_group=True)
+
+
+@dataclass(frozen=True)
+class OwnedGpus:
+    """GPUs of one type the user owns: ``count`` GPUs in nodes of ``gpus_per_node`` (0: the GPU's NVLink
+    domain, or ``count`` when smaller), at an amortised ``usd_per_gpu_hour`` (None: cost counts GPU-hours)."""
+
+    gpu: str
+    count: int
+    usd_per_gpu_hour: float | None = None
+    gpus_per_node: int = 0
+
+    def label(self) -> str:
+        price = f" at ${self.usd_per_gpu_hour:g}/GPU-h" if self.usd_per_gpu_hour is not None else ""
+        return f"{self.count} x {self.gpu}{price}"
+
+
+def owned_offer(owned: OwnedGpus, gpus_per_node: int, *, limited: bool = True) -> Offer:
+    """The offer ``owned`` stands for: nodes of ``gpus_per_node`` GPUs, ``count // gpus_per_node`` of them
+    (no limit with ``limited=False``), billed per GPU in use at the amortised price (1.0 without one)."""
+    if gpus_per_node < 1 or owned.count < 1 or owned.count % gpus_per_node:
+        raise CatalogError(f"inventory {owned.gpu}={owned.count}: not whole nodes of {gpus_per_node} GPUs; give "
+                           f"gpus_per_node in the workload's inventory: (e.g. {{{owned.gpu}: {{gpus: {owned.count}, "
+                           f"gpus_per_node: {math.gcd(owned.count, gpus_per_node)}}}}})")
+    price = 1.0 if owned.usd_per_gpu_hour is None else owned.usd_per_gpu_hour
+    return Offer(provider=OWNED_PROVIDER, gpu=owned.gpu, gpus_per_instance=gpus_per_node,
+                 usd_per_instance_hour=price * gpus_per_node, source="--inventory (amortised $/GPU-hour)"
+                 if owned.usd_per_gpu_hour is not None else "--inventory (no price: 1 per GPU-hour)",
+                 owned=True, owned_nodes=owned.count // gpus_per_node if limited else 0)
+
+
+def parse_inventory(text: str, what: str = "--inventory") -> tuple[OwnedGpus, ...]:
+    """``h100-sxm=16,a100-80gb=8@$1.20/h`` -> OwnedGpus per entry (GPU names as given; the caller resolves them)."""
+    from recommender.units import parse_usd_per_hour
+
+    out: list[OwnedGpus] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, eq, rest = part.partition("=")
+        count_text, at, price_text = rest.partition("@")
+        if not eq or not name.strip() or not count_text.strip().isdigit() or int(count_text) < 1:
+            raise CatalogError(f"{what} {part!r}: give GPU=COUNT[@$PRICE/h], e.g. h100-sxm=16 or h100-sxm=16@$2.10/h")
+        price = parse_usd_per_hour(price_text, f"{what} {part}") if at else None
+        if price is not None and not (math.isfinite(price) and price > 0):
+            raise CatalogError(f"{what} {part!r}: the amortised price must be above $0 per GPU-hour")
+        out.append(OwnedGpus(gpu=name.strip(), count=int(count_text), usd_per_gpu_hour=price))
+    if not out:
+        raise CatalogError(f"{what}: give GPU=COUNT entries, e.g. h100-sxm=16,a100-80gb=8")
+    return tuple(out)
 
 
 def fits(offer: Offer, tp: int) -> bool:
@@ -156,6 +218,9 @@ def rent(offer: Offer, tp: int, replicas: int) -> Rental | None:
     if offer.per_tp_group:
         return Rental(offer, tp, replicas, replicas)
     n = offer.gpus_per_instance
+    if offer.owned:  # the user's nodes: as many as the groups need, within the inventory; nothing rounded up
+        nodes = math.ceil(replicas / (n // tp))
+        return None if offer.owned_nodes and nodes > offer.owned_nodes else Rental(offer, tp, nodes, replicas)
     if offer.nvlink_domain_gpus and tp > n:
         instances = math.ceil(replicas * tp / n)
         return Rental(offer, tp, instances, instances * n // tp)

@@ -156,7 +156,12 @@ def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
     known -= {"families", "family", "fit", "engine", "source"}
     unknown = set(params) - known
     if unknown:
-        raise ConfigError(f"profile {where}: unknown parameter(s) {', '.join(sorted(unknown))}")
+        import difflib
+
+        first = sorted(unknown)[0]
+        close = difflib.get_close_matches(first, sorted(known), n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(sorted(known))}"
+        raise ConfigError(f"profile {where}: unknown parameter(s) {', '.join(sorted(unknown))}{hint}")
     for k, v in params.items():
         lo, hi = BOUNDS.get(k, (float("-inf"), float("inf")))
         if not isinstance(v, (int, float)) or not lo <= float(v) <= hi:

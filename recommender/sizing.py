@@ -531,6 +531,11 @@ class Sizer:
         if offers is None:  # no offers given (a hand-built context): per-GPU price, no rounding
             offers = (workload_offer(gpu, self.prices[gpu]),)
         rental = cheapest_rental(offers, tp, replicas)
+        owned = next((o for o in offers if o.owned and o.owned_nodes and tp <= o.gpus_per_instance), None)
+        if rental is None and owned is not None:
+            nodes = -(-replicas // (owned.gpus_per_instance // tp))
+            return None, (f"{replicas} TP{tp} groups need {nodes} {owned.gpus_per_instance}-GPU nodes of {gpu}; "
+                          f"the inventory has {owned.owned_nodes}")
         if rental is None:
             sizes = sorted({o.gpus_per_instance for o in offers})
             return None, f"no offer for {gpu} holds a TP{tp} group (instances of {sizes} GPUs)"
@@ -739,6 +744,9 @@ class Sizer:
         run = runner(link)
         rp, rd = rent_p.replicas, rent_d.replicas
         ok, reason = True, ""
+        if c.gpu == c.decode_gpu and rent_p.offer.owned_nodes and not rent_p.shared:
+            if rent_p.instances + rent_d.instances > rent_p.offer.owned_nodes:  # both pools share the owned nodes
+                ok, reason = False, f"the two pools need more than the inventory's {rent_p.offer.owned_nodes} nodes"
         if w.max_gpus and rp * c.tp + rd * c.decode_tp > w.max_gpus:
             ok, reason = False, f"the pools' instances exceed max_gpus {w.max_gpus}"
         sat = None

@@ -43,7 +43,9 @@ from pydantic import (
 )
 
 from recommender import units
+from recommender.bounded import read_file_text
 from recommender.errors import ConfigError
+from recommender.offers import OwnedGpus
 from recommender.yamlfile import read_yaml_file, validation_message
 
 PERCENTILES = ("mean", "p50", "p90", "p95", "p99")
@@ -262,6 +264,7 @@ class Workload:
     def prefix_caching(self) -> bool:
         """Whether the engine runs with prefix caching: a shared prefix, or multi-turn conversations."""
         return self.shared_prefix_fraction > 0 or self.multi_turn
+    inventory: tuple[OwnedGpus, ...] = ()  # GPUs the user owns (--inventory / inventory:): plans use only these
 
     @property
     def max_model_len(self) -> int:
@@ -398,6 +401,34 @@ class _Traffic(BaseModel):
         return self
 
 
+class _OwnedSpec(BaseModel):
+    model_config = _STRICT
+    gpus: int = Field(gt=0, le=MAX_GPUS)
+    usd_per_gpu_hour: str | float | None = None
+    gpus_per_node: int = Field(default=0, ge=0, le=MAX_GPUS)
+
+
+def _inventory(doc: Mapping[str, int | _OwnedSpec], source: str) -> tuple[OwnedGpus, ...]:
+    """``inventory: {h100-sxm: 16, a100-80gb: {gpus: 8, usd_per_gpu_hour: 1.2, gpus_per_node: 8}}``."""
+    from recommender.catalog import default_catalog
+    from recommender.errors import CatalogError
+
+    out = []
+    for gpu, v in doc.items():
+        try:
+            gpu = default_catalog().gpu_id(gpu)
+        except CatalogError as e:
+            raise CatalogError(f"{source}: inventory: {e}") from None
+        spec = _OwnedSpec(gpus=v) if isinstance(v, int) else v
+        price = None if spec.usd_per_gpu_hour is None else units.parse_usd_per_hour(
+            spec.usd_per_gpu_hour, f"{source}: inventory.{gpu}.usd_per_gpu_hour")
+        if price is not None and not (math.isfinite(price) and 0 < price <= MAX_USD_PER_GPU_HOUR):
+            raise ConfigError(f"{source}: inventory.{gpu}.usd_per_gpu_hour must be above $0 and at most "
+                              f"${MAX_USD_PER_GPU_HOUR:g}")
+        out.append(OwnedGpus(gpu=str(gpu), count=spec.gpus, usd_per_gpu_hour=price, gpus_per_node=spec.gpus_per_node))
+    return tuple(out)
+
+
 class WorkloadSpec(BaseModel):
     """The YAML schema of a workload file (validated, then turned into :class:`Workload`)."""
 
@@ -416,6 +447,7 @@ class WorkloadSpec(BaseModel):
     checkpoints: dict[str, str] = Field(default_factory=dict)
     description: str | None = None
     day: dict[str, Any] | None = None  # traffic over a day: recommender.autoscale.spec checks it
+    inventory: dict[str, int | _OwnedSpec] = Field(default_factory=dict)
 
     _no_bool = field_validator("name", "model", "shared_prefix_fraction", "max_gpus", "gpus", "prices", "slo",
                                "checkpoints", mode="before")(classmethod(lambda cls, v: _refuse_bools(v)))
@@ -461,6 +493,7 @@ class WorkloadSpec(BaseModel):
             checkpoints={k.lower(): v for k, v in self.checkpoints.items()},
             multi_turn=self.multi_turn,
             day=self.day,
+            inventory=_inventory(self.inventory, source),
         )
 
 
@@ -503,7 +536,10 @@ def workload_from_dict(doc: Mapping[str, Any], source: str = "<dict>") -> Worklo
     try:
         return WorkloadSpec.model_validate(doc).build(source)
     except ValidationError as e:
-        raise ConfigError(validation_message(e, source)) from None
+        text = None
+        if source and Path(source).is_file():  # the error names the line and column of the key
+            text = read_file_text(Path(source), "workload file")
+        raise ConfigError(validation_message(e, source, model=WorkloadSpec, text=text)) from None
 
 
 def load_workload(path: str | Path) -> Workload:

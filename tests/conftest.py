@@ -53,3 +53,10 @@ def postgres_url() -> str:
     engine.dispose()
     base = admin.rsplit("/", 1)[0]
     return f"{base}/{name}"
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests see whole lines (as a pipe does) unless they set COLUMNS themselves: a shell that exports COLUMNS
+    would otherwise fit every command's output to the developer's terminal and break exact-text assertions."""
+    monkeypatch.delenv("COLUMNS", raising=False)

@@ -112,3 +112,28 @@ def test_published_csv_for_one_engine(tmp_path: Path):
     doc = yaml.safe_load(out.read_text())
     assert doc["fit"]["n_rows"] == 31                          # 33 GPTFAST rows minus the 2 on an MI250X
     assert "engine 'lmdeploy' is not the one calibrated ('gpt-fast')" in doc["fit"]["skipped"]
+
+
+def test_a_calibrated_profile_records_what_its_rows_cover_and_plans_on_it_are_measured(bench: Path):
+    """Issue 27 item 4: two H100 SXM runs of llama-3.1-8b (bf16 weights and KV, tests/data/bench/README.md), 3
+    metrics each = 6 rows, all hopper. A plan on H100 then rests on the user's rows, one on A100 does not."""
+    import dataclasses
+
+    from recommender.search import SearchSettings, recommend
+    from recommender.workload import workload_from_flags
+
+    out = bench / "mine.yaml"
+    res = calibrate(str(bench / RUNS[0]), str(bench / RUNS[2]), "--out", str(out), "-q",
+                    "--parameters", "hbm_bandwidth_efficiency,compute_efficiency")
+    assert res.exit_code == 0, res.output
+    cov = yaml.safe_load(out.read_text())["fit"]["coverage"]
+    assert cov == {"families": {"hopper": 6}, "gpus": {"h100-sxm": 6}, "models": {"llama-3.1-8b": 6},
+                   "dtypes": {"bf16/bf16": 6}}
+    w = workload_from_flags(None, model="llama-3.1-8b", rate_per_s=5, prompt_tokens=1000, output_tokens=200)
+    plan = recommend(dataclasses.replace(w, gpus=("h100-sxm", "a100-80gb")), profile=load_profile(out),
+                     settings=SearchSettings(trials=60, verify=0, top=8))
+    by_gpu = {r.pools[0].gpu: r.evidence for r in plan.rows}
+    assert by_gpu["h100-sxm"] is not None and by_gpu["h100-sxm"].measured
+    assert by_gpu["h100-sxm"].pools[0].measured_rows == 6 and by_gpu["h100-sxm"].unmeasured_families() == []
+    if "a100-80gb" in by_gpu:
+        assert by_gpu["a100-80gb"] is not None and by_gpu["a100-80gb"].unmeasured_families() == ["ampere"]

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "recommender"
 #: top-level module or package of ``recommender`` -> layer (lower = more basic)
 LAYERS: dict[str, int] = {
     # 0 foundations: errors, units, bounded reads, the YAML edge, the progress bar
-    "errors": 0, "units": 0, "bounded": 0, "httpread": 0, "yamlfile": 0, "atomic": 0, "progress": 0, "shipped": 0,
+    "errors": 0, "units": 0, "bounded": 0, "httpread": 0, "yamlfile": 0, "atomic": 0, "progress": 0, "shipped": 0, "version": 0,
     # 1 catalogs (data): dtype rules, kernel support, Hugging Face configs, the registry, name resolution
     "dtypes": 1, "kernels": 1, "hf_config": 1, "catalog": 1, "names": 1, "offers": 1,
     # 2 specs at the edge: workloads and engine profiles

@@ -67,6 +67,17 @@ def planner_conditions_error(ms: list[Measurement], profile: EngineProfile, cata
     return summarize(moved, [predict(m, profile, catalog) for m in moved])
 
 
+def coverage(ms: list[Measurement], catalog: Catalog) -> dict[str, dict[str, int]]:
+    """Rows per GPU family, GPU, model and weight/KV dtype pair: what the profile's evidence covers (the planner
+    marks plans on a covered family as measured; ``recommender.search.recommend_rows.measured_rows``)."""
+    out: dict[str, dict[str, int]] = {"families": {}, "gpus": {}, "models": {}, "dtypes": {}}
+    for m in ms:
+        for key, value in (("families", catalog.gpu(m.gpu).arch), ("gpus", m.gpu), ("models", m.model),
+                           ("dtypes", f"{m.weight_dtype}/{m.kv_dtype}")):
+            out[key][value] = out[key].get(value, 0) + 1
+    return {k: dict(sorted(v.items())) for k, v in out.items()}
+
+
 def select_engine(ms: tuple[Measurement, ...], engine: str) -> tuple[list[Measurement], list[Skip]]:
     """Rows of ``engine``; rows of other engines are skipped (a fit on one engine is no claim about another)."""
     keep = [m for m in ms if m.engine == engine]
@@ -119,7 +130,8 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
             bar.update(1)
     planner = planner_conditions_error(ms, res.profile, cat)
     extra = {"start_profile": start.source or start.engine,
-             "error_under_planner_conditions": {k: v.to_dict() for k, v in planner.items()}}
+             "error_under_planner_conditions": {k: v.to_dict() for k, v in planner.items()},
+             "coverage": coverage(ms, cat)}
     doc = profile_document(res.profile, fit_summary(res, read.files, skipped, extra))
     header = (f"Engine profile {name!r} written by `recommend calibrate` ({req.engine}).\n"
               "Use it with --profile on estimate, the recommender and replan.")

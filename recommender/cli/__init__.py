@@ -11,8 +11,13 @@ import pkgutil
 from recommender.cli.app import app
 
 for _mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    if _mod != "app":
+    if _mod not in ("app", "metavars"):
         importlib.import_module(f"{__name__}.{_mod}")
+
+from recommender.cli.metavars import name_metavars, plain_argument_names  # noqa: E402  (after the commands)
+
+name_metavars(app)
+plain_argument_names()
 
 
 def main() -> None:

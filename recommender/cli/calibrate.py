@@ -9,7 +9,9 @@ from typing import List, Optional
 import typer
 
 from recommender import progress
+from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
+from recommender.errors import ConfigError
 
 
 @app.command("calibrate")
@@ -30,6 +32,7 @@ def calibrate_cmd(
     held_out_by: str = typer.Option("source", "--held-out-by", help="Leave-one-group-out key: source (file or table), model, gpu, config."),
     fmt: str = typer.Option("text", "--format", "-f", help="text|json"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr."),
+    wide: options.Wide = False,
 ) -> None:
     """Fit efficiency parameters to benchmark results; report error before/after and held-out; write a profile."""
     from recommender.calibrate.api import CalibrateRequest, calibrate
@@ -41,8 +44,15 @@ def calibrate_cmd(
     if fmt not in ("text", "json"):
         raise typer.BadParameter("--format must be text or json")
     from recommender.bounded import check_replaceable
+    from recommender.cli.checks import check_writable_dir
 
     check_replaceable(out, "--out")  # before the fit: a FIFO, device, folder or symlink is refused, never replaced
+    if Path(out).is_dir():
+        raise ConfigError(f"--out {out}: is a directory; give a profile file name (e.g. profiles/my-cluster.yaml)")
+    try:
+        check_writable_dir(str(Path(out).parent), "--out")  # before the fit, not after it
+    except ConfigError as e:  # name the user's file, not only its folder
+        raise ConfigError(f"--out {out}: {str(e).split(': ', 1)[-1]}") from None
     defaults = {k: v for k, v in {"model": model, "gpu": gpu, "tp": tp, "weight_dtype": weight_dtype,
                                   "kv_dtype": kv_dtype, "max_num_seqs": max_num_seqs,
                                   "max_num_batched_tokens": max_num_batched_tokens}.items() if v is not None}
@@ -53,5 +63,5 @@ def calibrate_cmd(
     if fmt == "json":
         typer.echo(json.dumps(result_json(run.result, str(Path(out)), run.files, run.skipped), indent=2))
     else:
-        typer.echo(render_text(run.result, str(Path(out)), run.files, run.skipped, conditions=run.conditions,
-                               planner_error=run.planner_error, families=run.families))
+        options.echo_fitted(render_text(run.result, str(Path(out)), run.files, run.skipped, conditions=run.conditions,
+                                        planner_error=run.planner_error, families=run.families), wide)

@@ -34,6 +34,9 @@ def check_writable_file(path: str, flag: str) -> None:
     if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise ConfigError(f"{flag} {path}: not writable; choose another path")
     check_replaceable(p, flag)
+    why = _cannot_create_in(parent)
+    if why:
+        raise ConfigError(f"{flag} {path}: cannot write in {parent} ({why}); choose another path")
 
 
 def check_writable_dir(path: str, flag: str) -> None:
@@ -48,6 +51,22 @@ def check_writable_dir(path: str, flag: str) -> None:
         probe = probe.parent
     if not os.access(probe, os.W_OK):
         raise ConfigError(f"{flag} {path}: {probe} is not writable; choose another folder")
+    why = _cannot_create_in(probe)
+    if why:
+        raise ConfigError(f"{flag} {path}: cannot write in {probe} ({why}); choose another folder")
+
+
+def _cannot_create_in(folder: Path) -> str:
+    """Why a file cannot be created in ``folder`` (empty when it can): a real probe, since ``os.access``
+    says yes to root on read-only and virtual file systems (/proc, a read-only mount)."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".recommend-probe-", delete=True):
+            pass
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    return ""
 
 
 def check_plot(path: str) -> None:
@@ -125,4 +144,7 @@ def resolve_workload_names(w: Workload) -> Workload:
     cat.model(w.model)
     gpus = tuple(dict.fromkeys(cat.gpu_id(g) for g in w.gpus)) if w.gpus else None
     prices = {cat.gpu_id(k): v for k, v in w.usd_per_gpu_hour_overrides.items()}
-    return dataclasses.replace(w, gpus=gpus, usd_per_gpu_hour_overrides=prices)
+    owned = tuple(dataclasses.replace(o, gpu=cat.gpu_id(o.gpu)) for o in w.inventory)
+    if len({o.gpu for o in owned}) < len(owned):
+        raise ConfigError("--inventory names a GPU type twice; give each type once with its total count")
+    return dataclasses.replace(w, gpus=gpus, usd_per_gpu_hour_overrides=prices, inventory=owned)

@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import typer
 
+from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
 from recommender.deploy import cluster_options, render_deploy, write_deploy_files
 from recommender.errors import ConfigError
@@ -55,6 +56,7 @@ def deploy_cmd(
     history_secret: Optional[str] = typer.Option(None, "--history-secret", help="replan-cronjob: keep the history in PostgreSQL, URL from this Secret's key 'url' (default: SQLite on the job's volume)."),
     apply: bool = typer.Option(False, "--apply", help="replan-cronjob: patch the engine Deployments' replicas (same-shape changes within the policy); default: write the proposal only."),
     replan_image: str = typer.Option("recommender:latest", "--replan-image", help="replan-cronjob: container image with `recommend` installed."),
+    wide: options.Wide = False,
 ) -> None:
     """Write the vLLM serve script, Kubernetes manifests and production-stack Helm values for a plan
     (and, with --format replan-cronjob, a CronJob that re-plans it in the cluster)."""
@@ -83,5 +85,11 @@ def deploy_cmd(
     if as_json:
         typer.echo(json.dumps({"plan": str(plan), "rank": rank, "written": [str(p) for p in paths]}, indent=2))
     else:
-        for p in paths:
-            typer.echo(str(p))
+        from recommender.render.table import terminal_width
+
+        width = None if wide else terminal_width()
+        if width is None or all(len(str(p)) <= width for p in paths):
+            typer.echo("\n".join(str(p) for p in paths))
+        else:  # long folder: name it once, then each file under it
+            options.echo_fitted(f"wrote {len(paths)} files to {out}/:\n" + "\n".join(
+                f"  {p.relative_to(out) if p.is_relative_to(out) else p}" for p in paths), wide)

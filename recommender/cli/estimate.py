@@ -24,7 +24,7 @@ def estimate_cmd(
     kv_dtype: options.KvDtype = "bf16",
     batch: Optional[int] = typer.Option(None, "--batch", help="Static batch: B sequences prefilled and decoded together."),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", help="Requests in flight under continuous batching, or 'max'."),
-    context: Optional[int] = typer.Option(None, "--context", help="Sequences already hold T tokens: one decode step at that point."),
+    context: Optional[int] = typer.Option(None, "--context", parser=options.tokens("--context"), help="Sequences already hold T tokens: one decode step at that point."),
     prompt_tokens: options.PromptTokens = None,
     output_tokens: options.OutputTokens = None,
     engine: options.Engine = "vllm",
@@ -40,14 +40,15 @@ def estimate_cmd(
     request_rate: Optional[float] = typer.Option(None, "--request-rate", help="[--bench] requests/s; default inf (all at once)."),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="[--bench] client cap on requests in flight."),
     burstiness: float = typer.Option(1.0, "--burstiness", help="[--bench] gamma shape of the gaps: 1 = Poisson, < 1 burstier."),
-    random_input_len: Optional[int] = typer.Option(None, "--random-input-len", help="[--bench] prompt tokens (default 1024, or --prompt-tokens)."),
-    random_output_len: Optional[int] = typer.Option(None, "--random-output-len", help="[--bench] output tokens (default 128, or --output-tokens)."),
+    random_input_len: Optional[int] = typer.Option(None, "--random-input-len", parser=options.tokens("--random-input-len"), help="[--bench] prompt tokens (default 1024, or --prompt-tokens)."),
+    random_output_len: Optional[int] = typer.Option(None, "--random-output-len", parser=options.tokens("--random-output-len"), help="[--bench] output tokens (default 128, or --output-tokens)."),
     seed: int = typer.Option(0, "--seed", help="[--bench] random seed of the simulated arrivals."),
     data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp", help="vLLM's attention data-parallel ranks per engine (each TP --tp; MoE layers span tp x dp GPUs)."),
     enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", "-ep", help="Experts split whole over the engine's tp x dp GPUs (vLLM's flag; MoE models)."),
     speculative_config: Optional[str] = typer.Option(None, "--speculative-config", "-sc", help='vLLM\'s JSON, e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' (k defaults to the model\'s MTP layers).'),
     acceptance_rate: Optional[float] = typer.Option(None, "--acceptance-rate", help="Per-position draft acceptance in (0, 1] (default: the model catalog's fitted value)."),
     fmt_name: Annotated[str, options.format_option(options.TextOrJson)] = "text",
+    wide: options.Wide = False,
 ) -> None:
     """Explain one configuration: memory -> decode floor -> batched decode -> prefill -> capacity -> throughput -> cost."""
     fmt = options.choice(options.TextOrJson, fmt_name, "--format")
@@ -60,7 +61,7 @@ def estimate_cmd(
                           dp=data_parallel_size, ep=enable_expert_parallel, speculative_config=speculative_config,
                           acceptance_rate=acceptance_rate)
     if bench:
-        _bench(req, num_prompts, request_rate, max_concurrency, burstiness, random_input_len, random_output_len, seed, fmt)
+        _bench(req, num_prompts, request_rate, max_concurrency, burstiness, random_input_len, random_output_len, seed, fmt, wide)
         return
     dep, load, est = estimate_request(req)
     extra = {}
@@ -73,24 +74,26 @@ def estimate_cmd(
     if fmt == "json":
         typer.echo(estimate_json(dep, load, est, extra, cond, pricing))
     else:
-        typer.echo(render_walkthrough(dep, load, est, replicas, pricing, cond))
+        text = [render_walkthrough(dep, load, est, replicas, pricing, cond)]
         if extra:
             from recommender.units import fmt_seconds
 
-            typer.echo(f"\nUnder load: open-loop Poisson arrivals at {rate:g} req/s over {replicas} replica(s)")
+            text.append(f"\nUnder load: open-loop Poisson arrivals at {rate:g} req/s over {replicas} replica(s)")
             for k, v in extra.items():
                 if k == "rate_per_s":
                     continue
                 shown = fmt_seconds(v) if k.endswith("_s") and k != "output_tokens_per_s" and isinstance(v, float) else (
-                    f"{v:,.2f}" if isinstance(v, float) else str(v))
-                typer.echo(f"  {k:<18} {shown}")
+                    f"${v:,.4f}" if k.startswith("usd_per_million") else f"{v:,.2f}" if isinstance(v, float) else str(v))
+                text.append(f"  {k:<18} {shown}")
+        options.echo_fitted("\n".join(text), wide)
     if not est.fits:
         typer.echo(f"error: {does_not_fit_message(dep, est)}", err=True)
         raise typer.Exit(3)
 
 
 def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optional[float], max_concurrency: Optional[int],
-           burstiness: float, input_len: Optional[int], output_len: Optional[int], seed: int, fmt: str) -> None:
+           burstiness: float, input_len: Optional[int], output_len: Optional[int], seed: int, fmt: str,
+           wide: bool = False) -> None:
     """``--bench``: the run ``vllm bench serve`` would make, predicted; its result keys printed."""
     import dataclasses
     import json
@@ -128,14 +131,14 @@ def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optio
     if fmt == "json":
         typer.echo(json.dumps({**res, "load": load.describe(), "conditions": cond}, indent=2))
         return
-    typer.echo(f"Predicted `vllm bench serve` on {dep.model.id}, {req.replicas} x {dep.tp} {dep.gpu.id} "
-               f"({dep.weight_dtype} weights, {dep.kv_dtype} KV): {load.describe()}")
-    for c in cond:
-        typer.echo(f"  {c}")
-    typer.echo(f"  method: {res['method']}" + (" (discrete-event simulation of every request)" if res["method"] == "simulated"
+    text = [f"Predicted `vllm bench serve` on {dep.model.id}, {req.replicas} x {dep.tp} {dep.gpu.id} "
+               f"({dep.weight_dtype} weights, {dep.kv_dtype} KV): {load.describe()}"]
+    text += [f"  {c}" for c in cond]
+    text.append(f"  method: {res['method']}" + (" (discrete-event simulation of every request)" if res["method"] == "simulated"
                                                else " (finite-run transient: means only)"))
-    typer.echo("")
+    text.append("")
     for key, val in res.items():
         if key in ("method", "num_prompts", "request_rate", "burstiness", "max_concurrency"):
             continue
-        typer.echo(f"{key:<26} {val:,.2f}" if isinstance(val, float) else f"{key:<26} {val}")
+        text.append(f"{key:<26} {val:,.2f}" if isinstance(val, float) else f"{key:<26} {val}")
+    options.echo_fitted("\n".join(text), wide)

@@ -18,13 +18,9 @@ if TYPE_CHECKING:
 
 def _print_version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        from recommender.version import __version__
 
-        try:
-            installed = version("recommender")
-        except PackageNotFoundError:  # a source checkout that was never installed
-            installed = "(not installed)"
-        typer.echo(f"recommend {installed}")
+        typer.echo(f"recommend {__version__}")
         raise typer.Exit(0)
 
 
@@ -41,12 +37,12 @@ def main_job(
     slo: List[str] = typer.Option([], "--slo", help="SLO, repeatable or comma-separated: tpot=30ms, ttft=2s@p99, e2e=20s@p90, 'ttft=500ms,tpot=30ms'. A unit is required (us, ms, s, min); percentile p50|p90|p95|p99|mean, default p90. Overrides the file's SLO for the same metric."),
     top: int = typer.Option(5, "--top", help="Plans to show."),
     fmt: str = typer.Option("table", "--format", "-f", help="table|json|yaml|csv"),
-    wide: bool = typer.Option(False, "--wide", help="Every table column, whatever the terminal width."),
+    wide: bool = typer.Option(False, "--wide", help="Every table column and whole lines, whatever the terminal width (any command)."),
     report: Optional[str] = typer.Option(None, "--report", help="Write a self-contained HTML report (chart, table, per-plan walkthrough) to FILE.html."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write the Pareto chart alone to FILE (.html; .svg/.png need kaleido)."),
     seed: int = typer.Option(0, "--seed", help="Sampler seed (same seed, same plan)."),
     trials: Optional[int] = typer.Option(None, "--trials", help="Optuna trials (default: policies/search.yaml)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Search time limit in seconds."),
+    timeout: Optional[str] = typer.Option(None, "--timeout", help="Search time limit: 30s, 2min, or seconds (default: policies/search.yaml)."),
     storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL to keep the study (sqlite:///study.db, postgresql://..., or a .log journal file)."),
     study_name: Optional[str] = typer.Option(None, "--study-name", help="Study name in --storage (default: recommend-<workload name>)."),
     workers: int = typer.Option(1, "--workers", help="Processes sharing --storage (a .log journal file or PostgreSQL); the branch and bound is split by shape."),
@@ -55,6 +51,7 @@ def main_job(
     policy: Optional[str] = typer.Option(None, "--policy", help="Search policy YAML (default policies/search.yaml)."),
     verify: Optional[int] = typer.Option(None, "--verify", help="Verify the top K plans in the discrete-event simulator (default 3; 0 = off)."),
     confidence: float = typer.Option(0.5, "--confidence", help="Rank only plans whose P(all SLOs met), from the held-out error of their evidence class, is at least P (default 0.5: the point prediction meets them)."),
+    inventory: Optional[str] = typer.Option(None, "--inventory", help="Plan onto GPUs you own: h100-sxm=16,a100-80gb=8 (add @$2.10/h for an amortised price per GPU-hour; without one the cost counts GPU-hours). Nodes as they are (the GPU's NVLink domain; inventory: in the workload for other node sizes); says how many more GPUs the SLO needs when these are not enough."),
     provider: Optional[str] = typer.Option(None, "--provider", help="Price with this provider's offers only (catalogs/gpus offers:, e.g. lambda, coreweave, runpod); default: the cheapest offer per GPU."),
     emit: Optional[str] = typer.Option(None, "--emit", help="Write the plan JSON and rank 1's deployment files (vllm cmd, k8s, helm; see --targets) to DIR."),
     targets: str = typer.Option("all", "--targets", help="--emit: deploy formats to write, as `deploy --format` (e.g. all,kserve,llm-d or platforms)."),
@@ -68,6 +65,9 @@ def main_job(
     from recommender.cli.app import set_debug
 
     set_debug(debug)
+    from recommender.cli.options import set_wide
+
+    set_wide(wide)  # `recommend --wide SUBCOMMAND` keeps every line whole
     progress.configure(quiet=quiet)  # `recommend --quiet SUBCOMMAND ...` silences every command's bar
     if ctx.invoked_subcommand is not None:
         return
@@ -85,8 +85,9 @@ def main_job(
     from recommender.search.policy import load_search_policy
     from recommender.workload import Slo, load_workload, workload_from_flags
 
+    timeout_s = units.parse_duration_s(timeout, "--timeout") if timeout is not None else None
     check_main_options(fmt=fmt, formats=RENDERERS, top=top, workers=workers, storage=storage, trials=trials,
-                       seed=seed, timeout=timeout, plot=plot, report=report, emit=emit, verify=verify)
+                       seed=seed, timeout=timeout_s, plot=plot, report=report, emit=emit, verify=verify)
     if emit:
         from recommender.deploy import normalise_formats
 
@@ -103,10 +104,18 @@ def main_job(
         prompt_tokens=units.parse_count(prompt_tokens, "--prompt-tokens") if prompt_tokens else None,
         output_tokens=units.parse_count(output_tokens, "--output-tokens") if output_tokens else None,
     ).with_slos(slos)
+    if inventory:
+        import dataclasses
+
+        if provider:
+            raise fail(f"--provider {provider} prices rented GPUs and --inventory plans on GPUs you own; give one", 2)
+        from recommender.offers import parse_inventory
+
+        w = dataclasses.replace(w, inventory=parse_inventory(inventory))
     w = resolve_workload_names(w)
     if report:  # the report shows simulated against analytic percentiles for every listed plan
         verify = top if verify is None else max(verify, top) if verify else verify
-    settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout, storage=storage,
+    settings = SearchSettings(seed=seed, trials=trials, timeout_s=timeout_s, storage=storage,
                               study_name=study_name, workers=workers, top=top, verify=verify,
                               provider=provider, confidence=confidence)
     prof = resolve_profile(engine, profile)
@@ -121,12 +130,16 @@ def main_job(
     if plot:
         from recommender.render.plot import write_plot
 
-        write_plot(plot, plan, plan.evaluations)
+        with progress.bar(f"export {plot}", total=1, unit="file") as bar:
+            write_plot(plot, plan, plan.evaluations)
+            bar.update(1)
         typer.echo(f"wrote {plot}", err=True)
     if report:
         from recommender.render.report import write_report
 
-        write_report(report, plan, profile=prof)
+        with progress.bar(f"export {report}", total=1, unit="file") as bar:
+            write_report(report, plan, profile=prof)
+            bar.update(1)
         typer.echo(f"wrote {report}", err=True)
 
 

@@ -32,7 +32,7 @@ def choice(enum: type[E], value: str, flag: str) -> E:
 def format_option(enum: type[Enum], short: bool = True) -> Any:
     """The ``--format/-f`` option declaration listing ``enum``'s values."""
     names = ("--format", "-f") if short else ("--format",)
-    return typer.Option(*names, help="|".join(str(m.value) for m in enum))
+    return typer.Option(*names, metavar="FORMAT", help="|".join(str(m.value) for m in enum))
 
 
 class PlanFormat(str, Enum):
@@ -66,14 +66,58 @@ Replicas = Annotated[int, typer.Option("--replicas", help="Identical replicas (d
 WeightDtype = Annotated[Optional[str], typer.Option(
     "--weight-dtype", help="bf16|fp16|fp8|int8|int4|fp4|mxfp4 (default: the checkpoint's).")]
 KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV-cache dtype: bf16|fp8.")]
-PromptTokens = Annotated[Optional[int], typer.Option("--prompt-tokens", help="Prompt tokens per request.")]
-OutputTokens = Annotated[Optional[int], typer.Option("--output-tokens", help="Output tokens per request.")]
+def tokens(flag: str) -> Any:
+    """A typer ``parser`` for token counts: ``8000``, ``8k``, ``1.5M`` (``recommender.units.parse_count``)."""
+
+    def parse(text: str | int) -> int:
+        from recommender.errors import UnitError
+        from recommender.units import parse_count
+
+        try:
+            return parse_count(text, flag)  # a negative count is refused where the command checks its range
+        except UnitError as e:  # one line, like every other mistake (click would print a usage box)
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+
+    return parse
+
+
+PromptTokens = Annotated[Optional[int], typer.Option("--prompt-tokens", parser=tokens("--prompt-tokens"),
+                                                     help="Prompt tokens per request (2000 or 2k).")]
+OutputTokens = Annotated[Optional[int], typer.Option("--output-tokens", parser=tokens("--output-tokens"),
+                                                     help="Output tokens per request (200, 1k).")]
 Engine = Annotated[str, typer.Option("--engine", help="Efficiency profile: vllm|trtllm|sglang|lmdeploy|gpt-fast.")]
 Profile = Annotated[Optional[str], typer.Option("--profile", help="A calibrated profile YAML (overrides --engine).")]
 GpuMemoryUtilization = Annotated[float, typer.Option(
-    "--gpu-memory-utilization", help="vLLM's memory fraction (0.33 default 0.92).")]
+    "--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use (vLLM 0.33's default: 0.92).")]
 CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="CUDA graphs (off = eager launches).")]
 MaxNumSeqs = Annotated[Optional[int], typer.Option("--max-num-seqs", help="Engine batch limit (default: vLLM's for this GPU).")]
-MaxNumBatchedTokens = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="Engine token budget per step.")]
+MaxNumBatchedTokens = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", parser=tokens("--max-num-batched-tokens"),
+                                                            help="Engine token budget per step (8192 or 8k).")]
 ChunkedPrefill = Annotated[bool, typer.Option("--chunked-prefill/--no-chunked-prefill", help="vLLM chunked prefill.")]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed (same seed, same result).")]
+
+# -- output width -------------------------------------------------------------------------------------------
+Wide = Annotated[bool, typer.Option("--wide", help="Lines as long as they come (default: fitted to $COLUMNS or the terminal).")]
+
+#: set by the main callback's --wide (``recommend --wide SUBCOMMAND``)
+_wide_flag = [False]
+
+
+def set_wide(on: bool) -> None:
+    _wide_flag[0] = on
+
+
+def echo_fitted(text: str, wide: bool = False, *, err: bool = False) -> None:
+    """Echo ``text`` with every line fitted to the terminal (``recommender.render.table.fit_text``), unless
+    --wide (here or on the main command) or the output is a file or pipe without $COLUMNS."""
+    from recommender.render.table import fit_text
+
+    typer.echo(fit_text(text, None if wide else fitted_width()), err=err)
+
+
+def fitted_width() -> int | None:
+    """The width to fit text to: None with the main command's --wide, else ``terminal_width()``."""
+    from recommender.render.table import terminal_width
+
+    return None if _wide_flag[0] else terminal_width()

@@ -138,11 +138,11 @@ def render_result(r: ReplanResult) -> str:
     return "\n".join(lines)
 
 
-def _emit(r: ReplanResult, fmt: options.TableOrJson) -> None:
+def _emit(r: ReplanResult, fmt: options.TableOrJson, wide: bool = False) -> None:
     if fmt is options.TableOrJson.json:
         typer.echo(json.dumps(r.to_dict(), indent=2))
     else:
-        typer.echo(render_result(r))
+        options.echo_fitted(render_result(r), wide)
     if r.decision == "error":
         typer.echo(f"error: {r.reason}", err=True)
 
@@ -173,6 +173,7 @@ def replan_cmd(
     trials: Optional[int] = typer.Option(None, "--trials", help="Planner trials per run (default: the search policy's)."),
     seed: int = typer.Option(0, "--seed", help="Planner seed."),
     timeout: Optional[str] = typer.Option(None, "--timeout", help="Planner time budget per run (e.g. 20s; default: the search policy's)."),
+    wide: options.Wide = False,
 ) -> None:
     """Observe live traffic, forecast it, and propose (or, with --out, write) the next plan only when the policy says it is worth it.
 
@@ -233,10 +234,10 @@ def replan_cmd(
 
     if not watch_:
         result = step(plan)
-        _emit(result, fmt)
+        _emit(result, fmt, wide)
         raise typer.Exit(result.exit_code)
     try:
-        watch(step, plan, interval_s, on_result=lambda r: _emit(r, fmt))
+        watch(step, plan, interval_s, on_result=lambda r: _emit(r, fmt, wide))
     except KeyboardInterrupt:
         typer.echo("stopped", err=True)
         raise typer.Exit(0) from None
@@ -265,6 +266,7 @@ def history_cmd(
     limit: int = typer.Option(20, "--limit", "-n", help="Newest N runs."),
     deployment: Optional[str] = typer.Option(None, "--deployment", help="Only this deployment ('<workload>/<model>')."),
     full: bool = typer.Option(False, "--full", help="JSON: include the observed workload and both plans."),
+    wide: options.Wide = False,
 ) -> None:
     """List re-planning decisions, newest first: time, decision, USD/h before and after, and why."""
     from recommender.replan.history import History, records_to_dicts, sqlite_path, storage_url
@@ -291,6 +293,12 @@ def history_cmd(
                      "-" if d["usd_per_hour_proposed"] is None else f"{d['usd_per_hour_proposed']:.2f}",
                      "-" if d["observed_rate_per_s"] is None else f"{d['observed_rate_per_s']:.3g}",
                      "-" if d["forecast_rate_per_s"] is None else f"{d['forecast_rate_per_s']:.3g}", d["reason"]])
-    typer.echo(tabulate(rows, headers=["time (UTC)", "deployment", "decision", "wanted", "USD/h now", "USD/h proposed",
-                                       "req/s", "forecast", "reason"], tablefmt="simple", maxcolwidths=[None] * 8 + [70],
-                       disable_numparse=True))
+    from recommender.render.table import fit_rows
+
+    width = None if wide else options.fitted_width()
+    text, dropped = fit_rows(["time (UTC)", "deployment", "decision", "wanted", "USD/h now", "USD/h proposed", "req/s",
+                              "forecast", "reason"], rows, width=width,
+                             drop_order=["forecast", "wanted", "deployment", "USD/h proposed"], max_widths={"reason": 70})
+    if dropped:
+        text += f"\n{len(dropped)} columns hidden to fit {width} columns ({', '.join(dropped)}); --wide shows all."
+    options.echo_fitted(text, wide)

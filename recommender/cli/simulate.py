@@ -98,7 +98,8 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
         assert wl is not None
         prompt, output, rate, frac = wl.prompt_tokens, wl.output_tokens, wl.effective_rate_per_s, wl.shared_prefix_fraction
     return {"pools": pools, "rate": rate, "prompt": prompt, "output": output, "shared_prefix_fraction": frac,
-            "kv_transfer_s_per_token": xfer, "kv_link": link, "label": f"{plan} rank {rank} ({row.id})"}
+            "kv_transfer_s_per_token": xfer, "kv_link": link, "plan_load_utilisation": row.load_utilisation,
+            "label": f"{plan} rank {rank} ({row.id})"}
 
 
 def _echoed_lengths(echo: Any) -> tuple[Any, Any] | None:
@@ -200,7 +201,7 @@ def _doc(setup: dict[str, Any], ana: Any, sim: Any, requests: int, seed: int) ->
                "simulated": getattr(sim, f"{m}_s").to_dict()} for m in ("ttft", "tpot", "e2e")}
     return {
         "config": setup["label"], "rate_per_s": setup["rate"], "shared_prefix_fraction": setup["shared_prefix_fraction"],
-        "requests": sim.completed, "seed": seed,
+        "requests": sim.completed, "seed": seed, "plan_load_utilisation": setup.get("plan_load_utilisation"),
         "latency_s": lat,
         "analytic": {"stable": ana.stable, "utilisation": fin(ana.utilisation), "bottleneck": ana.bottleneck,
                      "mean_running_batch": fin(ana.mean_running_batch), "queue_wait_mean_s": fin(ana.queue_wait_mean_s),
@@ -226,10 +227,15 @@ def _text(doc: dict[str, Any]) -> str:
         for src in ("analytic", "simulated"):
             rows.append([m.upper(), src] + [s(d[src][k]) for k in ("mean", "p50", "p90", "p95", "p99")])
     a, sm = doc["analytic"], doc["simulated"]
-    util = "unstable" if not a["stable"] else f"utilisation {a['utilisation']:.2f} ({a['bottleneck']})"
+    # one vocabulary: the plan's load utilisation is rate / capacity; the analytic model's figure is its busiest
+    # resource; the simulator's is the share of time the engine runs a step
+    util = "unstable" if not a["stable"] else f"busiest resource at {a['utilisation']:.2f} of its capacity ({a['bottleneck']})"
+    plan_util = doc.get("plan_load_utilisation")
+    if plan_util is not None:
+        util += f"; the plan's load utilisation (rate / capacity) {plan_util:.2f}"
     head = (f"{doc['config']}: {doc['requests']:,} requests at {doc['rate_per_s']:.3g} req/s, seed {doc['seed']}\n"
             f"analytic: {util}, mean running {a['mean_running_batch'] if a['mean_running_batch'] is None else round(a['mean_running_batch'], 1)}\n"
-            f"simulated: mean running {sm['mean_running_batch']:.1f}, busy {sm['busy_fraction']:.0%}, "
+            f"simulated: mean running {sm['mean_running_batch']:.1f}, engine stepping {sm['busy_fraction']:.0%} of the time, "
             f"{sm['output_tokens_per_s']:,.0f} output tok/s, {sm['preempted']} preemptions, "
             f"peak queue {sm['max_queue_len']}, peak KV {sm['max_kv_usage']:.0%}"
             + ("" if sm["stable"] else "  [queue still growing: overloaded]"))
@@ -269,6 +275,7 @@ def simulate_cmd(
     timeseries: Optional[Path] = typer.Option(None, "--timeseries", help="Write queue / running / KV usage over time to this CSV."),
     fmt_name: Annotated[str, options.format_option(options.TextOrJson)] = "text",
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr."),
+    wide: options.Wide = False,
 ) -> None:
     """Simulate requests through a vLLM-like scheduler and print simulated percentiles beside the analytic model's."""
     if quiet:
@@ -289,6 +296,10 @@ def simulate_cmd(
         raise ConfigError(f"--rate {rate}: requests per second must be > 0")
     if shared_prefix_fraction is not None and not 0.0 <= shared_prefix_fraction < 1.0:
         raise ConfigError(f"--shared-prefix-fraction {shared_prefix_fraction}: must be in [0, 1)")
+    if timeseries is not None:
+        from recommender.cli.checks import check_writable_file
+
+        check_writable_file(str(timeseries), "--timeseries")  # before the run, not after it
     if plan is not None:
         setup = _plan_setup(plan, rank, workload)
         if rate is not None:
@@ -319,4 +330,7 @@ def simulate_cmd(
         w.writerows(zip(ts.t_s, ts.queue_len, ts.running, (round(k, 4) for k in ts.kv_usage)))
         atomic_write_text(Path(timeseries), buf.getvalue())
         doc["timeseries_csv"] = str(timeseries)
-    typer.echo(json.dumps(doc, indent=2) if fmt == "json" else _text(doc))
+    if fmt == "json":
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        options.echo_fitted(_text(doc), wide)

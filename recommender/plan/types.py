@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
+from recommender.offers import OwnedGpus
 from recommender.workload import Slo
 
 
@@ -270,6 +271,7 @@ class WorkloadEcho:
     source: str = ""
     params: float | None = None  # parameter count, only for models outside the catalog
     gpus: tuple[str, ...] | None = None  # the GPU types the workload allowed (None: every priced catalog GPU)
+    inventory: tuple[OwnedGpus, ...] = ()  # GPUs the user owns (--inventory): re-planning stays on them
 
 
 @dataclass(frozen=True)

@@ -207,7 +207,11 @@ def rent_label(pools: Sequence[Pool]) -> str:
             if part not in parts:
                 parts.append(part)
             continue
-        parts.append(f"{r.provider} $/GPU-h" if r.offer.per_gpu_billing else f"{r.instances} x {r.provider} {r.gpus_per_instance}-GPU")
+        if r.provider == "owned":  # the user's nodes (--inventory), billed per GPU in use
+            parts.append(f"{r.instances} owned {r.gpus_per_instance}-GPU node{'s' if r.instances > 1 else ''}")
+        else:
+            parts.append(f"{r.provider} $/GPU-h" if r.offer.per_gpu_billing else
+                         f"{r.instances} x {r.provider} {r.gpus_per_instance}-GPU")
     return " + ".join(parts) or "-"
 
 

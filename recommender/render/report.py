@@ -71,6 +71,12 @@ def _walkthrough(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str
     prompt = max(1, round(w.prompt_tokens.mean)) if w.prompt_tokens else 1
     output = max(1, round(w.output_tokens.mean)) if w.output_tokens else 1
     parts = []
+    if row.disaggregated:  # each pool as that pool, in the plan's numbers (not as two aggregated engines)
+        from recommender.render.pools import pd_pool_text
+
+        for pool in row.pools:
+            parts.append(f"<pre>{_e(pd_pool_text(plan, row, pool))}</pre>")
+        return "".join(parts)
     for pool in row.pools:
         role = pool.role.value
         # the pool's own cost (whole instances of its rented offer), per GPU it runs

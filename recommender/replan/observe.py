@@ -125,7 +125,7 @@ def _base_workload(wl: WorkloadEcho, slos: tuple[Slo, ...], gpus: tuple[str, ...
         model=wl.model, prompt_tokens=_dist_from_summary(wl.prompt_tokens, "prompt_tokens"),
         output_tokens=_dist_from_summary(wl.output_tokens, "output_tokens"),
         arrival_rate_per_s=wl.arrival_rate_per_s, shared_prefix_fraction=wl.shared_prefix_fraction,
-        gpus=gpus, slos=slos, name=wl.name or "workload", source=wl.source)
+        gpus=gpus, slos=slos, name=wl.name or "workload", source=wl.source, inventory=wl.inventory)
 
 
 def _max_model_len(plan: Plan) -> int | None:

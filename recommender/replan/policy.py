@@ -182,7 +182,7 @@ def policy_from_dict(doc: Mapping[str, Any], where: str = "<policy>", headroom: 
     try:
         return PolicySpec.model_validate(doc).build(search_headroom() if headroom is None else headroom)
     except ValidationError as e:
-        raise ConfigError(validation_message(e, where)) from None
+        raise ConfigError(validation_message(e, where, model=PolicySpec)) from None
     except ValueError as e:
         raise ConfigError(f"{where}: {e}") from None
 

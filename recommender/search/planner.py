@@ -18,7 +18,16 @@ from recommender.profiles import EngineProfile, engine_profile
 from recommender.search.evaluate import Evaluation, SearchContext, evaluate, headroom, rules_of
 from recommender.search.recommend_rows import RankedRow, rank_rows
 from recommender.search.policy import SearchPolicy, StudySettings, load_search_policy
-from recommender.search.space import Candidate, SpaceChoices, allowed_gpus, offers_for, resolve_dtype
+from recommender.search.space import (
+    Candidate,
+    SpaceChoices,
+    allowed_gpus,
+    inventory_shortfall,
+    inventory_space,
+    node_size,
+    offers_for,
+    resolve_dtype,
+)
 from recommender.search.to_plan import build_plan
 from recommender.units import fmt_seconds
 from recommender.workload import Workload
@@ -32,17 +41,21 @@ class SearchSettings(StudySettings):
     verify: int | None = None
     provider: str | None = None  # price with this provider's offers only (default: the cheapest offer per GPU)
     confidence: float = 0.5  # rank only plans with P(all SLOs met) >= this (0.5: the point prediction meets them)
+    unlimited_inventory: bool = False  # owned GPUs without their count (sizes what a shortfall needs)
 
 
 def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfile, catalog: Catalog,
-                  provider: str | None = None) -> SearchContext:
+                  provider: str | None = None, unlimited_inventory: bool = False) -> SearchContext:
     """Everything one search shares; each GPU is priced by its offers (of ``provider`` when given),
-    or by the workload's ``prices:`` override."""
+    or by the workload's ``prices:`` override; with an inventory, only the owned GPUs, as owned offers."""
     model = catalog.model(workload.model)
     check_context(workload, model)
     overrides = dict(workload.usd_per_gpu_hour_overrides)
-    gpus = allowed_gpus(catalog, workload.gpus, overrides, provider)
-    offers = {g.id: offers_for(g, overrides, provider) for g in gpus}
+    if workload.inventory:
+        gpus, offers = inventory_space(catalog, workload.inventory, workload.gpus, limited=not unlimited_inventory)
+    else:
+        gpus = allowed_gpus(catalog, workload.gpus, overrides, provider)
+        offers = {g.id: offers_for(g, overrides, provider) for g in gpus}
     prices = {gid: min(o.usd_per_gpu_hour for o in offs) for gid, offs in offers.items()}
     meta = catalog.model_meta.get(model.id, {})
     ckpts = {str(k).lower(): str(v) for k, v in (meta.get("quantized_checkpoints") or {}).items()}
@@ -221,8 +234,44 @@ def _no_fit_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) -> st
             f"allow larger GPUs (h200, b200, mi325x) or a smaller weight dtype")
 
 
+def shortfall_message(workload: Workload, why: str, *, settings: SearchSettings, profile: EngineProfile,
+                      catalog: Catalog, policy: SearchPolicy) -> str:
+    """The inventory cannot carry the workload: why, and how many more GPUs the cheapest plan on the owned GPU
+    types needs (a second search with as many nodes as it takes)."""
+    import dataclasses
+
+    listed = ", ".join(o.label() for o in workload.inventory)
+    head = f"the inventory ({listed}) cannot carry {workload.effective_rate_per_s:.3g} req/s"
+    head += f" within {', '.join(str(s) for s in workload.slos)}" if workload.slos else ""
+    try:
+        more = recommend(workload, settings=dataclasses.replace(settings, unlimited_inventory=True, verify=0, top=1,
+                                                                storage=None, workers=1),
+                         profile=profile, catalog=catalog, policy=policy)
+    except (InfeasibleError, DoesNotFitError) as e:
+        return f"{head}: {why}; no number of these GPUs would ({e})"
+    top = more.rows[0]
+    short = inventory_shortfall(workload.inventory, [(p.gpu, p.gpus) for p in top.pools])
+    need = ", ".join(f"{n} more {g}" for g, n in short.items()) or "no more GPUs"
+    uses = " + ".join(f"{p.replicas} x TP{p.tp} {p.gpu}" for p in top.pools)
+    owned = {o.gpu: o for o in workload.inventory}
+    whole = []
+    for g, n in short.items():  # what to own instead, in whole nodes
+        node = node_size(catalog.gpu(g), owned[g]) if g in owned else 1
+        total = -(-(n + (owned[g].count if g in owned else 0)) // node) * node
+        whole.append(f"{g}={total}")
+    return (f"{head}: the cheapest plan on these GPU types needs {top.gpus_total} GPUs ({uses}, {top.id}): "
+            f"{need} ({sum(short.values())} GPUs short; in whole nodes: --inventory {','.join(whole)})")
+
+
 def pricing_note(ctx: SearchContext, provider: str | None) -> str:
     """One line on where the prices came from (the plan footer and JSON ``search.pricing``)."""
+    if ctx.workload.inventory:
+        priced = [o for o in ctx.workload.inventory if o.usd_per_gpu_hour is not None]
+        what = ("amortised $/GPU-hour as given" if len(priced) == len(ctx.workload.inventory) else
+                "no price given for " + ", ".join(o.gpu for o in ctx.workload.inventory if o.usd_per_gpu_hour is None)
+                + ": cost counts its GPU-hours ($1 = 1 GPU-hour)")
+        return (f"owned GPUs only (--inventory {', '.join(o.label() for o in ctx.workload.inventory)}): whole nodes "
+                f"as they are, a TP group inside one node, billed per GPU in use; {what}")
     if ctx.workload.usd_per_gpu_hour_overrides:
         over = f"; workload prices: for {', '.join(sorted(ctx.workload.usd_per_gpu_hour_overrides))}"
     else:
@@ -319,7 +368,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
     catalog = catalog or default_catalog()
     _check_storage(settings)
     t0 = time.perf_counter()
-    ctx = build_context(workload, policy, profile, catalog, settings.provider)
+    ctx = build_context(workload, policy, profile, catalog, settings.provider, settings.unlimited_inventory)
     ch = space_choices(ctx)
     first: list[Candidate] = []
     warm = [warm_start] if isinstance(warm_start, Plan) else list(warm_start or [])
@@ -347,6 +396,8 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
         res = shape_search(ctx, ch, max_evaluations=max(1, trials // n), timeout_s=timeout, first=first, shard=(0, n),
                            min_evaluations=None if settings.trials else max(1, policy.front_trials // n),
                            on_evaluation=lambda _ev: bar.update(1))
+        bar.total = bar.n  # the search stops once rank 1 is proven: the bar ends full, not at a fraction of the cap
+        bar.refresh()
     record(study, ctx, ch, res.evaluations)
     for pr in procs:
         pr.join()
@@ -360,6 +411,9 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
                 evaluate(ctx, c)
     all_evals = list(ctx.evaluator)
     rows = rank_rows(ctx, all_evals, settings.top)
+    if not rows and workload.inventory and not settings.unlimited_inventory:
+        raise InfeasibleError(shortfall_message(workload, infeasible_message(ctx, all_evals), settings=settings,
+                                                profile=profile, catalog=catalog, policy=policy))
     if not rows:
         raise InfeasibleError(infeasible_message(ctx, all_evals))
     from recommender.search.bands import p_slo, with_bands

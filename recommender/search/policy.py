@@ -100,6 +100,7 @@ def load_search_policy(path: str | Path | None = None) -> SearchPolicy:
     try:
         spec = _SearchPolicySpec.model_validate(doc)
     except ValidationError as e:
-        raise ConfigError(validation_message(e, f"search policy {p}")) from None
+        text = p.read_text(errors="replace") if p.is_file() else None
+        raise ConfigError(validation_message(e, f"search policy {p}", model=_SearchPolicySpec, text=text)) from None
     d: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.model_dump().items()}
     return SearchPolicy(**d)

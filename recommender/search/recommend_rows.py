@@ -79,11 +79,15 @@ def pd_saving(ev: Evaluation, best_aggregated_usd_per_million: float | None) -> 
 
 def measured_rows(profile: EngineProfile, gpu_id: str) -> tuple[str, int]:
     """(family, measured rows behind the profile on that family): the family fit's rows
-    (``families:`` in the profile) plus the engine fit's rows on GPUs of the same family (the fit's
+    (``families:`` in the profile), or the rows the fit records for the family (``fit.coverage.families``,
+    written by ``recommend calibrate``), else (older profiles) the engine fit's rows on GPUs of the same family (the fit's
     held-out report ``by: gpu``, ``per_group.<gpu>.start.n``). Family = the GPU's catalog architecture."""
     family, rows = profile.evidence(gpu_id)
     gpus = default_catalog().gpus
     family = family or (gpus[gpu_id].arch if gpu_id in gpus else "")
+    covered = ((profile.fit or {}).get("coverage") or {}).get("families") or {}  # written by recommend calibrate
+    if isinstance(covered, dict) and isinstance(covered.get(family), int):
+        return family, max(rows, int(covered[family]))
     for report in (profile.fit or {}).get("held_out") or ():
         if not isinstance(report, dict) or report.get("by") != "gpu":
             continue

@@ -12,7 +12,7 @@ from recommender.dtypes import (
 )
 from recommender.errors import ConfigError
 from recommender.hf_config import ModelArch
-from recommender.offers import Offer, restrict, workload_offer
+from recommender.offers import Offer, OwnedGpus, owned_offer, restrict, workload_offer
 from recommender.perf.step import check_parallelism
 from recommender.sizing import Candidate
 
@@ -106,3 +106,32 @@ def offers_for(gpu: Gpu, overrides: dict[str, float], provider: str | None) -> t
     if gpu.id in overrides:
         return (workload_offer(gpu.id, overrides[gpu.id]),)
     return restrict(gpu.offers, provider)
+
+
+def node_size(gpu: Gpu, owned: OwnedGpus) -> int:
+    """GPUs per owned node: as the user gives it, else the GPU's NVLink domain (8 on HGX), or fewer if they own fewer."""
+    return owned.gpus_per_node or min(owned.count, gpu.interconnect.gpus_per_domain)
+
+
+def inventory_space(catalog: Catalog, inventory: tuple[OwnedGpus, ...], requested: tuple[str, ...] | None, *,
+                    limited: bool = True) -> tuple[list[Gpu], dict[str, tuple[Offer, ...]]]:
+    """The GPUs and offers of a search on owned GPUs only: each owned type (those of ``requested`` when given)
+    with its one ``owned`` offer (``recommender.offers.owned_offer``; ``limited=False``: as many nodes as needed,
+    to size a shortfall)."""
+    owned = [o for o in inventory if not requested or o.gpu in requested]
+    if not owned:
+        raise ConfigError(f"--inventory ({', '.join(o.gpu for o in inventory)}) has none of the GPUs asked for "
+                          f"({', '.join(requested or ())})")
+    gpus = [catalog.gpu(o.gpu) for o in owned]
+    offers: dict[str, tuple[Offer, ...]] = {g.id: (owned_offer(o, node_size(g, o), limited=limited),)
+                                            for g, o in zip(gpus, owned)}
+    return sorted(gpus, key=lambda g: g.id), offers
+
+
+def inventory_shortfall(inventory: tuple[OwnedGpus, ...], pools: list[tuple[str, int]]) -> dict[str, int]:
+    """GPUs missing per type: what ``pools`` ((gpu, GPUs) per pool) use beyond what is owned."""
+    need: dict[str, int] = {}
+    for gpu, n in pools:
+        need[gpu] = need.get(gpu, 0) + n
+    have = {o.gpu: o.count for o in inventory}
+    return {g: n - have.get(g, 0) for g, n in need.items() if n > have.get(g, 0)}

@@ -26,7 +26,7 @@ def _rental(p: EvalPool) -> Rental | None:
                                    else f"{n.kind} {n.gbps_per_instance:g} Gb/s per instance")
     return Rental(provider=o.provider, instances=r.instances, gpus_per_instance=o.gpus_per_instance,
                   usd_per_instance_hour=o.usd_per_instance_hour, usd_per_hour=r.usd_per_hour,
-                  offer=Offer(sku=o.sku, date=o.date, source=o.source, per_gpu_billing=o.per_tp_group),
+                  offer=Offer(sku=o.sku, date=o.date, source=o.source, per_gpu_billing=o.per_tp_group or o.owned),
                   shared=r.shared, network=net, rdma_resource=n.k8s_resource, rdma_per_gpu=n.k8s_per_gpu)
 
 
@@ -91,7 +91,8 @@ def workload_echo(w: Workload, model: ModelArch) -> WorkloadEcho:
                         name=w.name, arrival_rate_per_s=w.arrival_rate_per_s, offline_requests=w.offline_requests,
                         deadline_s=w.deadline_s, prompt_tokens=_lengths(w.prompt_tokens),
                         output_tokens=_lengths(w.output_tokens), max_model_len=w.max_model_len,
-                        shared_prefix_fraction=w.shared_prefix_fraction, source=w.source, gpus=w.gpus)
+                        shared_prefix_fraction=w.shared_prefix_fraction, source=w.source, gpus=w.gpus,
+                        inventory=w.inventory)
 
 
 def build_plan(*, workload: Workload, model: ModelArch, rows: Sequence[RankedRow], why: str, engine: str,

@@ -42,6 +42,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from recommender import progress
 from recommender.search.evaluate import Evaluation, SearchContext, kv_link
 from recommender.search.pareto import non_dominated
 from recommender.search.recommend_rows import QUALITY_RANK, RankedRow, more_rows, prefer_measured
@@ -261,45 +262,47 @@ def verify(ctx: SearchContext, rows: Sequence[RankedRow], evaluations: Sequence[
     passed = tried = 0
     pcts = [s.percentile for s in ctx.workload.slos] or ["p90"]
     done: dict[tuple[Any, ...], dict[str, Any]] = {}  # rows that simulate alike (e.g. fp8 / int8 weights on H100)
-    for r in pool:
-        if passed < k and tried < 3 * k:
-            # the queue's correlation time follows the fraction of capacity in use (the row's
-            # load_utilisation), not the busiest resource's utilisation, which is lower until saturation
-            rho = r.load_utilisation if r.load_utilisation is not None else r.evaluation.utilisation
-            n, warm = verify_run_length(utilisation=rho, percentiles=pcts, max_requests=ctx.policy.verify_requests)
-            key = (_simulated_alike(ctx, r.evaluation), n, warm)
-            if key not in done:
-                if ctx.workload.is_offline:
-                    # without SLOs only the finish time is checked: the burst's latencies are not simulated
-                    res, finish = simulate_offline_job(ctx, r.evaluation, OFFLINE_SLICE_REQUESTS, seed,
-                                                       slice_latencies=bool(ctx.workload.slos))
-                    done[key] = {**(sim_summary(res) if res is not None else {}), "job_finish_s": finish,
-                                 "warmup_requests": 0}
-                else:
-                    done[key] = sim_summary(simulate_evaluation(ctx, r.evaluation, n, seed, warm))
-            sim = done[key]
-            tried += 1
-            if not meets(ctx, sim):
-                if ctx.workload.is_offline:  # a finish time past the deadline: the burst slice is not noise-bound
-                    dropped.append((r, "finishes after the deadline"))
-                    continue
-                confirm_key = ("confirm", key)
-                if confirm_key not in done:
-                    why, sims = confirm_failure(ctx, r.evaluation, n, warm, seed)
-                    done[confirm_key] = {"why": why, "runs": sims}
-                why = str(done[confirm_key]["why"])
-                if why:
-                    dropped.append((r, why))
-                    continue
-                doubted.append(r)
-                sim = {**sim, "confirmation": [
-                    {"stable": x.get("stable"), **{f"{m}_s": x[f"{m}_s"] for m in ("ttft", "tpot", "e2e")}}
-                    for x in done[confirm_key]["runs"]]}
-            passed += 1
-            r = dataclasses.replace(r, simulated=sim)
-        kept.append(r)
-        if len(kept) >= top:
-            break
+    with progress.bar(f"verify top {k} in the simulator", total=k, unit="plan") as bar:
+        for r in pool:
+            if passed < k and tried < 3 * k:
+                # the queue's correlation time follows the fraction of capacity in use (the row's
+                # load_utilisation), not the busiest resource's utilisation, which is lower until saturation
+                rho = r.load_utilisation if r.load_utilisation is not None else r.evaluation.utilisation
+                n, warm = verify_run_length(utilisation=rho, percentiles=pcts, max_requests=ctx.policy.verify_requests)
+                key = (_simulated_alike(ctx, r.evaluation), n, warm)
+                if key not in done:
+                    if ctx.workload.is_offline:
+                        # without SLOs only the finish time is checked: the burst's latencies are not simulated
+                        res, finish = simulate_offline_job(ctx, r.evaluation, OFFLINE_SLICE_REQUESTS, seed,
+                                                           slice_latencies=bool(ctx.workload.slos))
+                        done[key] = {**(sim_summary(res) if res is not None else {}), "job_finish_s": finish,
+                                     "warmup_requests": 0}
+                    else:
+                        done[key] = sim_summary(simulate_evaluation(ctx, r.evaluation, n, seed, warm))
+                sim = done[key]
+                tried += 1
+                if not meets(ctx, sim):
+                    if ctx.workload.is_offline:  # a finish time past the deadline: the burst slice is not noise-bound
+                        dropped.append((r, "finishes after the deadline"))
+                        continue
+                    confirm_key = ("confirm", key)
+                    if confirm_key not in done:
+                        why, sims = confirm_failure(ctx, r.evaluation, n, warm, seed)
+                        done[confirm_key] = {"why": why, "runs": sims}
+                    why = str(done[confirm_key]["why"])
+                    if why:
+                        dropped.append((r, why))
+                        continue
+                    doubted.append(r)
+                    sim = {**sim, "confirmation": [
+                        {"stable": x.get("stable"), **{f"{m}_s": x[f"{m}_s"] for m in ("ttft", "tpot", "e2e")}}
+                        for x in done[confirm_key]["runs"]]}
+                passed += 1
+                bar.update(1)
+                r = dataclasses.replace(r, simulated=sim)
+            kept.append(r)
+            if len(kept) >= top:
+                break
     if dropped:
         kept = rerank(ctx, kept, evaluations, {r.candidate.key for r, _ in dropped})
     first = rows[0] if rows else None
