@@ -16,7 +16,7 @@ from recommender.profiles import EngineProfile, engine_profile
 from recommender.search.evaluate import Evaluation, SearchContext, evaluate, headroom, rules_of
 from recommender.search.recommend_rows import RankedRow, rank_rows
 from recommender.search.policy import SearchPolicy, StudySettings, load_search_policy
-from recommender.search.space import Candidate, SpaceChoices, allowed_gpus, offers_for, resolve_dtype
+from recommender.search.space import Candidate, SpaceChoices, allowed_gpus, moe_layouts, offers_for, resolve_dtype
 from recommender.search.to_plan import build_plan
 from recommender.units import fmt_seconds
 from recommender.workload import Workload
@@ -67,7 +67,8 @@ def space_choices(ctx: SearchContext) -> SpaceChoices:
     return SpaceChoices(gpus=tuple(ctx.gpus), tps=tuple(pol.tensor_parallel), weight_dtypes=tuple(wds),
                         kv_dtypes=tuple(pol.kv_dtypes), max_num_seqs=tuple(pol.max_num_seqs),
                         budgets=tuple(pol.max_num_batched_tokens), disaggregation=pol.disaggregation,
-                        pd_heterogeneous=pol.pd_heterogeneous_gpus)
+                        pd_heterogeneous=pol.pd_heterogeneous_gpus,
+                        layouts=moe_layouts(ctx.model, tuple(pol.tensor_parallel)))
 
 
 def seed_candidates(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
@@ -95,7 +96,8 @@ def candidate_from_plan_row(row: PlanRow) -> Candidate:
     budget = first.max_num_batched_tokens if first.chunked_prefill else 0
     return Candidate(gpu=first.gpu, tp=first.tp, weight_dtype=row.weight_dtype, kv_dtype=row.kv_dtype,
                      max_num_seqs=last.max_num_seqs, max_num_batched_tokens=budget, disaggregated=dis,
-                     decode_gpu=last.gpu if dis else "", decode_tp=last.tp if dis else 0)
+                     decode_gpu=last.gpu if dis else "", decode_tp=last.tp if dis else 0,
+                     dp=getattr(first, "data_parallel_size", 1), ep=getattr(first, "enable_expert_parallel", False))
 
 
 def why_rank_one(ctx: SearchContext, rows: Sequence[RankedRow]) -> str:
