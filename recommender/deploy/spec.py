@@ -75,6 +75,14 @@ class PoolSpec:
     max_model_len: int
     weights: WeightsChoice
     checkpoint_bytes: float  # bytes vLLM downloads and loads for one replica (whole checkpoint)
+    data_parallel_size: int = 1        # attention ranks per replica (MoE): a replica (pod) runs tp x dp GPUs
+    enable_expert_parallel: bool = False
+    num_speculative_tokens: int = 0    # MTP draft tokens (0: off)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica (one vLLM engine, one pod) runs: ``tp x data_parallel_size``."""
+        return self.tp * self.data_parallel_size
 
 
 @dataclass(frozen=True)
@@ -312,7 +320,8 @@ def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str,
         chunked_prefill=raw.chunked_prefill, enable_prefix_caching=raw.enable_prefix_caching,
         cuda_graphs=raw.cuda_graphs, gpu_memory_utilization=raw.gpu_memory_utilization,
         max_model_len=workload.max_model_len if workload.max_model_len is not None else row.max_model_len,
-        weights=weights, checkpoint_bytes=nbytes,
+        weights=weights, checkpoint_bytes=nbytes, data_parallel_size=raw.data_parallel_size,
+        enable_expert_parallel=raw.enable_expert_parallel, num_speculative_tokens=raw.num_speculative_tokens,
     )
     _check_model_tp(pool, pw, _num_heads(workload.model))
     return pool, weights_source

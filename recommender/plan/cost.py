@@ -33,7 +33,7 @@ def _resized(pool: Pool, replicas: int) -> Pool:
     GPUs x the per-GPU price)."""
     rental = pool.rental
     if rental is not None:
-        gpus = pool.tp * replicas
+        gpus = pool.gpus_per_replica * replicas
         if rental.offer.per_gpu_billing:
             per_gpu = rental.usd_per_instance_hour / max(rental.gpus_per_instance, 1)
             rental = dataclasses.replace(rental, usd_per_hour=gpus * per_gpu)

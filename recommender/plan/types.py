@@ -96,11 +96,22 @@ class Pool:
     checkpoint: str = ""  # pre-quantized checkpoint repo for this pool ("" = the plan's, else the model's)
     weights_bytes: float | None = None  # modelled weight bytes (only for models outside the catalog)
     rental: Rental | None = None  # the instances the pool rents (None: priced per GPU, or no price)
+    # MoE engine layout (vLLM flags; defaults = plain TP, left out of the file): attention ranks per replica
+    # (--data-parallel-size; a replica runs tp x dp GPUs), --enable-expert-parallel, MTP draft tokens
+    # (--speculative-config '{"method": "mtp", "num_speculative_tokens": k}'; 0 = off)
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    num_speculative_tokens: int = 0
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs of one replica (one vLLM engine): tp x data_parallel_size."""
+        return self.tp * self.data_parallel_size
 
     @property
     def gpus(self) -> int:
-        """GPUs the pool runs: tp x replicas."""
-        return self.tp * self.replicas
+        """GPUs the pool runs: tp x data_parallel_size x replicas."""
+        return self.gpus_per_replica * self.replicas
 
     @property
     def usd_per_hour(self) -> float | None:
@@ -203,7 +214,8 @@ class PlanRow:
             p, d = self.pools
             return f"P {p.replicas}x{p.gpu} TP{p.tp} + D {d.replicas}x{d.gpu} TP{d.tp}"
         p = self.pools[0]
-        return f"{p.gpu} TP{p.tp} x{p.replicas}"
+        layout = (f" DP{p.data_parallel_size}" if p.data_parallel_size > 1 else "") + (" EP" if p.enable_expert_parallel else "")
+        return f"{p.gpu} TP{p.tp}{layout} x{p.replicas}"
 
 
 @dataclass(frozen=True)

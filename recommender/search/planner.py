@@ -97,7 +97,7 @@ def candidate_from_plan_row(row: PlanRow) -> Candidate:
     return Candidate(gpu=first.gpu, tp=first.tp, weight_dtype=row.weight_dtype, kv_dtype=row.kv_dtype,
                      max_num_seqs=last.max_num_seqs, max_num_batched_tokens=budget, disaggregated=dis,
                      decode_gpu=last.gpu if dis else "", decode_tp=last.tp if dis else 0,
-                     dp=getattr(first, "data_parallel_size", 1), ep=getattr(first, "enable_expert_parallel", False))
+                     dp=first.data_parallel_size, ep=first.enable_expert_parallel)
 
 
 def why_rank_one(ctx: SearchContext, rows: Sequence[RankedRow]) -> str:
