@@ -23,7 +23,7 @@ from recommender.plan.types import Plan, PlanRow, Pool, WorkloadEcho
 
 
 def pools_usd_per_hour(pools: tuple[Pool, ...]) -> float | None:
-    """sum(usd_per_gpu_hour x tp x replicas); None when a pool carries no price."""
+    """sum(usd_per_gpu_hour x tp x data_parallel_size x replicas); None when a pool carries no price."""
     costs = [p.usd_per_hour for p in pools]
     return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
 

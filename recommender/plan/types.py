@@ -115,7 +115,7 @@ class Pool:
 
     @property
     def usd_per_hour(self) -> float | None:
-        """The rental's USD per hour, else usd_per_gpu_hour x tp x replicas (None when the plan carries no price)."""
+        """The rental's USD per hour, else usd_per_gpu_hour x GPUs (None when the plan carries no price)."""
         if self.rental is not None:
             return self.rental.usd_per_hour
         return None if self.usd_per_gpu_hour is None else self.usd_per_gpu_hour * self.gpus
@@ -183,7 +183,7 @@ class PlanRow:
 
     @property
     def gpus_total(self) -> int:
-        """GPUs of all pools: sum of tp x replicas."""
+        """GPUs of all pools: sum of tp x data_parallel_size x replicas."""
         return sum(p.gpus for p in self.pools)
 
     @property
