@@ -63,12 +63,19 @@ class Candidate:
     decode_gpu: str = ""
     decode_tp: int = 0
     pp: int = 1  # pipeline stages of an aggregated replica, one instance (TP group) each (recommender.sizing.pipeline)
+    dp: int = 1        # attention data-parallel ranks per engine (``--data-parallel-size``; aggregated MoE only)
+    ep: bool = False   # ``--enable-expert-parallel`` (MoE only)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs of one engine on one instance (aggregated): ``tp x dp`` (a pipeline stage when ``pp > 1``)."""
+        return self.tp * self.dp
 
     @property
     def key(self) -> str:
         chunk = f"b{self.max_num_batched_tokens}" if self.max_num_batched_tokens else "nochunk"
-        par = f"tp{self.tp}" + (f"pp{self.pp}" if self.pp > 1 else "")
-        base = f"{self.gpu}-{par}-{self.weight_dtype}-kv{self.kv_dtype}-s{self.max_num_seqs}-{chunk}"
+        layout = (f"pp{self.pp}" if self.pp > 1 else "") + (f"-dp{self.dp}" if self.dp > 1 else "") + ("-ep" if self.ep else "")
+        base = f"{self.gpu}-tp{self.tp}{layout}-{self.weight_dtype}-kv{self.kv_dtype}-s{self.max_num_seqs}-{chunk}"
         return f"pd-{base}-d-{self.decode_gpu}-tp{self.decode_tp}" if self.disaggregated else base
 
 
@@ -123,10 +130,17 @@ class Pool:
     kv_capacity_tokens: int = 0
     rental: Rental | None = None  # the whole instances the pool rents (None: priced per GPU)
     pp: int = 1  # pipeline stages per replica (each a TP group on its own instance)
+    dp: int = 1        # attention ranks per replica (engine); a replica runs tp x dp GPUs
+    ep: bool = False   # expert parallel
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.replicas
+        return self.tp * self.pp * self.dp * self.replicas
+
+    @property
+    def ranks(self) -> int:
+        """Replicas the load model runs: one per attention rank, ``replicas x dp``."""
+        return self.replicas * self.dp
 
     @property
     def usd_per_hour(self) -> float:
@@ -256,11 +270,16 @@ class Sizer:
 
     # -- step-cost models -------------------------------------------------------------------------
 
-    def cost_model(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits,
-                   pp: int = 1) -> tuple[StepCostModel | None, str]:
+    def cost_model(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits, dp: int = 1,
+                   ep: bool = False, pp: int = 1) -> tuple[StepCostModel | None, str]:
         """Cached (StepCostModel, "") or (None, why not: it does not fit) for one replica configuration
-        (``pp`` > 1: pipeline stages across instances, :func:`pipeline_cost`)."""
-        key = (gpu_id, tp, wd, kd, limits, pp)
+        (``pp`` > 1: pipeline stages across instances, :meth:`_pipeline_cost`).
+
+        With ``dp > 1`` or ``ep`` (a MoE model) the model is ONE attention rank of an engine of ``tp x dp`` GPUs
+        (``perf.moe``): the load model runs ``dp`` of them per engine, each with its own requests and KV."""
+        key: tuple[Any, ...] = (gpu_id, tp, wd, kd, limits) if dp == 1 and not ep else (gpu_id, tp, wd, kd, limits, dp, ep)
+        if pp > 1:
+            key = (*key, "pp", pp)
         hit = self._costs.get(key)
         if hit is None:
             if pp > 1:
@@ -270,7 +289,7 @@ class Sizer:
             dep = build_deployment(model=self.model, gpu=self.gpus[gpu_id], tp=tp, weight_dtype=wd, kv_dtype=kd,
                                    profile=self.profile, limits=limits,
                                    gpu_memory_utilization=self.rules.gpu_memory_utilization,
-                                   max_model_len=self.workload.max_model_len)
+                                   max_model_len=self.workload.max_model_len, dp=dp, ep=ep)
             m = dep.memory()
             if not m.fits:
                 hit = (None, f"does not fit: short by {m.shortfall_bytes_per_gpu / 1e9:.1f} GB per GPU")
@@ -316,6 +335,10 @@ class Sizer:
             whole, kv_capacity_tokens=m.kv_capacity_tokens, overhead_s=whole.overhead_s + (pp - 1) * PP_HOP_LATENCY_S,
             pp_hop_s_per_token=(pp - 1) * model.hidden_size * 2.0 / nic), ""
 
+    def pool_cost(self, p: Pool) -> tuple[StepCostModel | None, str]:
+        """:meth:`cost_model` of a sized pool (its GPU, TP, dtypes, limits, pipeline stages and MoE layout)."""
+        return self.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits, p.dp, p.ep, p.pp)
+
     def held_tokens_per_sequence(self) -> float:
         """Mean KV tokens one running sequence holds: its prompt, less the shared prefix (one copy for
         all sequences), and half its output: ``P x (1 - shared_prefix_fraction) + O / 2``."""
@@ -339,8 +362,11 @@ class Sizer:
     def replica_capacity_per_s(self, c: Candidate, cost: StepCostModel, limits: EngineLimits,
                                guess_per_s: float = 1.0) -> float:
         """Cached analytic capacity (requests/s) of one aggregated replica of ``c`` at ``limits``
-        (``recommender.load.capacity.analytic_capacity_per_s``, 0.5% tolerance, from below)."""
-        key = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.pp, limits)
+        (``recommender.load.capacity.analytic_capacity_per_s``, 0.5% tolerance, from below); with ``c.dp > 1``,
+        of one attention rank (an engine holds ``dp`` of them)."""
+        key: tuple[Any, ...] = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.pp, limits)
+        if c.dp > 1 or c.ep:
+            key = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.pp, limits, c.dp, c.ep)
         if key not in self._capacities:
             w = self.workload
             # another limits of the same shape is the better guess: capacities differ by tens of percent
@@ -364,13 +390,13 @@ class Sizer:
         if not ev.pools or not ev.feasible or rate <= 0:
             return ev.utilisation
         c = ev.candidate
-        maybe = [self.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits, p.pp)[0] for p in ev.pools]
+        maybe = [self.pool_cost(p)[0] for p in ev.pools]
         costs = [cost for cost in maybe if cost is not None]
         if len(costs) != len(maybe):
             return ev.utilisation
         if not c.disaggregated:
             p = ev.pools[0]
-            sat = p.replicas * self.replica_capacity_per_s(c, costs[0], p.limits, rate / p.replicas)
+            sat = p.ranks * self.replica_capacity_per_s(c, costs[0], p.limits, rate / p.ranks)
         else:
             pp, dp = ev.pools
             sat = saturation_rate_per_s(
@@ -623,9 +649,15 @@ class Sizer:
         )
 
     def _size_agg(self, c: Candidate, hint: tuple[int, ...] = ()) -> Evaluation:
+        """Replicas of an aggregated candidate. With data-parallel attention (``c.dp > 1``) a replica is one
+        engine of ``tp x dp`` GPUs running ``dp`` attention ranks: the load model sees ``replicas x dp`` ranks
+        (each its own scheduler, requests and KV cache, as vLLM's DP ranks are), and the rental holds groups
+        of ``tp x dp`` GPUs."""
         w = self.workload
+        dp = c.dp
+        g = c.gpus_per_replica
         limits = limits_of(c, w.max_model_len, w.prefix_caching)
-        cost, why = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits, c.pp)
+        cost, why = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits, dp, c.ep, c.pp)
         if cost is None:
             return self.infeasible(c, why, fits=False, binding="memory")
         above = self.seqs_above_kv(cost, limits)
@@ -633,12 +665,13 @@ class Sizer:
             return self.infeasible(c, above, True, "KV capacity")
         rate = w.effective_rate_per_s
         target = rate * (1 + self.headroom)
-        cap = self.replica_cap(c.tp, c.pp)
+        cap = self.replica_cap(g, c.pp)
         if cap < 1:
-            return self.infeasible(c, f"TP {c.tp} exceeds max_gpus {w.max_gpus}", True, "capacity")
+            return self.infeasible(c, f"TP {c.tp} x DP {dp} exceeds max_gpus {w.max_gpus}" if dp > 1 else
+                                   f"TP {c.tp} exceeds max_gpus {w.max_gpus}", True, "capacity")
 
         def run(r: int, at: float) -> Any:
-            return analyze(PoolSpec(cost=cost, limits=limits, replicas=r),
+            return analyze(PoolSpec(cost=cost, limits=limits, replicas=r * dp),
                            Traffic(rate_per_s=at, prompt=w.prompt_tokens, output=w.output_tokens,
                                    shared_prefix_fraction=w.shared_prefix_fraction))
 
@@ -647,22 +680,23 @@ class Sizer:
         kv_seqs = max(1, cost.kv_capacity_tokens // max(seq, 1))
         b = max(1, min(limits.max_num_seqs, kv_seqs))
         step = cost.decode_step_s(b, int(w.prompt_tokens.mean + w.output_tokens.mean / 2))
-        per_replica_req_s = b / step / max(w.output_tokens.mean, 1.0)
+        per_rank_req_s = b / step / max(w.output_tokens.mean, 1.0)
+        per_replica_req_s = per_rank_req_s * dp
         lower = max([1, math.ceil(target / per_replica_req_s), *hint[:1]])
-        per_replica_cap = self.replica_capacity_per_s(c, cost, limits, per_replica_req_s) if w.is_offline else math.inf
+        per_replica_cap = dp * self.replica_capacity_per_s(c, cost, limits, per_rank_req_s) if w.is_offline else math.inf
         if w.is_offline and per_replica_cap > 0:  # the job ends by OFFLINE_MAX_UTILISATION x its deadline
             lower = max(lower, math.ceil(rate / (OFFLINE_MAX_UTILISATION * per_replica_cap) - 1e-9))
         r = min_replicas(lambda k: self.ok(run(k, target)), lower, cap)
         if r is None:
             pools = (Pool("both", c.gpu, c.tp, cap, c.weight_dtype, c.kv_dtype, limits, self.prices[c.gpu],
-                          cost.kv_capacity_tokens, pp=c.pp),)
+                          cost.kv_capacity_tokens, pp=c.pp, dp=dp, ep=c.ep),)
             return self.price(c, pools, run(cap, rate), ok=False, reason=f"misses its SLOs even with {cap} replicas",
                               saturation_rate_per_s=cap * per_replica_cap if w.is_offline else None)
-        rental, why = self.rent_pool(c.gpu, c.tp, r, c.pp)
+        rental, why = self.rent_pool(c.gpu, g, r, c.pp)
         if rental is None:
             return self.infeasible(c, why, True, "capacity")
         pools = (Pool("both", c.gpu, c.tp, rental.replicas, c.weight_dtype, c.kv_dtype, limits, rental.offer.usd_per_gpu_hour,
-                      cost.kv_capacity_tokens, rental, pp=c.pp),)
+                      cost.kv_capacity_tokens, rental, pp=c.pp, dp=dp, ep=c.ep),)
         return self.price(c, pools, run(rental.replicas, rate), ok=True,
                           saturation_rate_per_s=rental.replicas * per_replica_cap if w.is_offline else None)
 

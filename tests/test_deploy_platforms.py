@@ -350,10 +350,10 @@ def test_pd_outputs_keep_roles_replicas_tp_and_the_kv_connector(path: Path, rank
         gpu = "amd.com/gpu" if pool["gpu"].startswith("mi") else "nvidia.com/gpu"
         w = workers[role]
         assert w["replicas"] == pool["replicas"]
-        assert w["podTemplate"]["spec"]["containers"][0]["resources"]["limits"][gpu] == str(pool["tp"])
+        assert w["podTemplate"]["spec"]["containers"][0]["resources"]["limits"][gpu] == str(pool["tp"] * pool.get("data_parallel_size", 1))
         r = roles[role]
         assert r["replicas"] == pool["replicas"] and r["leaderWorkerTemplate"]["size"] == 1
-        assert r["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["resources"]["limits"][gpu] == str(pool["tp"])
+        assert r["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["resources"]["limits"][gpu] == str(pool["tp"] * pool.get("data_parallel_size", 1))
         for target in ("dynamo", "disaggregatedset", "kserve", "llm-d"):
             parsed = check_serve_args(lines[target][role])
             assert parsed.get("tensor_parallel_size", 1) == pool["tp"], target

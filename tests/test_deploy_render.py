@@ -97,6 +97,12 @@ def expected_settings(doc: dict[str, Any], rank: int, role: str) -> dict[str, An
         exp["kv_transfer_config"] = {"kv_connector": "NixlConnector",
                                      "kv_role": {"prefill": "kv_producer", "decode": "kv_consumer"}[role],
                                      "kv_buffer_device": "cuda", "kv_connector_extra_config": {"backends": ["UCX"]}}
+    # MoE layouts (issue 21): flags only where the plan sets them (the parser then reports nothing: None)
+    dp = pool.get("data_parallel_size", 1)
+    exp["data_parallel_size"] = dp if dp > 1 else None
+    exp["enable_expert_parallel"] = True if pool.get("enable_expert_parallel") else None
+    k = pool.get("num_speculative_tokens", 0)
+    exp["speculative_config"] = {"method": "mtp", "num_speculative_tokens": k} if k else None
     return exp
 
 
@@ -186,7 +192,8 @@ def test_k8s_engines_match_the_plan(path: Path, rank: int) -> None:
         c = dep["spec"]["template"]["spec"]["containers"][0]
         resource = "amd.com/gpu" if pool["gpu"].startswith("mi") else "nvidia.com/gpu"
         assert dep["spec"]["replicas"] == pool["replicas"]
-        assert c["resources"]["limits"] == {resource: str(pool["tp"])}
+        # one pod is one engine: tp x data_parallel_size GPUs (issue 21)
+        assert c["resources"]["limits"] == {resource: str(pool["tp"] * pool.get("data_parallel_size", 1))}
         assert c["image"] == ("vllm/vllm-openai-rocm:v0.33.0" if resource == "amd.com/gpu" else "vllm/vllm-openai:v0.33.0")
         assert c["command"] == ["vllm", "serve"]
         # steered to the GPU model by the node label in the catalog (k8s.node_labels), softly by default
@@ -223,7 +230,7 @@ def test_helm_values_pass_the_chart_schema_and_expand_to_the_modelled_flags(path
     specs = values["servingEngineSpec"]["modelSpec"]
     assert len(specs) == len(row["pools"])
     for pool, ms in zip(sorted(row["pools"], key=lambda p: ["both", "prefill", "decode"].index(p["role"])), specs):
-        assert ms["replicaCount"] == pool["replicas"] and ms["requestGPU"] == pool["tp"]
+        assert ms["replicaCount"] == pool["replicas"] and ms["requestGPU"] == pool["tp"] * pool.get("data_parallel_size", 1)
         assert ms["tag"] == "v0.33.0"
         assert_settings(check_serve_args(chart_engine_argv(ms)), expected_settings(doc, rank, pool["role"]), ms["name"])
 

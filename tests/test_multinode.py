@@ -35,7 +35,7 @@ def test_405b_bf16_does_not_fit_one_h100_instance_but_a_pipeline_stage_does() ->
     ctx = build_context(W, BF16, engine_profile("vllm"), CAT)
     lim = EngineLimits(max_num_seqs=16, max_num_batched_tokens=1024)
     assert ctx.cost_model("h100-sxm", 8, "bf16", "fp8", lim)[0] is None
-    cost, why = ctx.cost_model("h100-sxm", 8, "bf16", "fp8", lim, 2)
+    cost, why = ctx.cost_model("h100-sxm", 8, "bf16", "fp8", lim, pp=2)
     assert cost is not None, why
     # one stage hop per step: hidden 16,384 x 2 B per token over the slowest NIC per GPU of the H100 offers that
     # name one (AWS p5 EFA, Azure ND H100 v5 IB, CoreWeave IB: 400 Gb/s = 50e9 B/s each)

@@ -153,6 +153,10 @@ def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, pro
     if static_plan.top.disaggregated:
         raise ConfigError("autoscaling plans one aggregated pool; this plan's rank 1 is prefill/decode "
                           "disaggregated (set disaggregation: false in the search policy)")
+    if static_plan.top.pools[0].data_parallel_size > 1:
+        raise ConfigError(f"autoscaling replays one plain-TP pool; this plan's rank 1 ({static_plan.top.id}) runs "
+                          f"data-parallel attention, which the day-long replay does not model yet (docs/moe.md); "
+                          f"restrict the workload's gpus or deploy the static plan")
     catalog = default_catalog()
     (cost, limits, dep), = pool_step_costs(static_plan, peak_w, profile=profile, catalog=catalog)
     c1 = replica_capacity_per_s(static_plan, peak_w, profile=profile, search=search)

@@ -71,8 +71,9 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
         dep = build_deployment(model=model, gpu=cat.gpu(p.gpu), tp=p.tp, weight_dtype=p.weight_dtype,
                                kv_dtype=p.kv_dtype, profile=profile, limits=limits,
                                gpu_memory_utilization=p.gpu_memory_utilization, cuda_graphs=p.cuda_graphs,
-                               max_model_len=max_len)
-        pools.append((p.role.value, dep, StepCostModel.build(dep), p.replicas))
+                               max_model_len=max_len, dp=p.data_parallel_size, ep=p.enable_expert_parallel)
+        # a data-parallel-attention replica is dp attention ranks, each its own scheduler (recommender.sizing)
+        pools.append((p.role.value, dep, StepCostModel.build(dep), p.replicas * p.data_parallel_size))
     xfer = 0.0
     link = None
     if len(pools) == 2:

@@ -72,7 +72,7 @@ def chart_engine_argv(model_spec: Mapping[str, Any], container_port: int = HTTP_
 
 def _model_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     o = engine_options(spec, pool)
-    cpu, memory = host_requests(pool.tp)
+    cpu, memory = host_requests(pool.gpus_per_replica)
     vllm_config: dict[str, Any] = {
         "enableChunkedPrefill": o.enable_chunked_prefill,
         "enablePrefixCaching": o.enable_prefix_caching,
@@ -100,12 +100,12 @@ def _model_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         "replicaCount": pool.replicas,
         "requestCPU": int(cpu),
         "requestMemory": memory,
-        "requestGPU": pool.tp,
+        "requestGPU": pool.gpus_per_replica,
         "requestGPUType": pool.gpu.k8s_resource,
         "pvcStorage": f"{cache_size_gib(pool.checkpoint_bytes)}Gi",
         # the chart makes one PVC per modelSpec, shared by that modelSpec's replicas
         "pvcAccessMode": ["ReadWriteMany" if pool.replicas > 1 else "ReadWriteOnce"],
-        "shmSize": shm_size(pool.tp),
+        "shmSize": shm_size(pool.gpus_per_replica),
         "hf_token": {"secretName": HF_TOKEN_SECRET, "secretKey": HF_TOKEN_KEY},
         "vllmConfig": vllm_config,
     }

@@ -153,8 +153,8 @@ def _pvc(spec: DeploySpec) -> dict[str, Any]:
 def engine_container(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     """The vLLM container of one pool (shared by the k8s form and the tests)."""
     argv = serve_argv(engine_options(spec, pool), "0.0.0.0", HTTP_PORT)
-    gpus = str(pool.tp)
-    cpu, memory = host_requests(pool.tp)
+    gpus = str(pool.gpus_per_replica)
+    cpu, memory = host_requests(pool.gpus_per_replica)
     env: list[dict[str, Any]] = [
         {"name": "HF_HOME", "value": HF_CACHE_PATH},
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY, "optional": True}}},
@@ -225,7 +225,7 @@ def _engine_deployment(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
                     "containers": [engine_container(spec, pool)],
                     "volumes": [
                         {"name": "hf-cache", "persistentVolumeClaim": {"claimName": f"{spec.name}-hf-cache"}},
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(pool.tp)}},
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(pool.gpus_per_replica)}},
                     ],
                 },
             },

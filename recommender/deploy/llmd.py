@@ -82,7 +82,7 @@ def _container(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         "env": [hf_token_env(), *nixl_env(pool)],
         "ports": [{"containerPort": port, "name": "http", "protocol": "TCP"}],
         # host CPU and memory as k8s.yaml's; the chart adds parallelism.tensor GPUs to requests and limits
-        "resources": {"requests": dict(zip(("cpu", "memory"), host_requests(pool.tp)))},
+        "resources": {"requests": dict(zip(("cpu", "memory"), host_requests(pool.gpus_per_replica)))},
         "mountModelVolume": True,
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
         "extraConfig": probes(pool, port=port),
@@ -93,9 +93,11 @@ def _role(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     role: dict[str, Any] = {
         "create": True,
         "replicas": pool.replicas,
-        "parallelism": {"tensor": pool.tp},
+        # data-parallel attention: the chart requests tensor x dataLocal GPUs per pod (its values schema)
+        "parallelism": {"tensor": pool.tp, **({"data": pool.data_parallel_size, "dataLocal": pool.data_parallel_size}
+                                              if pool.data_parallel_size > 1 else {})},
         "containers": [_container(spec, pool)],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(pool.tp)}}],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(pool.gpus_per_replica)}}],
     }
     placement = scheduling(spec, pool)
     if placement:

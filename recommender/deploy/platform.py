@@ -81,9 +81,10 @@ def nixl_env(pool: PoolSpec) -> list[dict[str, Any]]:
 
 
 def gpu_resources(pool: PoolSpec) -> dict[str, Any]:
-    """Requests and limits of one engine container: ``tp`` GPUs of the catalog resource, host CPU and memory."""
-    cpu, memory = host_requests(pool.tp)
-    gpus = str(pool.tp)
+    """Requests and limits of one engine container: ``tp x data_parallel_size`` GPUs of the catalog resource, host
+    CPU and memory."""
+    cpu, memory = host_requests(pool.gpus_per_replica)
+    gpus = str(pool.gpus_per_replica)
     return {"requests": {"cpu": cpu, "memory": memory, pool.gpu.k8s_resource: gpus},
             "limits": {pool.gpu.k8s_resource: gpus}}
 

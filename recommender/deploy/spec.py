@@ -78,6 +78,14 @@ class PoolSpec:
     rdma_resource: str = ""  # the offer's RDMA NIC device resource in Kubernetes ("" = not known)
     rdma_per_gpu: float = 0.0  # those devices per GPU
     pp: int = 1  # pipeline stages per replica, one node (TP group) each: a multi-node replica
+    data_parallel_size: int = 1        # attention ranks per replica (MoE): a replica (pod) runs tp x dp GPUs
+    enable_expert_parallel: bool = False
+    num_speculative_tokens: int = 0    # MTP draft tokens (0: off)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica (one vLLM engine, one pod) runs: ``tp x data_parallel_size``."""
+        return self.tp * self.data_parallel_size
 
 
 @dataclass(frozen=True)
@@ -327,6 +335,8 @@ def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str,
         weights=weights, checkpoint_bytes=nbytes,
         rdma_resource=raw.rental.rdma_resource if raw.rental else "",
         rdma_per_gpu=raw.rental.rdma_per_gpu if raw.rental else 0.0, pp=raw.pp,
+        data_parallel_size=raw.data_parallel_size,
+        enable_expert_parallel=raw.enable_expert_parallel, num_speculative_tokens=raw.num_speculative_tokens,
     )
     _check_model_tp(pool, pw, _num_heads(workload.model))
     context = _context_tokens(workload.model)

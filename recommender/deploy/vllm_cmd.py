@@ -18,6 +18,9 @@ cuda_graphs on              ``--max-cudagraph-capture-size min(max_num_seqs, 512
                             batch the plan allows is captured (vLLM's own cap is 512)
 cuda_graphs off             ``--enforce-eager``
 disaggregated role          ``--kv-transfer-config`` NixlConnector, kv_producer / kv_consumer
+data_parallel_size > 1      ``--data-parallel-size`` (attention ranks; the engine runs tp x dp GPUs)
+enable_expert_parallel      ``--enable-expert-parallel``
+num_speculative_tokens k>0  ``--speculative-config '{"method":"mtp","num_speculative_tokens":k}'``
 =========================== ================================================================
 
 Every argv is passed through :func:`recommender.deploy.vllm_flags.check_serve_args` before it is
@@ -89,6 +92,9 @@ class EngineOptions:
     max_cudagraph_capture_size: int | None  # None: CUDA graphs off (--enforce-eager)
     kv_transfer_config: dict[str, Any] | None = field(default=None, hash=False, compare=True)
     pipeline_parallel_size: int = 1  # > 1: stages on other nodes of a Ray cluster (--distributed-executor-backend ray)
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    speculative_config: dict[str, Any] | None = field(default=None, hash=False, compare=True)
 
 
 def engine_options(spec: DeploySpec, pool: PoolSpec) -> EngineOptions:
@@ -109,6 +115,10 @@ def engine_options(spec: DeploySpec, pool: PoolSpec) -> EngineOptions:
         max_cudagraph_capture_size=min(pool.max_num_seqs, MAX_CUDAGRAPH_CAPTURE_SIZE) if pool.cuda_graphs else None,
         kv_transfer_config=kv_transfer_config(pool.role, nixl_backend(spec)),
         pipeline_parallel_size=pool.pp,
+        data_parallel_size=pool.data_parallel_size,
+        enable_expert_parallel=pool.enable_expert_parallel,
+        speculative_config=({"method": "mtp", "num_speculative_tokens": pool.num_speculative_tokens}
+                            if pool.num_speculative_tokens > 0 else None),
     )
 
 
@@ -132,6 +142,12 @@ def extra_flag_groups(o: EngineOptions) -> list[list[str]]:
         groups.append(["--max-cudagraph-capture-size", str(o.max_cudagraph_capture_size)])
     if o.kv_transfer_config is not None:
         groups.append(["--kv-transfer-config", json.dumps(o.kv_transfer_config, separators=(",", ":"))])
+    if o.data_parallel_size > 1:
+        groups.append(["--data-parallel-size", str(o.data_parallel_size)])
+    if o.enable_expert_parallel:
+        groups.append(["--enable-expert-parallel"])
+    if o.speculative_config is not None:
+        groups.append(["--speculative-config", json.dumps(o.speculative_config, separators=(",", ":"))])
     return groups
 
 
@@ -170,7 +186,7 @@ def _script(spec: DeploySpec, pool: PoolSpec) -> str:
     lines = ["#!/bin/sh", *comment_lines(spec)]
     hosts = f"{pool.replicas} host(s)" if pool.pp == 1 else f"the first node of each of {pool.replicas} replica(s)"
     lines += ["#", f"# This script starts ONE {pool.role if pool.role != 'both' else 'engine'} replica: "
-              f"run it on {hosts}, each with {pool.tp} x {pool.gpu.id} GPU(s)."]
+              f"run it on {hosts}, each with {pool.gpus_per_replica} x {pool.gpu.id} GPU(s)."]
     if pool.pp > 1:
         lines += [
             f"# A replica spans {pool.pp} nodes of {pool.tp} GPUs (pipeline parallel, one stage per node) joined in a",

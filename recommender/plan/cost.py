@@ -23,7 +23,7 @@ from recommender.plan.types import Plan, PlanRow, Pool, WorkloadEcho
 
 
 def pools_usd_per_hour(pools: tuple[Pool, ...]) -> float | None:
-    """sum(usd_per_gpu_hour x tp x replicas); None when a pool carries no price."""
+    """sum(usd_per_gpu_hour x tp x data_parallel_size x replicas); None when a pool carries no price."""
     costs = [p.usd_per_hour for p in pools]
     return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
 
@@ -33,7 +33,7 @@ def _resized(pool: Pool, replicas: int) -> Pool:
     GPUs x the per-GPU price)."""
     rental = pool.rental
     if rental is not None:
-        gpus = pool.tp * pool.pp * replicas
+        gpus = pool.gpus_per_replica * replicas
         if rental.offer.per_gpu_billing:
             per_gpu = rental.usd_per_instance_hour / max(rental.gpus_per_instance, 1)
             rental = dataclasses.replace(rental, usd_per_hour=gpus * per_gpu)

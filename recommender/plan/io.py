@@ -80,6 +80,11 @@ def plan_document(plan: Plan) -> dict[str, Any]:
     """The plan as a JSON-ready dict (version 2); what JSON, YAML and CSV render from."""
     raw: dict[str, Any] = _plan_adapter().dump_python(plan, mode="json", exclude={"evaluations"})
     rows = []
+    for d in raw["rows"]:  # the MoE layout fields appear only where they differ from plain TP
+        for pool in d.get("pools", []):
+            for k, v in LAYOUT_DEFAULTS.items():
+                if pool.get(k) == v:
+                    pool.pop(k)
     for row, d in zip(plan.rows, raw["rows"]):
         head = {"rank": d.pop("rank"), "id": d.pop("id")}
         rows.append({**head, **_row_summary(row, plan.workload), **d})
@@ -90,6 +95,10 @@ def plan_document(plan: Plan) -> dict[str, Any]:
              and v is not None}
     doc: dict[str, Any] = _clean({**known, **extra})
     return doc
+
+
+#: pool fields written only when set (a plain-TP plan file is what it was before MoE layouts existed)
+LAYOUT_DEFAULTS: dict[str, Any] = {"data_parallel_size": 1, "enable_expert_parallel": False, "num_speculative_tokens": 0}
 
 
 def dump_plan(plan: Plan) -> str:
@@ -309,6 +318,9 @@ def _check_pool(p: Pool, max_model_len: int, where: str) -> None:
     if not (1 <= p.tp <= MAX_TP and 1 <= p.replicas <= MAX_REPLICAS):
         raise ConfigError(f"{where}: tp must be in 1..{MAX_TP} and replicas in 1..{MAX_REPLICAS:,} "
                           f"(got tp={p.tp}, replicas={p.replicas})")
+    if not (1 <= p.data_parallel_size <= MAX_TP and 0 <= p.num_speculative_tokens <= 8):
+        raise ConfigError(f"{where}: data_parallel_size must be in 1..{MAX_TP} and num_speculative_tokens in 0..8 "
+                          f"(got {p.data_parallel_size}, {p.num_speculative_tokens})")
     if p.max_num_seqs > MAX_ENGINE_SEQS or max(p.max_num_batched_tokens, max_model_len) > MAX_ENGINE_TOKENS:
         raise ConfigError(f"{where}: max_num_seqs / max_num_batched_tokens / max_model_len out of range")
     if p.max_num_seqs < 1 or max_model_len < 1:

@@ -117,15 +117,26 @@ class Pool:
     weights_bytes: float | None = None  # modelled weight bytes (only for models outside the catalog)
     rental: Rental | None = None  # the instances the pool rents (None: priced per GPU, or no price)
     pp: int = 1  # pipeline stages per replica, each a TP group on its own instance (multi-node: --pipeline-parallel-size)
+    # MoE engine layout (vLLM flags; defaults = plain TP, left out of the file): attention ranks per replica
+    # (--data-parallel-size; a replica runs tp x dp GPUs), --enable-expert-parallel, MTP draft tokens
+    # (--speculative-config '{"method": "mtp", "num_speculative_tokens": k}'; 0 = off)
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    num_speculative_tokens: int = 0
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs of one replica (one vLLM engine): tp x pp x data_parallel_size."""
+        return self.tp * self.pp * self.data_parallel_size
 
     @property
     def gpus(self) -> int:
-        """GPUs the pool runs: tp x pp x replicas."""
-        return self.tp * self.pp * self.replicas
+        """GPUs the pool runs: tp x pp x data_parallel_size x replicas."""
+        return self.gpus_per_replica * self.replicas
 
     @property
     def usd_per_hour(self) -> float | None:
-        """The rental's USD per hour, else usd_per_gpu_hour x tp x replicas (None when the plan carries no price)."""
+        """The rental's USD per hour, else usd_per_gpu_hour x GPUs (None when the plan carries no price)."""
         if self.rental is not None:
             return self.rental.usd_per_hour
         return None if self.usd_per_gpu_hour is None else self.usd_per_gpu_hour * self.gpus
@@ -200,7 +211,7 @@ class PlanRow:
 
     @property
     def gpus_total(self) -> int:
-        """GPUs of all pools: sum of tp x replicas."""
+        """GPUs of all pools: sum of tp x data_parallel_size x replicas."""
         return sum(p.gpus for p in self.pools)
 
     @property
@@ -231,7 +242,8 @@ class PlanRow:
             p, d = self.pools
             return f"P {p.replicas}x{p.gpu} TP{p.tp} + D {d.replicas}x{d.gpu} TP{d.tp}"
         p = self.pools[0]
-        return f"{p.gpu} TP{p.tp} x{p.replicas}"
+        layout = (f" DP{p.data_parallel_size}" if p.data_parallel_size > 1 else "") + (" EP" if p.enable_expert_parallel else "")
+        return f"{p.gpu} TP{p.tp}{layout} x{p.replicas}"
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,8 @@ def pool_step_costs(plan: Plan, workload: Workload, *, profile: EngineProfile,
         gpu = catalog.gpu(p.gpu)
         limits = _limits(p, max_len)
         wd, kd = p.weight_dtype, p.kv_dtype
-        dep = Deployment(model, gpu, p.tp, wd, kd, profile, limits, p.gpu_memory_utilization, p.cuda_graphs, max_len)
+        dep = Deployment(model, gpu, p.tp, wd, kd, profile, limits, p.gpu_memory_utilization, p.cuda_graphs, max_len,
+                         dp=p.data_parallel_size, ep=p.enable_expert_parallel)
         if not dep.memory().fits:
             raise RecommenderError(f"the current plan's {gpu.id} TP{dep.tp} {wd} pool no longer fits in memory "
                                    f"under this profile; re-plan from the workload file")
@@ -137,7 +138,9 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
         traffic = Traffic(rate_per_s=at_per_s, prompt=workload.prompt_tokens, output=workload.output_tokens,
                           shared_prefix_fraction=sfx)
         if link is None:
-            return analyze(PoolSpec(cost=costs[0][0], limits=costs[0][1], replicas=int(reps[0])), traffic)
+            # a replica of a data-parallel-attention engine is dp load-model ranks (recommender.sizing)
+            ranks = int(reps[0]) * row.pools[0].data_parallel_size
+            return analyze(PoolSpec(cost=costs[0][0], limits=costs[0][1], replicas=ranks), traffic)
         return analyze_disaggregated(Disaggregated(
             prefill=PoolSpec(cost=costs[0][0], limits=costs[0][1], replicas=int(reps[0])),
             decode=PoolSpec(cost=costs[-1][0], limits=costs[-1][1], replicas=int(reps[-1])), kv_link=link), traffic)

@@ -117,7 +117,7 @@ def analyze_fixed(ctx: SearchContext, ev: Evaluation, rate_per_s: float, output:
     """The analytic model of ``ev``'s pools (replicas fixed) at ``rate_per_s`` with the workload's lengths
     (``output``: other output lengths); None when a pool has no cost model."""
     w = ctx.workload
-    costs = [ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits)[0] for p in ev.pools]
+    costs = [ctx.pool_cost(p)[0] for p in ev.pools]
     traffic = Traffic(rate_per_s=rate_per_s, prompt=w.prompt_tokens, output=output or w.output_tokens,
                       shared_prefix_fraction=w.shared_prefix_fraction)
     if any(c is None for c in costs):

@@ -76,7 +76,7 @@ TTFT_SLACK = 0.95
 # examples and benchmarks/workloads/tight-tpot-70b.yaml (600 trials each, 2026-12-01) the model's TPOT was at
 # least 1.005x the bound without slack; the slack keeps it a bound on the configurations not sampled.
 TPOT_SLACK = 0.97
-ShapeKey = tuple[str, int, str, str]  # (gpu, tp, weight dtype, kv dtype)
+ShapeKey = tuple[str, int, str, str, int, bool]  # (gpu, tp, weight dtype, kv dtype, dp, ep)
 _QUANTILE = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
 
@@ -363,15 +363,16 @@ class Bounds:
 
     # -- candidates -----------------------------------------------------------------------------------
 
-    def generous_cost(self, gpu: str, tp: int, wd: str, kd: str) -> StepCostModel | None:
+    def generous_cost(self, gpu: str, tp: int, wd: str, kd: str, dp: int = 1, ep: bool = False) -> StepCostModel | None:
         """The step-cost model of (gpu, tp, dtypes) at the smallest limits of the space: the largest KV
-        capacity any limits give (the limits change nothing else in the model); None if even that does not fit."""
-        key = (gpu, tp, wd, kd)
+        capacity any limits give (the limits change nothing else in the model); None if even that does not fit.
+        With ``dp > 1`` or ``ep``: one attention rank of a MoE engine (``Sizer.cost_model``)."""
+        key = (gpu, tp, wd, kd, dp, ep)
         if key not in self._generous:
             w = self.sizer.workload
             lim = EngineLimits(max_num_seqs=self._min_seqs, max_num_batched_tokens=self._min_budget, chunked_prefill=True,
                                enable_prefix_caching=w.prefix_caching)
-            self._generous[key] = self.sizer.cost_model(gpu, tp, wd, kd, lim)[0]
+            self._generous[key] = self.sizer.cost_model(gpu, tp, wd, kd, lim, dp, ep)[0]
         return self._generous[key]
 
     def rentable(self, gpu: str, tp: int) -> bool:
@@ -384,7 +385,7 @@ class Bounds:
 
     def rentable_shape(self, c: Candidate) -> bool:
         """Every pool of ``c`` can be rented (:meth:`rentable`)."""
-        return self.rentable(c.gpu, c.tp) and (not c.disaggregated or self.rentable(c.decode_gpu, c.decode_tp))
+        return self.rentable(c.gpu, c.gpus_per_replica) and (not c.disaggregated or self.rentable(c.decode_gpu, c.decode_tp))
 
     def _seqs_refused(self, key: ShapeKey, seqs: int) -> bool:
         """``seqs`` above the grid's floor and above the sequences even the largest KV cache of ``key`` holds
@@ -400,9 +401,13 @@ class Bounds:
             self._ttft_cache[k] = self._ttft(cost, chunk, xfer)
         return self._ttft_cache[k]
 
-    def _usd(self, gpu: str, tp: int, r: int, lam_full: float) -> float:
+    def _usd(self, gpu: str, tp: int, r: int, lam_full: float, dp: int = 1) -> float:
         """Cost bound (USD/h) of ``r`` replicas; an offline job pays only while running, which is at least
-        ``rate / (r x lam_full)`` of the time (``lam_full``: the throughput bound at a full KV cache)."""
+        ``rate / (r x lam_full)`` of the time (``lam_full``: the throughput bound at a full KV cache).
+        ``dp > 1``: ``r`` counts attention ranks of ``tp`` GPUs; the sizer rents engines of ``tp x dp`` GPUs and
+        needs at least ``ceil(r / dp)`` of them (the offline bound is per GPU, the same either way)."""
+        if dp > 1 and not self.sizer.workload.is_offline:
+            return self._usd(gpu, tp * dp, -(-r // dp), lam_full)
         if self.sizer.workload.is_offline:
             if not math.isfinite(lam_full) or lam_full <= 0:
                 return 0.0
@@ -429,8 +434,9 @@ class Bounds:
             else:
                 r = self._replicas(cost, seqs, budget, True, True, self._budgets if any_budget else ())
                 ttft = self._ttft_cached(cost, key, budget, 0.0)
-                usd = self._usd(key[0], key[1], r, self._lam(cost, seqs, budget, True, True, 1.0))
-                self._agg_cache[k] = Bound(usd, self._latencies(ttft, self._decode_floor_s(cost)), (r,))
+                usd = self._usd(key[0], key[1], r, self._lam(cost, seqs, budget, True, True, 1.0), key[4])
+                # replicas are engines: r attention ranks need at least ceil(r / dp) engines of dp ranks
+                self._agg_cache[k] = Bound(usd, self._latencies(ttft, self._decode_floor_s(cost)), (-(-r // key[4]),))
         return self._agg_cache[k]
 
     def _prefill(self, key: ShapeKey, budget: int) -> tuple[float, dict[str, float], int] | None:
@@ -464,8 +470,8 @@ class Bounds:
     def of(self, c: Candidate) -> Bound | None:
         """Lower bounds for ``c``, or None when it cannot fit. ``max_num_seqs`` / ``max_num_batched_tokens``
         of 0 stand for "any": the bound then holds for every choice of ``seqs`` / ``budgets``."""
-        pkey = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype)
-        dkey = (c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype) if c.disaggregated else pkey
+        pkey: ShapeKey = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.dp, c.ep)
+        dkey: ShapeKey = (c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype, 1, False) if c.disaggregated else pkey
         if not self.rentable_shape(c):
             return None  # the sizer cannot rent a TP group of it: every combo is infeasible
         if c.pp > 1:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from recommender.search.policy import SearchPolicy
-from recommender.search.space import parallelism_valid, pd_pair_valid, weight_dtype_valid
+from recommender.search.space import layout_valid, parallelism_valid, pd_pair_valid, weight_dtype_valid
 from recommender.load.link import KvLink
 from recommender.offers import Rental
 from recommender.sizing import (
@@ -77,6 +77,11 @@ class Evaluator:
             if why:
                 role = ("prefill pool: " if gpu_id == c.gpu and tp == c.tp else "decode pool: ") if c.disaggregated else ""
                 return ctx.infeasible(c, role + why, fits=False, binding="invalid")
+        if c.dp > 1 or c.ep:
+            why = "data-parallel attention and expert parallelism are searched for aggregated pools only" \
+                if c.disaggregated else layout_valid(ctx.model, ctx.gpus[c.gpu], c.tp, c.dp, c.ep)
+            if why:
+                return ctx.infeasible(c, why, fits=False, binding="invalid")
         return ctx.size(c, lower)
 
 

@@ -23,6 +23,8 @@ def enumerate_space(ch: SpaceChoices, disaggregated: bool | None = None) -> Iter
     for g, tp, wd, kd, s, b in base:
         if disaggregated is not True:
             yield Candidate(g, tp, wd, kd, s, b)
+            for dp, ep in ch.layouts:  # MoE layouts (invalid ones evaluate as infeasible)
+                yield Candidate(g, tp, wd, kd, s, b, dp=dp, ep=ep)
         if ch.disaggregation and disaggregated is not False:
             for dg, dtp in itertools.product(ch.gpus if ch.pd_heterogeneous else (g,), ch.tps):
                 yield Candidate(g, tp, wd, kd, s, b, True, dg, dtp)

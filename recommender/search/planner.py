@@ -24,6 +24,7 @@ from recommender.search.space import (
     allowed_gpus,
     inventory_shortfall,
     inventory_space,
+    moe_layouts,
     node_size,
     offers_for,
     resolve_dtype,
@@ -95,7 +96,8 @@ def space_choices(ctx: SearchContext) -> SpaceChoices:
     return SpaceChoices(gpus=tuple(ctx.gpus), tps=tuple(pol.tensor_parallel), weight_dtypes=tuple(wds),
                         kv_dtypes=tuple(pol.kv_dtypes), max_num_seqs=tuple(pol.max_num_seqs),
                         budgets=tuple(pol.max_num_batched_tokens), disaggregation=pol.disaggregation,
-                        pd_heterogeneous=pol.pd_heterogeneous_gpus)
+                        pd_heterogeneous=pol.pd_heterogeneous_gpus,
+                        layouts=moe_layouts(ctx.model, tuple(pol.tensor_parallel)))
 
 
 def seed_candidates(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
@@ -123,7 +125,8 @@ def candidate_from_plan_row(row: PlanRow) -> Candidate:
     budget = first.max_num_batched_tokens if first.chunked_prefill else 0
     return Candidate(gpu=first.gpu, tp=first.tp, weight_dtype=row.weight_dtype, kv_dtype=row.kv_dtype,
                      max_num_seqs=last.max_num_seqs, max_num_batched_tokens=budget, disaggregated=dis,
-                     decode_gpu=last.gpu if dis else "", decode_tp=last.tp if dis else 0)
+                     decode_gpu=last.gpu if dis else "", decode_tp=last.tp if dis else 0,
+                     dp=first.data_parallel_size, ep=first.enable_expert_parallel)
 
 
 def why_rank_one(ctx: SearchContext, rows: Sequence[RankedRow]) -> str:

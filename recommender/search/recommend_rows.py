@@ -41,7 +41,8 @@ class RankedRow:
             p, d = ev.pools
             return f"P {p.replicas}x{p.gpu} TP{p.tp} + D {d.replicas}x{d.gpu} TP{d.tp}"
         p = ev.pools[0]
-        return f"{p.gpu} TP{p.tp} x{p.replicas}"
+        layout = (f" DP{p.dp}" if p.dp > 1 else "") + (" EP" if p.ep else "")
+        return f"{p.gpu} TP{p.tp}{layout} x{p.replicas}"
 
 
 #: Tie-break between equally priced, equally fast plans: the dtype that loses less accuracy first.

@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 from recommender.perf import memory as mem
 from recommender.search.bounds import Bound, Bounds
 from recommender.search.evaluate import SearchContext, evaluate
-from recommender.search.space import SpaceChoices, parallelism_valid, pd_pair_valid, weight_dtype_valid
+from recommender.search.space import SpaceChoices, layout_valid, parallelism_valid, pd_pair_valid, weight_dtype_valid
 from recommender.sizing import Candidate, Evaluation
 
 
@@ -187,7 +187,7 @@ def usd_per_hour_to_objective(ctx: SearchContext) -> float:
 
 def _combos(ch: SpaceChoices, shape: Candidate) -> list[Candidate]:
     return [Candidate(shape.gpu, shape.tp, shape.weight_dtype, shape.kv_dtype, s, b, shape.disaggregated,
-                      shape.decode_gpu, shape.decode_tp, shape.pp) for s in ch.max_num_seqs for b in ch.budgets]
+                      shape.decode_gpu, shape.decode_tp, pp=shape.pp, dp=shape.dp, ep=shape.ep) for s in ch.max_num_seqs for b in ch.budgets]
 
 
 #: Pipeline-parallel stage counts tried for a model no single instance holds (``pipeline_shapes``).
@@ -221,6 +221,7 @@ def shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
     agg: list[Candidate] = []
     pools: dict[tuple[str, str], list[tuple[str, int]]] = {}
     par = {(g, tp): not parallelism_valid(ctx.model, ctx.gpus[g], tp) for g in ch.gpus for tp in ch.tps}
+    layout_ok: dict[tuple[str, int, int, bool], bool] = {}
     dty = {(g, wd, kd): not weight_dtype_valid(ctx.model, ctx.gpus[g], wd, kd)
            for g in ch.gpus for wd in ch.weight_dtypes for kd in ch.kv_dtypes}
     for g, tp, wd, kd in itertools.product(ch.gpus, ch.tps, ch.weight_dtypes, ch.kv_dtypes):
@@ -228,6 +229,9 @@ def shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
             continue
         agg.append(Candidate(g, tp, wd, kd, 0, 0))
         pools.setdefault((wd, kd), []).append((g, tp))
+        for dp, ep in ch.layouts:  # MoE: data-parallel attention / expert parallel engines (aggregated)
+            if layout_ok.setdefault((g, tp, dp, ep), not layout_valid(ctx.model, ctx.gpus[g], tp, dp, ep)):
+                agg.append(Candidate(g, tp, wd, kd, 0, 0, dp=dp, ep=ep))
     pd: list[Candidate] = []
     pair_ok: dict[tuple[str, int, str, int], bool] = {}
     if ch.disaggregation:

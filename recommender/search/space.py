@@ -13,10 +13,12 @@ from recommender.dtypes import (
 from recommender.errors import ConfigError
 from recommender.hf_config import ModelArch
 from recommender.offers import Offer, OwnedGpus, owned_offer, restrict, workload_offer
+from recommender.perf.moe import check_layout
 from recommender.perf.step import check_parallelism
 from recommender.sizing import Candidate
 
-__all__ = ["Candidate", "SpaceChoices", "allowed_gpus", "parallelism_valid", "resolve_dtype", "weight_dtype_valid"]
+__all__ = ["Candidate", "SpaceChoices", "allowed_gpus", "layout_valid", "moe_layouts", "parallelism_valid", "resolve_dtype",
+           "weight_dtype_valid"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,9 @@ class SpaceChoices:
     budgets: tuple[int, ...]
     disaggregation: bool
     pd_heterogeneous: bool = False  # decode pool may use another GPU type than prefill
+    # MoE models only: (data-parallel attention size, expert parallel) layouts besides plain TP (1, False),
+    # each checked per GPU and TP by ``layout_valid``; aggregated pools only
+    layouts: tuple[tuple[int, bool], ...] = ()
 
 
 def resolve_dtype(dtype: str, model: ModelArch) -> str:
@@ -76,6 +81,32 @@ def parallelism_valid(model: ModelArch, gpu: Gpu, tp: int) -> str | None:
     except ConfigError as e:
         return str(e)
     return None
+
+
+def layout_valid(model: ModelArch, gpu: Gpu, tp: int, dp: int, ep: bool) -> str | None:
+    """None if vLLM runs ``--tensor-parallel-size tp --data-parallel-size dp [--enable-expert-parallel]`` of
+    ``model`` on one scale-up domain of ``gpu`` (``recommender.perf.moe.check_layout``: MoE for EP, ``tp x dp``
+    inside and dividing the domain, experts split evenly), else why not."""
+    if dp == 1 and not ep:
+        return None
+    if model.moe is None:
+        return f"{model.id} is a dense model: data-parallel attention and expert parallelism are for MoE models"
+    if ep and tp * dp == 1:
+        return "expert parallelism over one GPU is the plain TP-1 engine"
+    try:
+        check_layout(model, gpu.id, gpu.interconnect.gpus_per_domain, tp=tp, dp=dp, ep=ep)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def moe_layouts(model: ModelArch, sizes: tuple[int, ...]) -> tuple[tuple[int, bool], ...]:
+    """The (dp, ep) layouts the search adds for a MoE model: EP alone (``dp = 1``) and every DP size of
+    ``sizes`` above 1 with and without EP; none for a dense model (its plans stay TP x replicas)."""
+    if model.moe is None:
+        return ()
+    dps = sorted({d for d in sizes if d > 1})
+    return ((1, True), *((d, ep) for d in dps for ep in (False, True)))
 
 
 def allowed_gpus(catalog: Catalog, requested: tuple[str, ...] | None, overrides: dict[str, float] | None = None,

@@ -33,6 +33,7 @@ def candidate_from_params(p: dict[str, Any]) -> Candidate:
         max_num_seqs=int(p["max_num_seqs"]), max_num_batched_tokens=int(p["max_num_batched_tokens"]),
         disaggregated=dis, decode_gpu=p.get("decode_gpu", "") if dis else "",
         decode_tp=int(p.get("decode_tp", 0)) if dis else 0, pp=int(p.get("pp", 1)),
+        dp=int(p.get("data_parallel_size", 1)), ep=bool(p.get("enable_expert_parallel", False)),
     )
 
 
@@ -44,10 +45,14 @@ def params_of(c: Candidate) -> dict[str, Any]:
         d.update(decode_gpu=c.decode_gpu, decode_tp=c.decode_tp)
     if c.pp > 1:
         d["pp"] = c.pp
+    if c.dp > 1 or c.ep:  # MoE layouts only: dense trials keep their encoding
+        d.update(data_parallel_size=c.dp, enable_expert_parallel=c.ep)
     return d
 
 
 def suggest(trial: optuna.Trial, ch: SpaceChoices) -> Candidate:
+    """A sampler's candidate (``run_study``, the comparison search): plain TP layouts only; the shape search
+    covers the MoE layouts (``ch.layouts``)."""
     p: dict[str, Any] = {
         "gpu": trial.suggest_categorical("gpu", ch.gpus),
         "tp": trial.suggest_categorical("tp", ch.tps),
@@ -71,7 +76,9 @@ def distributions(ch: SpaceChoices) -> dict[str, Any]:
     d: dict[str, Any] = {"gpu": Cat(ch.gpus), "tp": Cat(ch.tps), "weight_dtype": Cat(ch.weight_dtypes),
                          "kv_dtype": Cat(ch.kv_dtypes), "max_num_seqs": Cat(ch.max_num_seqs),
                          "max_num_batched_tokens": Cat(ch.budgets), "disaggregated": Cat((False, True)),
-                         "decode_gpu": Cat(ch.gpus), "decode_tp": Cat(ch.tps), "pp": Cat((1, 2, 4))}
+                         "decode_gpu": Cat(ch.gpus), "decode_tp": Cat(ch.tps), "pp": Cat((1, 2, 4)),
+                         "data_parallel_size": Cat(tuple(sorted({1, *(dp for dp, _ in ch.layouts)}))),
+                         "enable_expert_parallel": Cat((False, True))}
     return d
 
 

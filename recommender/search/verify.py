@@ -78,7 +78,7 @@ def simulate_evaluation(ctx: SearchContext, ev: Evaluation, n_requests: int, see
                       shared_prefix_fraction=w.shared_prefix_fraction)
     costs: list[Any] = []
     for p in ev.pools:
-        cost, why = ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits, p.pp)
+        cost, why = ctx.pool_cost(p)
         assert cost is not None, why  # an evaluated (feasible) pool always has a cost model
         costs.append(cost)
     if c.disaggregated:
@@ -89,7 +89,7 @@ def simulate_evaluation(ctx: SearchContext, ev: Evaluation, n_requests: int, see
                           kv_link=ev.kv_link or kv_link(ctx, c)),
             traffic, n_requests=n_requests, seed=seed, warmup_requests=warmup_requests)
     p = ev.pools[0]
-    return simulate(PoolSpec(cost=costs[0], limits=p.limits, replicas=p.replicas), traffic, n_requests=n_requests,
+    return simulate(PoolSpec(cost=costs[0], limits=p.limits, replicas=p.ranks), traffic, n_requests=n_requests,
                     seed=seed, warmup_requests=warmup_requests)
 
 
@@ -115,7 +115,7 @@ def simulate_offline_job(ctx: SearchContext, ev: Evaluation, n_requests: int, se
     rng = random.Random(seed)
     rows = list(zip([0.0] * n, w.prompt_tokens.sample(rng, n), w.output_tokens.sample(rng, n)))
     replay = Replay(rows=tuple(rows), shared_prefix_fraction=w.shared_prefix_fraction)
-    costs: list[Any] = [ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits, p.pp)[0] for p in ev.pools]
+    costs: list[Any] = [ctx.pool_cost(p)[0] for p in ev.pools]
     assert all(c is not None for c in costs), "an evaluated plan has cost models"
     if ev.candidate.disaggregated:
         pp, dp = ev.pools
@@ -132,11 +132,11 @@ def simulate_offline_job(ctx: SearchContext, ev: Evaluation, n_requests: int, se
     p = ev.pools[0]
     burst: Any = None
     if slice_latencies:
-        burst = simulate(PoolSpec(cost=costs[0], limits=p.limits, replicas=p.replicas), replay, seed=seed)
+        burst = simulate(PoolSpec(cost=costs[0], limits=p.limits, replicas=p.ranks), replay, seed=seed)
     per_replica = simulated_capacity_per_s(cost=costs[0], limits=p.limits, prompt=w.prompt_tokens, output=w.output_tokens,
-                                           shared_prefix_fraction=w.shared_prefix_fraction, n_requests=max(n // p.replicas, 6 * p.limits.max_num_seqs, 2000),
+                                           shared_prefix_fraction=w.shared_prefix_fraction, n_requests=max(n // p.ranks, 6 * p.limits.max_num_seqs, 2000),
                                            seed=seed)
-    return burst, w.offline_requests / (p.replicas * per_replica)
+    return burst, w.offline_requests / (p.ranks * per_replica)
 
 
 def sim_summary(res: Any) -> dict[str, Any]:
@@ -169,7 +169,7 @@ def meets(ctx: SearchContext, sim: dict[str, Any]) -> bool:
 def _simulated_alike(ctx: SearchContext, ev: Evaluation) -> tuple[Any, ...]:
     """What a simulation of ``ev`` depends on: each pool's step-cost model (numbers only), limits and replicas,
     and the KV link of a P/D pair. Two rows equal here simulate identically under one seed."""
-    pools = tuple((ctx.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits, p.pp)[0], p.limits, p.replicas)
+    pools = tuple((ctx.pool_cost(p)[0], p.limits, p.ranks)
                   for p in ev.pools)
     return pools, ((ev.kv_link or kv_link(ctx, ev.candidate)) if ev.candidate.disaggregated else None)
 
