@@ -9,12 +9,12 @@ import pytest
 
 import recommender
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
 
 
 def readme_python_block() -> str:
     text = README.read_text(encoding="utf-8")
-    section = text.split("## Use it from Python", 1)[1].split("\n## ", 1)[0]
+    section = text.split("# Use it from Python", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 1, "the section holds exactly one python block"
     return blocks[0]
@@ -53,9 +53,9 @@ def test_import_is_light() -> None:
 
 @pytest.mark.slow
 def test_readme_python_block_runs(monkeypatch, capsys) -> None:
-    monkeypatch.chdir(README.parent)
+    monkeypatch.chdir(README.parent.parent)
     namespace: dict[str, object] = {}
-    exec(compile(readme_python_block(), "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    exec(compile(readme_python_block(), "docs/python-api.md", "exec"), namespace)  # noqa: S102 - our own README
     out = capsys.readouterr().out
     plan = namespace["plan"]
     assert isinstance(plan, recommender.Plan) and plan.rows and plan.top.rank == 1

@@ -82,6 +82,10 @@ def test_report_renders_in_chromium_with_one_point_per_plan(tmp_path: Path, brow
     assert any(t.startswith(("SLO 40.00ms", "SLO 40.00 ms")) for t in labels), labels
     assert len(browser.find_elements("css selector", "details[id^=plan-]")) == n_plans
     assert len(browser.find_elements("css selector", "table.ranked tbody tr")) == n_plans
+    # the cost axis is labelled in dollars as drawn (issue #27: plotly's log ticks read '1, 9 8 7 ... 2')
+    ticks = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#pareto .ytick text')).map(e => e.textContent)")
+    assert ticks and all(t.startswith("$") for t in ticks), ticks
     browser.save_screenshot(str(tmp_path / "report.png"))
     assert (tmp_path / "report.png").stat().st_size > 10_000
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
