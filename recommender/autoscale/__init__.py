@@ -21,7 +21,7 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -196,7 +196,3 @@ def summary_lines(ap: AutoscalePlan) -> list[str]:
         f"GPU-hours  autoscaled {c.gpu_hours:.1f}, static peak {c.static_gpu_hours:.1f} "
         f"({c.gpu_hours / c.static_gpu_hours:.2f}x), ideal autoscaler {c.ideal_gpu_hours:.1f}",
     ]
-
-
-def as_mapping(ap: AutoscalePlan) -> Mapping[str, Any]:
-    return ap.to_dict()
