@@ -39,14 +39,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from recommender.atomic import atomic_write_text  # noqa: E402
-from recommender.calibrate.fit import (ErrorStats, FitOptions, FitResult, HeldOut, fit_family, fit_profile,  # noqa: E402
-                                       held_out, split_error, summarize)
+from recommender.calibrate.fit import (ErrorStats, FitOptions, FitResult, HeldOut, ape, error_stats,  # noqa: E402
+                                       fit_family, fit_profile, held_out, split_error, summarize)
 from recommender.calibrate.measurements import Measurement, predict  # noqa: E402
 from recommender.calibrate.readers import read_published_csv  # noqa: E402
 from recommender.calibrate.report import fit_summary, parameter_table, profile_document, skipped_summary, write_profile  # noqa: E402
-from recommender.profiles import EngineProfile, FamilyFit, gpu_family  # noqa: E402
+from recommender.profiles import FIT_PARAMETERS, EngineProfile, FamilyFit, gpu_family  # noqa: E402
 
 ENGINES = ("trtllm", "lmdeploy", "gpt-fast", "vllm")
+#: What an engine fit may move: the calibrate set plus the GEMM curve's half point, the per-layer time under
+#: CUDA graphs and the 8-bit GEMM efficiency ratio (issue 22); the fitter freezes what the rows cannot tell.
+ENGINE_PARAMETERS = FIT_PARAMETERS + ("gemm_m_half_tokens", "layer_overhead_s", "fp8_gemm_efficiency_ratio")
 VLLM_PRIOR_SIGMA = 2.0
 DESCRIPTION = {
     "trtllm": "TensorRT-LLM (trtllm-bench / gptSessionBenchmark; TRT017 + TRT061 + TRTBLOG)",
@@ -60,7 +63,7 @@ AMD_CSV = ROOT / "tests/data/measurements/amd-mi300x.csv"
 
 
 def family_stage(engine: str, prof: EngineProfile, ms: list[Measurement], extra: list[Measurement],
-                 csv_name: str) -> tuple[EngineProfile, list[list[Any]]]:
+                 csv_name: str, verbose: bool = True) -> tuple[EngineProfile, list[list[Any]]]:
     """Per-family fits of one engine's profile (``extra``: rows only families use, e.g. the MI300X file)."""
     fams: list[FamilyFit] = []
     rows: list[list[Any]] = []
@@ -75,13 +78,73 @@ def family_stage(engine: str, prof: EngineProfile, ms: list[Measurement], extra:
             continue
         t0 = time.time()
         ff, rep = fit_family(fm, prof, fam, data=AMD_CSV.name if fam == "cdna3" else csv_name)
-        print(f"    {engine}/{fam}: {len(fm)} rows, {'kept' if rep.kept else 'dropped'} ({time.time() - t0:.0f}s)",
-              file=sys.stderr)
+        if verbose:
+            print(f"    {engine}/{fam}: {len(fm)} rows, {'kept' if rep.kept else 'dropped'} ({time.time() - t0:.0f}s)",
+                  file=sys.stderr)
         rows.append([engine, fam, len(fm), f"{rep.anchor_width:.2f}", rep.folds, _f(rep.engine_error), _f(rep.family_error),
                      ", ".join(f"{n} {v:.4g}" for n, v in rep.fitted.items()) or "-", "kept" if rep.kept else "dropped"])
         if ff is not None:
             fams.append(ff)
     return prof.replace(families=tuple(fams)), rows
+
+
+def fit_pipeline(engine: str, ms: list[Measurement], extra: list[Measurement], prior: EngineProfile | None,
+                 csv_name: str = "published.csv", families: bool = True) -> EngineProfile:
+    """The shipped profile of one engine from these rows alone: the engine fit (anchored to ``prior``) and the
+    per-family stage. ``benchmarks/bench_accuracy.py`` runs it on the training folds of its held-out splits,
+    so a held-out figure is the error of exactly this procedure on rows it did not see."""
+    start = prior.replace(engine=engine, source="anchor: the trtllm fit") if prior is not None else provisional(engine)
+    opts = (FitOptions(parameters=ENGINE_PARAMETERS, prior=prior, prior_sigma=VLLM_PRIOR_SIGMA) if prior is not None
+            else FitOptions(parameters=ENGINE_PARAMETERS))
+    prof = fit_profile(ms, start, opts, engine=engine).profile if ms else start
+    if families:
+        prof, _ = family_stage(engine, prof, ms, extra, csv_name, verbose=False)
+    return prof
+
+
+#: Folds of the held-out-by-configuration estimate (configurations = model / GPU / TP, dealt round-robin).
+CONFIG_FOLDS = 5
+
+
+def config_folds(ms: Sequence[Measurement], k: int = CONFIG_FOLDS) -> list[list[str]]:
+    """The configurations of ``ms`` (``model/gpu/tpN``) dealt round-robin, sorted by name, into ``k`` folds."""
+    names = sorted({m.group("config") for m in ms})
+    folds: list[list[str]] = [[] for _ in range(min(k, len(names)))]
+    for i, n in enumerate(names):
+        folds[i % len(folds)].append(n)
+    return folds
+
+
+def held_out_by_config(engine: str, ms: list[Measurement], extra: list[Measurement], prior: EngineProfile | None,
+                       k: int = CONFIG_FOLDS) -> dict[str, float]:
+    """Row id -> prediction by :func:`fit_pipeline` fitted without the row's whole configuration (k-fold).
+
+    A configuration (model, GPU, TP) is never split between training and test: its rows share the
+    weights, the bandwidth and the collectives, so a point held out beside its neighbours is no test."""
+    rows = list(ms) + list(extra)
+    out: dict[str, float] = {}
+    for fold in config_folds(rows, k):
+        train = [m for m in ms if m.group("config") not in fold]
+        train_x = [m for m in extra if m.group("config") not in fold]
+        test = [m for m in rows if m.group("config") in fold]
+        prof = fit_pipeline(engine, train, train_x, prior)
+        for m in test:
+            out[m.id] = predict(m, prof)
+    return out
+
+
+def evidence_block(ms: Sequence[Measurement], preds: dict[str, float]) -> dict[str, Any]:
+    """The ``fit.held_out_by_config`` block of a profile: held-out error over all rows, per metric and per GPU
+    family, with the rows and configurations behind each (``EngineProfile.held_out_evidence`` reads it)."""
+    def stats(rows: Sequence[Measurement]) -> dict[str, Any]:
+        e = error_stats([ape(preds[m.id], m.value) for m in rows if m.id in preds])
+        return {"rows": len(rows), "configurations": len({m.group("config") for m in rows}),
+                "median_ape_pct": round(e.median_ape, 2), "p90_ape_pct": round(e.p90_ape, 2)}
+    fams = sorted({m.group("family") for m in ms})
+    qs = sorted({m.quantity for m in ms})
+    return {"folds": CONFIG_FOLDS, "by": "configuration (model / GPU / TP), k-fold", "all": stats(ms),
+            "by_quantity": {q: stats([m for m in ms if m.quantity == q]) for q in qs},
+            "by_family": {f: stats([m for m in ms if m.group("family") == f]) for f in fams}}
 
 
 def provisional(engine: str) -> EngineProfile:
@@ -114,7 +177,8 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
 def fit_engine(engine: str, ms: list[Measurement], prior: EngineProfile | None, quick: bool) -> tuple[FitResult, list[HeldOut]]:
     # with an anchor, the fit starts there and parameters the rows cannot move keep the anchor's value
     start = prior.replace(engine=engine, source="anchor: the trtllm fit") if prior is not None else provisional(engine)
-    opts = FitOptions(prior=prior, prior_sigma=VLLM_PRIOR_SIGMA) if prior is not None else FitOptions()
+    opts = (FitOptions(parameters=ENGINE_PARAMETERS, prior=prior, prior_sigma=VLLM_PRIOR_SIGMA) if prior is not None
+            else FitOptions(parameters=ENGINE_PARAMETERS))
     src = sorted({m.source for m in ms})
     res = fit_profile(ms, start, opts, engine=engine,
                       source=f"fitted by benchmarks/fit_profiles.py on tests/data/measurements/published.csv "
@@ -218,6 +282,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_write:
         atomic_write_text(args.out, text)
         print(f"wrote {args.out}", file=sys.stderr)
+        evidence: dict[str, dict[str, Any]] = {}
+        if not args.quick:
+            for engine in ENGINES:
+                ms = [m for m in read.measurements if m.engine == engine]
+                extra_rows = [m for m in amd.measurements if m.engine == engine] if amd is not None else []
+                prior = results["trtllm"].profile if engine == "vllm" else None
+                preds = held_out_by_config(engine, ms, extra_rows, prior)
+                evidence[engine] = evidence_block(ms + extra_rows, preds)
+                print(f"[{time.time() - t0:5.1f}s] {engine}: held out by configuration "
+                      f"{evidence[engine]['all']['median_ape_pct']}%", file=sys.stderr)
         for engine, res in results.items():
             ms = [m for m in read.measurements if m.engine == engine]
             prov = [predict(m, provisional(engine)) for m in ms]
@@ -225,7 +299,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra = {"error_before_is": "the provisional profile (EngineProfile defaults)"}
             if engine == "vllm":
                 extra["anchor"] = f"trtllm fit, penalty ((p - p_trtllm) / ({VLLM_PRIOR_SIGMA} p_trtllm))^2 per parameter"
+            if engine in evidence:
+                extra["held_out_by_config"] = evidence[engine]
             doc = profile_document(res.profile, fit_summary(res, [csv_name], [], extra))
+            for fam, fd in (doc.get("families") or {}).items():
+                if engine in evidence and fam in evidence[engine]["by_family"]:
+                    fd["held_out_by_config"] = evidence[engine]["by_family"][fam]
             header = (f"Default efficiency profile for {DESCRIPTION[engine]}.\n"
                       f"Fitted by benchmarks/fit_profiles.py on {csv_name}; rerun the script rather than editing.\n"
                       "`recommend calibrate` writes profiles in this format for --profile.")

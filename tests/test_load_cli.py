@@ -35,7 +35,8 @@ def test_flags_json_low_rate_matches_the_perf_models_own_steps() -> None:
     dep = Deployment(model=cat.model("llama-3.1-8b"), gpu=cat.gpu("h100-sxm"), tp=1, weight_dtype="bf16", kv_dtype="fp8",
                      profile=resolve_profile("vllm", None), limits=EngineLimits(256, 8192, True, False), max_model_len=1050)
     cost = StepCostModel.build(dep)
-    prefill = cost.step_s(1000, *cost.prefill_chunk_cost(1000, 0))
+    # plus the profile's fixed per-request cost (vllm.yaml request_overhead_s, fitted on the fp8-KV blog's TTFTs)
+    prefill = cost.request_overhead_s + cost.step_s(1000, *cost.prefill_chunk_cost(1000, 0), prefill=True)
     decode = sum(cost.step_s(1, *cost.decode_seq_cost(1000 + k)) for k in range(1, 50)) / 49
     sim = doc["latency_s"]
     assert sim["ttft"]["simulated"]["p50"] == pytest.approx(prefill, rel=1e-9)

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from recommender import progress
-from recommender.calibrate.fit import (ErrorStats, FamilyReport, FitOptions, FitResult, fit_families, fit_profile,
-                                       held_out, summarize)
+from recommender.calibrate.fit import (ErrorStats, FamilyReport, FitOptions, FitResult, HeldOut, family_sigma,
+                                       fit_families, fit_profile, held_out, summarize)
 from recommender.calibrate.measurements import Measurement, Skip, predict
 from recommender.calibrate.readers import read_results
 from recommender.calibrate.report import fit_summary, profile_document, write_profile
@@ -74,6 +74,67 @@ def select_engine(ms: tuple[Measurement, ...], engine: str) -> tuple[list[Measur
     return keep, skip
 
 
+@dataclass(frozen=True)
+class UserFit:
+    """What :func:`fit_user_rows` decided: the fit, its k-fold check and whether it replaced the start profile."""
+
+    result: FitResult
+    check: HeldOut | None      # k-fold by configuration (by row for one configuration) on the user's rows
+    kept: bool                 # False: held out, the fit was no better than the start profile, which is kept
+    base: EngineProfile        # the start profile specialised to the rows' GPU family
+    opts: FitOptions = FitOptions()
+    families: tuple[FamilyReport, ...] = ()
+
+
+def user_base(ms: list[Measurement], start: EngineProfile) -> EngineProfile:
+    """The start profile as the user's rows see it: with their GPU family's parameters where all rows share one
+    family (an MI300X user starts from the ``cdna3`` fit, not the NVIDIA-fitted engine values); the start's
+    other families stay, for other GPUs."""
+    fams = {m.group("family") for m in ms}
+    if len(fams) != 1:
+        return start
+    spec = start.for_gpu(ms[0].gpu)
+    return spec.replace(family="", families=tuple(f for f in start.families if f.family != spec.family))
+
+
+def check_by(ms: list[Measurement]) -> str:
+    """The k-fold of the generalisation check: whole configurations, or rows when there is only one."""
+    return "config" if len({m.group("config") for m in ms}) >= 2 else "row"
+
+
+def fit_user_rows(ms: list[Measurement], start: EngineProfile, parameters: tuple[str, ...] = FIT_PARAMETERS,
+                  catalog: Catalog | None = None, check: bool = True) -> UserFit:
+    """The profile ``recommend calibrate`` writes for these rows.
+
+    The fit starts from :func:`user_base` and is anchored to it (``FitOptions.prior``, relative width
+    :func:`~recommender.calibrate.fit.family_sigma` of the row count: few rows move it little). It replaces
+    the start profile only if it generalises: k-fold by configuration over the user's rows (every
+    configuration predicted by a fit that did not see it) must give a lower median error than the start
+    profile on the same rows. Rows spanning GPU families then get per-family fits (kept only where they help
+    held out). Without ``check`` the fit is kept unconditionally."""
+    cat = catalog or default_catalog()
+    base = user_base(ms, start)
+    opts = FitOptions(parameters=tuple(parameters), prior=base.replace(families=()), prior_sigma=family_sigma(len(ms)))
+    res = fit_profile(ms, base, opts, cat, engine=start.engine)
+    h: HeldOut | None = None
+    kept = True
+    if check and len(ms) >= 4:
+        try:
+            h = held_out(ms, base, by=check_by(ms), opts=opts, catalog=cat, max_folds=KFOLD)
+        except CalibrationError:
+            h = None
+        if h is not None and not h.after["all"].median_ape < h.before["all"].median_ape:
+            kept = False
+            res = dataclasses.replace(res, profile=base.replace(engine=start.engine, source=res.profile.source),
+                                      fitted=(), after=res.before, after_by_source=res.before_by_source)
+    res = dataclasses.replace(res, profile=res.profile.replace(families=base.families))
+    reports: list[FamilyReport] = []
+    if kept and len({m.group("family") for m in ms}) >= 2:
+        fam_prof, reports = fit_families(ms, res.profile, catalog=cat)
+        res = dataclasses.replace(res, profile=fam_prof)
+    return UserFit(result=res, check=h, kept=kept, base=base, opts=opts, families=tuple(reports))
+
+
 def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> CalibrationRun:
     """Read ``req.results``, fit the engine's profile, add held-out error, write ``req.out`` atomically."""
     cat = catalog or default_catalog()
@@ -94,31 +155,37 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
         engines = sorted({m.engine for m in read.measurements})
         raise CalibrationError(f"no measurements of engine {req.engine!r} in {', '.join(read.files)} "
                                f"(found: {', '.join(engines) or 'none'}); pass --engine")
-    opts = FitOptions(parameters=tuple(params))
     name = Path(req.out).stem
     by = "file" if req.held_out_by == "file" else req.held_out_by
     groups = {m.group(by) for m in ms}
     if len(groups) < 2 and len(ms) >= 2 * KFOLD:
         by = "row"   # one source: k-fold over rows instead of leaving a source out
-    spans_families = len({m.group("family") for m in ms}) >= 2
-    with progress.bar(f"calibrate: fit on {len(ms)} rows", total=3 if spans_families else 2, unit="stage") as bar:
-        res = fit_profile(ms, start, opts, cat, engine=req.engine,
-                          source=f"recommend calibrate: {len(ms)} measurements from {', '.join(Path(f).name for f in read.files)}")
+    with progress.bar(f"calibrate: fit on {len(ms)} rows", total=2, unit="stage") as bar:
+        bar.set_postfix_str(f"fit, checked {min(KFOLD, len({m.group(check_by(ms)) for m in ms}))}-fold by {check_by(ms)}")
+        uf = fit_user_rows(ms, start, tuple(params), cat)
+        src = f"recommend calibrate: {len(ms)} measurements from {', '.join(Path(f).name for f in read.files)}"
+        if not uf.kept:
+            src += " (the fit did not beat the start profile held out: the start profile's values are kept)"
+        res = dataclasses.replace(uf.result, profile=uf.result.profile.replace(source=src))
         bar.update(1)
-        bar.set_postfix_str(f"held-out, {min(KFOLD, len({m.group(by) for m in ms}))} folds by {by}")
-        try:
-            res = res.with_held_out(held_out(ms, start, by=by, opts=opts, catalog=cat, max_folds=KFOLD))
-        except CalibrationError:
-            pass
+        bar.set_postfix_str(f"held-out, {min(KFOLD, len(groups))} folds by {by}")
+        if uf.check is not None and by == check_by(ms):
+            res = res.with_held_out(uf.check)
+        else:
+            try:
+                res = res.with_held_out(held_out(ms, uf.base, by=by, opts=uf.opts, catalog=cat, max_folds=KFOLD))
+            except CalibrationError:
+                pass
         bar.update(1)
-        fam_reports: list[FamilyReport] = []
-        if spans_families:
-            bar.set_postfix_str("per-GPU-family fits")
-            fam_prof, fam_reports = fit_families(ms, res.profile, catalog=cat)
-            res = dataclasses.replace(res, profile=fam_prof)
-            bar.update(1)
+    fam_reports = list(uf.families)
     planner = planner_conditions_error(ms, res.profile, cat)
-    extra = {"start_profile": start.source or start.engine,
+    extra: dict[str, Any] = {"start_profile": start.source or start.engine}
+    if uf.check is not None:
+        extra["generalisation_check"] = {
+            "by": check_by(ms), "folds": uf.check.folds, "kept": uf.kept,
+            "start_median_ape_pct": round(uf.check.before["all"].median_ape, 2),
+            "fit_median_ape_pct": round(uf.check.after["all"].median_ape, 2)}
+    extra |= {
              "error_under_planner_conditions": {k: v.to_dict() for k, v in planner.items()}}
     doc = profile_document(res.profile, fit_summary(res, read.files, skipped, extra))
     header = (f"Engine profile {name!r} written by `recommend calibrate` ({req.engine}).\n"
@@ -128,4 +195,4 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
                           planner_error=planner, families=tuple(fam_reports))
 
 
-__all__ = ["CalibrateRequest", "CalibrationRun", "calibrate", "select_engine", "HELD_OUT_KEYS"]
+__all__ = ["CalibrateRequest", "CalibrationRun", "calibrate", "fit_user_rows", "UserFit", "user_base", "select_engine", "HELD_OUT_KEYS"]

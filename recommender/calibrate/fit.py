@@ -48,7 +48,8 @@ from recommender.profiles import BOUNDS, FIT_PARAMETERS, EngineProfile, FamilyFi
 BAD_RESIDUAL = 3.0
 #: Fixed costs per step (or per layer per step). At large batches they are amortised over hundreds of
 #: sequences and trade off against per-sequence costs, so only rows with small batches separate them.
-STEP_LATENCY_PARAMETERS = ("step_overhead_s", "allreduce_latency_s", "allreduce_latency_pcie_s", "layer_launch_overhead_s")
+STEP_LATENCY_PARAMETERS = ("step_overhead_s", "allreduce_latency_s", "allreduce_latency_pcie_s", "layer_launch_overhead_s",
+                           "layer_overhead_s")
 SMALL_BATCH = 16
 
 

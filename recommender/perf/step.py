@@ -6,20 +6,32 @@ For one replica (a TP group of ``tp`` GPUs) processing ``T`` new tokens::
                       + kv_read_bytes / tp
     flops           = T x 2 x linear_active_params + attention_flops          (whole group)
     bw              = hbm_bandwidth x hbm_bandwidth_efficiency            (per GPU)
-    compute         = tp x dense_flops(compute dtype) x compute_efficiency (whole group)
-    gemm_s          = max(weight_bytes_per_gpu / bw, T x 2 x linear_active_params / compute)
+    compute         = tp x dense_flops(compute dtype) x compute_efficiency x r_dtype (whole group)
+                      r_dtype = fp8_gemm_efficiency_ratio for 8-bit GEMMs (fp8, int8 W8A8),
+                                fp4_gemm_efficiency_ratio for fp4 (W4A4), 1 for 16-bit: low-precision
+                                kernels reach a smaller fraction of their (2x, 4x) peak than bf16 ones
+    gemm_s          = max(weight_bytes_per_gpu / bw, (T + M_half) x 2 x linear_active_params / compute)
     attention_s     = max(kv_read_bytes / tp / bw, attention_flops / compute)
-    allreduce_s     = a x layers x (latency + 2 (tp-1)/tp x T x hidden x 2 B / (link_bw x link_efficiency))   [tp > 1]
+    allreduce_s     = a x layers x (latency + 2 (tp-1)/tp x T x hidden x 2 B / busbw)   [tp > 1]
+                      busbw = the interconnect's measured all-reduce bus bandwidth (nccl-tests ``busbw``,
+                      catalog ``interconnect.allreduce_busbw``), else link_bw x allreduce_bandwidth_efficiency;
                       a = 2 all-reduces per layer (after attention, after the MLP), 1 for parallel attention+MLP
                       blocks (GPT-J, Falcon, GPT-NeoX: ``parallel_attention`` from config.json)
-    overhead_s      = step_overhead_s (+ layers x layer_launch_overhead_s without CUDA graphs)
+    overhead_s      = step_overhead_s + layers x layer_overhead_s        (CUDA graphs on or off)
+                      (+ layers x layer_launch_overhead_s without CUDA graphs)
                       + prefill_step_overhead_s on a step that carries prefill tokens (not graph-captured:
                         eager attention launches per layer, TP collectives' latency)
     step_s          = gemm_s + attention_s + allreduce_s + overhead_s
 
-GEMM efficiency grows with the tokens in the step, ``eff(T) = compute_efficiency x T / (T + gemm_m_half_tokens)``
-(a saturating curve per GPU family and dtype; ``gemm_m_half_tokens = 0`` is a flat efficiency), so
+Units: bytes, FLOPs, seconds; bw in bytes/s per GPU, compute in FLOP/s per group, busbw in bytes/s.
+``busbw`` follows the nccl-tests definition (``busbw = algbw x 2 (n-1)/n`` for an all-reduce), so a ring
+all-reduce of S bytes takes ``2 (n-1)/n x S / busbw`` plus its latency.
+
+GEMM efficiency grows with the tokens in the step, ``eff(T) = compute_efficiency x T / (T + M_half)``
+(a saturating curve per GPU family; ``gemm_m_half_tokens = 0`` is a flat efficiency), so
 ``T x 2 x params / (compute x eff(T) / compute_efficiency) = (T + M_half) x 2 x params / compute``.
+``M_half = gemm_m_half_tokens x tp x 4096 / hidden`` (:func:`gemm_m_half`: a TP shard is narrower), and a
+MoE's routed experts each pay it on their own share of the tokens (:meth:`StepCostModel.gemm_effective_flops`).
 
 The weight GEMMs and the attention kernels are separate kernels, each bounded by its own roofline, so
 their times add: a decode step is memory-bound in both, a long prefill compute-bound in both, and a
@@ -117,6 +129,29 @@ def compute_dtype(weight_dtype: str, gpu: Gpu) -> str:
     return "bf16"
 
 
+#: Hidden size at which ``gemm_m_half_tokens`` is stated (Llama-3.1-8B, Mistral-7B: 4,096).
+GEMM_REFERENCE_HIDDEN = 4096
+
+
+def gemm_m_half(m_half_tokens: float, hidden_size: int, tp: int) -> float:
+    """The GEMM curve's half point for this model and TP size, in tokens.
+
+    A GEMM fills the GPU with output tiles, ``M x N_per_gpu / tile``; a TP shard has ``N / tp`` columns, so it
+    needs ``tp`` times the tokens to fill the GPU as well, and a model ``hidden / 4096`` times wider needs
+    that many times fewer: ``M_half = gemm_m_half_tokens x tp x 4096 / hidden`` (the profile's value is the
+    half point of a 4,096-wide model on one GPU)."""
+    return m_half_tokens * tp * GEMM_REFERENCE_HIDDEN / max(hidden_size, 1)
+
+
+def gemm_dtype_ratio(compute_dtype_: str, profile: EngineProfile) -> float:
+    """Achieved-fraction ratio of the GEMMs' tensor-core dtype to 16-bit ones (profile terms, fitted)."""
+    if compute_dtype_ in ("fp8", "int8"):
+        return profile.fp8_gemm_efficiency_ratio
+    if compute_dtype_ == "fp4":
+        return profile.fp4_gemm_efficiency_ratio
+    return 1.0
+
+
 @dataclass(frozen=True)
 class StepCostModel:
     """Precomputed coefficients for fast step times of one replica (see module docstring)."""
@@ -149,6 +184,7 @@ class StepCostModel:
     allreduces_per_layer: int = 2        # 1 for parallel attention+MLP blocks
     prefill_step_overhead_s: float = 0.0  # added to every step that carries prefill tokens
     gemm_m_half_tokens: float = 0.0       # tokens at which the GEMMs reach half their peak efficiency
+    routed_flops_per_token: float = 0.0   # the routed experts' part of linear_flops_per_token (MoE)
 
     @staticmethod
     def build(dep: Deployment) -> "StepCostModel":
@@ -172,7 +208,11 @@ class StepCostModel:
         lat = p.allreduce_latency_pcie_s if ic.is_pcie else p.allreduce_latency_s
         memb = dep.memory()
         cdt = compute_dtype(dep.weight_dtype, g)
-        overhead = p.step_overhead_s + (0.0 if dep.cuda_graphs else m.num_layers * p.layer_launch_overhead_s)
+        overhead = (p.step_overhead_s + m.num_layers * p.layer_overhead_s
+                    + (0.0 if dep.cuda_graphs else m.num_layers * p.layer_launch_overhead_s))
+        busbw = ic.allreduce_bus_bytes_per_s(tp)
+        ar_bw = busbw if busbw is not None else ic.ring_bandwidth_bytes_per_s(tp) * p.allreduce_bandwidth_efficiency
+        ratio = gemm_dtype_ratio(cdt, p)
         return StepCostModel(
             tp=tp, num_layers=m.num_layers, hidden_size=m.hidden_size,
             dense_weight_bytes_per_gpu=dense_w, expert_bytes_per_gpu=e_bytes, num_experts=n_exp,
@@ -185,14 +225,15 @@ class StepCostModel:
             kv_bytes_per_token_sliding_layer=kv_layer,
             hbm_bytes_per_s=g.hbm_bandwidth_bytes_per_s * p.hbm_bandwidth_efficiency,
             peak_hbm_bytes_per_s=g.hbm_bandwidth_bytes_per_s,
-            group_flops_per_s=tp * g.flops_per_s(cdt) * p.compute_efficiency,
+            group_flops_per_s=tp * g.flops_per_s(cdt) * p.compute_efficiency * ratio,
             peak_group_flops_per_s=tp * g.flops_per_s(cdt),
             allreduce_latency_s=lat,
-            allreduce_bytes_per_s=ic.ring_bandwidth_bytes_per_s(tp) * p.allreduce_bandwidth_efficiency,
+            allreduce_bytes_per_s=ar_bw,
             overhead_s=overhead, kv_capacity_tokens=memb.kv_capacity_tokens,
             request_overhead_s=p.request_overhead_s, allreduces_per_layer=1 if m.parallel_attention else 2,
             prefill_step_overhead_s=p.prefill_step_overhead_s,
-            gemm_m_half_tokens=p.gemm_m_half_tokens,
+            gemm_m_half_tokens=gemm_m_half(p.gemm_m_half_tokens, m.hidden_size, tp),
+            routed_flops_per_token=2.0 * params.expert_one * params.top_k_experts_per_layer * params.num_moe_layers,
         )
 
     # -- per-sequence costs -------------------------------------------------------------------
@@ -243,7 +284,7 @@ class StepCostModel:
         lin = new_tokens * self.linear_flops_per_token
         bw = self.peak_hbm_bytes_per_s if floor else self.hbm_bytes_per_s
         comp = self.peak_group_flops_per_s if floor else self.group_flops_per_s
-        lin_eff = lin if floor else (new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token
+        lin_eff = lin if floor else self.gemm_effective_flops(new_tokens, w_bytes / bw)
         out = {"memory_s": (w_bytes + kv_bytes) / bw, "compute_s": (lin + attention_flops) / comp,
                "gemm_s": max(w_bytes / bw, lin_eff / comp), "attention_s": max(kv_bytes / bw, attention_flops / comp),
                "allreduce_s": 0.0, "overhead_s": 0.0, "bytes_per_gpu": w_bytes + kv_bytes, "flops": lin + attention_flops}
@@ -252,8 +293,40 @@ class StepCostModel:
             out["overhead_s"] = self.overhead_s
         return out
 
+    def gemm_effective_flops(self, new_tokens: int, weight_s: float | None = None) -> float:
+        """FLOPs the weight GEMMs cost at ``eff_max`` once the saturating curve is applied (whole group).
+
+        Dense GEMMs see all ``T`` tokens: ``(T + r M_half) x dense_flops_per_token``. A MoE layer's routed
+        experts each see only their share, ``T k / E_t`` tokens over the ``E_t`` experts touched, so each
+        pays its own half point: ``sum_e (T k / E_t + r M_half) = T k + r E_t M_half``, i.e.
+        ``(T + r E_t M_half / k) x routed_flops_per_token``.
+
+        ``r = T / (T + M_mem)`` ramps the occupancy loss in past the memory knee ``M_mem = weight_s x
+        compute / linear_flops_per_token`` (the tokens at which full-efficiency compute equals the weight
+        stream): a GEMM waiting on HBM does not show its tensor cores' idle tiles. ``weight_s`` = weight
+        bytes / bandwidth (default: at ``new_tokens``)."""
+        t = max(new_tokens, 0)
+        if weight_s is None:
+            weight_s = self.weight_bytes_read_per_gpu(new_tokens) / self.hbm_bytes_per_s
+        m_mem = weight_s * self.group_flops_per_s / self.linear_flops_per_token if self.linear_flops_per_token else 0.0
+        r = t / (t + m_mem) if t + m_mem > 0 else 1.0
+        dense = self.linear_flops_per_token - self.routed_flops_per_token
+        out = (t + r * self.gemm_m_half_tokens) * dense
+        if self.routed_flops_per_token and self.experts_top_k:
+            e, k = self.num_experts, self.experts_top_k
+            touched = e * (1.0 - (1.0 - k / e) ** t)
+            out += (t + r * touched * self.gemm_m_half_tokens / k) * self.routed_flops_per_token
+        return out
+
+    def gemm_efficiency(self, new_tokens: int) -> float:
+        """Achieved / peak FLOP/s of the weight GEMMs at ``new_tokens`` tokens in the step (compute-bound side)."""
+        eff_max = self.group_flops_per_s / self.peak_group_flops_per_s
+        return eff_max * new_tokens / (new_tokens + self.gemm_m_half_tokens) if new_tokens > 0 else 0.0
+
     def allreduce_s(self, new_tokens: int) -> float:
-        """Ring all-reduces (two per layer, one for parallel blocks) of ``new_tokens x hidden`` bf16 activations (0 without TP)."""
+        """Ring all-reduces (two per layer, one for parallel blocks) of ``new_tokens x hidden`` bf16 activations (0 without TP).
+
+        ``a x layers x (latency + 2 (tp - 1) / tp x new_tokens x hidden x 2 B / busbw)`` seconds."""
         if self.tp <= 1:
             return 0.0
         return self.allreduces_per_layer * self.num_layers * (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp
@@ -262,8 +335,8 @@ class StepCostModel:
     def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float, prefill: bool = False) -> float:
         """Wall time of one step (see module docstring); ``prefill``: the step carries prefill tokens."""
         bw, comp = self.hbm_bytes_per_s, self.group_flops_per_s
-        gemm = max(self.weight_bytes_read_per_gpu(new_tokens) / bw,
-                   (new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token / comp)
+        w_s = self.weight_bytes_read_per_gpu(new_tokens) / bw
+        gemm = max(w_s, self.gemm_effective_flops(new_tokens, w_s) / comp)
         attn = max(kv_read_bytes / self.tp / bw, attention_flops / comp)
         fixed = self.overhead_s + (self.prefill_step_overhead_s if prefill else 0.0)
         return gemm + attn + self.allreduce_s(new_tokens) + fixed
@@ -297,4 +370,4 @@ def ceil_div(a: int, b: int) -> int:
 
 
 __all__ = ["EngineLimits", "Deployment", "StepCostModel", "default_limits", "check_parallelism",
-           "compute_dtype", "bound_of", "ceil_div"]
+           "compute_dtype", "gemm_dtype_ratio", "bound_of", "ceil_div"]
