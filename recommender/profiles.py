@@ -23,6 +23,11 @@ every command takes ``--profile FILE``. Parameters (all fractions in (0, 1], tim
 - ``fp8_gemm_efficiency_ratio``: achieved fraction of the 8-bit (fp8 / int8) tensor-core peak over the
   achieved fraction of the 16-bit peak (``compute_efficiency``); 1 = the dtype's peak ratio alone.
 - ``fp4_gemm_efficiency_ratio``: the same for fp4 (W4A4) GEMMs.
+- ``attention_efficiency_ratio``: achieved fraction of the peak in the attention kernels over the GEMMs'
+  (``compute_efficiency``); 1 = the same.
+- ``gemm_curve_hidden_fraction``: how much of the GEMM curve's small-M loss a memory-bound GEMM hides under
+  its weight stream (1: all of it, NVIDIA decode runs at bandwidth; 0: none, as MI300X fp8 decode, whose
+  steps grow with every sequence from batch 1). 0 in profiles written before it existed.
 
 The all-reduce uses the interconnect's measured bus bandwidth where the GPU catalog has one
 (``interconnect.allreduce_busbw``); ``allreduce_bandwidth_efficiency`` applies only where it has none.
@@ -50,7 +55,8 @@ FIT_PARAMETERS = (
 #: benchmarks/fit_profiles.py where they lower the held-out error; ``--parameters`` on calibrate).
 SHAPE_PARAMETERS = ("prefill_step_overhead_s", "gemm_m_half_tokens")
 #: Terms of round 3 (issue 22): per-layer time under CUDA graphs, low-precision GEMM efficiency.
-KERNEL_PARAMETERS = ("layer_overhead_s", "fp8_gemm_efficiency_ratio", "fp4_gemm_efficiency_ratio")
+KERNEL_PARAMETERS = ("layer_overhead_s", "fp8_gemm_efficiency_ratio", "fp4_gemm_efficiency_ratio",
+                     "gemm_curve_hidden_fraction", "attention_efficiency_ratio")
 
 #: Physical bounds for every parameter (calibration keeps fits inside them).
 BOUNDS: Mapping[str, tuple[float, float]] = {
@@ -69,6 +75,8 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "layer_overhead_s": (0.0, 200e-6),
     "fp8_gemm_efficiency_ratio": (0.3, 1.05),   # x compute_efficiency <= 0.95 stays below the peak
     "fp4_gemm_efficiency_ratio": (0.2, 1.05),
+    "gemm_curve_hidden_fraction": (0.0, 1.0),
+    "attention_efficiency_ratio": (0.2, 1.0),
 }
 
 
@@ -128,6 +136,8 @@ class EngineProfile:
     layer_overhead_s: float = 0.0
     fp8_gemm_efficiency_ratio: float = 1.0
     fp4_gemm_efficiency_ratio: float = 1.0
+    gemm_curve_hidden_fraction: float = 0.0
+    attention_efficiency_ratio: float = 1.0
     source: str = ""
     fit: Mapping[str, Any] = field(default_factory=dict, compare=False)
     families: tuple[FamilyFit, ...] = ()

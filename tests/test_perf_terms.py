@@ -109,3 +109,22 @@ def test_closed_loop_prices_prefill_and_decode_steps_apart() -> None:
     avg = c.step_s(round(d + n * p / 101), d * kv_d + n / 101 * kv_p, d * fl_d + n / 101 * fl_p)
     assert tpot > avg
     assert math.isfinite(ttft)
+
+
+def test_a_memory_bound_gemm_hides_the_curves_small_m_loss_by_its_hidden_fraction() -> None:
+    # 70B TP8 on H200, one decoding token: the weight stream is 17.6 GB / (4.8 TB/s x 0.8) per GPU; full-efficiency
+    # compute equals it at M_mem = weight_s x compute / flops_per_token tokens. h = 1 hides the curve's loss there.
+    prof = EngineProfile(compute_efficiency=0.7, gemm_m_half_tokens=100.0, hbm_bandwidth_efficiency=0.8)
+    hidden = cost("llama-3.1-70b", "h200", 8, prof.replace(gemm_curve_hidden_fraction=1.0))
+    shown = cost("llama-3.1-70b", "h200", 8, prof)          # h = 0: the curve adds in full, as before
+    w_s = hidden.dense_weight_bytes_per_gpu / (4.8e12 * 0.8)
+    m_mem = w_s * 8 * 989e12 * 0.7 / hidden.linear_flops_per_token
+    f = hidden.linear_flops_per_token
+    assert hidden.gemm_effective_flops(1) == pytest.approx((1 + 400.0 * 1 / (1 + m_mem)) * f)
+    assert shown.gemm_effective_flops(1) == pytest.approx((1 + 400.0) * f)
+    # so the batch-1 decode step is memory-bound with h = 1 (seed S0: 8-12 ms realistic for 70B TP8) and not with h = 0
+    assert hidden.parts(1, 0.0, 0.0)["gemm_s"] == pytest.approx(w_s)
+    assert shown.parts(1, 0.0, 0.0)["gemm_s"] > w_s
+    # far past the knee both approach (T + M_half) x flops / compute
+    t = 100_000
+    assert hidden.gemm_effective_flops(t) / shown.gemm_effective_flops(t) == pytest.approx(1.0, rel=2e-3)

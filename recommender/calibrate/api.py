@@ -9,14 +9,14 @@ from typing import Any, Mapping
 
 from recommender import progress
 from recommender.calibrate.fit import (ErrorStats, FamilyReport, FitOptions, FitResult, HeldOut, family_sigma,
-                                       fit_families, fit_profile, held_out, summarize)
+                                       fit_profile, held_out, summarize)
 from recommender.calibrate.measurements import Measurement, Skip, predict
 from recommender.calibrate.readers import read_results
 from recommender.calibrate.report import fit_summary, profile_document, write_profile
 from recommender.catalog import Catalog, default_catalog
 from recommender.errors import CalibrationError
 from recommender.perf.step import default_limits
-from recommender.profiles import FIT_PARAMETERS, SHAPE_PARAMETERS, EngineProfile, resolve_profile
+from recommender.profiles import FIT_PARAMETERS, SHAPE_PARAMETERS, EngineProfile, FamilyFit, resolve_profile
 
 HELD_OUT_KEYS = ("source", "file", "model", "gpu", "config", "quantity", "row")
 #: Folds of the held-out estimate (leave-one-group-out with more groups are dealt into this many).
@@ -113,6 +113,9 @@ def fit_user_rows(ms: list[Measurement], start: EngineProfile, parameters: tuple
     profile on the same rows. Rows spanning GPU families then get per-family fits (kept only where they help
     held out). Without ``check`` the fit is kept unconditionally."""
     cat = catalog or default_catalog()
+    fams = sorted({m.group("family") for m in ms})
+    if len(fams) >= 2:
+        return _fit_per_family(ms, start, parameters, cat, fams, check)
     base = user_base(ms, start)
     opts = FitOptions(parameters=tuple(parameters), prior=base.replace(families=()), prior_sigma=family_sigma(len(ms)))
     res = fit_profile(ms, base, opts, cat, engine=start.engine)
@@ -128,11 +131,43 @@ def fit_user_rows(ms: list[Measurement], start: EngineProfile, parameters: tuple
             res = dataclasses.replace(res, profile=base.replace(engine=start.engine, source=res.profile.source),
                                       fitted=(), after=res.before, after_by_source=res.before_by_source)
     res = dataclasses.replace(res, profile=res.profile.replace(families=base.families))
+    return UserFit(result=res, check=h, kept=kept, base=base, opts=opts)
+
+
+def _fit_per_family(ms: list[Measurement], start: EngineProfile, parameters: tuple[str, ...], cat: Catalog,
+                    fams: list[str], check: bool) -> UserFit:
+    """Rows spanning GPU families: each family is calibrated on its own rows as above (from its own start
+    values, anchored, kept only if its k-fold check beats them) and written as that family's override; the
+    engine-level parameters stay the start profile's (a fit on H100 rows is no claim about an MI300X)."""
+    by_family = {f.family: f for f in start.families}
     reports: list[FamilyReport] = []
-    if kept and len({m.group("family") for m in ms}) >= 2:
-        fam_prof, reports = fit_families(ms, res.profile, catalog=cat)
-        res = dataclasses.replace(res, profile=fam_prof)
-    return UserFit(result=res, check=h, kept=kept, base=base, opts=opts, families=tuple(reports))
+    fits: list[FitResult] = []
+    for fam in fams:
+        rows = [m for m in ms if m.group("family") == fam]
+        uf = fit_user_rows(rows, start, parameters, cat, check)
+        fits.append(uf.result)
+        eng = uf.check.before["all"] if uf.check is not None else None
+        got = uf.check.after["all"] if uf.check is not None else None
+        fitted = {n: float(getattr(uf.result.profile, n)) for n in uf.result.fitted}
+        reports.append(FamilyReport(fam, len(rows), family_sigma(len(rows)), f"{uf.check.folds} by {uf.check.by}"
+                                    if uf.check is not None else "-", eng, got, fitted, uf.kept and bool(fitted),
+                                    "" if uf.kept else "held out, the fit is no better than the start profile"))
+        if uf.kept and fitted and fam:
+            old = by_family.get(fam)
+            params = dict(old.parameters) if old is not None else {}
+            params.update(fitted)
+            src = (f"recommend calibrate: {len(rows)} {fam} rows; held out "
+                   f"{got.median_ape:.1f}% vs the start profile's {eng.median_ape:.1f}%" if got and eng else
+                   f"recommend calibrate: {len(rows)} {fam} rows")
+            by_family[fam] = FamilyFit(fam, len(rows), tuple(sorted(params.items())), src)
+    prof = start.replace(families=tuple(by_family[k] for k in sorted(by_family)))
+    whole = fit_profile(ms, start, FitOptions(parameters=()), cat, engine=start.engine)   # before-errors only
+    after = [predict(m, prof, cat) for m in ms]
+    before = [predict(m, start, cat) for m in ms]
+    res = dataclasses.replace(whole, profile=prof, fitted=tuple(sorted({n for f in fits for n in f.fitted})),
+                              before=summarize(ms, before), before_by_source=summarize(ms, before, "source"),
+                              after=summarize(ms, after), after_by_source=summarize(ms, after, "source"))
+    return UserFit(result=res, check=None, kept=any(r.kept for r in reports), base=start, families=tuple(reports))
 
 
 def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> CalibrationRun:

@@ -379,8 +379,10 @@ def split_error(train: Sequence[Measurement], test: Sequence[Measurement], start
 
 #: What a GPU family may change: achieved bandwidth, GEMM efficiency and its small-M curve.
 FAMILY_PARAMETERS = ("hbm_bandwidth_efficiency", "compute_efficiency", "gemm_m_half_tokens")
-#: CDNA3 (MI300X, vLLM ROCm) may also change the per-step latencies (per-layer launches, xGMI all-reduce).
-CDNA3_PARAMETERS = FAMILY_PARAMETERS + ("allreduce_latency_s", "step_overhead_s")
+#: CDNA3 (MI300X, vLLM ROCm): GEMM efficiency, its small-M curve and how much of it hides under the weight
+#: stream (MI300X fp8 steps grow with every sequence from batch 1), and the per-layer time. Its rows are one
+#: configuration: bandwidth, step overhead and xGMI latency cannot be told from these and stay the engine's.
+CDNA3_PARAMETERS = ("compute_efficiency", "gemm_m_half_tokens", "gemm_curve_hidden_fraction", "layer_overhead_s")
 
 
 def family_sigma(rows: int) -> float:

@@ -29,7 +29,8 @@ PROFILE_PARAMETERS = (
 )
 #: Written only when not zero (older profiles do not have them).
 OPTIONAL_PARAMETERS = ("request_overhead_s", "prefill_step_overhead_s", "gemm_m_half_tokens", "layer_overhead_s",
-                       "fp8_gemm_efficiency_ratio", "fp4_gemm_efficiency_ratio")
+                       "fp8_gemm_efficiency_ratio", "fp4_gemm_efficiency_ratio", "gemm_curve_hidden_fraction",
+                       "attention_efficiency_ratio")
 _DEFAULT = EngineProfile()
 
 

@@ -11,7 +11,8 @@ For one replica (a TP group of ``tp`` GPUs) processing ``T`` new tokens::
                                 fp4_gemm_efficiency_ratio for fp4 (W4A4), 1 for 16-bit: low-precision
                                 kernels reach a smaller fraction of their (2x, 4x) peak than bf16 ones
     gemm_s          = max(weight_bytes_per_gpu / bw, (T + M_half) x 2 x linear_active_params / compute)
-    attention_s     = max(kv_read_bytes / tp / bw, attention_flops / compute)
+    attention_s     = max(kv_read_bytes / tp / bw, attention_flops / (compute x attention_efficiency_ratio))
+                      (flash attention at long context reaches a smaller fraction of the peak than the GEMMs)
     allreduce_s     = a x layers x (latency + 2 (tp-1)/tp x T x hidden x 2 B / busbw)   [tp > 1]
                       busbw = the interconnect's measured all-reduce bus bandwidth (nccl-tests ``busbw``,
                       catalog ``interconnect.allreduce_busbw``), else link_bw x allreduce_bandwidth_efficiency;
@@ -185,6 +186,8 @@ class StepCostModel:
     prefill_step_overhead_s: float = 0.0  # added to every step that carries prefill tokens
     gemm_m_half_tokens: float = 0.0       # tokens at which the GEMMs reach half their peak efficiency
     routed_flops_per_token: float = 0.0   # the routed experts' part of linear_flops_per_token (MoE)
+    gemm_curve_hidden: float = 0.0        # fraction of the curve's small-M loss hidden under the weight stream
+    attention_ratio: float = 1.0          # attention kernels' achieved fraction over the GEMMs' (eff_max)
 
     @staticmethod
     def build(dep: Deployment) -> "StepCostModel":
@@ -234,6 +237,8 @@ class StepCostModel:
             prefill_step_overhead_s=p.prefill_step_overhead_s,
             gemm_m_half_tokens=gemm_m_half(p.gemm_m_half_tokens, m.hidden_size, tp),
             routed_flops_per_token=2.0 * params.expert_one * params.top_k_experts_per_layer * params.num_moe_layers,
+            gemm_curve_hidden=p.gemm_curve_hidden_fraction,
+            attention_ratio=p.attention_efficiency_ratio,
         )
 
     # -- per-sequence costs -------------------------------------------------------------------
@@ -286,7 +291,8 @@ class StepCostModel:
         comp = self.peak_group_flops_per_s if floor else self.group_flops_per_s
         lin_eff = lin if floor else self.gemm_effective_flops(new_tokens, w_bytes / bw)
         out = {"memory_s": (w_bytes + kv_bytes) / bw, "compute_s": (lin + attention_flops) / comp,
-               "gemm_s": max(w_bytes / bw, lin_eff / comp), "attention_s": max(kv_bytes / bw, attention_flops / comp),
+               "gemm_s": max(w_bytes / bw, lin_eff / comp),
+               "attention_s": max(kv_bytes / bw, attention_flops / (comp * (1.0 if floor else self.attention_ratio))),
                "allreduce_s": 0.0, "overhead_s": 0.0, "bytes_per_gpu": w_bytes + kv_bytes, "flops": lin + attention_flops}
         if not floor:
             out["allreduce_s"] = self.allreduce_s(new_tokens)
@@ -301,15 +307,16 @@ class StepCostModel:
         pays its own half point: ``sum_e (T k / E_t + r M_half) = T k + r E_t M_half``, i.e.
         ``(T + r E_t M_half / k) x routed_flops_per_token``.
 
-        ``r = T / (T + M_mem)`` ramps the occupancy loss in past the memory knee ``M_mem = weight_s x
-        compute / linear_flops_per_token`` (the tokens at which full-efficiency compute equals the weight
-        stream): a GEMM waiting on HBM does not show its tensor cores' idle tiles. ``weight_s`` = weight
-        bytes / bandwidth (default: at ``new_tokens``)."""
+        ``r = 1 - h M_mem / (T + M_mem)`` ramps the occupancy loss in past the memory knee ``M_mem =
+        weight_s x compute / linear_flops_per_token`` (the tokens at which full-efficiency compute equals
+        the weight stream): a GEMM waiting on HBM hides the fraction ``h`` (``gemm_curve_hidden_fraction``)
+        of its tensor cores' idle tiles (``h = 1``: ``r = T / (T + M_mem)``; ``h = 0``: ``r = 1``).
+        ``weight_s`` = weight bytes / bandwidth (default: at ``new_tokens``)."""
         t = max(new_tokens, 0)
         if weight_s is None:
             weight_s = self.weight_bytes_read_per_gpu(new_tokens) / self.hbm_bytes_per_s
         m_mem = weight_s * self.group_flops_per_s / self.linear_flops_per_token if self.linear_flops_per_token else 0.0
-        r = t / (t + m_mem) if t + m_mem > 0 else 1.0
+        r = 1.0 - self.gemm_curve_hidden * m_mem / (t + m_mem) if t + m_mem > 0 else 1.0
         dense = self.linear_flops_per_token - self.routed_flops_per_token
         out = (t + r * self.gemm_m_half_tokens) * dense
         if self.routed_flops_per_token and self.experts_top_k:
@@ -337,7 +344,7 @@ class StepCostModel:
         bw, comp = self.hbm_bytes_per_s, self.group_flops_per_s
         w_s = self.weight_bytes_read_per_gpu(new_tokens) / bw
         gemm = max(w_s, self.gemm_effective_flops(new_tokens, w_s) / comp)
-        attn = max(kv_read_bytes / self.tp / bw, attention_flops / comp)
+        attn = max(kv_read_bytes / self.tp / bw, attention_flops / (comp * self.attention_ratio))
         fixed = self.overhead_s + (self.prefill_step_overhead_s if prefill else 0.0)
         return gemm + attn + self.allreduce_s(new_tokens) + fixed
 
