@@ -83,3 +83,16 @@ def test_trtllm_half_of_the_configurations_lowers_the_error_on_the_other_half(pu
         before += [ape(predict(m, start), m.value) for m in test]
         after += [ape(predict(m, prof), m.value) for m in test]
     assert error_stats(after).median_ape < error_stats(before).median_ape
+
+
+def test_profiles_record_rows_and_held_out_error_per_family() -> None:
+    # benchmarks/fit_profiles.py writes fit.held_out_by_config; the row counts are those of the measurement files
+    amd = list(read_published_csv(DATA / "amd-mi300x.csv").measurements)
+    ev = engine_profile("vllm").held_out_evidence("mi300x")
+    assert ev is not None and ev.family == "cdna3" and ev.rows == len(amd) == 16 and ev.configurations == 1
+    assert 0.0 < ev.median_ape_pct <= ev.p90_ape_pct
+    pub = list(read_published_csv(DATA / "published.csv").measurements)
+    hopper = [m for m in pub if m.engine == "trtllm" and m.gpu in ("h100-sxm", "h200")]
+    tr = engine_profile("trtllm").held_out_evidence("h200")
+    assert tr is not None and tr.rows == len(hopper) and tr.configurations == len({m.group("config") for m in hopper})
+    assert engine_profile("trtllm").held_out_evidence("b200") is None     # no TensorRT-LLM row on Blackwell

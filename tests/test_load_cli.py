@@ -41,7 +41,9 @@ def test_flags_json_low_rate_matches_the_perf_models_own_steps() -> None:
     sim = doc["latency_s"]
     # within 0.1%: the scheduler's prefill step differs from this hand-built one by ~40 us (0.03%)
     assert sim["ttft"]["simulated"]["p50"] == pytest.approx(prefill, rel=1e-3)
-    assert sim["tpot"]["simulated"]["p50"] == pytest.approx(decode, rel=1e-9)
+    # within 0.5%: the simulator sums a run of decode steps from a few step times (scheduler fast_forward); with
+    # the attention roofline's kink inside the run (attention_efficiency_ratio) that sum is 0.3% under this one
+    assert sim["tpot"]["simulated"]["p50"] == pytest.approx(decode, rel=5e-3)
     assert sim["ttft"]["analytic"]["p50"] == pytest.approx(prefill, rel=0.01)
     for m in ("ttft", "tpot", "e2e"):
         s = sim[m]["simulated"]

@@ -97,6 +97,14 @@ def user_base(ms: list[Measurement], start: EngineProfile) -> EngineProfile:
     return spec.replace(family="", families=tuple(f for f in start.families if f.family != spec.family))
 
 
+def anchor_width(ms: list[Measurement]) -> float:
+    """Relative width of the anchor to the start profile: :func:`~recommender.calibrate.fit.family_sigma` of the
+    rows, shrunk by ``sqrt(configurations / 4)`` below four configurations (rows of one configuration tell
+    little about another: bandwidth, overheads and collectives trade off within it)."""
+    n_cfg = len({m.group("config") for m in ms})
+    return family_sigma(len(ms)) * min(1.0, (n_cfg / 4.0) ** 0.5)
+
+
 def check_by(ms: list[Measurement]) -> str:
     """The k-fold of the generalisation check: whole configurations, or rows when there is only one."""
     return "config" if len({m.group("config") for m in ms}) >= 2 else "row"
@@ -107,7 +115,7 @@ def fit_user_rows(ms: list[Measurement], start: EngineProfile, parameters: tuple
     """The profile ``recommend calibrate`` writes for these rows.
 
     The fit starts from :func:`user_base` and is anchored to it (``FitOptions.prior``, relative width
-    :func:`~recommender.calibrate.fit.family_sigma` of the row count: few rows move it little). It replaces
+    :func:`anchor_width`: few rows, or few configurations, move it little). It replaces
     the start profile only if it generalises: k-fold by configuration over the user's rows (every
     configuration predicted by a fit that did not see it) must give a lower median error than the start
     profile on the same rows. Rows spanning GPU families then get per-family fits (kept only where they help
@@ -117,7 +125,7 @@ def fit_user_rows(ms: list[Measurement], start: EngineProfile, parameters: tuple
     if len(fams) >= 2:
         return _fit_per_family(ms, start, parameters, cat, fams, check)
     base = user_base(ms, start)
-    opts = FitOptions(parameters=tuple(parameters), prior=base.replace(families=()), prior_sigma=family_sigma(len(ms)))
+    opts = FitOptions(parameters=tuple(parameters), prior=base.replace(families=()), prior_sigma=anchor_width(ms))
     res = fit_profile(ms, base, opts, cat, engine=start.engine)
     h: HeldOut | None = None
     kept = True
