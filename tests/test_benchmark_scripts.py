@@ -32,3 +32,11 @@ def test_bench_search_runs_and_reports_rank_1_against_its_reference(tmp_path: Pa
 @pytest.mark.slow
 def test_bench_simulator_runs() -> None:
     assert "sim requests/s" in _run("benchmarks/bench_simulator.py")
+
+
+@pytest.mark.slow
+def test_bench_accuracy_runs_and_reports_held_out_by_configuration(tmp_path: Path) -> None:
+    out = tmp_path / "accuracy.md"
+    _run("benchmarks/bench_accuracy.py", "--folds", "2", "--skip-calibrate", "--out", str(out))
+    text = out.read_text()
+    assert "## Held out by whole configuration" in text and "| throughput |" in text and "vllm/cdna3" in text

@@ -68,13 +68,14 @@ def test_rows_of_one_family_start_from_that_familys_parameters() -> None:
     assert all(f.family != "cdna3" for f in base.families)
 
 
-@pytest.mark.slow
-def test_trtllm_half_of_the_configurations_lowers_the_error_on_the_other_half(published: list[Measurement]) -> None:
+def test_half_of_the_configurations_lowers_the_error_on_the_other_half(published: list[Measurement]) -> None:
+    # benchmarks/bench_accuracy.py's calibrate table: 2-fold by configuration (benchmarks/fit_profiles.config_folds),
+    # both ways round, the vLLM profile on LMDeploy rows (18.3 -> 15.7% median when measured)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import fit_profiles as fp
 
-    ms = [m for m in published if m.engine == "trtllm"]
-    start = engine_profile("vllm")       # another engine's profile: the user's rows are new to it
+    ms = [m for m in published if m.engine == "lmdeploy"]
+    start = engine_profile("vllm")
     before, after = [], []
     for half in fp.config_folds(ms, 2):
         train = [m for m in ms if m.group("config") not in half]
