@@ -12,7 +12,7 @@ Per engine (a fit on one engine is no claim about another):
   to 330 W: the profile absorbs the cap, so it describes that engine on that hardware);
 - ``vllm``: VLLMFP8KV (23 rows, all TP 1) on the trtllm fit's physics (bandwidth, GEMM efficiency and
   curve, fp8 ratio, collectives: the same kernels), fitting only what is vLLM's own
-  (:data:`VLLM_PARAMETERS`: step, layer and request overheads, attention efficiency); the MI300X rows fit
+  (:data:`VLLM_PARAMETERS`: step and layer overheads, attention efficiency); the MI300X rows fit
   its ``cdna3`` family;
 - ``sglang``: vLLM's fitted values, not fitted (no SGLang rows).
 
@@ -50,8 +50,10 @@ ENGINE_PARAMETERS = FIT_PARAMETERS + ("gemm_m_half_tokens", "layer_overhead_s", 
                                       "attention_efficiency_ratio")
 #: vLLM shares the kernels' physics with TensorRT-LLM (the same cuBLAS / CUTLASS GEMMs, flash attention, NCCL):
 #: its fit starts from the trtllm profile and moves only what is its own: the per-step and per-layer
-#: overheads, the per-request cost, and its attention backend's efficiency.
-VLLM_PARAMETERS = ("step_overhead_s", "request_overhead_s", "layer_overhead_s", "attention_efficiency_ratio")
+#: overheads and its attention backend's efficiency. Not the per-request cost: its only TTFT rows (VLLMFP8KV)
+#: have one prompt length (~20k), where a fixed cost (0.13 s when fitted) cannot be told from a per-token one
+#: or from slower long-context attention, and a fixed 0.13 s would be added to every short chat prompt.
+VLLM_PARAMETERS = ("step_overhead_s", "layer_overhead_s", "attention_efficiency_ratio")
 DESCRIPTION = {
     "trtllm": "TensorRT-LLM (trtllm-bench / gptSessionBenchmark; TRT017 + TRT061 + TRTBLOG)",
     "lmdeploy": "LMDeploy TurboMind v0.1 on A100-80GB (LMD)",

@@ -235,7 +235,7 @@ def test_the_80_column_table_keeps_each_pools_replicas_and_tp_in_the_deployment_
         want = (f"{row['pools'][0]['gpu']} P {cells[0]} + D {cells[1]}" if len(cells) == 2
                 else f"{row['pools'][0]['gpu']} {cells[0]}")
         assert line.split("  ")[0] == str(row["rank"]) and want in line, (want, line)
-    assert "mi300x P 5xTP1 + D 2xTP1" in body[2]
+    assert "mi300x P 7xTP1 + D 2xTP1" in body[2]
 
 
 def test_a_pd_row_across_gpu_types_names_each_pools_gpu() -> None:

@@ -97,6 +97,11 @@ def user_base(ms: list[Measurement], start: EngineProfile) -> EngineProfile:
     return spec.replace(family="", families=tuple(f for f in start.families if f.family != spec.family))
 
 
+#: What a user's set-up owns rather than the engine's physics (their API server, tokeniser, client): fitted
+#: freely from the start value, not pulled back toward it.
+UNANCHORED = ("request_overhead_s",)
+
+
 def anchor_width(ms: list[Measurement]) -> float:
     """Relative width of the anchor to the start profile: :func:`~recommender.calibrate.fit.family_sigma` of the
     rows, shrunk by ``sqrt(configurations / 4)`` below four configurations (rows of one configuration tell
@@ -125,7 +130,8 @@ def fit_user_rows(ms: list[Measurement], start: EngineProfile, parameters: tuple
     if len(fams) >= 2:
         return _fit_per_family(ms, start, parameters, cat, fams, check)
     base = user_base(ms, start)
-    opts = FitOptions(parameters=tuple(parameters), prior=base.replace(families=()), prior_sigma=anchor_width(ms))
+    opts = FitOptions(parameters=tuple(parameters), prior=base.replace(families=()), prior_sigma=anchor_width(ms),
+                      unanchored=UNANCHORED)
     res = fit_profile(ms, base, opts, cat, engine=start.engine)
     h: HeldOut | None = None
     kept = True

@@ -72,6 +72,7 @@ class FitOptions:
     max_nfev: int = 200
     detect_unconstrained: bool = True
     min_small_batch_rows: int = 3         # rows at <= SMALL_BATCH sequences needed to fit per-step latencies
+    unanchored: tuple[str, ...] = ()      # parameters the prior does not pull (set-up specific, e.g. the API server)
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,7 @@ class _Problem:
             return r
         pen = []
         for n, v, s in zip(self.names, u, self.s):
-            if float(getattr(prior, n)) == 0.0:   # an anchor at 0 is a switched-off term: no pull toward a scale
+            if float(getattr(prior, n)) == 0.0 or n in self.opts.unanchored:   # an anchor at 0 is a switched-off term
                 pen.append(0.0)
                 continue
             q = float(getattr(prior, n))
