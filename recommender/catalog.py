@@ -51,6 +51,19 @@ class Interconnect:
     peer_bandwidth_bytes_per_s: float | None = None
     host_kind: str = "pcie4"  # the GPU's link to host memory (``host_link:``), one direction
     host_bandwidth_bytes_per_s: float = 32e9
+    #: measured all-reduce bus bandwidth (nccl-tests / rccl-tests ``busbw``, large messages) over the whole
+    #: domain, and for point-to-point meshes per peer link; None where no measurement is catalogued
+    allreduce_busbw_bytes_per_s: float | None = None
+    allreduce_peer_busbw_bytes_per_s: float | None = None
+
+    def allreduce_bus_bytes_per_s(self, tp: int) -> float | None:
+        """Measured all-reduce bus bandwidth over ``tp`` GPUs: ``busbw``, on a mesh at most ``peer_busbw x (tp - 1)``
+        (each GPU reaches its ring neighbours over ``tp - 1`` links); None without a measurement."""
+        if self.allreduce_busbw_bytes_per_s is None:
+            return None
+        if self.allreduce_peer_busbw_bytes_per_s is None or tp <= 1:
+            return self.allreduce_busbw_bytes_per_s
+        return min(self.allreduce_busbw_bytes_per_s, self.allreduce_peer_busbw_bytes_per_s * (tp - 1))
 
     def ring_bandwidth_bytes_per_s(self, tp: int) -> float:
         """Bandwidth one GPU gets in a ring collective over ``tp`` GPUs."""
@@ -248,6 +261,11 @@ def gpu_from_doc(doc: Mapping[str, Any], where: str = "", kernels: Mapping[str, 
                 gpus_per_domain=int(ic["gpus_per_domain"]),
                 peer_bandwidth_bytes_per_s=units.parse_bandwidth(peer) if peer else None,
                 **_host_link(ic.get("host_link"), where),
+                allreduce_busbw_bytes_per_s=(units.parse_bandwidth(ic["allreduce_busbw"], f"{where} interconnect.allreduce_busbw")
+                                             if ic.get("allreduce_busbw") else None),
+                allreduce_peer_busbw_bytes_per_s=(units.parse_bandwidth(ic["allreduce_peer_busbw"],
+                                                                        f"{where} interconnect.allreduce_peer_busbw")
+                                                  if ic.get("allreduce_peer_busbw") else None),
             ),
             offers=offers_from_doc(str(doc["id"]).lower(), doc.get("offers"), where),
             vllm_supported=bool(vllm.get("supported", True)),

@@ -25,6 +25,19 @@ every command takes ``--profile FILE``. Parameters (all fractions in (0, 1], tim
 - ``dp_balance_timeout_steps``: with data-parallel attention, the engine holds a new prompt until every attention
   rank has one to prefill together, at most this many steps (TensorRT-LLM ``attention_dp_config.enable_balance``
   with ``timeout_iters``); 0 = prefill at once (vLLM). ``perf.moe.balance_wait_s``.
+- ``layer_overhead_s``: fixed time per layer per step WITH CUDA graphs too (the gaps between a layer's
+  kernels, its synchronisations); without graphs ``layer_launch_overhead_s`` adds to it.
+- ``fp8_gemm_efficiency_ratio``: achieved fraction of the 8-bit (fp8 / int8) tensor-core peak over the
+  achieved fraction of the 16-bit peak (``compute_efficiency``); 1 = the dtype's peak ratio alone.
+- ``fp4_gemm_efficiency_ratio``: the same for fp4 (W4A4) GEMMs.
+- ``attention_efficiency_ratio``: achieved fraction of the peak in the attention kernels over the GEMMs'
+  (``compute_efficiency``); 1 = the same.
+- ``gemm_curve_hidden_fraction``: how much of the GEMM curve's small-M loss a memory-bound GEMM hides under
+  its weight stream (1: all of it, NVIDIA decode runs at bandwidth; 0: none, as MI300X fp8 decode, whose
+  steps grow with every sequence from batch 1). 0 in profiles written before it existed.
+
+The all-reduce uses the interconnect's measured bus bandwidth where the GPU catalog has one
+(``interconnect.allreduce_busbw``); ``allreduce_bandwidth_efficiency`` applies only where it has none.
 """
 
 from __future__ import annotations
@@ -48,6 +61,9 @@ FIT_PARAMETERS = (
 #: Parameters of the prefill-step fixed cost and the GEMM efficiency curve (fitted by
 #: benchmarks/fit_profiles.py where they lower the held-out error; ``--parameters`` on calibrate).
 SHAPE_PARAMETERS = ("prefill_step_overhead_s", "gemm_m_half_tokens")
+#: Terms of round 3 (issue 22): per-layer time under CUDA graphs, low-precision GEMM efficiency.
+KERNEL_PARAMETERS = ("layer_overhead_s", "fp8_gemm_efficiency_ratio", "fp4_gemm_efficiency_ratio",
+                     "gemm_curve_hidden_fraction", "attention_efficiency_ratio")
 
 #: Physical bounds for every parameter (calibration keeps fits inside them).
 BOUNDS: Mapping[str, tuple[float, float]] = {
@@ -66,6 +82,11 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "moe_layer_overhead_s": (0.0, 500e-6),
     "expert_bandwidth_efficiency": (0.1, 1.0),
     "dp_balance_timeout_steps": (0.0, 1000.0),
+    "layer_overhead_s": (0.0, 200e-6),
+    "fp8_gemm_efficiency_ratio": (0.3, 1.05),   # x compute_efficiency <= 0.95 stays below the peak
+    "fp4_gemm_efficiency_ratio": (0.2, 1.05),
+    "gemm_curve_hidden_fraction": (0.0, 1.0),
+    "attention_efficiency_ratio": (0.2, 1.0),
 }
 
 
@@ -95,6 +116,17 @@ def gpu_family(gpu_id: str) -> str:
 
 
 @dataclass(frozen=True)
+class HeldOutEvidence:
+    """How well a profile predicts a GPU family's measurements it was not fitted on (whole configurations held out)."""
+
+    family: str
+    rows: int                 # measured rows of this engine on the family
+    configurations: int       # distinct (model, GPU, TP) among them
+    median_ape_pct: float     # held-out absolute percentage error, median
+    p90_ape_pct: float
+
+
+@dataclass(frozen=True)
 class EngineProfile:
     """Efficiency parameters of one serving engine (see module docstring for meanings and units)."""
 
@@ -114,6 +146,11 @@ class EngineProfile:
     moe_layer_overhead_s: float = 0.0
     expert_bandwidth_efficiency: float = 1.0
     dp_balance_timeout_steps: float = 0.0
+    layer_overhead_s: float = 0.0
+    fp8_gemm_efficiency_ratio: float = 1.0
+    fp4_gemm_efficiency_ratio: float = 1.0
+    gemm_curve_hidden_fraction: float = 0.0
+    attention_efficiency_ratio: float = 1.0
     source: str = ""
     fit: Mapping[str, Any] = field(default_factory=dict, compare=False)
     families: tuple[FamilyFit, ...] = ()
@@ -138,6 +175,19 @@ class EngineProfile:
         """(family, measured rows behind its parameters); 0 rows: the GPU falls back to the engine profile."""
         f = self.family_fit(gpu_id)
         return (f.family, f.rows) if f is not None else (gpu_family(gpu_id), 0)
+
+    def held_out_evidence(self, gpu_id: str) -> HeldOutEvidence | None:
+        """Held-out error (whole configurations left out) of this profile on the GPU's family, as
+        ``benchmarks/fit_profiles.py`` recorded it in ``fit.held_out_by_config.by_family``; None when not measured."""
+        fam = gpu_family(gpu_id)
+        block = self.fit.get("held_out_by_config") if isinstance(self.fit, Mapping) else None
+        fams = block.get("by_family") if isinstance(block, Mapping) else None
+        d = fams.get(fam) if isinstance(fams, Mapping) and fam else None
+        if not isinstance(d, Mapping):
+            return None
+        return HeldOutEvidence(family=fam, rows=int(d.get("rows") or 0), configurations=int(d.get("configurations") or 0),
+                               median_ape_pct=float(d.get("median_ape_pct") or 0.0),
+                               p90_ape_pct=float(d.get("p90_ape_pct") or 0.0))
 
     def for_gpu(self, gpu_id: str) -> "EngineProfile":
         """This profile with the GPU family's fitted parameters, or itself when the family has none."""

@@ -47,9 +47,19 @@ def test_fit_inferencex_runs_without_writing(tmp_path: Path) -> None:
     _run("benchmarks/fit_inferencex.py", "--no-write", "--folds", "2", "--out", str(out))
     text = out.read_text()
     assert "Stage D" in text and "| sglang | blackwell |" in text
+
+
 @pytest.mark.slow
 def test_bench_agreement_runs_and_reports_each_rows_gap(tmp_path: Path) -> None:
     out = tmp_path / "agreement.md"
     _run("benchmarks/bench_agreement.py", "--problems", "code-completion", "--top", "1", "--out", str(out))
     text = out.read_text()
     assert "| code-completion" in text and "Worst gap" in text
+
+
+@pytest.mark.slow
+def test_bench_accuracy_runs_and_reports_held_out_by_configuration(tmp_path: Path) -> None:
+    out = tmp_path / "accuracy.md"
+    _run("benchmarks/bench_accuracy.py", "--folds", "2", "--skip-calibrate", "--out", str(out))
+    text = out.read_text()
+    assert "## Held out by whole configuration" in text and "| throughput |" in text and "vllm/cdna3" in text

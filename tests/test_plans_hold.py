@@ -95,7 +95,11 @@ def test_verification_does_not_drop_rank_1_for_queue_noise() -> None:
     # arrivals (served 0.930 < 0.95) with ~100 in the system, a fluctuation, not a growing queue; rag seed 7
     # likewise (1.25x). Runs now last (1 + rho) / (1 - rho) at rho = the fraction of capacity in use, and a late
     # deficit within the mean number in system is not a trend.
+    # Since issue 22's physics the proven-cheapest chat plan at seed 3 is another (mi300x TP1 fp8), so the test
+    # holds verification to the unverified search's rank 1, whatever it is.
     w = load_workload(EXAMPLES / "chat.yaml")
+    unverified = recommend(w, settings=SearchSettings(seed=3, top=1, verify=0))
     plan = recommend(w, settings=SearchSettings(seed=3, top=1, verify=1))
-    assert plan.rows[0].id.startswith("h100-pcie-tp1-fp8")
-    assert plan.rows[0].simulated is not None and plan.rows[0].simulated["requests"] > 10_000
+    assert plan.rows[0].id == unverified.rows[0].id
+    # verified, over a run of at least the 1,000 requests the verifier's floor gives (README, "Verified in the simulator")
+    assert plan.rows[0].simulated is not None and plan.rows[0].simulated["requests"] >= 1_000

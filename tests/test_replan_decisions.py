@@ -77,7 +77,10 @@ def test_a_plan_the_model_says_meets_the_forecast_is_not_at_risk_however_high_th
     4.8 'at risk'; the model says 10 mi300x replicas still hold the SLO there at rag's own lengths."""
     current = load_plan(RAG_PLAN)
     wl = base_workload_from_plan(current)
-    log = rag_log(rate=3.0, output_mean=180.0)
+    # rate 2.0: since issue 22's physics (GPU family cdna3 applied as the search applies it) the model puts this
+    # plan's tpot p90 at 31.3 ms > 30 ms at 3.0 req/s (a rate-2.5 log + 20%) and 29.9 ms at 2.4 req/s, so the case
+    # it holds is a lighter one
+    log = rag_log(rate=2.0, output_mean=180.0)
     r = replan_once(current=current, source=source(log, T0 + 900.0), planner=same_shape_planner, policy=Policy(),
                     history=History(str(tmp_path / "h.db")))
     assert r.observed["current_predicted"]["meets"] is True and r.observed["slo_risks"] == []

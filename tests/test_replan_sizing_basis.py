@@ -48,8 +48,8 @@ def source_of(log: Path, policy: Policy) -> RequestLogSource:
                             max_samples=policy.max_length_samples, clock=lambda: END_S)
 
 
-def run(db: Path, log: Path, policy: Policy, planner=no_search):
-    return replan_once(current=PLAN, source=source_of(log, policy), planner=planner, policy=policy,
+def run(db: Path, log: Path, policy: Policy, planner=no_search, current=PLAN):
+    return replan_once(current=current, source=source_of(log, policy), planner=planner, policy=policy,
                        history=History(str(db)), base=WORKLOAD, predictor=model_predictor())
 
 
@@ -110,11 +110,15 @@ def test_a_burst_acts_when_the_model_says_an_slo_fails_there(tmp_path):
 
 
 def test_a_burst_the_model_says_the_plan_carries_keeps_it(tmp_path):
-    """Two minutes at 4 + 2.7 req/s are outside Poisson noise at 4.8 req/s, but the model says the 4 replicas
-    still meet the TTFT SLO at that rate: unchanged, and the reason says what was compared."""
+    """Two minutes at 4 + 2.7 req/s are outside Poisson noise at 4.8 req/s (the rate the plan was sized for), but
+    the model says the plan still meets the TTFT SLO at that rate: unchanged, and the reason says what was compared.
+    The plan is rag's with a fifth replica (rag's own four meet the SLOs up to 5.27 req/s, its sensitivity says,
+    below the 5.45 req/s that two minutes must exceed to be outside the noise: (sqrt(624) + 3.29 / 2)^2 / 130 s)."""
     policy = policy_from_dict({})
     log = poisson_log(tmp_path / "bump.jsonl", rate_per_s=4.0, seconds=900, seed=5, bursts=((400.0, 130.0, 2.7),))
-    r = run(tmp_path / "h.db", log, policy)
+    five = with_replicas(PLAN, (5,), "test: one replica of headroom")
+    assert five.sized_rate_per_s() == pytest.approx(4.8)
+    r = run(tmp_path / "h.db", log, policy, current=five)
     band = r.observed["sizing"]
     assert band["burst"] and r.decision == "unchanged", r.reason
     assert "the SLOs hold" in r.reason and "burst_predicted" in r.observed
@@ -148,8 +152,7 @@ def test_the_models_verdict_carries_p_slo_from_the_plans_band():
     bisection's resolution (8 halvings of +-4 sigma in ln g)."""
     from recommender.replan.predict import predict_plan
 
-    # chat's rank 1 is on h100-pcie (hopper: no family fit; replan.predict builds with the engine profile, while
-    # the search applies a family's fitted parameters, so on mi300x (cdna3) the two differ: 0.915 vs 0.870)
+    # chat's rank 1 is on mi300x: replan.predict applies the GPU family's fitted parameters (cdna3) as the search does
     chat = load_plan(ROOT / "examples" / "plans" / "chat.plan.json")
     wl = load_workload(ROOT / "examples" / "chat.yaml")
     pred = predict_plan(chat, wl)

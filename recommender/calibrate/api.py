@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from recommender import progress
-from recommender.calibrate.fit import (ErrorStats, FamilyReport, FitOptions, FitResult, fit_families, fit_profile,
-                                       held_out, summarize)
+from recommender.calibrate.fit import (ErrorStats, FamilyReport, FitOptions, FitResult, HeldOut, family_sigma,
+                                       fit_profile, held_out, summarize)
 from recommender.calibrate.measurements import Measurement, Skip, predict
 from recommender.calibrate.readers import read_results
 from recommender.calibrate.report import fit_summary, profile_document, write_profile
 from recommender.catalog import Catalog, default_catalog
 from recommender.errors import CalibrationError
 from recommender.perf.step import default_limits
-from recommender.profiles import FIT_PARAMETERS, SHAPE_PARAMETERS, EngineProfile, resolve_profile
+from recommender.profiles import FIT_PARAMETERS, SHAPE_PARAMETERS, EngineProfile, FamilyFit, resolve_profile
 
 HELD_OUT_KEYS = ("source", "file", "model", "gpu", "config", "quantity", "row")
 #: Folds of the held-out estimate (leave-one-group-out with more groups are dealt into this many).
@@ -85,6 +85,120 @@ def select_engine(ms: tuple[Measurement, ...], engine: str) -> tuple[list[Measur
     return keep, skip
 
 
+@dataclass(frozen=True)
+class UserFit:
+    """What :func:`fit_user_rows` decided: the fit, its k-fold check and whether it replaced the start profile."""
+
+    result: FitResult
+    check: HeldOut | None      # k-fold by configuration (by row for one configuration) on the user's rows
+    kept: bool                 # False: held out, the fit was no better than the start profile, which is kept
+    base: EngineProfile        # the start profile specialised to the rows' GPU family
+    opts: FitOptions = FitOptions()
+    families: tuple[FamilyReport, ...] = ()
+
+
+def user_base(ms: list[Measurement], start: EngineProfile) -> EngineProfile:
+    """The start profile as the user's rows see it: with their GPU family's parameters where all rows share one
+    family (an MI300X user starts from the ``cdna3`` fit, not the NVIDIA-fitted engine values); the start's
+    other families stay, for other GPUs."""
+    fams = {m.group("family") for m in ms}
+    if len(fams) != 1:
+        return start
+    spec = start.for_gpu(ms[0].gpu)
+    return spec.replace(family="", families=tuple(f for f in start.families if f.family != spec.family))
+
+
+#: What a user's set-up owns rather than the engine's physics (their API server, tokeniser, client): fitted
+#: freely from the start value, not pulled back toward it.
+UNANCHORED = ("request_overhead_s",)
+
+
+def anchor_width(ms: list[Measurement]) -> float:
+    """Relative width of the anchor to the start profile (rows of two or more configurations):
+    :func:`~recommender.calibrate.fit.family_sigma` of the rows, shrunk by ``sqrt(configurations / 4)`` below four
+    configurations (rows of few configurations tell little about others: bandwidth, overheads and collectives
+    trade off within one). Rows of one configuration are fitted unanchored: that configuration is what the user
+    measured, and the robust data term cannot outweigh a quadratic anchor (a fit of 9 rows of one H100 run moved
+    its error 28.8 -> 28.6% anchored, to about 2% free)."""
+    n_cfg = len({m.group("config") for m in ms})
+    return family_sigma(len(ms)) * min(1.0, (n_cfg / 4.0) ** 0.5)
+
+
+def check_by(ms: list[Measurement]) -> str:
+    """The k-fold of the generalisation check: whole configurations, or rows when there is only one."""
+    return "config" if len({m.group("config") for m in ms}) >= 2 else "row"
+
+
+def fit_user_rows(ms: list[Measurement], start: EngineProfile, parameters: tuple[str, ...] = FIT_PARAMETERS,
+                  catalog: Catalog | None = None, check: bool = True) -> UserFit:
+    """The profile ``recommend calibrate`` writes for these rows.
+
+    The fit starts from :func:`user_base` and, over two or more configurations, is anchored to it
+    (``FitOptions.prior``, relative width :func:`anchor_width`: few rows or configurations move it little). It replaces
+    the start profile only if it generalises: k-fold by configuration over the user's rows (every
+    configuration predicted by a fit that did not see it) must give a lower median error than the start
+    profile on the same rows. Rows spanning GPU families then get per-family fits (kept only where they help
+    held out). Without ``check`` the fit is kept unconditionally."""
+    cat = catalog or default_catalog()
+    fams = sorted({m.group("family") for m in ms})
+    if len(fams) >= 2:
+        return _fit_per_family(ms, start, parameters, cat, fams, check)
+    base = user_base(ms, start)
+    one_config = len({m.group("config") for m in ms}) < 2
+    opts = FitOptions(parameters=tuple(parameters), prior=None if one_config else base.replace(families=()),
+                      prior_sigma=anchor_width(ms), unanchored=UNANCHORED)
+    res = fit_profile(ms, base, opts, cat, engine=start.engine)
+    h: HeldOut | None = None
+    kept = True
+    if check and len(ms) >= 4:
+        try:
+            h = held_out(ms, base, by=check_by(ms), opts=opts, catalog=cat, max_folds=KFOLD)
+        except CalibrationError:
+            h = None
+        if h is not None and not h.after["all"].median_ape < h.before["all"].median_ape:
+            kept = False
+            res = dataclasses.replace(res, profile=base.replace(engine=start.engine, source=res.profile.source),
+                                      fitted=(), after=res.before, after_by_source=res.before_by_source)
+    res = dataclasses.replace(res, profile=res.profile.replace(families=base.families))
+    return UserFit(result=res, check=h, kept=kept, base=base, opts=opts)
+
+
+def _fit_per_family(ms: list[Measurement], start: EngineProfile, parameters: tuple[str, ...], cat: Catalog,
+                    fams: list[str], check: bool) -> UserFit:
+    """Rows spanning GPU families: each family is calibrated on its own rows as above (from its own start
+    values, anchored, kept only if its k-fold check beats them) and written as that family's override; the
+    engine-level parameters stay the start profile's (a fit on H100 rows is no claim about an MI300X)."""
+    by_family = {f.family: f for f in start.families}
+    reports: list[FamilyReport] = []
+    fits: list[FitResult] = []
+    for fam in fams:
+        rows = [m for m in ms if m.group("family") == fam]
+        uf = fit_user_rows(rows, start, parameters, cat, check)
+        fits.append(uf.result)
+        eng = uf.check.before["all"] if uf.check is not None else None
+        got = uf.check.after["all"] if uf.check is not None else None
+        fitted = {n: float(getattr(uf.result.profile, n)) for n in uf.result.fitted}
+        reports.append(FamilyReport(fam, len(rows), family_sigma(len(rows)), f"{uf.check.folds} by {uf.check.by}"
+                                    if uf.check is not None else "-", eng, got, fitted, uf.kept and bool(fitted),
+                                    "" if uf.kept else "held out, the fit is no better than the start profile"))
+        if uf.kept and fitted and fam:
+            old = by_family.get(fam)
+            params = dict(old.parameters) if old is not None else {}
+            params.update(fitted)
+            src = (f"recommend calibrate: {len(rows)} {fam} rows; held out "
+                   f"{got.median_ape:.1f}% vs the start profile's {eng.median_ape:.1f}%" if got and eng else
+                   f"recommend calibrate: {len(rows)} {fam} rows")
+            by_family[fam] = FamilyFit(fam, len(rows), tuple(sorted(params.items())), src)
+    prof = start.replace(families=tuple(by_family[k] for k in sorted(by_family)))
+    whole = fit_profile(ms, start, FitOptions(parameters=()), cat, engine=start.engine)   # before-errors only
+    after = [predict(m, prof, cat) for m in ms]
+    before = [predict(m, start, cat) for m in ms]
+    res = dataclasses.replace(whole, profile=prof, fitted=tuple(sorted({n for f in fits for n in f.fitted})),
+                              before=summarize(ms, before), before_by_source=summarize(ms, before, "source"),
+                              after=summarize(ms, after), after_by_source=summarize(ms, after, "source"))
+    return UserFit(result=res, check=None, kept=any(r.kept for r in reports), base=start, families=tuple(reports))
+
+
 def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> CalibrationRun:
     """Read ``req.results``, fit the engine's profile, add held-out error, write ``req.out`` atomically."""
     cat = catalog or default_catalog()
@@ -105,33 +219,38 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
         engines = sorted({m.engine for m in read.measurements})
         raise CalibrationError(f"no measurements of engine {req.engine!r} in {', '.join(read.files)} "
                                f"(found: {', '.join(engines) or 'none'}); pass --engine")
-    opts = FitOptions(parameters=tuple(params))
     name = Path(req.out).stem
     by = "file" if req.held_out_by == "file" else req.held_out_by
     groups = {m.group(by) for m in ms}
     if len(groups) < 2 and len(ms) >= 2 * KFOLD:
         by = "row"   # one source: k-fold over rows instead of leaving a source out
-    spans_families = len({m.group("family") for m in ms}) >= 2
-    with progress.bar(f"calibrate: fit on {len(ms)} rows", total=3 if spans_families else 2, unit="stage") as bar:
-        res = fit_profile(ms, start, opts, cat, engine=req.engine,
-                          source=f"recommend calibrate: {len(ms)} measurements from {', '.join(Path(f).name for f in read.files)}")
+    with progress.bar(f"calibrate: fit on {len(ms)} rows", total=2, unit="stage") as bar:
+        bar.set_postfix_str(f"fit, checked {min(KFOLD, len({m.group(check_by(ms)) for m in ms}))}-fold by {check_by(ms)}")
+        uf = fit_user_rows(ms, start, tuple(params), cat)
+        src = f"recommend calibrate: {len(ms)} measurements from {', '.join(Path(f).name for f in read.files)}"
+        if not uf.kept:
+            src += " (the fit did not beat the start profile held out: the start profile's values are kept)"
+        res = dataclasses.replace(uf.result, profile=uf.result.profile.replace(source=src))
         bar.update(1)
-        bar.set_postfix_str(f"held-out, {min(KFOLD, len({m.group(by) for m in ms}))} folds by {by}")
-        try:
-            res = res.with_held_out(held_out(ms, start, by=by, opts=opts, catalog=cat, max_folds=KFOLD))
-        except CalibrationError:
-            pass
+        bar.set_postfix_str(f"held-out, {min(KFOLD, len(groups))} folds by {by}")
+        if uf.check is not None and by == check_by(ms):
+            res = res.with_held_out(uf.check)
+        else:
+            try:
+                res = res.with_held_out(held_out(ms, uf.base, by=by, opts=uf.opts, catalog=cat, max_folds=KFOLD))
+            except CalibrationError:
+                pass
         bar.update(1)
-        fam_reports: list[FamilyReport] = []
-        if spans_families:
-            bar.set_postfix_str("per-GPU-family fits")
-            fam_prof, fam_reports = fit_families(ms, res.profile, catalog=cat)
-            res = dataclasses.replace(res, profile=fam_prof)
-            bar.update(1)
+    fam_reports = list(uf.families)
     planner = planner_conditions_error(ms, res.profile, cat)
-    extra = {"start_profile": start.source or start.engine,
-             "error_under_planner_conditions": {k: v.to_dict() for k, v in planner.items()},
-             "coverage": coverage(ms, cat)}
+    extra: dict[str, Any] = {"start_profile": start.source or start.engine}
+    if uf.check is not None:
+        extra["generalisation_check"] = {
+            "by": check_by(ms), "folds": uf.check.folds, "kept": uf.kept,
+            "start_median_ape_pct": round(uf.check.before["all"].median_ape, 2),
+            "fit_median_ape_pct": round(uf.check.after["all"].median_ape, 2)}
+    extra |= {"error_under_planner_conditions": {k: v.to_dict() for k, v in planner.items()},
+              "coverage": coverage(ms, cat)}
     doc = profile_document(res.profile, fit_summary(res, read.files, skipped, extra))
     header = (f"Engine profile {name!r} written by `recommend calibrate` ({req.engine}).\n"
               "Use it with --profile on estimate, the recommender and replan.")
@@ -140,4 +259,4 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
                           planner_error=planner, families=tuple(fam_reports))
 
 
-__all__ = ["CalibrateRequest", "CalibrationRun", "calibrate", "select_engine", "HELD_OUT_KEYS"]
+__all__ = ["CalibrateRequest", "CalibrationRun", "calibrate", "fit_user_rows", "UserFit", "user_base", "select_engine", "HELD_OUT_KEYS"]

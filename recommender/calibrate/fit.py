@@ -48,7 +48,8 @@ from recommender.profiles import BOUNDS, FIT_PARAMETERS, EngineProfile, FamilyFi
 BAD_RESIDUAL = 3.0
 #: Fixed costs per step (or per layer per step). At large batches they are amortised over hundreds of
 #: sequences and trade off against per-sequence costs, so only rows with small batches separate them.
-STEP_LATENCY_PARAMETERS = ("step_overhead_s", "allreduce_latency_s", "allreduce_latency_pcie_s", "layer_launch_overhead_s")
+STEP_LATENCY_PARAMETERS = ("step_overhead_s", "allreduce_latency_s", "allreduce_latency_pcie_s", "layer_launch_overhead_s",
+                           "layer_overhead_s")
 SMALL_BATCH = 16
 
 
@@ -71,6 +72,7 @@ class FitOptions:
     max_nfev: int = 200
     detect_unconstrained: bool = True
     min_small_batch_rows: int = 3         # rows at <= SMALL_BATCH sequences needed to fit per-step latencies
+    unanchored: tuple[str, ...] = ()      # parameters the prior does not pull (set-up specific, e.g. the API server)
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,7 @@ class _Problem:
             return r
         pen = []
         for n, v, s in zip(self.names, u, self.s):
-            if float(getattr(prior, n)) == 0.0:   # an anchor at 0 is a switched-off term: no pull toward a scale
+            if float(getattr(prior, n)) == 0.0 or n in self.opts.unanchored:   # an anchor at 0 is a switched-off term
                 pen.append(0.0)
                 continue
             q = float(getattr(prior, n))
@@ -378,8 +380,10 @@ def split_error(train: Sequence[Measurement], test: Sequence[Measurement], start
 
 #: What a GPU family may change: achieved bandwidth, GEMM efficiency and its small-M curve.
 FAMILY_PARAMETERS = ("hbm_bandwidth_efficiency", "compute_efficiency", "gemm_m_half_tokens")
-#: CDNA3 (MI300X, vLLM ROCm) may also change the per-step latencies (per-layer launches, xGMI all-reduce).
-CDNA3_PARAMETERS = FAMILY_PARAMETERS + ("allreduce_latency_s", "step_overhead_s")
+#: CDNA3 (MI300X, vLLM ROCm): GEMM efficiency, its small-M curve and how much of it hides under the weight
+#: stream (MI300X fp8 steps grow with every sequence from batch 1), and the per-layer time. Its rows are one
+#: configuration: bandwidth, step overhead and xGMI latency cannot be told from these and stay the engine's.
+CDNA3_PARAMETERS = ("compute_efficiency", "gemm_m_half_tokens", "gemm_curve_hidden_fraction", "layer_overhead_s")
 
 
 def family_sigma(rows: int) -> float:

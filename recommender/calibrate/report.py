@@ -29,7 +29,9 @@ PROFILE_PARAMETERS = (
 )
 #: Written only when not zero (older profiles do not have them).
 OPTIONAL_PARAMETERS = ("request_overhead_s", "prefill_step_overhead_s", "gemm_m_half_tokens", "moe_layer_overhead_s",
-                       "dp_balance_timeout_steps")
+                       "dp_balance_timeout_steps", "expert_bandwidth_efficiency", "layer_overhead_s", "fp8_gemm_efficiency_ratio",
+                       "fp4_gemm_efficiency_ratio", "gemm_curve_hidden_fraction", "attention_efficiency_ratio")
+_DEFAULT = EngineProfile()
 
 
 def _round(name: str, v: float) -> float:
@@ -79,7 +81,8 @@ def fit_summary(res: FitResult, files: Sequence[str] = (), skipped: Sequence[Ski
 def profile_document(profile: EngineProfile, fit: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``{engine, source, parameters, fit}`` for ``profile`` (parameters rounded to 4 significant digits)."""
     params = {n: _round(n, float(getattr(profile, n))) for n in PROFILE_PARAMETERS}
-    params.update({n: _round(n, float(getattr(profile, n))) for n in OPTIONAL_PARAMETERS if getattr(profile, n)})
+    params.update({n: _round(n, float(getattr(profile, n))) for n in OPTIONAL_PARAMETERS
+                   if getattr(profile, n) != getattr(_DEFAULT, n)})
     doc: dict[str, Any] = {"engine": profile.engine, "source": profile.source, "parameters": params}
     if profile.families:
         doc["families"] = {f.family: {"rows": f.rows, "source": f.source,

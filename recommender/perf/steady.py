@@ -15,12 +15,14 @@ Modes (``LoadMode``):
 
 - ``closed``: ``concurrency`` requests in flight under continuous batching (``vllm bench serve
   --max-concurrency N``). A request spends ``k = ceil(prompt / (budget - N + 1))`` chunked-prefill steps
-  and ``output - 1`` decode steps, so on average a step carries
-  ``N (output - 1) / (k + output - 1)`` decodes and ``N x prompt / (k + output - 1)`` prefill tokens::
+  and ``output - 1`` decode steps, so a step carries ``d = N (output - 1) / L`` decodes (``L = k + output - 1``).
+  Prefill steps and decode steps are priced apart (a step's time is not linear in its tokens: the GEMMs'
+  roofline is convex in them, a MoE's expert touch concave): of the ``L`` steps of a request's life
+  ``s_p = min(L, N k)`` carry ``c = N k / s_p`` prefill chunks each, the rest decode only::
 
-      step = step_s(decodes + prefill_tokens, ...)     tpot = step
-      ttft = k x step_s(decodes + own chunk, ...)      (the steps carrying this request's chunks)
-      e2e  = ttft + (output - 1) x tpot                 output_tokens_per_s = N x output / e2e x replicas
+      t_pre = step_s(d + c x chunk, ..., prefill)      t_dec = step_s(d, ...)
+      tpot  = (s_p t_pre + (L - s_p) t_dec) / L        ttft = k x t_pre   (this request's chunk steps)
+      e2e   = ttft + (output - 1) x tpot               output_tokens_per_s = N x output / e2e x replicas
 
   When those steps would hold more than the token budget (``N (prompt + output - 1) / (k + output - 1)
   > budget``), the prefill lane queues: a request's life stretches to ``N (prompt + output - 1) /
@@ -202,16 +204,18 @@ def closed_loop(cost: StepCostModel, n: int, prompt: int, output: int, budget: i
             stretched = n * (p + q * dec_steps) / budget
             wait_steps, life = stretched - life, stretched
         decodes = n * dec_steps / life
-        pre_tok = n * p / life
         chunk = p / k if k else 0
         kv_p, fl_p = cost.prefill_chunk_cost(int(round(chunk)), prefix_cached + p // 2)
-        pre_seqs = pre_tok / chunk if chunk else 0.0
-        # n k / life prefill chunks start per step: below one, only that fraction of steps pays the prefill-step cost
-        step = (cost.spec_step_s(decodes, decodes * kv_d, decodes * fl_d, mean_ctx, pre_tok, pre_seqs * kv_p, pre_seqs * fl_p)
-                + min(1.0, n * k / life if p else 0.0) * cost.prefill_step_overhead_s)
-        # the steps that carry this request's own chunks are heavier than the average step
-        own = cost.spec_step_s(decodes, decodes * kv_d, decodes * fl_d, mean_ctx, chunk, kv_p, fl_p, prefill=chunk > 0)
-        return wait_steps * step + k * max(own, step), step / tps, step
+        # prefill and decode steps priced apart: of the `life` steps, s_p = min(life, n k) carry prefill
+        # (c = n k / s_p chunks each, >= 1), the rest decode only; the mean step is their weighted mean
+        s_p = min(life, float(n * k)) if p else 0.0
+        c = n * k / s_p if s_p else 0.0
+        t_dec = cost.spec_step_s(decodes, decodes * kv_d, decodes * fl_d, mean_ctx)
+        t_pre = (cost.spec_step_s(decodes, decodes * kv_d, decodes * fl_d, mean_ctx, c * chunk, c * kv_p, c * fl_p,
+                                  prefill=True) if s_p else t_dec)
+        step = (s_p * t_pre + (life - s_p) * t_dec) / life
+        # a request's TTFT: its k chunk steps, and the wait for the prefill lane (average steps)
+        return wait_steps * step + k * t_pre, step / tps, step
     dec = cost.decode_step_s(n, mean_ctx)
     pre = cost.prefill_s(p, 1) if p else cost.decode_step_s(1, prompt)
     tpot = dec + (n * pre / (o - 1) if o > 1 else 0.0)

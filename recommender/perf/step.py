@@ -6,20 +6,33 @@ For one replica (a TP group of ``tp`` GPUs) processing ``T`` new tokens::
                       + kv_read_bytes / tp
     flops           = T x 2 x linear_active_params + attention_flops          (whole group)
     bw              = hbm_bandwidth x hbm_bandwidth_efficiency            (per GPU)
-    compute         = tp x dense_flops(compute dtype) x compute_efficiency (whole group)
-    gemm_s          = max(weight_bytes_per_gpu / bw, T x 2 x linear_active_params / compute)
-    attention_s     = max(kv_read_bytes / tp / bw, attention_flops / compute)
-    allreduce_s     = a x layers x (latency + 2 (tp-1)/tp x T x hidden x 2 B / (link_bw x link_efficiency))   [tp > 1]
+    compute         = tp x dense_flops(compute dtype) x compute_efficiency x r_dtype (whole group)
+                      r_dtype = fp8_gemm_efficiency_ratio for 8-bit GEMMs (fp8, int8 W8A8),
+                                fp4_gemm_efficiency_ratio for fp4 (W4A4), 1 for 16-bit: low-precision
+                                kernels reach a smaller fraction of their (2x, 4x) peak than bf16 ones
+    gemm_s          = max(weight_bytes_per_gpu / bw, (T + M_half) x 2 x linear_active_params / compute)
+    attention_s     = max(kv_read_bytes / tp / bw, attention_flops / (compute x attention_efficiency_ratio))
+                      (flash attention at long context reaches a smaller fraction of the peak than the GEMMs)
+    allreduce_s     = a x layers x (latency + 2 (tp-1)/tp x T x hidden x 2 B / busbw)   [tp > 1]
+                      busbw = the interconnect's measured all-reduce bus bandwidth (nccl-tests ``busbw``,
+                      catalog ``interconnect.allreduce_busbw``), else link_bw x allreduce_bandwidth_efficiency;
                       a = 2 all-reduces per layer (after attention, after the MLP), 1 for parallel attention+MLP
                       blocks (GPT-J, Falcon, GPT-NeoX: ``parallel_attention`` from config.json)
-    overhead_s      = step_overhead_s (+ layers x layer_launch_overhead_s without CUDA graphs)
+    overhead_s      = step_overhead_s + layers x layer_overhead_s        (CUDA graphs on or off)
+                      (+ layers x layer_launch_overhead_s without CUDA graphs)
                       + prefill_step_overhead_s on a step that carries prefill tokens (not graph-captured:
                         eager attention launches per layer, TP collectives' latency)
     step_s          = gemm_s + attention_s + allreduce_s + overhead_s
 
-GEMM efficiency grows with the tokens in the step, ``eff(T) = compute_efficiency x T / (T + gemm_m_half_tokens)``
-(a saturating curve per GPU family and dtype; ``gemm_m_half_tokens = 0`` is a flat efficiency), so
+Units: bytes, FLOPs, seconds; bw in bytes/s per GPU, compute in FLOP/s per group, busbw in bytes/s.
+``busbw`` follows the nccl-tests definition (``busbw = algbw x 2 (n-1)/n`` for an all-reduce), so a ring
+all-reduce of S bytes takes ``2 (n-1)/n x S / busbw`` plus its latency.
+
+GEMM efficiency grows with the tokens in the step, ``eff(T) = compute_efficiency x T / (T + M_half)``
+(a saturating curve per GPU family; ``gemm_m_half_tokens = 0`` is a flat efficiency), so
 ``T x 2 x params / (compute x eff(T) / compute_efficiency) = (T + M_half) x 2 x params / compute``.
+``M_half = gemm_m_half_tokens x tp x 4096 / hidden`` (:func:`gemm_m_half`: a TP shard is narrower), and a
+MoE's routed experts each pay it on their own share of the tokens (:meth:`StepCostModel.gemm_effective_flops`).
 
 The weight GEMMs and the attention kernels are separate kernels, each bounded by its own roofline, so
 their times add: a decode step is memory-bound in both, a long prefill compute-bound in both, and a
@@ -148,6 +161,29 @@ def compute_dtype(weight_dtype: str, gpu: Gpu) -> str:
     return "bf16"
 
 
+#: Hidden size at which ``gemm_m_half_tokens`` is stated (Llama-3.1-8B, Mistral-7B: 4,096).
+GEMM_REFERENCE_HIDDEN = 4096
+
+
+def gemm_m_half(m_half_tokens: float, hidden_size: int, tp: int) -> float:
+    """The GEMM curve's half point for this model and TP size, in tokens.
+
+    A GEMM fills the GPU with output tiles, ``M x N_per_gpu / tile``; a TP shard has ``N / tp`` columns, so it
+    needs ``tp`` times the tokens to fill the GPU as well, and a model ``hidden / 4096`` times wider needs
+    that many times fewer: ``M_half = gemm_m_half_tokens x tp x 4096 / hidden`` (the profile's value is the
+    half point of a 4,096-wide model on one GPU)."""
+    return m_half_tokens * tp * GEMM_REFERENCE_HIDDEN / max(hidden_size, 1)
+
+
+def gemm_dtype_ratio(compute_dtype_: str, profile: EngineProfile) -> float:
+    """Achieved-fraction ratio of the GEMMs' tensor-core dtype to 16-bit ones (profile terms, fitted)."""
+    if compute_dtype_ in ("fp8", "int8"):
+        return profile.fp8_gemm_efficiency_ratio
+    if compute_dtype_ == "fp4":
+        return profile.fp4_gemm_efficiency_ratio
+    return 1.0
+
+
 @dataclass(frozen=True)
 class StepCostModel:
     """Precomputed coefficients for fast step times of one replica (see module docstring)."""
@@ -187,6 +223,8 @@ class StepCostModel:
     expert_bandwidth_efficiency: float = 1.0  # routed-expert grouped GEMMs' share of it (profile)
     moe_layer_overhead_s: float = 0.0     # fixed time per MoE layer per step (profile; already in overhead_s)
     pp_hop_s_per_token: float = 0.0       # pipeline parallel: seconds per new token to pass activations between stages
+    gemm_curve_hidden: float = 0.0        # fraction of the curve's small-M loss hidden under the weight stream
+    attention_ratio: float = 1.0          # attention kernels' achieved fraction over the GEMMs' (eff_max)
 
     @staticmethod
     def build(dep: Deployment) -> "StepCostModel":
@@ -210,11 +248,15 @@ class StepCostModel:
         lat = p.allreduce_latency_pcie_s if ic.is_pcie else p.allreduce_latency_s
         memb = dep.memory()
         cdt = compute_dtype(dep.weight_dtype, g)
-        overhead = (p.step_overhead_s + (0.0 if dep.cuda_graphs else m.num_layers * p.layer_launch_overhead_s)
+        overhead = (p.step_overhead_s + m.num_layers * p.layer_overhead_s
+                    + (0.0 if dep.cuda_graphs else m.num_layers * p.layer_launch_overhead_s)
                     + n_moe * p.moe_layer_overhead_s)
         layout = _moe_layout(dep) if m.moe is not None and (dep.dp > 1 or dep.ep) else None
         routed = 2.0 * params.expert_one * (m.moe.top_k if m.moe else 0) * n_moe
         eff = g.kernels.efficiency(dep.weight_dtype)
+        busbw = ic.allreduce_bus_bytes_per_s(tp)
+        ar_bw = busbw if busbw is not None else ic.ring_bandwidth_bytes_per_s(tp) * p.allreduce_bandwidth_efficiency
+        ratio = min(gemm_dtype_ratio(cdt, p), eff.compute)
         return StepCostModel(
             tp=tp, num_layers=m.num_layers, hidden_size=m.hidden_size,
             dense_weight_bytes_per_gpu=dense_w, expert_bytes_per_gpu=e_bytes, num_experts=n_exp,
@@ -227,17 +269,19 @@ class StepCostModel:
             kv_bytes_per_token_sliding_layer=kv_layer,
             hbm_bytes_per_s=g.hbm_bandwidth_bytes_per_s * p.hbm_bandwidth_efficiency,
             peak_hbm_bytes_per_s=g.hbm_bandwidth_bytes_per_s,
-            group_flops_per_s=tp * g.flops_per_s(cdt) * p.compute_efficiency * g.kernels.efficiency(dep.weight_dtype).compute,
+            group_flops_per_s=tp * g.flops_per_s(cdt) * p.compute_efficiency * ratio,
             peak_group_flops_per_s=tp * g.flops_per_s(cdt),
             allreduce_latency_s=lat,
-            allreduce_bytes_per_s=ic.ring_bandwidth_bytes_per_s(tp) * p.allreduce_bandwidth_efficiency,
+            allreduce_bytes_per_s=ar_bw,
             overhead_s=overhead, kv_capacity_tokens=memb.kv_capacity_tokens,
             request_overhead_s=p.request_overhead_s, allreduces_per_layer=1 if m.parallel_attention else 2,
             prefill_step_overhead_s=p.prefill_step_overhead_s,
-            gemm_m_half_tokens=p.gemm_m_half_tokens,
+            gemm_m_half_tokens=gemm_m_half(p.gemm_m_half_tokens, m.hidden_size, tp),
             moe=layout, routed_flops_per_token=routed, draft=_draft_cost(dep, pair),
             weight_stream_efficiency=eff.bandwidth, expert_bandwidth_efficiency=p.expert_bandwidth_efficiency,
             moe_layer_overhead_s=p.moe_layer_overhead_s if m.moe is not None else 0.0,
+            gemm_curve_hidden=p.gemm_curve_hidden_fraction,
+            attention_ratio=p.attention_efficiency_ratio,
         )
 
     # -- per-sequence costs -------------------------------------------------------------------
@@ -299,9 +343,10 @@ class StepCostModel:
         bw = self.peak_hbm_bytes_per_s if floor else self.hbm_bytes_per_s
         w_s = w_bytes / bw if floor else self.weight_read_s(new_tokens, bw)
         comp = self.peak_group_flops_per_s if floor else self.group_flops_per_s
-        lin_eff = lin if floor else (new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token + self.imbalance_flops(new_tokens)
+        lin_eff = lin if floor else self.gemm_effective_flops(new_tokens, w_s) + self.imbalance_flops(new_tokens)
         out = {"memory_s": (w_bytes + kv_bytes) / bw, "compute_s": (lin + attention_flops) / comp,
-               "gemm_s": max(w_s, lin_eff / comp), "attention_s": max(kv_bytes / bw, attention_flops / comp),
+               "gemm_s": max(w_s, lin_eff / comp),
+               "attention_s": max(kv_bytes / bw, attention_flops / (comp * (1.0 if floor else self.attention_ratio))),
                "allreduce_s": 0.0, "overhead_s": 0.0, "bytes_per_gpu": w_bytes + kv_bytes, "flops": lin + attention_flops}
         if not floor:
             out["allreduce_s"] = self.allreduce_s(new_tokens)
@@ -313,6 +358,43 @@ class StepCostModel:
         if self.moe is None or not self.moe.ep:
             return 0.0
         return new_tokens * self.routed_flops_per_token * (self.moe.imbalance(new_tokens) - 1.0)
+
+    def gemm_effective_flops(self, new_tokens: int, weight_s: float | None = None) -> float:
+        """FLOPs the weight GEMMs cost at ``eff_max`` once the saturating curve is applied (whole group).
+
+        Dense GEMMs see all ``T`` tokens: ``(T + r M_half) x dense_flops_per_token``. A MoE layer's routed
+        experts each see only their share, ``T k / E_t`` tokens over the ``E_t`` experts touched, so each
+        pays its own half point: ``sum_e (T k / E_t + r M_half) = T k + r E_t M_half``, i.e.
+        ``(T + r E_t M_half / k) x routed_flops_per_token``.
+
+        ``r = 1 - h M_mem / (T + M_mem)`` ramps the occupancy loss in past the memory knee ``M_mem =
+        weight_s x compute / linear_flops_per_token`` (the tokens at which full-efficiency compute equals
+        the weight stream): a GEMM waiting on HBM hides the fraction ``h`` (``gemm_curve_hidden_fraction``)
+        of its tensor cores' idle tiles (``h = 1``: ``r = T / (T + M_mem)``; ``h = 0``: ``r = 1``).
+        ``weight_s`` = weight bytes / bandwidth (default: at ``new_tokens``)."""
+        t = max(new_tokens, 0)
+        r = self.gemm_curve_factor(new_tokens, weight_s)
+        dense = self.linear_flops_per_token - self.routed_flops_per_token
+        out = (t + r * self.gemm_m_half_tokens) * dense
+        if self.routed_flops_per_token and self.experts_top_k:
+            e, k = self.num_experts, self.experts_top_k
+            touched = e * (1.0 - (1.0 - k / e) ** t)
+            out += (t + r * touched * self.gemm_m_half_tokens / k) * self.routed_flops_per_token
+        return out
+
+    def gemm_curve_factor(self, new_tokens: int, weight_s: float | None = None) -> float:
+        """``r = 1 - h M_mem / (T + M_mem)``, the share of the half-point loss a step pays (see
+        :meth:`gemm_effective_flops`); ``M_mem = weight_s x compute / linear_flops_per_token`` tokens."""
+        t = max(new_tokens, 0)
+        if weight_s is None:
+            weight_s = self.weight_bytes_read_per_gpu(new_tokens) / self.hbm_bytes_per_s
+        m_mem = weight_s * self.group_flops_per_s / self.linear_flops_per_token if self.linear_flops_per_token else 0.0
+        return 1.0 - self.gemm_curve_hidden * m_mem / (t + m_mem) if t + m_mem > 0 else 1.0
+
+    def gemm_efficiency(self, new_tokens: int) -> float:
+        """Achieved / peak FLOP/s of the weight GEMMs at ``new_tokens`` tokens in the step (compute-bound side)."""
+        eff_max = self.group_flops_per_s / self.peak_group_flops_per_s
+        return eff_max * new_tokens / (new_tokens + self.gemm_m_half_tokens) if new_tokens > 0 else 0.0
 
     def allreduce_s(self, new_tokens: int) -> float:
         """Ring all-reduces (two per layer, one for parallel blocks) of ``new_tokens x hidden`` bf16 activations (0 without TP).
@@ -333,14 +415,14 @@ class StepCostModel:
     def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float, prefill: bool = False) -> float:
         """Wall time of one step (see module docstring); ``prefill``: the step carries prefill tokens."""
         bw, comp = self.hbm_bytes_per_s, self.group_flops_per_s
-        lin = (new_tokens + self.gemm_m_half_tokens) * self.linear_flops_per_token
         if self.moe is None and self.weight_stream_efficiency == 1.0 and self.expert_bandwidth_efficiency == 1.0:
             w_s = self.weight_bytes_read_per_gpu(new_tokens) / bw   # the common case, kept cheap (the simulator's loop)
+            lin = self.gemm_effective_flops(new_tokens, w_s)
         else:
             w_s = self.weight_read_s(new_tokens, bw)
-            lin += self.imbalance_flops(new_tokens)
+            lin = self.gemm_effective_flops(new_tokens, w_s) + self.imbalance_flops(new_tokens)
         gemm = max(w_s, lin / comp)
-        attn = max(kv_read_bytes / self.tp / bw, attention_flops / comp)
+        attn = max(kv_read_bytes / self.tp / bw, attention_flops / (comp * self.attention_ratio))
         fixed = self.overhead_s + (self.prefill_step_overhead_s if prefill else 0.0)
         return gemm + attn + self.allreduce_s(new_tokens) + fixed + new_tokens * self.pp_hop_s_per_token
 
@@ -449,4 +531,4 @@ def ceil_div(a: int, b: int) -> int:
 
 
 __all__ = ["EngineLimits", "Deployment", "StepCostModel", "default_limits", "check_parallelism",
-           "compute_dtype", "bound_of", "ceil_div"]
+           "compute_dtype", "gemm_dtype_ratio", "bound_of", "ceil_div"]

@@ -123,17 +123,18 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
                          S(est.decode_allreduce_s)))
     out.append(_line("overhead", f"{S(cost.overhead_s)}; scheduler, sampling, launch"
                      + ("" if dep.cuda_graphs else f" + {m.num_layers} layers x eager launches"), S(est.decode_overhead_s)))
-    lin_tokens = f"({b} + {cost.gemm_m_half_tokens:g}) tokens" if cost.gemm_m_half_tokens else f"{b} tokens"
     experts = wb - cost.dense_weight_bytes_per_gpu
     wbw = cost.hbm_bytes_per_s * cost.weight_stream_efficiency  # the weight dtype's kernels' bandwidth
     w_read = (f"{B(wb)} / {_tbs(wbw)}" if experts <= 0 or cost.expert_bandwidth_efficiency == 1.0 else
               f"{B(cost.dense_weight_bytes_per_gpu)} / {_tbs(wbw)} + {B(experts)} / {_tbs(wbw * cost.expert_bandwidth_efficiency)}")
-    lin = f"{lin_tokens} x {cost.linear_flops_per_token:.4g} FLOPs"
+    out += _gemm_flops_lines(cost, b)
+    lin = f"{cost.gemm_effective_flops(b, cost.weight_read_s(b, cost.hbm_bytes_per_s)):.4g} FLOPs"
     if cost.imbalance_flops(b):
         lin = f"({lin} + {cost.imbalance_flops(b):.4g} FLOPs)"
     out.append(_line("GEMMs", f"max({w_read}, {lin} / {_tflops(cost.group_flops_per_s)})", S(real["gemm_s"])))
+    attn_note = (f"; {cost.attention_ratio:.0%} of the GEMMs' rate" if cost.attention_ratio != 1.0 else "")
     out.append(_line("attention", f"max({B(b * kv / tp)} / {_tbs(cost.hbm_bytes_per_s)}, {b * fl:.4g} FLOPs / "
-                     f"{_tflops(cost.group_flops_per_s)})", S(real["attention_s"])))
+                     f"{_tflops(cost.group_flops_per_s * cost.attention_ratio)}){attn_note}", S(real["attention_s"])))
     out.append(_line("decode step", f"{S(real['gemm_s'])} + {S(real['attention_s'])} + {S(real['allreduce_s'])} + "
                      f"{S(real['overhead_s'])}; GEMMs + attention + all-reduce + overhead"
                      + ("; per output token with MTP below" if cost.draft else ""), S(est.decode_step_s)))
@@ -305,3 +306,27 @@ def _finite(d: Any) -> Any:
     if isinstance(d, list):
         return [_finite(v) for v in d]
     return d
+
+
+def _gemm_flops_lines(cost: StepCostModel, b: int) -> list[str]:
+    """The GEMM-curve lines: the occupancy factor r and the FLOPs the weight GEMMs cost at eff_max."""
+    if not cost.gemm_m_half_tokens:
+        return []
+    w_s = cost.weight_read_s(b, cost.hbm_bytes_per_s)
+    r = cost.gemm_curve_factor(b, w_s)
+    out = []
+    if cost.gemm_curve_hidden:
+        m_mem = w_s * cost.group_flops_per_s / cost.linear_flops_per_token
+        out.append(_line("GEMM curve r", f"1 - {cost.gemm_curve_hidden:.4g} x {m_mem:.4g} / ({b} + {m_mem:.4g}); memory knee "
+                         f"{m_mem:.4g} tokens", f"{r:.4g}"))
+    rt = float(f"{r:.4g}")
+    dense = cost.linear_flops_per_token - cost.routed_flops_per_token
+    f = f"({b} + {rt:g} x {cost.gemm_m_half_tokens:.4g}) tokens x {dense:.4g} FLOPs"
+    if cost.routed_flops_per_token and cost.experts_top_k:
+        e, k = cost.num_experts, cost.experts_top_k
+        touched = e * (1.0 - (1.0 - k / e) ** max(b, 0))
+        f += (f" + ({b} + {rt:g} x {touched:.4g} x {cost.gemm_m_half_tokens:.4g} / {k}) tokens x "
+              f"{cost.routed_flops_per_token:.4g} FLOPs")
+    f += "; half point per GEMM"
+    out.append(_line("GEMM FLOPs", f, f"{cost.gemm_effective_flops(b, w_s):.4g} FLOPs"))
+    return out

@@ -316,7 +316,7 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
             fewer = "it runs one replica per pool" if single else "one replica fewer would miss"
             in_band = (f"traffic is within the current plan's band: at the forecast {forecast:.2f} req/s "
                        f"(+{policy.headroom:.0%} = {workload.effective_rate_per_s:.2f} req/s) the model predicts "
-                       f"{pred.summary(workload)} and {fewer}; no search needed")
+                       f"{pred.summary(workload)} and {fewer}{burst_holds}; no search needed")
     proposal_meets: str | None = ""
     if in_band:
         proposed = current
