@@ -12,8 +12,9 @@ Throughput of one replica (requests/s), ``u = max_utilisation``:
 * busy time: a step takes ``gemm + attention + allreduce + overhead`` (``StepCostModel.step_s``), each term
   at least its share of the request's work, and ``sum max(a, b) >= max(sum a, sum b)`` over the steps. A
   request computes ``T = Pc + O - 1`` tokens in at least ``S = max((O - 1) / max_num_seqs, T / budget)``
-  steps; its GEMMs take ``>= max(S W / hbm, T lf / flops)``, its attention ``>= max(KV read /
-  (tp hbm), attention FLOPs / flops)`` (each decode token reads at least the prompt's KV and attends to
+  steps; its GEMMs take ``>= max(S W / hbm, T (1 + g(cap) / cap) lf / flops)`` (the GEMM curve's half
+  points, ``_curve_per_token``), its attention ``>= max(KV read / (tp hbm), attention FLOPs / (flops x
+  attention_ratio))`` (each decode token reads at least the prompt's KV and attends to
   it), its all-reduces ``T`` tokens' worth plus ``S`` latencies, and ``S`` step overheads. So ``lam x
   busy <= 1`` (``_busy_s_per_request``). The analytic load model lies within ~6% of this on the sampled
   configurations, and the bound keeps ``BUSY_SLACK`` for that.
@@ -42,7 +43,7 @@ job pays ``usd_per_gpu_hour x tp x R x running`` with ``running = rate / (R x ca
 
 Latency at percentile ``p`` (TTFT = queue + residual + own prefill + co-scheduled + fixed, all >= 0):
 ``TTFT_p >= q_p(own)`` with ``own`` the prompt's own ``n = ceil(Pc / C)`` chunk steps, each no faster than
-with its chunk alone: ``max(n W / hbm, Pc lf / flops)`` GEMMs (each chunk step reads the
+with its chunk alone: ``max(n W / hbm, Pc (1 + g(C) / C) lf / flops)`` GEMMs (each chunk step reads the
 weights ``W`` once), its attention FLOPs, all-reduces and ``n`` step overheads, plus fixed (``_ttft``); TPOT ``>=`` the shortest decode step, ``max(W / hbm,
 decode_step_s(1, 0.9 x mean_ctx))`` (every decode step reads the weights; the load model's step is at a mean
 batch of at least one; halved at p50, where the batch-noise factor may be below 1); E2E ``>=`` TTFT's bound (plus
@@ -255,20 +256,21 @@ class Bounds:
         """Engine time one request costs at least (s), summed over the steps that serve it.
 
         A step takes ``gemm + attention + allreduce + overhead`` (``StepCostModel.step_s``) with ``gemm >=
-        max(W / hbm, n x lf / flops)`` (the GEMM curve of
-        ``StepCostModel.gemm_effective_flops`` only adds to the compute side) and ``attention >= max(kv / (tp x hbm), fl / flops)``;
+        max(W / hbm, (n + g(n)) x lf / flops)`` (the GEMM curve, :func:`_curve_per_token`) and ``attention >=
+        max(kv / (tp x hbm), fl / (flops x attention_ratio))``;
         summed over steps, ``sum max(a, b) >= max(sum a, sum b)``. Per request: ``T = Pc + O - 1`` computed
         tokens, at least ``S = max((O - 1) / max_num_seqs, T / budget)`` steps (a step holds at most
         ``max_num_seqs`` decoders and ``budget`` tokens), attention FLOPs ``fpp x (Pc h + Pc (Pc + 1) / 2)``
         for the prompt (any chunking) and ``fpp x P`` per decode token, and at least the prompt's KV read
-        per decode token. So ``busy >= max(S W / hbm, T lf / flops) + max(KV / (tp hbm), FL /
-        flops) + T x allreduce per token + S x (fixed all-reduce latency + step overhead)``, plus the
+        per decode token. So ``busy >= max(S W / hbm, T (1 + g(cap) / cap) lf / flops) + max(KV / (tp hbm), FL /
+        (flops x attention_ratio)) + T x allreduce per token + S x (fixed all-reduce latency + step overhead)``, plus the
         prefill-step overhead on ``Pc / budget`` steps."""
         prompt_tokens, decode_tokens, attention_s = self._per_request(cost, prefills, decodes)
         lf, flops_s = cost.linear_flops_per_token, cost.group_flops_per_s
         tokens = prompt_tokens + decode_tokens
         steps = max(decode_tokens / max(seqs, 1), tokens / max(budget, 1))
-        gemm_s = max(steps * self._weights_s(cost), tokens * lf / flops_s)   # the GEMM curve only adds to it
+        cap = max(budget, seqs * cost.query_tokens, 1)  # no step computes more tokens
+        gemm_s = max(steps * self._weights_s(cost), tokens * (1.0 + _curve_per_token(cost, cap)) * lf / flops_s)
         ar0 = cost.allreduce_s(0)
         fixed_s = steps * (ar0 + cost.overhead_s) + prompt_tokens / max(budget, 1) * cost.prefill_step_overhead_s
         return gemm_s + attention_s + tokens * (cost.allreduce_s(1) - ar0) + fixed_s
@@ -292,7 +294,7 @@ class Bounds:
                 attn_fl = attn_fl + (O - 1.0) * fl_p
                 kv = kv + (O - 1.0) * kv_p
                 decode_tokens = max(inp.E_O - 1.0, 0.0)
-            attention_s = max(float(kv.mean()) / (cost.tp * cost.hbm_bytes_per_s), float(attn_fl.mean()) / flops_s)
+            attention_s = max(float(kv.mean()) / (cost.tp * cost.hbm_bytes_per_s), float(attn_fl.mean()) / (flops_s * cost.attention_ratio))
             self._per_request_cache[key] = (cost, (prompt_tokens, decode_tokens, attention_s))
         return self._per_request_cache[key][1]
 
@@ -319,8 +321,9 @@ class Bounds:
         pc, h = pre.Pc, pre.P - pre.Pc
         flops_s = cost.group_flops_per_s
         n = np.ceil(pc / max(chunk, 1))
-        gemm = np.maximum(n * self._weights_s(cost), (pc + n * cost.gemm_m_half_tokens) * cost.linear_flops_per_token / flops_s)
-        attention = self._prompt_attention_flops(cost, pc, h) / flops_s
+        grow = 1.0 + _curve_per_token(cost, max(chunk, 1))
+        gemm = np.maximum(n * self._weights_s(cost), pc * grow * cost.linear_flops_per_token / flops_s)
+        attention = self._prompt_attention_flops(cost, pc, h) / (flops_s * cost.attention_ratio)
         ar0 = cost.allreduce_s(0)
         out: np.ndarray = gemm + attention + pc * (cost.allreduce_s(1) - ar0) + n * (ar0 + cost.overhead_s + cost.prefill_step_overhead_s)
         return out
@@ -328,15 +331,16 @@ class Bounds:
     def _ttft(self, cost: StepCostModel, chunk: int, extra_s_per_prompt_token: float) -> dict[str, float]:
         """TTFT bounds per percentile: a prompt's own prefill steps, at least ``n = ceil(Pc / chunk)``, each
         no faster than with its chunk alone (``step_s`` grows with every argument): GEMMs ``max(n W / hbm,
-        Pc lf / flops)``, attention FLOPs ``fpp (Pc h + Pc (Pc + 1) / 2) / flops``, all-reduces
+        Pc (1 + g(C) / C) lf / flops)``, attention FLOPs ``fpp (Pc h + Pc (Pc + 1) / 2) / (flops x attention_ratio)``, all-reduces
         ``Pc`` tokens and ``n`` latencies, ``n`` step and prefill-step overheads; plus the request overhead
         and ``extra_s_per_prompt_token x P`` (the KV transfer of P/D)."""
         pre = self._pre
         pc, h = pre.Pc, pre.P - pre.Pc
         flops_s = cost.group_flops_per_s
         n = np.ceil(pc / max(chunk, 1))
-        gemm = np.maximum(n * self._weights_s(cost), pc * cost.linear_flops_per_token / flops_s)
-        attention = self._prompt_attention_flops(cost, pc, h) / flops_s
+        grow = 1.0 + _curve_per_token(cost, max(chunk, 1))
+        gemm = np.maximum(n * self._weights_s(cost), pc * grow * cost.linear_flops_per_token / flops_s)
+        attention = self._prompt_attention_flops(cost, pc, h) / (flops_s * cost.attention_ratio)
         ar0 = cost.allreduce_s(0)
         steps = gemm + attention + pc * (cost.allreduce_s(1) - ar0)
         fixed = n * (ar0 + cost.overhead_s + cost.prefill_step_overhead_s)
@@ -510,3 +514,17 @@ class Bounds:
             if got is not None:
                 best = min(best, got[0] * o.usd_per_instance_hour)
         return best
+
+
+def _curve_per_token(cost: StepCostModel, cap_tokens: int) -> float:
+    """GEMM-curve tokens each computed token adds at least, over steps of at most ``cap_tokens`` tokens.
+
+    A step of ``T`` tokens costs ``(T + g(T)) x lf`` GEMM FLOPs or more (``StepCostModel.gemm_effective_flops``:
+    routed experts pay ``E_t / k >= 1`` half points), ``g(T) = M_half (1 - h M_mem / (T + M_mem))``. ``g`` is
+    increasing and concave with ``g(0) >= 0``, so ``g(T) / T`` falls with ``T`` and ``sum g(T_i) >= sum T_i x
+    g(cap) / cap`` for steps of ``T_i <= cap`` tokens. ``g`` falls with ``M_mem``: taken at the largest weight
+    read (every expert touched, at the dtype's stream efficiency), it bounds every step from below."""
+    if not cost.gemm_m_half_tokens or not cost.linear_flops_per_token:
+        return 0.0
+    m_mem = cost.weight_read_s(1 << 30, cost.hbm_bytes_per_s) * cost.group_flops_per_s / cost.linear_flops_per_token
+    return cost.gemm_m_half_tokens * (1.0 - cost.gemm_curve_hidden * m_mem / (cap_tokens + m_mem)) / cap_tokens
