@@ -133,6 +133,21 @@ def _limits(c: Case) -> tuple[int, int]:
     return 512, 32768
 
 
+def scheduler_poll_steps(c: Case) -> int:
+    """How often the row's SGLang server takes in new requests, in steps (the launch scripts of
+    ``SemiAnalysisAI/InferenceX benchmarks/`` @ 1fc5d73c): on B200 (and B300, assumed alike) ``--scheduler-recv-interval``
+    10, or 30 at TP 8 from concurrency 16 (``dsr1_fp8_b200.sh``, ``dsr1_fp4_b200_docker.sh``); on MI300X / MI325X /
+    MI355X ``--num-continuous-decode-steps 4`` (``dsr1_fp8_mi300x.sh``, ``dsr1_fp8_mi355x.sh``: four decode steps
+    between two looks at the queue); H200 and the other engines poll every step."""
+    if c.framework != "sglang":
+        return 1
+    if c.gpu in ("b200", "b300"):
+        return 30 if c.tp * c.dp == 8 and c.conc >= 16 else 10
+    if c.gpu in ("mi300x", "mi325x", "mi355x"):
+        return 4
+    return 1
+
+
 def memory_fraction(c: Case, mem: Any) -> float:
     """vLLM's ``gpu_memory_utilization`` that leaves the KV cache the row's engine gives itself.
 
@@ -163,6 +178,7 @@ def predict(c: Case, legacy: bool = False, profile: Any = None, catalog: Any = N
                               engine="trtllm" if c.framework == "trt" else "sglang", gpu_memory_utilization=0.9,
                               max_num_seqs=seqs, max_num_batched_tokens=tokens, usd_per_gpu_hour=1.0)
     if not legacy:
+        kw["scheduler_poll_steps"] = scheduler_poll_steps(c)
         kw.update(dp=c.dp, ep=c.ep)
         if c.mtp:
             kw["speculative_config"] = json.dumps({"method": "mtp", "num_speculative_tokens": c.mtp})

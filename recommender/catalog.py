@@ -252,7 +252,9 @@ def gpu_from_doc(doc: Mapping[str, Any], where: str = "", kernels: Mapping[str, 
             id=str(doc["id"]).lower(),
             name=str(doc.get("name", doc["id"])),
             vendor=str(doc.get("vendor", "nvidia")).lower(),
-            memory_bytes=units.parse_bytes(doc["memory"], f"{where} memory"),
+            # what the driver reports (nvidia-smi memory.total) where the catalog has it: the total that
+            # vLLM's --gpu-memory-utilization and SGLang's --mem-fraction-static are fractions of
+            memory_bytes=units.parse_bytes(doc.get("device_memory") or doc["memory"], f"{where} memory"),
             hbm_bandwidth_bytes_per_s=units.parse_bandwidth(doc["hbm_bandwidth"], f"{where} hbm_bandwidth"),
             dense_flops_per_s={str(k): float(v) * 1e12 for k, v in doc["dense_tflops"].items() if v is not None},
             interconnect=Interconnect(

@@ -225,6 +225,7 @@ class EstimateRequest:
     ep: bool = False                     # --enable-expert-parallel
     speculative_config: str | None = None  # --speculative-config JSON (MTP)
     acceptance_rate: float | None = None  # --acceptance-rate (per draft position)
+    scheduler_poll_steps: int = 1        # SGLang --scheduler-recv-interval: new requests are taken every N steps
 
 
 #: largest values estimate accepts (refused before any loop; workload.MAX_TOKENS is the token bound)
@@ -272,7 +273,8 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
                          ("--prompt-tokens", req.prompt_tokens, None), ("--output-tokens", req.output_tokens, None),
                          ("--max-num-seqs", req.max_num_seqs, MAX_SEQS),
                          ("--max-num-batched-tokens", req.max_num_batched_tokens, None),
-                         ("--max-model-len", req.max_model_len, None)):
+                         ("--max-model-len", req.max_model_len, None),
+                         ("--scheduler-poll-steps", req.scheduler_poll_steps, 1000)):
         _positive(name, v, cap)
     if req.usd_per_gpu_hour is not None and not (math.isfinite(req.usd_per_gpu_hour) and 0 < req.usd_per_gpu_hour <= 1000):
         raise ConfigError(f"--price {req.usd_per_gpu_hour}: USD per GPU-hour must be above 0 and at most 1000")
@@ -320,6 +322,7 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
         max_num_seqs=req.max_num_seqs or lim.max_num_seqs,
         max_num_batched_tokens=req.max_num_batched_tokens or lim.max_num_batched_tokens,
         chunked_prefill=req.chunked_prefill,
+        scheduler_poll_steps=req.scheduler_poll_steps,
     )
     dep = build_deployment(model=model, gpu=gpu, tp=req.tp, weight_dtype=wd, kv_dtype=kd, profile=prof, limits=limits,
                            gpu_memory_utilization=req.gpu_memory_utilization, cuda_graphs=req.cuda_graphs,
@@ -469,10 +472,34 @@ def finite_run(dep: Deployment, load: Load, n: float | None = None) -> RunPredic
     burst = rate is None or math.isinf(rate)
     if burst and n >= m:
         return _burst(dep, load, m)
-    arrivals = (m - 1) / rate  # type: ignore[operator]
-    duration = max(arrivals, max(m - n, 0.0) * e2e / n) + e2e
+    if burst:
+        # the first N requests start at once: their prefills queue behind each other (first_wave_ttft_s);
+        # the later M - N arrive one by one as earlier requests finish (the steady closed loop)
+        first = first_wave_ttft_s(dep, load.prompt_tokens, int(round(n)))
+        shift = n / m * (first - ttft)
+        ttft, e2e = ttft + shift, e2e + shift
+        arrivals = 0.0
+    else:
+        arrivals = (m - 1) / rate  # type: ignore[operator]
+    duration = max(arrivals, max(m - n, 0.0) * (e2e - (shift if burst else 0.0)) / n) + e2e
     return RunPrediction(ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=m * load.output_tokens / duration,
                          duration_s=duration, in_flight=n, completed=m)
+
+
+def first_wave_ttft_s(dep: Deployment, prompt_tokens: int, n: int) -> float:
+    """Mean TTFT of ``n`` requests that arrive at once (the first wave of a closed-loop benchmark at ``--request-rate
+    inf``): each attention rank takes ``b = min(ceil(n / dp), admitted)`` of them and prefills them first come first
+    served in chunks of the token budget, so prompt ``k`` has its first token after about ``k / b`` of the batch's
+    prefill time ``T_b`` (``StepCostModel.prefill_s(P, b, budget)``): mean ``(b + 1) / (2 b) x T_b`` + the
+    request overhead (s)."""
+    from recommender.perf.steady import admitted
+    from recommender.perf.step import StepCostModel
+
+    cost = StepCostModel.build(dep)
+    b = max(1, min(math.ceil(max(n, 1) / max(dep.dp, 1)), admitted(dep, cost, max(n, 1), prompt_tokens, 1)))
+    chunk = dep.limits.max_num_batched_tokens if dep.limits.chunked_prefill else None
+    total_s = cost.prefill_s(max(prompt_tokens, 1), b, chunk)
+    return (b + 1) / (2.0 * b) * total_s + cost.request_overhead_s
 
 
 def _burst(dep: Deployment, load: Load, m: int) -> RunPrediction:

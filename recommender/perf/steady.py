@@ -222,6 +222,12 @@ def closed_loop(cost: StepCostModel, n: int, prompt: int, output: int, budget: i
     return pre + dec, tpot, dec
 
 
+def poll_wait_s(poll_steps: int, step_s: float) -> float:
+    """Mean wait of a request for the scheduler's next poll when it polls every ``I = poll_steps`` steps of
+    ``step_s`` seconds and arrivals fall uniformly over the poll cycle: ``(I - 1) / 2 x step_s`` (0 for vLLM, I = 1)."""
+    return max(poll_steps - 1, 0) / 2.0 * step_s
+
+
 def admitted(dep: Deployment, cost: StepCostModel, n: int, prompt: int, output: int) -> int:
     """Requests of a closed loop at concurrency ``n`` that run at once: ``min(n, max_num_seqs, KV capacity)``.
 
@@ -329,7 +335,8 @@ def _estimate_rank(dep: Deployment, load: Load, replicas: int, usd_per_gpu_hour:
         # running r requests cycle in e2e_r, so each of the n waits (n / r - 1) x e2e_r (Little's law)
         ttft, tpot, step = closed_loop(cost, run, prompt, load.output_tokens, dep.limits.max_num_batched_tokens,
                                        dep.limits.chunked_prefill, cached)
-        ttft += cost.request_overhead_s
+        # a request that arrives between two of the scheduler's polls waits for the next: (I - 1) / 2 steps on average
+        ttft += cost.request_overhead_s + poll_wait_s(dep.limits.scheduler_poll_steps, step)
         e2e = ttft + (load.output_tokens - 1) * tpot
         if run < batch:
             notes.append(f"concurrency {batch} > {run} the engine runs at once (max_num_seqs "

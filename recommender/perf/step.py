@@ -73,6 +73,9 @@ class EngineLimits:
     max_num_batched_tokens: int = 8192
     chunked_prefill: bool = True
     enable_prefix_caching: bool = False
+    #: the engine takes in new requests every this many steps (SGLang ``--scheduler-recv-interval``, or its
+    #: ``--num-continuous-decode-steps``); vLLM's scheduler looks at every step: 1
+    scheduler_poll_steps: int = 1
 
 
 def default_limits(gpu: Gpu, max_model_len: int = 0) -> EngineLimits:
