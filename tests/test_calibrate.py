@@ -118,8 +118,9 @@ def test_published_rows_become_loads_in_si_units(published):
 def test_trtllm_bench_engine_settings(published):
     # trtllm-bench build: KV = 0.95 x (memory - weights); requests of ISL+OSL tokens that fit, clamped to 64..4096;
     # tokens = batch x (1 + ISL/OSL) clamped to 2048..32768. Llama-3.1-8B FP8 on H200: fp8 KV per token
-    # 2 x 32 layers x 8 heads x 128 x 1 B = 65,536 B; weights ~9 GB.
-    kv_free = 0.95 * (141e9 - 9e9)
+    # 2 x 32 layers x 8 heads x 128 x 1 B = 65,536 B; weights ~9 GB; memory as the driver reports it, 143,771 MiB
+    # (catalogs/gpus/h200.yaml device_memory, from nvidia-smi)
+    kv_free = 0.95 * (143771 * 2**20 - 9e9)
     m = by_id(published, "TRT017-001")                 # 128 / 128: 256 tokens -> ~7,500 requests -> clamp 4096
     assert kv_free / (256 * 65536) > 4096
     assert m.load.mode == "max" and m.limits == EngineLimits(4096, 8192)

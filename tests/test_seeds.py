@@ -512,9 +512,12 @@ def test_s1_related_bandwidth_not_flops_speeds_one_stream() -> None:
     assert l40s.output_tokens_per_s < a100.output_tokens_per_s     # more FLOPs, less bandwidth: slower
 
 
-def _h200_fp8_70b(context: int) -> Estimate:
-    """A 70B-class chat server: llama-3.1-70b fp8 on one H200."""
-    return est(model=M70, gpu="h200", tp=1, weight_dtype="fp8", context_tokens=context)[1]
+def _h200_fp8_70b(context: int, datasheet_memory: bool = True) -> Estimate:
+    """A 70B-class chat server: llama-3.1-70b fp8 on one H200. ``datasheet_memory``: vLLM's 0.92 of the datasheet's
+    141 GB (gpu_memory_utilization 0.92 x 141 GB / 143,771 MiB), as the seed's era sized it; else of the 143,771 MiB
+    the driver reports (catalogs/gpus/h200.yaml device_memory), which holds about 8% more KV."""
+    gmu = 0.92 * 141e9 / (143771 * 2**20) if datasheet_memory else 0.92
+    return est(model=M70, gpu="h200", tp=1, weight_dtype="fp8", context_tokens=context, gpu_memory_utilization=gmu)[1]
 
 
 def test_s1_related_40_chats_at_4k_to_32k_is_8x_fewer_sequences() -> None:
@@ -524,6 +527,9 @@ def test_s1_related_40_chats_at_4k_to_32k_is_8x_fewer_sequences() -> None:
     assert 35 <= at4k.max_concurrent_sequences < 45                # "about 40"
     assert at32k.max_concurrent_sequences == at4k.max_concurrent_sequences // 8
     assert at32k.kv_cache_capacity_bytes == at4k.kv_cache_capacity_bytes
+    # the driver's 143,771 MiB: 0.92 x 150.75 GB - the same weights and reserves leaves 12.0 GB more for KV
+    real = _h200_fp8_70b(4096, datasheet_memory=False)
+    assert real.kv_cache_capacity_bytes - at4k.kv_cache_capacity_bytes == pytest.approx(0.92 * (143771 * 2**20 - 141e9), rel=1e-6)
 
 
 def test_s1_related_256_sessions_at_32k_on_640_gb_kv_binds() -> None:
