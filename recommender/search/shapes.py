@@ -25,7 +25,7 @@ import heapq
 import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from recommender.perf import memory as mem
@@ -187,7 +187,8 @@ def usd_per_hour_to_objective(ctx: SearchContext) -> float:
 
 def _combos(ch: SpaceChoices, shape: Candidate) -> list[Candidate]:
     return [Candidate(shape.gpu, shape.tp, shape.weight_dtype, shape.kv_dtype, s, b, shape.disaggregated,
-                      shape.decode_gpu, shape.decode_tp, pp=shape.pp, dp=shape.dp, ep=shape.ep) for s in ch.max_num_seqs for b in ch.budgets]
+                      shape.decode_gpu, shape.decode_tp, pp=shape.pp, dp=shape.dp, ep=shape.ep, mtp=shape.mtp)
+            for s in ch.max_num_seqs for b in ch.budgets]
 
 
 #: Pipeline-parallel stage counts tried for a model no single instance holds (``pipeline_shapes``).
@@ -232,6 +233,8 @@ def shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
         for dp, ep in ch.layouts:  # MoE: data-parallel attention / expert parallel engines (aggregated)
             if layout_ok.setdefault((g, tp, dp, ep), not layout_valid(ctx.model, ctx.gpus[g], tp, dp, ep)):
                 agg.append(Candidate(g, tp, wd, kd, 0, 0, dp=dp, ep=ep))
+    if ch.mtp:  # models with MTP heads: every aggregated shape also with k draft tokens
+        agg += [replace(c, mtp=k) for c in agg for k in ch.mtp]
     pd: list[Candidate] = []
     pair_ok: dict[tuple[str, int, str, int], bool] = {}
     if ch.disaggregation:
