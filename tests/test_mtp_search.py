@@ -158,6 +158,11 @@ def test_the_dsv3_plan_considers_mtp_and_its_serve_line_parses(dsv3_mtp_plan, tm
     argv = serve_argv(engine_options(spec, spec.pools[0]))  # raises on a flag vLLM 0.33's parser refuses
     cfg = json.loads(argv[argv.index("--speculative-config") + 1])
     assert cfg == {"method": "mtp", "num_speculative_tokens": row.pools[0].num_speculative_tokens}
+    # vLLM 0.33's SpeculativeConfig (recommender/data/vllm/serve-flags.json, from ../shared/reference/vllm): both keys
+    # are fields, "mtp" is one of the Literal values of `method`, num_speculative_tokens an int
+    table = json.loads((Path(__file__).resolve().parents[1] / "recommender" / "data" / "vllm" / "serve-flags.json")
+                       .read_text())["nested_json_configs"]["SpeculativeConfig"]
+    assert "'mtp'" in table["method"]["type"] and "int" in table["num_speculative_tokens"]["type"]
     # the plan file carries it and reads back the same
     f = tmp_path / "plan.json"
     f.write_text(dump_plan(plan))
