@@ -145,6 +145,15 @@ def default_acceptance(catalog: Catalog, model: ModelArch) -> tuple[float, str]:
     return FALLBACK_ACCEPTANCE_RATE, "fallback (no measured acceptance for this model)"
 
 
+def mtp_spec(model: ModelArch, num_speculative_tokens: int, catalog: Catalog | None = None) -> SpecDecode | None:
+    """A plan pool's ``num_speculative_tokens`` as :class:`SpecDecode` at :func:`default_acceptance` (None for 0):
+    what the search sized it with (``recommender.sizing.Sizer.speculation``)."""
+    if num_speculative_tokens <= 0:
+        return None
+    a, source = default_acceptance(catalog or default_catalog(), model)
+    return SpecDecode(num_speculative_tokens=num_speculative_tokens, acceptance_rate=a, acceptance_source=source)
+
+
 def parse_speculative_config(text: str | None, model: ModelArch, *, acceptance_rate: float | None = None,
                              catalog: Catalog | None = None) -> SpecDecode | None:
     """``--speculative-config`` JSON as vLLM 0.33 takes it (``{"method": "mtp", "num_speculative_tokens": k}``) ->
@@ -373,7 +382,6 @@ def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, re
         raise ConfigError(f"--rate {rate_per_s}: requests per second must be above 0 and at most {MAX_RATE_PER_S:g}")
     if load.mode == LoadMode.CONTEXT:
         raise ConfigError("--rate needs --prompt-tokens and --output-tokens (whole requests), not --context")
-    _refuse_spec_in_load_model(dep, "--rate")
     cost = StepCostModel.build(dep)
     res = analyze(PoolSpec(cost=cost, limits=dep.limits, replicas=replicas * dep.dp),
                   Traffic(rate_per_s=rate_per_s, prompt=LengthDist.constant(load.prompt_tokens),
@@ -393,13 +401,6 @@ def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, re
     out["usd_per_million_output_tokens"] = est.usd_per_hour / (per_hour_tokens * load.output_tokens) * 1e6
     out["usd_per_million_tokens"] = est.usd_per_hour / (per_hour_tokens * (load.prompt_tokens + load.output_tokens)) * 1e6
     return out
-
-
-def _refuse_spec_in_load_model(dep: Deployment, what: str) -> None:
-    """The queueing model and the simulator price one token per decode step: refuse MTP there (one line)."""
-    if dep.spec is not None:
-        raise ConfigError(f"{what} runs the queueing model / simulator, which do not model speculative decoding yet; "
-                          f"use --concurrency, or --bench with --max-concurrency below --num-prompts")
 
 
 # -- finite runs (vllm bench serve): the analytic transient ----------------------------------------
@@ -549,7 +550,6 @@ def bench_run(dep: Deployment, load: Load, *, replicas: int = 1, seed: int = 0) 
                               "burstiness": load.burstiness, "max_concurrency": load.batch or None}
     capped = bool(load.batch) and load.batch * replicas < m
     if not capped:
-        _refuse_spec_in_load_model(dep, "--bench without --max-concurrency below --num-prompts")
         from recommender.load import PoolSpec, Traffic, simulate
         from recommender.perf.step import StepCostModel
         from recommender.workload import LengthDist

@@ -36,7 +36,9 @@ from recommender.load.capacity import analytic_capacity_per_s, saturation_rate_p
 from recommender.load.link import KvLink
 from recommender.offers import KvPath, Offer, Rental, cheapest_rental, fits, rent_colocated, workload_offer
 from recommender.perf import memory as mem
-from recommender.estimator import build_deployment
+from recommender.catalog import default_catalog
+from recommender.estimator import build_deployment, default_acceptance
+from recommender.perf.speculative import SpecDecode
 from recommender.perf.step import EngineLimits, StepCostModel
 from recommender.profiles import EngineProfile
 from recommender.workload import Workload
@@ -65,6 +67,7 @@ class Candidate:
     pp: int = 1  # pipeline stages of an aggregated replica, one instance (TP group) each (recommender.sizing.pipeline)
     dp: int = 1        # attention data-parallel ranks per engine (``--data-parallel-size``; aggregated MoE only)
     ep: bool = False   # ``--enable-expert-parallel`` (MoE only)
+    mtp: int = 0       # MTP draft tokens k (``--speculative-config``; models with MTP heads, aggregated only)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -74,7 +77,8 @@ class Candidate:
     @property
     def key(self) -> str:
         chunk = f"b{self.max_num_batched_tokens}" if self.max_num_batched_tokens else "nochunk"
-        layout = (f"pp{self.pp}" if self.pp > 1 else "") + (f"-dp{self.dp}" if self.dp > 1 else "") + ("-ep" if self.ep else "")
+        layout = ((f"pp{self.pp}" if self.pp > 1 else "") + (f"-dp{self.dp}" if self.dp > 1 else "") + ("-ep" if self.ep else "")
+                  + (f"-mtp{self.mtp}" if self.mtp else ""))
         base = f"{self.gpu}-tp{self.tp}{layout}-{self.weight_dtype}-kv{self.kv_dtype}-s{self.max_num_seqs}-{chunk}"
         return f"pd-{base}-d-{self.decode_gpu}-tp{self.decode_tp}" if self.disaggregated else base
 
@@ -132,6 +136,7 @@ class Pool:
     pp: int = 1  # pipeline stages per replica (each a TP group on its own instance)
     dp: int = 1        # attention ranks per replica (engine); a replica runs tp x dp GPUs
     ep: bool = False   # expert parallel
+    mtp: int = 0       # MTP draft tokens (0: off)
 
     @property
     def gpus(self) -> int:
@@ -255,6 +260,8 @@ class Sizer:
     _costs: dict[tuple[Any, ...], tuple[StepCostModel | None, str]] = field(default_factory=dict, repr=False)
     _capacities: dict[tuple[Any, ...], float] = field(default_factory=dict, repr=False)
     _shape_capacity: dict[tuple[Any, ...], float] = field(default_factory=dict, repr=False)  # the latest per shape
+    # MTP acceptance (per-position rate, its source): the model catalog's (``estimator.default_acceptance``)
+    acceptance: tuple[float, str] | None = None
 
     @property
     def slo_names(self) -> list[str]:
@@ -271,15 +278,19 @@ class Sizer:
     # -- step-cost models -------------------------------------------------------------------------
 
     def cost_model(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits, dp: int = 1,
-                   ep: bool = False, pp: int = 1) -> tuple[StepCostModel | None, str]:
+                   ep: bool = False, pp: int = 1, mtp: int = 0) -> tuple[StepCostModel | None, str]:
         """Cached (StepCostModel, "") or (None, why not: it does not fit) for one replica configuration
         (``pp`` > 1: pipeline stages across instances, :meth:`_pipeline_cost`).
 
         With ``dp > 1`` or ``ep`` (a MoE model) the model is ONE attention rank of an engine of ``tp x dp`` GPUs
-        (``perf.moe``): the load model runs ``dp`` of them per engine, each with its own requests and KV."""
+        (``perf.moe``): the load model runs ``dp`` of them per engine, each with its own requests and KV.
+        ``mtp`` > 0: MTP speculative decoding with ``mtp`` draft tokens at the model catalog's acceptance rate
+        (:meth:`speculation`; ``perf.speculative``)."""
         key: tuple[Any, ...] = (gpu_id, tp, wd, kd, limits) if dp == 1 and not ep else (gpu_id, tp, wd, kd, limits, dp, ep)
         if pp > 1:
             key = (*key, "pp", pp)
+        if mtp:
+            key = (*key, "mtp", mtp)
         hit = self._costs.get(key)
         if hit is None:
             if pp > 1:
@@ -289,7 +300,8 @@ class Sizer:
             dep = build_deployment(model=self.model, gpu=self.gpus[gpu_id], tp=tp, weight_dtype=wd, kv_dtype=kd,
                                    profile=self.profile, limits=limits,
                                    gpu_memory_utilization=self.rules.gpu_memory_utilization,
-                                   max_model_len=self.workload.max_model_len, dp=dp, ep=ep)
+                                   max_model_len=self.workload.max_model_len, dp=dp, ep=ep,
+                                   spec=self.speculation(mtp) if mtp else None)
             m = dep.memory()
             if not m.fits:
                 hit = (None, f"does not fit: short by {m.shortfall_bytes_per_gpu / 1e9:.1f} GB per GPU")
@@ -336,8 +348,16 @@ class Sizer:
             pp_hop_s_per_token=(pp - 1) * model.hidden_size * 2.0 / nic), ""
 
     def pool_cost(self, p: Pool) -> tuple[StepCostModel | None, str]:
-        """:meth:`cost_model` of a sized pool (its GPU, TP, dtypes, limits, pipeline stages and MoE layout)."""
-        return self.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits, p.dp, p.ep, p.pp)
+        """:meth:`cost_model` of a sized pool (its GPU, TP, dtypes, limits, pipeline stages, MoE layout, MTP)."""
+        return self.cost_model(p.gpu, p.tp, p.weight_dtype, p.kv_dtype, p.limits, p.dp, p.ep, p.pp, p.mtp)
+
+    def speculation(self, k: int) -> SpecDecode:
+        """MTP with ``k`` draft tokens at the acceptance rate of the model catalog's ``speculative:`` entry
+        (``recommender.estimator.default_acceptance``: fitted on InferenceX for DeepSeek-V3/R1), else the fallback."""
+        if self.acceptance is None:
+            self.acceptance = default_acceptance(default_catalog(), self.model)
+        a, source = self.acceptance
+        return SpecDecode(num_speculative_tokens=k, acceptance_rate=a, acceptance_source=source)
 
     def held_tokens_per_sequence(self) -> float:
         """Mean KV tokens one running sequence holds: its prompt, less the shared prefix (one copy for
@@ -365,8 +385,8 @@ class Sizer:
         (``recommender.load.capacity.analytic_capacity_per_s``, 0.5% tolerance, from below); with ``c.dp > 1``,
         of one attention rank (an engine holds ``dp`` of them)."""
         key: tuple[Any, ...] = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.pp, limits)
-        if c.dp > 1 or c.ep:
-            key = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.pp, limits, c.dp, c.ep)
+        if c.dp > 1 or c.ep or c.mtp:
+            key = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.pp, limits, c.dp, c.ep, c.mtp)
         if key not in self._capacities:
             w = self.workload
             # another limits of the same shape is the better guess: capacities differ by tens of percent
@@ -657,7 +677,7 @@ class Sizer:
         dp = c.dp
         g = c.gpus_per_replica
         limits = limits_of(c, w.max_model_len, w.prefix_caching)
-        cost, why = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits, dp, c.ep, c.pp)
+        cost, why = self.cost_model(c.gpu, c.tp, c.weight_dtype, c.kv_dtype, limits, dp, c.ep, c.pp, c.mtp)
         if cost is None:
             return self.infeasible(c, why, fits=False, binding="memory")
         above = self.seqs_above_kv(cost, limits)
@@ -689,14 +709,14 @@ class Sizer:
         r = min_replicas(lambda k: self.ok(run(k, target)), lower, cap)
         if r is None:
             pools = (Pool("both", c.gpu, c.tp, cap, c.weight_dtype, c.kv_dtype, limits, self.prices[c.gpu],
-                          cost.kv_capacity_tokens, pp=c.pp, dp=dp, ep=c.ep),)
+                          cost.kv_capacity_tokens, pp=c.pp, dp=dp, ep=c.ep, mtp=c.mtp),)
             return self.price(c, pools, run(cap, rate), ok=False, reason=f"misses its SLOs even with {cap} replicas",
                               saturation_rate_per_s=cap * per_replica_cap if w.is_offline else None)
         rental, why = self.rent_pool(c.gpu, g, r, c.pp)
         if rental is None:
             return self.infeasible(c, why, True, "capacity")
         pools = (Pool("both", c.gpu, c.tp, rental.replicas, c.weight_dtype, c.kv_dtype, limits, rental.offer.usd_per_gpu_hour,
-                      cost.kv_capacity_tokens, rental, pp=c.pp, dp=dp, ep=c.ep),)
+                      cost.kv_capacity_tokens, rental, pp=c.pp, dp=dp, ep=c.ep, mtp=c.mtp),)
         return self.price(c, pools, run(rental.replicas, rate), ok=True,
                           saturation_rate_per_s=rental.replicas * per_replica_cap if w.is_offline else None)
 

@@ -41,6 +41,25 @@ def test_bench_inferencex_runs_on_a_few_rows(tmp_path: Path) -> None:
     assert "| all | 25 | 100% |" in text and "Beside aiconfigurator" in text
 
 
+def test_bench_inferencex_predicts_every_single_node_row_with_its_own_speculation(tmp_path: Path) -> None:
+    # issue 21 "Done when": every single-node row of inferencex-dsr1.csv (is_multinode and disagg false: 741 rows,
+    # 95 of them MTP; counted from the CSV here) is predicted with its own parallelism and MTP, none refused
+    import csv
+    import json
+
+    rows = list(csv.DictReader((Path(__file__).parent / "data" / "measurements" / "inferencex-dsr1.csv").open()))
+    single = [r for r in rows if r["is_multinode"].lower() == "false" and r["disagg"].lower() == "false"]
+    assert len(single) == 741 and sum(r["spec_method"] == "mtp" for r in single) == 95
+    out, js = tmp_path / "inferencex.md", tmp_path / "pred.json"
+    _run("benchmarks/bench_inferencex.py", "--out", str(out), "--json", str(js))
+    preds = json.loads(js.read_text())
+    assert len(preds) == len(single)
+    assert all(isinstance(p["pred"], dict) and p["pred"]["tpot"] > 0 for p in preds)
+    assert sum(p["key"].split("|")[7] == "mtp" for p in preds) == 95
+    text = out.read_text()
+    assert "| MTP k=1 |" in text and "| MTP k=3 |" in text and "| parallelism EP+DPA |" in text
+
+
 @pytest.mark.slow
 def test_fit_inferencex_runs_without_writing(tmp_path: Path) -> None:
     out = tmp_path / "fit.md"

@@ -33,8 +33,10 @@ DSV3 = DATA / "workloads" / "deepseek-v3-chat.yaml"
 
 @pytest.fixture(scope="module")
 def dsv3_plan():
-    # verification off: the simulator's check of the same search is tests/data/plans/moe-dsv3-h200-dp8.json's
-    return recommend(load_workload(DSV3), settings=SearchSettings(verify=0))
+    # verification off: the simulator's check of the same search is tests/data/plans/moe-dsv3-h200-dp8.json's;
+    # MTP off (mtp_draft_tokens: []): these tests are about DP attention and EP (MTP: tests/test_mtp_search.py)
+    return recommend(load_workload(DSV3), settings=SearchSettings(verify=0),
+                     policy=replace(load_search_policy(), mtp_draft_tokens=()))
 
 
 def test_dense_candidates_keep_their_keys_and_get_no_layouts():
@@ -106,7 +108,7 @@ def test_cost_bounds_stay_below_every_dp_and_ep_evaluation():
     """The shape search proves rank 1 with its cost bounds: they must hold for the MoE layouts too."""
     w = load_workload(DSV3)
     policy = replace(load_search_policy(), max_num_seqs=(64, 256), max_num_batched_tokens=(2048, 8192),
-                     kv_dtypes=("fp8",), tensor_parallel=(1, 2, 4, 8))
+                     kv_dtypes=("fp8",), tensor_parallel=(1, 2, 4, 8), mtp_draft_tokens=())
     ctx = build_context(w, policy, engine_profile("vllm"), default_catalog())
     ch = space_choices(ctx)
     bounds = Bounds(ctx, ch.max_num_seqs, ch.budgets)
@@ -129,7 +131,7 @@ def test_rank1_with_moe_layouts_is_the_exhaustive_optimum():
     what the cheapest feasible candidate of the whole space costs (exhaustive reference)."""
     w = load_workload(DSV3)
     policy = replace(load_search_policy(), max_num_seqs=(64, 256), max_num_batched_tokens=(2048, 8192),
-                     kv_dtypes=("fp8",), tensor_parallel=(1, 2, 4, 8), disaggregation=False)
+                     kv_dtypes=("fp8",), tensor_parallel=(1, 2, 4, 8), disaggregation=False, mtp_draft_tokens=())
     ctx = build_context(w, policy, engine_profile("vllm"), default_catalog())
     truth = [ctx.evaluator(c) for c in enumerate_space(space_choices(ctx), disaggregated=False)]
     best = min(e.usd_per_million_tokens for e in truth if e.feasible)

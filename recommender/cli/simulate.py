@@ -39,7 +39,7 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
     """Deployments and load of plan ``rank`` (pools rebuilt through the perf model)."""
     from recommender.catalog import default_catalog
     from recommender.perf import memory as mem
-    from recommender.estimator import build_deployment
+    from recommender.estimator import build_deployment, mtp_spec
     from recommender.perf.step import EngineLimits, StepCostModel
     from recommender.plan import load_plan
     from recommender.profiles import resolve_profile
@@ -71,7 +71,8 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
         dep = build_deployment(model=model, gpu=cat.gpu(p.gpu), tp=p.tp, weight_dtype=p.weight_dtype,
                                kv_dtype=p.kv_dtype, profile=profile, limits=limits,
                                gpu_memory_utilization=p.gpu_memory_utilization, cuda_graphs=p.cuda_graphs,
-                               max_model_len=max_len, dp=p.data_parallel_size, ep=p.enable_expert_parallel)
+                               max_model_len=max_len, dp=p.data_parallel_size, ep=p.enable_expert_parallel,
+                               spec=mtp_spec(model, p.num_speculative_tokens, cat))
         # a data-parallel-attention replica is dp attention ranks, each its own scheduler (recommender.sizing)
         pools.append((p.role.value, dep, StepCostModel.build(dep), p.replicas * p.data_parallel_size))
     xfer = 0.0

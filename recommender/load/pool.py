@@ -76,6 +76,13 @@ own are a renewal process started at an arrival (round-robin: gamma gaps of shap
 and its asymptote; exactly ``exp(-phi lam w)`` and 1 for Poisson). With slots saturated,
 admissions are paced by departures, so interference variances shrink by ``(1 - P_w) + P_w / c``.
 
+MTP speculative decoding (``recommender.load.summaries.speculation``: ``q = k + 1`` query tokens per decoder,
+``tau`` tokens emitted per step): the model runs in decode steps, not tokens. A request's decode takes
+``n = (O - 1) / tau`` steps (``recommender.load.pool_inputs``; contexts and KV stay in tokens); a decoder takes
+``q`` tokens of the budget (``C = budget - q b``, slots ``min(max_num_seqs, budget / q)``); the step with ``b``
+decoders is ``step_s(q b + chunk, b kv, q b fl + chunk's) + draft_s(b, mean context)``; TPOT per output token
+is the per-step value over ``tau``, and ``E2E = TTFT + (O - 1) TPOT = TTFT + n x step``.
+
 Not modelled: preemption churn (kept out of stable plans by the KV headroom), head-of-line blocking
 of a long prompt without chunked prefill, KV-block sharing of prefix-cache hits between requests
 (a hit saves compute only; every sequence holds its own KV). Against the simulator (toy linear and
@@ -208,6 +215,9 @@ class PoolSolution:
         y = np.where(u_interf > p0, m1 * np.exp(np.sqrt(s2) * ndtri(v) - 0.5 * s2), 0.0)
         sb = win.base_sigma
         samples = self.t_d * np.exp(sb * z_base - 0.5 * sb * sb) + y / n
+        tau = inputs.tokens_per_step  # per step -> per output token (MTP: a step emits tau tokens per sequence)
+        if tau != 1.0:
+            return samples / tau, (self.t_d + mean_y / n) / tau
         return samples, self.t_d + mean_y / n
 
 
@@ -223,7 +233,7 @@ class _Slots:
     @staticmethod
     def of(limits: Limits, cs: CostSummary, inp: PoolInputs) -> _Slots:
         held = inp.mean_ctx + cs.kv_block_tokens / 2.0
-        seqs = max(1, min(int(limits.max_num_seqs), int(limits.max_num_batched_tokens)))
+        seqs = max(1, min(int(limits.max_num_seqs), int(limits.max_num_batched_tokens) // cs.query_tokens))
         kv_slots = cs.kv_capacity_tokens / held
         return _Slots(int(min(seqs, kv_slots)), held, "kv_cache" if kv_slots < seqs else "max_num_seqs")
 
@@ -355,7 +365,7 @@ class _Wait(NamedTuple):
 
 
 def _admission_wait(kind: PoolKind, lam: float, ca2: float, c: int, inp: PoolInputs, lane: _Lane, batch: _Batch) -> _Wait:
-    t_bar, a, rho_l, E_Om1 = batch.t_bar, batch.running, lane.rho_l, inp.E_O - 1.0
+    t_bar, a, rho_l, E_Om1 = batch.t_bar, batch.running, lane.rho_l, inp.E_steps
     # holding time H = own + (O - 1) T_bar; own and O sit on independent quasi-random columns
     E_own = _mean(lane.own)
     E_H = E_own + E_Om1 * t_bar
@@ -454,6 +464,6 @@ def solve_pool(
         running=batch.running, decoders=batch.decoders, wait_p=wait.wait_p, wait_mean_s=wait.wait_mean_s,
         resid_q=wait.resid_q, lane_share=wait.lane_share, t_d=batch.t_d, t_bar=batch.t_bar, own=lane.own,
         rho_d=batch.rho_d, co_tokens_per_s=lam * inp.E_Pc, prefill_s_per_token=max(lane.E_delta / inp.E_Pc, 0.0),
-        spare_tokens=np.maximum((lane.n * C if steps.chunked else max(budget - b, 0.0)) - inp.Pc, 0.0),
+        spare_tokens=np.maximum((lane.n * C if steps.chunked else max(budget - b * steps.q, 0.0)) - inp.Pc, 0.0),
         window=window,
     )

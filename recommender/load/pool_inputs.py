@@ -9,6 +9,11 @@ sequence's time-averaged context ``E[P] + E[O^2] / (2 E[O])`` and ``E[ctx^2] / E
 lengths at ``GRID`` quantile levels where a one-step prefill is timed exactly, with their mean
 linear-interpolation weights; and the moments of ``min(O' - 1, n U)``, the steps another request's
 decode overlaps a window of ``n`` decode steps (``U`` uniform).
+
+Decode steps, not tokens: with MTP speculative decoding a step emits ``tau = sum_{i<=k} a^i`` tokens per
+sequence on average (``recommender.load.summaries.speculation``), so a request's ``O - 1`` decode tokens take
+``n = (O - 1) / tau`` steps; ``Om1``, ``E_steps``, ``E_Om1_2``, ``E_ov`` and ``E_ov2`` count steps (``tau = 1``
+without it: ``n = O - 1``), while ``O``, ``E_O`` and the contexts stay in tokens (KV grows by a token per token).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import numpy as np
 
 from recommender.load.percentiles import IdentityCache
 from recommender.load.protocols import LengthDistribution
-from recommender.load.summaries import _basis, _mean, lengths
+from recommender.load.summaries import _basis, _mean, cost_summary, lengths
 from recommender.load.topology import PoolKind, PoolSpec, Traffic, prompt_tokens_in_kv
 
 GRID = 6  # prompt-length quantile levels at which a prefill step is timed exactly
@@ -42,8 +47,8 @@ class PoolInputs:
     min_pc: float
     i_min: int  # index of the point with the shortest prompt
     max_pc: float
-    Om1: np.ndarray  # max(O - 1, 1)
-    E_Om1_2: float  # E[(O - 1)^2]
+    Om1: np.ndarray  # max(n, 1): decode steps of a request, n = (O - 1) / tau
+    E_Om1_2: float  # E[n^2]
     E_ov: np.ndarray  # per point: E[min(O' - 1, n U)], steps another request's decode overlaps a window of n
     E_ov2: np.ndarray  # its second moment
     E_Pc2: float
@@ -52,6 +57,8 @@ class PoolInputs:
     grid_pc: np.ndarray  # tokens to prefill
     grid_h: np.ndarray  # and prefix-cache hits
     grid_weights: np.ndarray  # mean over points of each grid value's linear-interpolation weight
+    E_steps: float = 0.0  # E[n] = E[O - 1] / tau: decode steps per request
+    tokens_per_step: float = 1.0  # tau
 
 
 _inputs_cache = IdentityCache(64)
@@ -59,10 +66,10 @@ _inputs_cache = IdentityCache(64)
 
 def pool_inputs(
     prompt: LengthDistribution, output: LengthDistribution, *, kind: PoolKind, shared_prefix_fraction: float,
-    block_tokens: int, prefix_caching: bool,
+    block_tokens: int, prefix_caching: bool, tokens_per_step: float = 1.0,
 ) -> PoolInputs:
     """Workload arrays for a ``kind`` pool: ``AGGREGATED``, ``PREFILL`` (O = 1) or ``DECODE`` (KV arrives,
-    1 token computed); ``h`` per ``prompt_tokens_in_kv``."""
+    1 token computed); ``h`` per ``prompt_tokens_in_kv``; decode steps at ``tokens_per_step`` tokens each."""
 
     def make() -> PoolInputs:
         P = lengths(prompt, 0)
@@ -75,7 +82,10 @@ def pool_inputs(
         E_O2 = float(_mean(O * O))
         mean_ctx = E_P + E_O2 / (2.0 * E_O)
         E_ctx2 = (float(_mean(P * P)) * E_O + E_P * E_O2 + float(_mean(O**3)) / 3.0) / E_O
-        nn, M = np.maximum(O - 1.0, 1.0), max(E_O - 1.0, 1e-9)
+        tau = float(tokens_per_step)
+        steps = (O - 1.0) / tau  # decode steps per request (tokens with tau = 1)
+        E_steps = float(_mean(steps))
+        nn, M = np.maximum(steps, 1.0), max(E_steps, 1e-9)
         short = nn <= M
         order = np.argsort(P, kind="stable")
         idx = np.unique(order[np.round(np.linspace(0, P.size - 1, GRID)).astype(int)])
@@ -85,8 +95,8 @@ def pool_inputs(
         return PoolInputs(
             P=P, O=O, Pc=Pc, basis=basis, E_basis=basis.mean(axis=1), E_P=E_P, E_Pc=float(_mean(Pc)), E_O=E_O,
             mean_ctx=mean_ctx, ctx2_ratio=E_ctx2 / (mean_ctx * mean_ctx), min_pc=float(Pc.min()),
-            max_pc=float(Pc.max()), i_min=int(np.argmin(P)), Om1=np.maximum(O - 1.0, 1.0), multi=O > 1.0,
-            E_Om1_2=_mean((O - 1.0) ** 2), E_Pc2=_mean(Pc * Pc),
+            max_pc=float(Pc.max()), i_min=int(np.argmin(P)), Om1=nn, multi=O > 1.0,
+            E_Om1_2=_mean(steps * steps), E_Pc2=_mean(Pc * Pc), E_steps=E_steps, tokens_per_step=tau,
             E_ov=np.where(short, nn / 2.0, M - M * M / (2.0 * nn)),
             E_ov2=np.where(short, nn * nn / 3.0, M * M - 2.0 * M**3 / (3.0 * nn)),
             grid_p=gp, grid_pc=Pc[idx], grid_h=hit[idx],
@@ -94,11 +104,13 @@ def pool_inputs(
             else np.ones(1),
         )
 
-    key = (prompt, output, kind, float(shared_prefix_fraction), int(block_tokens), bool(prefix_caching))
+    key = (prompt, output, kind, float(shared_prefix_fraction), int(block_tokens), bool(prefix_caching),
+           float(tokens_per_step))
     return _inputs_cache.get(key, make)
 
 
 def pool_inputs_of(pool: PoolSpec, traffic: Traffic, kind: PoolKind) -> PoolInputs:
-    """``pool_inputs`` of ``traffic`` for ``pool`` serving as ``kind``."""
+    """``pool_inputs`` of ``traffic`` for ``pool`` serving as ``kind`` (decode steps of its speculation)."""
     return pool_inputs(traffic.prompt, traffic.output, kind=kind, shared_prefix_fraction=traffic.shared_prefix_fraction,
-                       block_tokens=int(pool.cost.kv_block_tokens), prefix_caching=bool(pool.limits.enable_prefix_caching))
+                       block_tokens=int(pool.cost.kv_block_tokens), prefix_caching=bool(pool.limits.enable_prefix_caching),
+                       tokens_per_step=cost_summary(pool.cost).tokens_per_step)

@@ -11,7 +11,7 @@ import numpy as np
 
 from recommender.load.percentiles import IdentityCache
 from recommender.load.pool_inputs import PoolInputs
-from recommender.load.protocols import Limits, StepCost
+from recommender.load.protocols import Limits, SpeculativeStepCost, StepCost
 from recommender.load.summaries import CostSummary, _basis, _mean
 
 
@@ -77,7 +77,7 @@ class StepModel:
     """Step times of one replica at arrival rate ``lam`` (module docstring, "Steps" and "Fixed point")."""
 
     __slots__ = ("step", "chunk_cost", "inp", "lam", "decodes", "c", "budget", "chunked", "kv_d", "fl_d", "pkv", "pfl",
-                 "E_Om1", "ref_hit", "slopes", "g_kv", "g_fl", "g_basis")
+                 "E_Om1", "ref_hit", "slopes", "g_kv", "g_fl", "g_basis", "q", "draft")
 
     def __init__(
         self, cost: StepCost, limits: Limits, cs: CostSummary, inp: PoolInputs, lam: float, decodes: bool, c: int
@@ -93,13 +93,27 @@ class StepModel:
         else:
             self.kv_d, self.fl_d = cost.decode_seq_cost(int(round(inp.mean_ctx)))
         self.pkv, self.pfl, self.g_kv, self.g_fl, self.g_basis = _grid_costs(cs, inp)
-        self.E_Om1 = inp.E_O - 1.0
+        # MTP (``summaries.speculation``): a decoder puts q = k + 1 query tokens into a step (budget, GEMMs), its
+        # attention FLOPs count q times (its KV is read once), and the step adds its draft passes draft(b)
+        self.q = cs.query_tokens
+        self.fl_d *= self.q
+        ctx = inp.mean_ctx
+        spec = cast("SpeculativeStepCost", cost) if self.q > 1 else None
+        self.draft: Callable[[float], float] | None = (lambda b: spec.draft_s(b, ctx)) if spec is not None else None
+        self.E_Om1 = inp.E_steps  # decode steps per request: E[O - 1] / tau
         self.ref_hit = float(inp.E_basis[2])
         self.slopes: list[float] = []  # (d step / d tokens, / d KV bytes, / d FLOPs) at a full chunk
 
     def dstep(self, n: float) -> float:
-        """A decode-only step with ``n`` sequences at the mean decode context (s)."""
-        return self.step(n, n * self.kv_d, n * self.fl_d)
+        """A decode-only step with ``n`` sequences at the mean decode context (s); with MTP a verify step of
+        ``n q`` tokens plus its draft passes."""
+        if self.draft is None:
+            return self.step(n, n * self.kv_d, n * self.fl_d)
+        return self.step(n * self.q, n * self.kv_d, n * self.fl_d) + self.draft(n)
+
+    def draft_s(self, b: float) -> float:
+        """The draft passes of a step with ``b`` decoders (0 without MTP)."""
+        return 0.0 if self.draft is None else self.draft(b)
 
     def one_step_error(self, b: float, C: float, w: np.ndarray, const: float) -> tuple[np.ndarray, np.ndarray]:
         """(grid points whose whole prompt fits the ``C`` tokens left, ``step_s`` minus the affine
@@ -110,8 +124,8 @@ class StepModel:
         sel = inp.grid_pc <= C
         if not sel.any():
             return sel, np.zeros(0)
-        bkv, bfl = b * self.kv_d, b * self.fl_d
-        exact = [step(b + float(pc), bkv + float(k), bfl + float(f))
+        bkv, bfl, bq, dr = b * self.kv_d, b * self.fl_d, b * self.q, self.draft_s(b)
+        exact = [step(bq + float(pc), bkv + float(k), bfl + float(f)) + dr
                  for pc, k, f in zip(inp.grid_pc[sel], self.g_kv[sel], self.g_fl[sel])]
         return sel, np.asarray(exact) - (const + w @ self.g_basis[:, sel])
 
@@ -146,14 +160,15 @@ class StepModel:
         inp = self.inp
         b = min(x, self.c - 1.0)
         t_d0 = self.dstep(b)
-        C = max(1.0, self.budget - b)
+        C = max(1.0, self.budget - b * self.q)
         kv_c, fl_c = self.chunk_cost(int(C), int(self.ref_hit + max(0.0, (inp.E_Pc - C) / 2.0)))
-        tok0, kv0, fl0 = b + C, b * self.kv_d + kv_c, b * self.fl_d + fl_c
+        tok0, kv0, fl0 = b * self.q + C, b * self.kv_d + kv_c, b * self.fl_d + fl_c
         t_full = self.step(tok0, kv0, fl0)
         if arrays or not self.slopes:  # first and final evaluations only
             self.refresh_slopes(tok0, kv0, fl0, t_full, C)
         g_t, g_kv, g_fl = self.slopes
-        const = t_full - g_t * C - g_kv * kv_c - g_fl * fl_c  # affine step time of a chunk: const + w . basis
+        # affine step time of a chunk: const + w . basis (the draft passes of the step's b decoders are fixed)
+        const = t_full - g_t * C - g_kv * kv_c - g_fl * fl_c + self.draft_s(b)
         w = g_kv * self.pkv + g_fl * self.pfl
         w[1] += g_t
         sel, err = self.one_step_error(b, C, w, const)

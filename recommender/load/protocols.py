@@ -53,6 +53,25 @@ class StepCost(Protocol):
 
 
 @runtime_checkable
+class SpeculativeStepCost(Protocol):
+    """A ``StepCost`` whose decode steps are speculative verify steps (MTP, ``recommender.perf.speculative``):
+    each decoding sequence puts ``query_tokens = k + 1`` tokens into a step (its token budget and GEMMs; its KV
+    is read once, its attention FLOPs count ``k + 1`` times), the step also runs ``draft_s`` of draft passes, and
+    emits ``tokens_per_step = sum_{i<=k} a^i`` tokens per sequence on average. ``query_tokens == 1`` is plain
+    decoding. Both fronts read it through ``recommender.load.summaries.speculation``."""
+
+    @property
+    def query_tokens(self) -> int: ...
+
+    @property
+    def tokens_per_step(self) -> float: ...
+
+    def draft_s(self, decodes: float, context_tokens: float) -> float:
+        """Seconds of the draft passes of a step with ``decodes`` decoding sequences at ``context_tokens``."""
+        ...
+
+
+@runtime_checkable
 class Limits(Protocol):
     """The vLLM scheduler limits of one replica (``recommender.perf.EngineLimits``)."""
 

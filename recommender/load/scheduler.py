@@ -40,9 +40,9 @@ import math
 from collections import deque
 from heapq import heappop, heappush
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
-from recommender.load.protocols import Limits, StepCost
+from recommender.load.protocols import Limits, SpeculativeStepCost, StepCost
 from recommender.load.summaries import cost_summary
 
 #: a step that schedules nothing (everything preempted) this many times in a row is a request larger than the cache
@@ -118,6 +118,7 @@ class ReplicaScheduler:
         "dec_n", "dec_key_sum", "old_n", "old_key_sum", "young", "promote", "phase", "heap",
         "pref", "t", "now", "i_next", "next_arrival_s",
         "tokens", "kv", "fl", "budget", "preempted", "done", "blocked_head", "blocked_need", "blocked_budget",
+        "q", "tau", "steps_done", "draft", "dec_ctx",
     )
 
     def __init__(
@@ -136,6 +137,13 @@ class ReplicaScheduler:
         self.budget_max = int(limits.max_num_batched_tokens)
         self.max_seqs = max(1, int(limits.max_num_seqs))
         self.chunked = bool(limits.chunked_prefill)
+        # MTP (summaries.speculation): q query tokens per decoder per step, tau tokens emitted; ``t`` is then the
+        # decoders' token clock floor(tau x steps_done), which advances by floor(tau) or ceil(tau) per step
+        self.q, self.tau = cs.query_tokens, cs.tokens_per_step
+        self.draft: Callable[[float, float], float] | None = (
+            cast("SpeculativeStepCost", cost).draft_s if self.q > 1 else None)
+        self.steps_done = 0
+        self.dec_ctx = 0.0  # summed contexts of this step's decoders (MTP: the draft passes' attention)
         self.free = self.total_blocks
         self.waiting: deque[int] = deque()
         self.running: dict[int, None] = {}  # insertion order = admission order (the tail is preempted first)
@@ -209,7 +217,11 @@ class ReplicaScheduler:
                     raise RuntimeError("simulator made no progress (a request larger than the KV cache?)")
                 continue
             empty_steps = 0
-            self.advance(step_s(tokens, self.kv, self.fl), 1)
+            if self.draft is not None and self.dec_n:
+                n = self.dec_n
+                self.advance(step_s(tokens, self.kv, self.fl) + self.draft(n, self.dec_ctx / n), 1)
+            else:
+                self.advance(step_s(tokens, self.kv, self.fl), 1)
         self.sample_until(self.now)
         st.interval_s = self.interval_s
         return st
@@ -254,6 +266,8 @@ class ReplicaScheduler:
         summed exactly piecewise (``_run_s``). Block needs: any ``block`` consecutive steps need
         ``dec_n`` blocks (one per decoder), the rest come from the phase histogram."""
         n = self.dec_n
+        if self.draft is not None:
+            return self.fast_forward_spec()
         if self.waiting and len(self.running) < self.max_seqs and not (
                 self.budget_max - n <= 0 or (self.free < self.blocked_need and self.budget_max - n >= self.blocked_budget
                                              and self.waiting[0] == self.blocked_head)):
@@ -284,6 +298,56 @@ class ReplicaScheduler:
         self.advance(_run_s(f, 0, steps), steps)
         return True
 
+    def fast_forward_spec(self) -> bool:
+        """:meth:`fast_forward` with MTP: step ``i`` of the run verifies ``n q`` tokens at contexts grown by about
+        ``tau i`` (the token clock's floor is dropped inside a run: under a token of context per decoder) and
+        adds the draft passes; the first finish, the KV blocks and the time limits are turned from tokens into
+        steps of the clock ``t = floor(tau x steps_done)``."""
+        n, q, tau, s0, t = self.dec_n, self.q, self.tau, self.steps_done, self.t
+        if self.waiting and len(self.running) < self.max_seqs and not (
+                self.budget_max - n * q <= 0 or (self.free < self.blocked_need and self.budget_max - n * q >= self.blocked_budget
+                                                 and self.waiting[0] == self.blocked_head)):
+            return False
+        heap = self.heap
+
+        def clock(k: int) -> int:  # token clock after k more steps
+            return math.floor(tau * (s0 + k))
+
+        if heap:
+            target = heap[0][0]
+            steps = max(1, math.ceil(target / tau) - s0)
+            while clock(steps) < target:
+                steps += 1
+            while steps > 1 and clock(steps - 1) >= target:
+                steps -= 1
+        else:
+            steps = MAX_RUN_STEPS
+        if steps < MIN_RUN_STEPS:
+            return False
+        steps = min(steps, MAX_RUN_STEPS)
+        base = self.old_key_sum + n * (t + 1)
+        kv_a, fl_a = n * self.kv0 + self.kv1 * base, q * (n * self.fl0 + self.fl1 * base)
+        kv_b, fl_b = self.kv1 * n * tau, q * self.fl1 * n * tau
+        step_s, draft, ctx_a = self.step_s, self.draft, base / n
+        assert draft is not None
+
+        def f(i: int) -> float:
+            return step_s(n * q, kv_a + kv_b * i, fl_a + fl_b * i) + draft(n, ctx_a + tau * i)
+
+        limit_s = min(self.next_arrival_s, self.next_sample) - self.now
+        if math.isfinite(limit_s):
+            steps = min(steps, math.ceil(limit_s / f(0)))
+            steps = min(steps, math.ceil(limit_s / f(steps - 1)))
+        tokens, _ = self._blocks_allow(clock(steps) - t)
+        while steps > 0 and clock(steps) - t > tokens:
+            steps -= 1
+        if steps < MIN_RUN_STEPS:
+            return False
+        _, blocks = self._blocks_allow(clock(steps) - t)
+        self.free -= blocks
+        self.advance(_run_s(f, 0, steps), steps)
+        return True
+
     def advance(self, dt: float, steps: int) -> None:
         """``steps`` steps that took ``dt`` seconds together ended: the time integrals (nobody joined or left
         during them), the clock, and then ``finish``."""
@@ -294,7 +358,11 @@ class ReplicaScheduler:
         st.busy_s += dt
         st.steps += steps
         self.now += dt
-        self.t += steps
+        if self.draft is None:
+            self.t += steps
+        else:
+            self.steps_done += steps
+            self.t = math.floor(self.tau * self.steps_done)
         heap = self.heap
         if self.done or (heap and heap[0][0] <= self.t):
             self.finish()
@@ -318,6 +386,8 @@ class ReplicaScheduler:
         """One token per decoder: reserve the KV blocks whose first token this is (preempting the newest
         running requests while they do not fit), then the decode tokens, KV bytes and FLOPs of the step."""
         t, bs, phase = self.t, self.bs, self.phase
+        if self.draft is not None:
+            return self.schedule_verify()
         need = phase[(-t) % bs]
         while self.free < need:
             self.preempt_newest()
@@ -349,6 +419,49 @@ class ReplicaScheduler:
                 kv += a
                 fl += b
         self.kv, self.fl = kv, fl
+
+    def schedule_verify(self) -> None:
+        """:meth:`schedule_decodes` with MTP: every decoder verifies ``q = k + 1`` tokens (``q`` of the budget, its
+        KV read once, its attention FLOPs ``q`` times) and this step emits ``adv = floor(tau (s + 1)) - t`` tokens
+        per decoder, so a decoder needs a new KV block when one of its ``adv`` new positions starts one."""
+        t, bs, phase = self.t, self.bs, self.phase
+        adv = math.floor(self.tau * (self.steps_done + 1)) - t
+
+        def blocks() -> int:
+            return sum(phase[(-(t + i)) % bs] for i in range(adv))
+
+        need = blocks()
+        while self.free < need:
+            self.preempt_newest()
+            self.preempted = True
+            need = blocks()
+        self.free -= need
+        dec_n = self.dec_n
+        if not dec_n:
+            return
+        self.tokens = dec_n * self.q
+        self.budget -= dec_n * self.q
+        promote, young = self.promote, self.young
+        while promote and promote[0][0] <= t:
+            _, r, ep = heappop(promote)
+            if self.epoch.get(r, 0) == ep and r in young:
+                k = young.pop(r)
+                self.old_n += 1
+                self.old_key_sum += k
+        kv = fl = ctx = 0.0
+        old_n = self.old_n
+        if old_n:
+            ctx = float(self.old_key_sum + old_n * (t + 1))
+            kv = old_n * self.kv0 + self.kv1 * ctx
+            fl = old_n * self.fl0 + self.fl1 * ctx
+        if young:
+            seq_cost = self.seq_cost
+            for k in young.values():
+                a, b = seq_cost(k + t + 1)
+                kv += a
+                fl += b
+                ctx += k + t + 1
+        self.kv, self.fl, self.dec_ctx = kv, fl * self.q, ctx
 
     # -- phase 2: the partial prefill continues ---------------------------------------------------
     def continue_prefill(self) -> None:

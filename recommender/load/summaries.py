@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from recommender.load.percentiles import IdentityCache
-from recommender.load.protocols import LengthDistribution, StepCost
+from recommender.load.protocols import LengthDistribution, SpeculativeStepCost, StepCost
 
 N_POINTS = 1024  # quasi-random points behind analytic percentiles (p99 rests on ~10 of them)
 _DIMS = 7  # prompt, output, queue wait, step residual, batch noise, second pool wait, interference
@@ -100,6 +100,8 @@ class CostSummary:
     prefill_fl: tuple[float, ...]
     kv_capacity_tokens: int
     kv_block_tokens: int
+    query_tokens: int = 1          # tokens each decoding sequence puts into a step: k + 1 with MTP
+    tokens_per_step: float = 1.0   # tokens a decode step emits per sequence: sum_{i<=k} a^i with MTP
 
     def decode_cost(self, context_tokens: float) -> tuple[float, float]:
         return (self.kv0 + self.kv1 * context_tokens, self.fl0 + self.fl1 * context_tokens)
@@ -147,7 +149,19 @@ def _fit(cost: StepCost) -> CostSummary:
         prefill_fl=tuple(float(x) for x in fl_coef),
         kv_capacity_tokens=int(cost.kv_capacity_tokens),
         kv_block_tokens=int(cost.kv_block_tokens),
+        query_tokens=speculation(cost)[0],
+        tokens_per_step=speculation(cost)[1],
     )
+
+
+def speculation(cost: StepCost) -> tuple[int, float]:
+    """(query tokens per decoding sequence per step, tokens emitted per sequence per step): ``(k + 1,
+    sum_{i<=k} a^i)`` for a ``SpeculativeStepCost`` with MTP, ``(1, 1.0)`` otherwise."""
+    if isinstance(cost, SpeculativeStepCost):
+        q = int(cost.query_tokens)
+        if q > 1:
+            return q, float(cost.tokens_per_step)
+    return 1, 1.0
 
 
 _cost_cache = IdentityCache(256)

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from recommender.catalog import Catalog, default_catalog
 from recommender.errors import RecommenderError
+from recommender.estimator import mtp_spec
 from recommender.load import analyze, analyze_disaggregated
 from recommender.load.link import KvLink
 from recommender.load.topology import Disaggregated, PoolSpec, Traffic
@@ -97,8 +98,8 @@ def pool_step_costs(plan: Plan, workload: Workload, *, profile: EngineProfile,
         wd, kd = p.weight_dtype, p.kv_dtype
         # the GPU family's fitted parameters, as the search applied them (EngineProfile.for_gpu)
         dep = Deployment(model, gpu, p.tp, wd, kd, profile.for_gpu(gpu.id), limits, p.gpu_memory_utilization,
-                         p.cuda_graphs, max_len,
-                         dp=p.data_parallel_size, ep=p.enable_expert_parallel)
+                         p.cuda_graphs, max_len, dp=p.data_parallel_size, ep=p.enable_expert_parallel,
+                         spec=mtp_spec(model, p.num_speculative_tokens, catalog))
         if not dep.memory().fits:
             raise RecommenderError(f"the current plan's {gpu.id} TP{dep.tp} {wd} pool no longer fits in memory "
                                    f"under this profile; re-plan from the workload file")

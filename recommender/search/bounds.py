@@ -41,6 +41,13 @@ job pays ``usd_per_gpu_hour x tp x R x running`` with ``running = rate / (R x ca
 ``<= lam_max`` at a full KV cache (``u = 1``), so its cost is ``>= usd_per_gpu_hour x tp x rate / lam_max``
 (per pool for P/D: each pool's capacity bounds the job's rate).
 
+MTP speculative decoding (``mtp`` draft tokens, ``q = k + 1`` query tokens per decoder, ``tau`` tokens per verify
+step): ``decode_step_s`` is already per output token (``(verify + drafts) / tau``), so the decode and TPOT
+bounds read it unchanged; the busy time counts ``(O - 1) / tau`` verify steps per request, each computing ``q``
+tokens per sequence, reading the context's KV once and attending ``q`` times (the draft passes left out: a
+bound); the decode floor's weight read is per step, so per token it is ``W / (hbm tau)``; and a prefill
+displaces decode steps of at most ``L tau`` in a plan meeting TPOT ``L``.
+
 Latency at percentile ``p`` (TTFT = queue + residual + own prefill + co-scheduled + fixed, all >= 0):
 ``TTFT_p >= q_p(own)`` with ``own`` the prompt's own ``n = ceil(Pc / C)`` chunk steps, each no faster than
 with its chunk alone: ``max(n W / hbm, Pc (1 + g(C) / C) lf / flops)`` GEMMs (each chunk step reads the
@@ -77,7 +84,7 @@ TTFT_SLACK = 0.95
 # examples and benchmarks/workloads/tight-tpot-70b.yaml (600 trials each, 2026-12-01) the model's TPOT was at
 # least 1.005x the bound without slack; the slack keeps it a bound on the configurations not sampled.
 TPOT_SLACK = 0.97
-ShapeKey = tuple[str, int, str, str, int, bool]  # (gpu, tp, weight dtype, kv dtype, dp, ep)
+ShapeKey = tuple[str, int, str, str, int, bool, int]  # (gpu, tp, weight dtype, kv dtype, dp, ep, MTP draft tokens)
 _QUANTILE = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
 
@@ -181,7 +188,9 @@ class Bounds:
         if t0 >= limit:
             return r0  # the latency bound prunes it
         pc = self._pre.Pc
-        d = min(float(np.maximum(0.0, self._own_lb(cost, b) - np.ceil(pc / max(b, 1)) * limit).mean()) for b in budgets)
+        # a plan meeting the limit has decode steps of at most limit x tau (MTP: a step emits tau tokens)
+        step_limit = limit * cost.tokens_per_step
+        d = min(float(np.maximum(0.0, self._own_lb(cost, b) - np.ceil(pc / max(b, 1)) * step_limit).mean()) for b in budgets)
         if d <= 0.0:
             return r0
         n_out = np.maximum(inp.O - 1.0, 1.0)
@@ -267,9 +276,11 @@ class Bounds:
         prefill-step overhead on ``Pc / budget`` steps."""
         prompt_tokens, decode_tokens, attention_s = self._per_request(cost, prefills, decodes)
         lf, flops_s = cost.linear_flops_per_token, cost.group_flops_per_s
-        tokens = prompt_tokens + decode_tokens
-        steps = max(decode_tokens / max(seqs, 1), tokens / max(budget, 1))
-        cap = max(budget, seqs * cost.query_tokens, 1)  # no step computes more tokens
+        # MTP: the O - 1 decode tokens take (O - 1) / tau verify steps of q = k + 1 computed tokens each
+        q, tau = cost.query_tokens, cost.tokens_per_step
+        tokens = prompt_tokens + decode_tokens * q / tau
+        steps = max(decode_tokens / tau / max(seqs, 1), tokens / max(budget, 1))
+        cap = max(budget, seqs * q, 1)  # no step computes more tokens
         gemm_s = max(steps * self._weights_s(cost), tokens * (1.0 + _curve_per_token(cost, cap)) * lf / flops_s)
         ar0 = cost.allreduce_s(0)
         fixed_s = steps * (ar0 + cost.overhead_s) + prompt_tokens / max(budget, 1) * cost.prefill_step_overhead_s
@@ -290,9 +301,10 @@ class Bounds:
                 attn_fl = attn_fl + self._prompt_attention_flops(cost, Pc, P - Pc)
                 prompt_tokens = float(np.mean(Pc))
             if decodes:
+                # per verify step (MTP: (O - 1) / tau of them) the prompt's KV read once, its attention FLOPs q times
                 kv_p, fl_p = cost.decode_seq_costs(P)
-                attn_fl = attn_fl + (O - 1.0) * fl_p
-                kv = kv + (O - 1.0) * kv_p
+                attn_fl = attn_fl + (O - 1.0) * fl_p * cost.query_tokens / cost.tokens_per_step
+                kv = kv + (O - 1.0) * kv_p / cost.tokens_per_step
                 decode_tokens = max(inp.E_O - 1.0, 0.0)
             attention_s = max(float(kv.mean()) / (cost.tp * cost.hbm_bytes_per_s), float(attn_fl.mean()) / (flops_s * cost.attention_ratio))
             self._per_request_cache[key] = (cost, (prompt_tokens, decode_tokens, attention_s))
@@ -309,10 +321,11 @@ class Bounds:
         return cost.weight_bytes_read_per_gpu(1) / cost.hbm_bytes_per_s
 
     def _decode_floor_s(self, cost: StepCostModel) -> float:
-        """Shortest mean decode step: the weights read once, or a one-sequence step at 90% of the mean
-        context (the load model's step at its mean batch, which is at least one, and at the mean context)."""
+        """Shortest mean decode step per output token: the weights read once, or a one-sequence step at 90% of
+        the mean context (the load model's step at its mean batch, which is at least one, and at the mean
+        context); with MTP both per verify step over the ``tau`` tokens it emits (``decode_step_s`` already is)."""
         one = cost.decode_step_s(1, max(1, int(0.9 * self._both.mean_ctx)))
-        return max(self._weights_s(cost), one)
+        return max(self._weights_s(cost) / cost.tokens_per_step, one)
 
     def _own_lb(self, cost: StepCostModel, chunk: int) -> np.ndarray:
         """Per point, a prompt's own prefill steps at least (s): see :meth:`_ttft`, without its slack, the
@@ -368,16 +381,17 @@ class Bounds:
 
     # -- candidates -----------------------------------------------------------------------------------
 
-    def generous_cost(self, gpu: str, tp: int, wd: str, kd: str, dp: int = 1, ep: bool = False) -> StepCostModel | None:
+    def generous_cost(self, gpu: str, tp: int, wd: str, kd: str, dp: int = 1, ep: bool = False,
+                      mtp: int = 0) -> StepCostModel | None:
         """The step-cost model of (gpu, tp, dtypes) at the smallest limits of the space: the largest KV
         capacity any limits give (the limits change nothing else in the model); None if even that does not fit.
-        With ``dp > 1`` or ``ep``: one attention rank of a MoE engine (``Sizer.cost_model``)."""
-        key = (gpu, tp, wd, kd, dp, ep)
+        With ``dp > 1`` or ``ep``: one attention rank of a MoE engine; ``mtp``: with MTP (``Sizer.cost_model``)."""
+        key = (gpu, tp, wd, kd, dp, ep, mtp)
         if key not in self._generous:
             w = self.sizer.workload
             lim = EngineLimits(max_num_seqs=self._min_seqs, max_num_batched_tokens=self._min_budget, chunked_prefill=True,
                                enable_prefix_caching=w.prefix_caching)
-            self._generous[key] = self.sizer.cost_model(gpu, tp, wd, kd, lim, dp, ep)[0]
+            self._generous[key] = self.sizer.cost_model(gpu, tp, wd, kd, lim, dp, ep, mtp=mtp)[0]
         return self._generous[key]
 
     def rentable(self, gpu: str, tp: int) -> bool:
@@ -475,8 +489,8 @@ class Bounds:
     def of(self, c: Candidate) -> Bound | None:
         """Lower bounds for ``c``, or None when it cannot fit. ``max_num_seqs`` / ``max_num_batched_tokens``
         of 0 stand for "any": the bound then holds for every choice of ``seqs`` / ``budgets``."""
-        pkey: ShapeKey = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.dp, c.ep)
-        dkey: ShapeKey = (c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype, 1, False) if c.disaggregated else pkey
+        pkey: ShapeKey = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.dp, c.ep, c.mtp)
+        dkey: ShapeKey = (c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype, 1, False, 0) if c.disaggregated else pkey
         if not self.rentable_shape(c):
             return None  # the sizer cannot rent a TP group of it: every combo is infeasible
         if c.pp > 1:

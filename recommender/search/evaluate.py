@@ -82,6 +82,13 @@ class Evaluator:
                 if c.disaggregated else layout_valid(ctx.model, ctx.gpus[c.gpu], c.tp, c.dp, c.ep)
             if why:
                 return ctx.infeasible(c, why, fits=False, binding="invalid")
+        if c.mtp:
+            why = ("MTP speculative decoding is searched for aggregated single-instance pools only"
+                   if c.disaggregated or c.pp > 1 else
+                   f"{ctx.model.id} has no MTP heads (config num_nextn_predict_layers is 0)" if ctx.model.mtp_layers <= 0
+                   else "")
+            if why:
+                return ctx.infeasible(c, why, fits=False, binding="invalid")
         return ctx.size(c, lower)
 
 

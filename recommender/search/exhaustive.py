@@ -22,9 +22,10 @@ def enumerate_space(ch: SpaceChoices, disaggregated: bool | None = None) -> Iter
     base = itertools.product(ch.gpus, ch.tps, ch.weight_dtypes, ch.kv_dtypes, ch.max_num_seqs, ch.budgets)
     for g, tp, wd, kd, s, b in base:
         if disaggregated is not True:
-            yield Candidate(g, tp, wd, kd, s, b)
-            for dp, ep in ch.layouts:  # MoE layouts (invalid ones evaluate as infeasible)
-                yield Candidate(g, tp, wd, kd, s, b, dp=dp, ep=ep)
+            for k in (0, *ch.mtp):  # MTP draft tokens (models with MTP heads)
+                yield Candidate(g, tp, wd, kd, s, b, mtp=k)
+                for dp, ep in ch.layouts:  # MoE layouts (invalid ones evaluate as infeasible)
+                    yield Candidate(g, tp, wd, kd, s, b, dp=dp, ep=ep, mtp=k)
         if ch.disaggregation and disaggregated is not False:
             for dg, dtp in itertools.product(ch.gpus if ch.pd_heterogeneous else (g,), ch.tps):
                 yield Candidate(g, tp, wd, kd, s, b, True, dg, dtp)

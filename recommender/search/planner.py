@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from recommender.catalog import Catalog, default_catalog
 from recommender.dtypes import loads_without_checkpoint
+from recommender.estimator import default_acceptance
 from recommender.hf_config import ModelArch
 from recommender.errors import ConfigError, DoesNotFitError, InfeasibleError
 from recommender.perf.step import EngineLimits
@@ -25,6 +26,7 @@ from recommender.search.space import (
     inventory_shortfall,
     inventory_space,
     moe_layouts,
+    mtp_choices,
     node_size,
     offers_for,
     resolve_dtype,
@@ -62,7 +64,8 @@ def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfi
     ckpts = {str(k).lower(): str(v) for k, v in (meta.get("quantized_checkpoints") or {}).items()}
     return SearchContext(workload=workload, model=model, gpus={g.id: g for g in gpus},
                          prices={k: float(v) for k, v in prices.items() if v is not None}, profile=profile,
-                         rules=rules_of(policy), policy=policy, checkpoints=ckpts, offers=offers)
+                         rules=rules_of(policy), policy=policy, checkpoints=ckpts, offers=offers,
+                         acceptance=default_acceptance(catalog, model) if model.mtp_layers else None)
 
 
 def check_context(workload: Workload, model: ModelArch) -> None:
@@ -97,7 +100,7 @@ def space_choices(ctx: SearchContext) -> SpaceChoices:
                         kv_dtypes=tuple(pol.kv_dtypes), max_num_seqs=tuple(pol.max_num_seqs),
                         budgets=tuple(pol.max_num_batched_tokens), disaggregation=pol.disaggregation,
                         pd_heterogeneous=pol.pd_heterogeneous_gpus,
-                        layouts=moe_layouts(ctx.model, tuple(pol.tensor_parallel)))
+                        layouts=moe_layouts(ctx.model, tuple(pol.tensor_parallel)), mtp=mtp_choices(ctx.model, tuple(pol.mtp_draft_tokens)))
 
 
 def seed_candidates(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
@@ -126,7 +129,8 @@ def candidate_from_plan_row(row: PlanRow) -> Candidate:
     return Candidate(gpu=first.gpu, tp=first.tp, weight_dtype=row.weight_dtype, kv_dtype=row.kv_dtype,
                      max_num_seqs=last.max_num_seqs, max_num_batched_tokens=budget, disaggregated=dis,
                      decode_gpu=last.gpu if dis else "", decode_tp=last.tp if dis else 0,
-                     dp=first.data_parallel_size, ep=first.enable_expert_parallel)
+                     dp=first.data_parallel_size, ep=first.enable_expert_parallel,
+                     mtp=first.num_speculative_tokens if not dis else 0)
 
 
 def why_rank_one(ctx: SearchContext, rows: Sequence[RankedRow]) -> str:

@@ -23,6 +23,7 @@ class _SearchPolicySpec(BaseModel):
     rate_basis: Literal["mean"] = "mean"
     max_utilisation: float = Field(0.85, gt=0.0, le=1.0)
     tensor_parallel: list[int] = [1, 2, 4, 8]
+    mtp_draft_tokens: list[int] = Field([1, 2, 3], max_length=8)
     weight_dtypes: list[str] = ["native", "fp8", "int8", "int4", "fp4"]
     kv_dtypes: list[str] = ["bf16", "fp8"]
     max_num_seqs: list[int] = [16, 32, 64, 128, 256, 512, 1024]
@@ -54,6 +55,7 @@ class SearchPolicy:
     rate_basis: str = "mean"  # the rate a plan is sized for is rate_basis x (1 + headroom): docs/sizing-basis.md
     max_utilisation: float = 0.85
     tensor_parallel: tuple[int, ...] = (1, 2, 4, 8)
+    mtp_draft_tokens: tuple[int, ...] = (1, 2, 3)  # MTP k tried besides 0, for models with MTP heads only
     weight_dtypes: tuple[str, ...] = ("native", "fp8", "int8", "int4", "fp4")
     kv_dtypes: tuple[str, ...] = ("bf16", "fp8")
     max_num_seqs: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)

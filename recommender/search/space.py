@@ -17,8 +17,8 @@ from recommender.perf.moe import check_layout
 from recommender.perf.step import check_parallelism
 from recommender.sizing import Candidate
 
-__all__ = ["Candidate", "SpaceChoices", "allowed_gpus", "layout_valid", "moe_layouts", "parallelism_valid", "resolve_dtype",
-           "weight_dtype_valid"]
+__all__ = ["Candidate", "SpaceChoices", "allowed_gpus", "layout_valid", "moe_layouts", "mtp_choices", "parallelism_valid",
+           "resolve_dtype", "weight_dtype_valid"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,9 @@ class SpaceChoices:
     # MoE models only: (data-parallel attention size, expert parallel) layouts besides plain TP (1, False),
     # each checked per GPU and TP by ``layout_valid``; aggregated pools only
     layouts: tuple[tuple[int, bool], ...] = ()
+    # models with MTP heads only: the draft-token counts k > 0 besides no speculation (``mtp_choices``); every
+    # aggregated shape (TP or MoE layout) is also tried with each
+    mtp: tuple[int, ...] = ()
 
 
 def resolve_dtype(dtype: str, model: ModelArch) -> str:
@@ -107,6 +110,20 @@ def moe_layouts(model: ModelArch, sizes: tuple[int, ...]) -> tuple[tuple[int, bo
         return ()
     dps = sorted({d for d in sizes if d > 1})
     return ((1, True), *((d, ep) for d in dps for ep in (False, True)))
+
+
+def mtp_choices(model: ModelArch, tokens: tuple[int, ...] = (1, 2, 3)) -> tuple[int, ...]:
+    """The MTP draft-token counts the search adds (the policy's ``mtp_draft_tokens``, default k in {1, 2, 3}
+    besides 0) for a model whose config has MTP modules (``num_nextn_predict_layers`` > 0: DeepSeek-V3/R1;
+    vLLM reuses the one module for every draft position), none otherwise (its plans stay without speculation)."""
+    if model.mtp_layers <= 0:
+        return ()
+    from recommender.perf.speculative import MAX_SPECULATIVE_TOKENS
+
+    bad = [k for k in tokens if not 1 <= k <= MAX_SPECULATIVE_TOKENS]
+    if bad:
+        raise ConfigError(f"search policy mtp_draft_tokens {bad[0]}: MTP draft tokens are 1 to {MAX_SPECULATIVE_TOKENS}")
+    return tuple(sorted(set(tokens)))
 
 
 def allowed_gpus(catalog: Catalog, requested: tuple[str, ...] | None, overrides: dict[str, float] | None = None,

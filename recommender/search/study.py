@@ -34,6 +34,7 @@ def candidate_from_params(p: dict[str, Any]) -> Candidate:
         disaggregated=dis, decode_gpu=p.get("decode_gpu", "") if dis else "",
         decode_tp=int(p.get("decode_tp", 0)) if dis else 0, pp=int(p.get("pp", 1)),
         dp=int(p.get("data_parallel_size", 1)), ep=bool(p.get("enable_expert_parallel", False)),
+        mtp=int(p.get("num_speculative_tokens", 0)),
     )
 
 
@@ -47,6 +48,8 @@ def params_of(c: Candidate) -> dict[str, Any]:
         d["pp"] = c.pp
     if c.dp > 1 or c.ep:  # MoE layouts only: dense trials keep their encoding
         d.update(data_parallel_size=c.dp, enable_expert_parallel=c.ep)
+    if c.mtp:  # models with MTP heads only
+        d["num_speculative_tokens"] = c.mtp
     return d
 
 
@@ -78,7 +81,8 @@ def distributions(ch: SpaceChoices) -> dict[str, Any]:
                          "max_num_batched_tokens": Cat(ch.budgets), "disaggregated": Cat((False, True)),
                          "decode_gpu": Cat(ch.gpus), "decode_tp": Cat(ch.tps), "pp": Cat((1, 2, 4)),
                          "data_parallel_size": Cat(tuple(sorted({1, *(dp for dp, _ in ch.layouts)}))),
-                         "enable_expert_parallel": Cat((False, True))}
+                         "enable_expert_parallel": Cat((False, True)),
+                         "num_speculative_tokens": Cat((0, *ch.mtp))}
     return d
 
 

@@ -46,7 +46,8 @@ def _pool(p: EvalPool, gmu: float, checkpoint: str) -> Pool:
                 max_num_batched_tokens=p.limits.max_num_batched_tokens, chunked_prefill=p.limits.chunked_prefill,
                 enable_prefix_caching=p.limits.enable_prefix_caching, cuda_graphs=True, gpu_memory_utilization=gmu,
                 usd_per_gpu_hour=p.usd_per_hour / max(p.gpus, 1), kv_capacity_tokens=p.kv_capacity_tokens,
-                checkpoint=checkpoint, rental=_rental(p), pp=p.pp, data_parallel_size=p.dp, enable_expert_parallel=p.ep)
+                checkpoint=checkpoint, rental=_rental(p), pp=p.pp, data_parallel_size=p.dp, enable_expert_parallel=p.ep,
+                num_speculative_tokens=p.mtp)
 
 
 def _finite(x: float | None) -> float | None:
