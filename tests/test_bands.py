@@ -176,3 +176,17 @@ def test_at_confidence_0_9_a_thinly_measured_rank_1_gives_way_to_a_well_measured
     assert sure.top.gpu == "h100-sxm" and sure.top.bands["class_rows"] == 10 and sure.top.bands["p_slo"] >= 0.9
     assert sure.top.bands["sigma"] < point.top.bands["sigma"]
     assert sure.top.usd_per_million_tokens > point.top.usd_per_million_tokens
+
+
+def test_replans_p_slo_uses_the_classs_ttft_and_decode_sigmas_as_the_search_does():
+    """recommender.replan.predict rebuilds the plan and computes P(all SLOs met) with the row's two log-sds
+    (sigma for TPOT, sigma_ttft for TTFT): at the plan's own rate it is the search's P within the bisection's
+    resolution; with one sigma for both (the old record) it would differ where the two differ."""
+    from recommender.replan.predict import predict_plan
+
+    w = dataclasses.replace(CHAT, gpus=("h100-sxm",))
+    plan = recommend(w, settings=SearchSettings(seed=0, trials=120, verify=0),
+                     policy=dataclasses.replace(POLICY, weight_dtypes=("native",)))
+    b = plan.top.bands
+    assert b["class"] == "vllm/hopper/bf16/dense" and b["sigma_ttft"] != b["sigma"]  # 2 TTFT rows of 10
+    assert predict_plan(plan, w).p_slo == pytest.approx(b["p_slo"], abs=0.03)

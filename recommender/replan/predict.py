@@ -162,24 +162,32 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
                 misses.append(f"predicted {s.metric} {s.percentile} {fmt_seconds(v)} > {fmt_seconds(s.limit_s)} SLO "
                               f"at {rate:.2f} req/s")
     sigma = (row.bands or {}).get("sigma") if row.bands else None
-    p_met = p_slo_met(run, rate, workload, float(sigma)) if isinstance(sigma, (int, float)) and sigma > 0 else None
+    st = (row.bands or {}).get("sigma_ttft")  # the class's TTFT log-sd (bands.py), when the plan has one
+    p_met = (p_slo_met(run, rate, workload, float(sigma), sigma_ttft=float(st) if isinstance(st, (int, float)) and st > 0
+                       else None) if isinstance(sigma, (int, float)) and sigma > 0 else None)
     return Prediction(rate, bool(res.stable), float(res.utilisation), policy.max_utilisation, lat, tuple(misses),
                       tuple(int(r) for r in reps), p_met)
 
 
-def p_slo_met(run: Any, rate_per_s: float, workload: Workload, sigma: float, steps: int = 8) -> float | None:
+def p_slo_met(run: Any, rate_per_s: float, workload: Workload, sigma: float, steps: int = 8,
+              sigma_ttft: float | None = None) -> float | None:
     """P(all SLOs met) at ``rate_per_s`` when every step time is off by a lognormal factor ``g`` of log-sd
     ``sigma`` (the plan's evidence class, ``recommender.search.bands``): ``Phi(ln g* / sigma)``, ``g*`` the largest
     factor with the pools stable and every ``g x L(g x rate)`` within its limit (time rescaling; bisection in
-    ``ln g`` over +-4 sigma). None without SLOs."""
+    ``ln g`` over +-4 sigma). With ``sigma_ttft`` (the class's TTFT log-sd) each SLO takes its metric's log-sd and
+    P(all) is the smallest per-SLO P, as the search's bands do. None without SLOs."""
     if not workload.slos:
         return None
+    if sigma_ttft is None or sigma_ttft == sigma:
+        return _p_met(run, rate_per_s, workload.slos, sigma, steps)
+    return min(_p_met(run, rate_per_s, (s,), sigma_ttft if s.metric == "ttft" else sigma, steps) for s in workload.slos)
 
+
+def _p_met(run: Any, rate_per_s: float, slos: Any, sigma: float, steps: int) -> float:
     def ok(ln_g: float) -> bool:
         g = math.exp(ln_g)
         r = run(rate_per_s * g)
-        return bool(r.stable) and all(g * float(getattr(r, f"{s.metric}_s").at(s.percentile)) <= s.limit_s
-                                      for s in workload.slos)
+        return bool(r.stable) and all(g * float(getattr(r, f"{s.metric}_s").at(s.percentile)) <= s.limit_s for s in slos)
 
     lo, hi = -4.0 * sigma, 4.0 * sigma
     if not ok(lo):
