@@ -1,6 +1,7 @@
 """Calibration of the plans' error bands: how often a measured value falls inside its p10-p90 band, per evidence class.
 
-    python3 benchmarks/bench_bands.py [--out benchmarks/results/bands.md] [--write] [--cache FILE.json] [--folds 12]
+    python3 benchmarks/bench_bands.py [--out benchmarks/results/bands.md] [--write [--evidence FILE]] [--cache FILE.json]
+                                      [--folds 12]
 
 Evidence class = engine x GPU family x weight dtype x model class (dense / MoE), as ``recommender/search/bands.py``
 defines it. Every row below is predicted by a fit that did not see its **configuration** (model x GPU x TP for the
@@ -306,7 +307,9 @@ def report(rows: Sequence[Row], seconds: float) -> str:
              "same rows under the sigma the planner used before (the profile's held-out median APE by GPU, "
              "one sigma for every metric, 0.5 prior).", "",
              "| rows | kind | n | inside p10-p90 | below | legacy inside |", "|---|---|---:|---:|---:|---:|"]
-    for t in sorted(totals, key=lambda x: (x != "all", x)):
+    order = {"": 0, "published": 1, "amd-mi300x": 2, "inferencex": 3}
+    kinds = {"all": 0, "decode": 1, "ttft": 2}
+    for t in sorted(totals, key=lambda x: (order.get(x.rpartition(" ")[0], 9), kinds.get(x.rpartition(" ")[2], 9))):
         c = totals[t]
         name, _, kind = t.rpartition(" ")
         lines.append(f"| {name or 'all sources'} | {kind} | {c.n} | {c.pct(c.inside)} | {c.pct(c.below)} | "
@@ -331,6 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=None, help="held-out predictions: read if there, else written")
     ap.add_argument("--folds", type=int, default=12)
     ap.add_argument("--write", action="store_true", help=f"write the classes into {EVIDENCE.relative_to(ROOT)}")
+    ap.add_argument("--evidence", type=Path, default=EVIDENCE, help="where --write writes the classes")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     rows = load_rows(a.cache, a.folds)
@@ -344,8 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         header = ("# Evidence classes of the plans' error bands (recommender/search/bands.py): rows and held-out error\n"
                   "# per engine x GPU family x weight dtype x model class and metric kind.\n"
                   "# Written by benchmarks/bench_bands.py --write; rerun it rather than editing.\n")
-        EVIDENCE.write_text(header + yaml.safe_dump(evidence_doc(rows), sort_keys=False, width=120))
-        print(f"wrote {EVIDENCE}", file=sys.stderr)
+        a.evidence.write_text(header + yaml.safe_dump(evidence_doc(rows), sort_keys=False, width=120))
+        print(f"wrote {a.evidence}", file=sys.stderr)
     return 0
 
 
