@@ -82,6 +82,9 @@ def test_the_class_rows_and_error_come_from_the_evidence_data(tmp_path):
     fp8 = evidence_class(ctx, "h100-sxm", "fp8")
     assert fp8.rows == fp8.ttft_rows == 0 and fp8.sigma == prior_sigma(table, "dense", "decode")
     assert bf16.sigma < fp8.sigma and bf16.sigma_ttft < fp8.sigma_ttft
+    # a GPU family vLLM has no rows on (l40s: ada) gets the prior: wider than the measured hopper class
+    ada = evidence_class(ctx, "l40s", "bf16")
+    assert (ada.family, ada.rows, ada.sigma) == ("ada", 0, prior_sigma(table, "dense", "decode")) and ada.sigma > bf16.sigma
     # a MoE model is its own class: gpt-oss-20b's 9 H100 rows (mxfp4) are not the dense model's
     moe = class_from_table(table, "vllm", "hopper", "mxfp4", "moe")
     assert moe.rows + moe.ttft_rows == 9 and class_from_table(table, "vllm", "hopper", "mxfp4", "dense").rows == 0
@@ -191,8 +194,8 @@ def test_at_confidence_0_9_a_thinly_measured_rank_1_gives_way_to_a_well_measured
 
 def test_replans_p_slo_uses_the_classs_ttft_and_decode_sigmas_as_the_search_does():
     """recommender.replan.predict rebuilds the plan and computes P(all SLOs met) with the row's two log-sds
-    (sigma for TPOT, sigma_ttft for TTFT): at the plan's own rate it is the search's P within the bisection's
-    resolution; with one sigma for both (the old record) it would differ where the two differ."""
+    (sigma for the load and TPOT, sigma_ttft for TTFT's value): at the plan's own rate it is the search's P (another
+    code path) within the bisection's resolution."""
     from recommender.replan.predict import predict_plan
 
     w = dataclasses.replace(CHAT, gpus=("h100-sxm",))

@@ -171,25 +171,23 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
 
 def p_slo_met(run: Any, rate_per_s: float, workload: Workload, sigma: float, steps: int = 8,
               sigma_ttft: float | None = None) -> float | None:
-    """P(all SLOs met) at ``rate_per_s`` when every step time is off by a lognormal factor ``g`` of log-sd
-    ``sigma`` (the plan's evidence class, ``recommender.search.bands``): ``Phi(ln g* / sigma)``, ``g*`` the largest
-    factor with the pools stable and every ``g x L(g x rate)`` within its limit (time rescaling; bisection in
-    ``ln g`` over +-4 sigma). With ``sigma_ttft`` (the class's TTFT log-sd) each SLO takes its metric's log-sd and
-    P(all) is the smallest per-SLO P, as the search's bands do. None without SLOs."""
+    """P(all SLOs met) at ``rate_per_s`` under one standard-normal error ``z`` (``recommender.search.bands``):
+    every step time is ``g = exp(sigma z)`` times the model's (``sigma``: the plan's evidence class), so the load
+    is the model's at ``g x rate`` and a latency ``g x L(g x rate)``; with ``sigma_ttft`` (the class's TTFT log-sd)
+    TTFT is ``exp(sigma_ttft z) L(g x rate)``. ``Phi(z*)``, ``z*`` the largest ``z`` with the pools stable and
+    every SLO within its limit (bisection over ``z`` in +-4). None without SLOs."""
     if not workload.slos:
         return None
-    if sigma_ttft is None or sigma_ttft == sigma:
-        return _p_met(run, rate_per_s, workload.slos, sigma, steps)
-    return min(_p_met(run, rate_per_s, (s,), sigma_ttft if s.metric == "ttft" else sigma, steps) for s in workload.slos)
+    st = sigma if sigma_ttft is None else sigma_ttft
 
-
-def _p_met(run: Any, rate_per_s: float, slos: Any, sigma: float, steps: int) -> float:
-    def ok(ln_g: float) -> bool:
-        g = math.exp(ln_g)
+    def ok(z: float) -> bool:
+        g = math.exp(sigma * z)
         r = run(rate_per_s * g)
-        return bool(r.stable) and all(g * float(getattr(r, f"{s.metric}_s").at(s.percentile)) <= s.limit_s for s in slos)
+        return bool(r.stable) and all(
+            math.exp((st if s.metric == "ttft" else sigma) * z) * float(getattr(r, f"{s.metric}_s").at(s.percentile))
+            <= s.limit_s for s in workload.slos)
 
-    lo, hi = -4.0 * sigma, 4.0 * sigma
+    lo, hi = -4.0, 4.0
     if not ok(lo):
         return 0.0
     if ok(hi):
@@ -197,7 +195,7 @@ def _p_met(run: Any, rate_per_s: float, slos: Any, sigma: float, steps: int) -> 
     for _ in range(steps):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return round(NormalDist().cdf(lo / sigma), 4)
+    return round(NormalDist().cdf(lo), 4)
 
 
 def smaller_shape_meets(plan: Plan, workload: Workload, **kw: Any) -> tuple[int, ...] | None:

@@ -21,10 +21,11 @@ kind, at least ``PRIOR_SIGMA = 0.5`` (p10-p90 of x0.53 - x1.90).
 
 If every step takes ``g`` times as long, the deployment at rate ``lambda`` behaves as the modelled one at
 ``g lambda`` with every time x ``g`` (time rescaling), so a latency percentile is ``g L(g lambda)`` and the
-capacity is ``capacity / g``. The p10-p90 band takes ``g = exp(-/+ 1.2816 sigma)`` (the TTFT band with the
-class's TTFT sigma); P(an SLO met) = ``Phi(ln g* / sigma_metric)``, ``g*`` the largest ``g`` with that SLO met
-and the pools stable (bisection); 0.5 at ``g* = 1`` (the point prediction exactly at a limit). P(all SLOs) is
-the smallest of them (the errors taken as one factor: comonotone).
+capacity is ``capacity / g``. One standard-normal error ``z`` per row (comonotone): ``g = exp(sigma z)`` sets
+the load and TPOT / e2e; TTFT's own error scales its value, ``exp(sigma_ttft z) L_ttft(g lambda)`` (a wide TTFT
+error does not make the pools saturate sooner). The p10-p90 band is at ``z = -/+ 1.2816``; P(an SLO met) =
+``Phi(z*)``, ``z*`` the largest ``z`` with that SLO met and the pools stable (bisection); 0.5 at ``z* = 0`` (the
+point prediction exactly at a limit). P(all SLOs) is the smallest of them (one ``z`` for all).
 """
 
 from __future__ import annotations
@@ -220,22 +221,30 @@ def _at(ctx: SearchContext, ev: Evaluation, g: float) -> dict[str, float] | None
 def bands_of(ctx: SearchContext, ev: Evaluation, percentiles: Mapping[str, str],
              load_utilisation: float | None) -> dict[str, Any]:
     """The row's ``bands`` record: class, p10/p90 of TTFT, TPOT, e2e (each at ``percentiles[metric]``, the
-    plan's headline; TTFT's with the class's TTFT sigma) and capacity, and P(SLO met) per SLO and for all of
-    them (None: offline or no SLOs)."""
+    plan's headline) and capacity, and P(SLO met) per SLO and for all of them (None: offline or no SLOs).
+
+    One standard-normal error ``z`` for the row (comonotone): the step times are ``g = exp(sigma z)`` times
+    the model's, so the load is the model's at ``g lambda`` and TPOT / e2e are ``g L(g lambda)``; TTFT's own
+    error scales its value, ``exp(sigma_ttft z) L(g lambda)``. Bands at ``z = -/+ 1.2816``; P(an SLO met) =
+    ``Phi(z*)``, ``z*`` the largest ``z`` with the pools stable and the SLO met."""
     cls = row_class(ctx, ev)
     w = ctx.workload
     cache: dict[float, dict[str, float] | None] = {}
 
-    def at(g: float) -> dict[str, float] | None:
-        if g not in cache:
-            cache[g] = _at(ctx, ev, g)
-        return cache[g]
+    def at(z: float) -> dict[str, float] | None:
+        """Every metric at every percentile at error ``z`` (None: the pools saturate)."""
+        if z not in cache:
+            g = math.exp(cls.sigma * z)
+            lat = _at(ctx, ev, g)
+            cache[z] = None if lat is None else {
+                k: v * math.exp(cls.sigma_of(k.split("@")[0]) * z) / g for k, v in lat.items()}
+        return cache[z]
 
     out: dict[str, Any] = {"class": cls.label, "class_rows": cls.rows + cls.ttft_rows, "sigma": round(cls.sigma, 4),
                            "sigma_ttft": round(cls.sigma_ttft, 4)}
+    fast, slow = at(-Z90), at(Z90)
     for m in METRICS:
-        key, sig = f"{m}@{percentiles[m]}", cls.sigma_of(m)
-        fast, slow = at(math.exp(-Z90 * sig)), at(math.exp(Z90 * sig))
+        key = f"{m}@{percentiles[m]}"
         out[f"{m}_s"] = [None if fast is None else _round(fast[key]), None if slow is None else _round(slow[key])]
     lo_g, hi_g = math.exp(-Z90 * cls.sigma), math.exp(Z90 * cls.sigma)
     rate = w.effective_rate_per_s
@@ -247,11 +256,10 @@ def bands_of(ctx: SearchContext, ev: Evaluation, percentiles: Mapping[str, str],
         return out
     each: dict[str, float] = {}
     for s in w.slos:
-        sig = cls.sigma_of(s.metric)
-        g = _largest_g(lambda x, s=s: (lat := at(x)) is not None and lat[f"{s.metric}@{s.percentile}"] <= s.limit_s, sig)
-        each[f"{s.metric}@{s.percentile}"] = _p(g, sig)
+        z = _largest_z(lambda x, s=s: (lat := at(x)) is not None and lat[f"{s.metric}@{s.percentile}"] <= s.limit_s)
+        each[f"{s.metric}@{s.percentile}"] = _p(z)
     out["p_slo_each"] = each
-    out["p_slo"] = min(each.values())  # comonotone errors: every SLO holds iff the least likely one does
+    out["p_slo"] = min(each.values())  # one z for all: every SLO holds iff the least likely one does
     return out
 
 
@@ -276,23 +284,21 @@ def _round(v: float) -> float | None:
     return round(v, 6) if math.isfinite(v) else None
 
 
-def _p(g: float, sigma: float) -> float:
-    if g <= 0:
-        return 0.0
-    if math.isinf(g):
-        return 1.0
-    return round(NormalDist().cdf(math.log(g) / sigma), 4)
+def _p(z: float) -> float:
+    if math.isinf(z):
+        return 0.0 if z < 0 else 1.0
+    return round(NormalDist().cdf(z), 4)
 
 
-def _largest_g(ok: Any, sigma: float, steps: int = 8) -> float:
-    """Largest g in [exp(-4 sigma), exp(4 sigma)] with ok(g) (monotone: larger g, slower), by bisection in ln g;
-    0 when even the fastest fails, inf when even the slowest holds."""
-    lo, hi = -4.0 * sigma, 4.0 * sigma
-    if not ok(math.exp(lo)):
-        return 0.0
-    if ok(math.exp(hi)):
+def _largest_z(ok: Any, steps: int = 8) -> float:
+    """Largest z in [-4, 4] with ok(z) (monotone: larger z, slower), by bisection; -inf when even z = -4 fails,
+    inf when even z = 4 holds."""
+    lo, hi = -4.0, 4.0
+    if not ok(lo):
+        return -math.inf
+    if ok(hi):
         return math.inf
     for _ in range(steps):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if ok(math.exp(mid)) else (lo, mid)
-    return math.exp(lo)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
