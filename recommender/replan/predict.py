@@ -165,26 +165,32 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
                 misses.append(f"predicted {s.metric} {s.percentile} {fmt_seconds(v)} > {fmt_seconds(s.limit_s)} SLO "
                               f"at {rate:.2f} req/s")
     sigma = (row.bands or {}).get("sigma") if row.bands else None
-    p_met = p_slo_met(run, rate, workload, float(sigma)) if isinstance(sigma, (int, float)) and sigma > 0 else None
+    st = (row.bands or {}).get("sigma_ttft")  # the class's TTFT log-sd (bands.py), when the plan has one
+    p_met = (p_slo_met(run, rate, workload, float(sigma), sigma_ttft=float(st) if isinstance(st, (int, float)) and st > 0
+                       else None) if isinstance(sigma, (int, float)) and sigma > 0 else None)
     return Prediction(rate, bool(res.stable), float(res.utilisation), policy.max_utilisation, lat, tuple(misses),
                       tuple(int(r) for r in reps), p_met)
 
 
-def p_slo_met(run: Any, rate_per_s: float, workload: Workload, sigma: float, steps: int = 8) -> float | None:
-    """P(all SLOs met) at ``rate_per_s`` when every step time is off by a lognormal factor ``g`` of log-sd
-    ``sigma`` (the plan's evidence class, ``recommender.search.bands``): ``Phi(ln g* / sigma)``, ``g*`` the largest
-    factor with the pools stable and every ``g x L(g x rate)`` within its limit (time rescaling; bisection in
-    ``ln g`` over +-4 sigma). None without SLOs."""
+def p_slo_met(run: Any, rate_per_s: float, workload: Workload, sigma: float, steps: int = 8,
+              sigma_ttft: float | None = None) -> float | None:
+    """P(all SLOs met) at ``rate_per_s`` under one standard-normal error ``z`` (``recommender.search.bands``):
+    every step time is ``g = exp(sigma z)`` times the model's (``sigma``: the plan's evidence class), so the load
+    is the model's at ``g x rate`` and a latency ``g x L(g x rate)``; with ``sigma_ttft`` (the class's TTFT log-sd)
+    TTFT is ``exp(sigma_ttft z) L(g x rate)``. ``Phi(z*)``, ``z*`` the largest ``z`` with the pools stable and
+    every SLO within its limit (bisection over ``z`` in +-4). None without SLOs."""
     if not workload.slos:
         return None
+    st = sigma if sigma_ttft is None else sigma_ttft
 
-    def ok(ln_g: float) -> bool:
-        g = math.exp(ln_g)
+    def ok(z: float) -> bool:
+        g = math.exp(sigma * z)
         r = run(rate_per_s * g)
-        return bool(r.stable) and all(g * float(getattr(r, f"{s.metric}_s").at(s.percentile)) <= s.limit_s
-                                      for s in workload.slos)
+        return bool(r.stable) and all(
+            math.exp((st if s.metric == "ttft" else sigma) * z) * float(getattr(r, f"{s.metric}_s").at(s.percentile))
+            <= s.limit_s for s in workload.slos)
 
-    lo, hi = -4.0 * sigma, 4.0 * sigma
+    lo, hi = -4.0, 4.0
     if not ok(lo):
         return 0.0
     if ok(hi):
@@ -192,7 +198,7 @@ def p_slo_met(run: Any, rate_per_s: float, workload: Workload, sigma: float, ste
     for _ in range(steps):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return round(NormalDist().cdf(lo / sigma), 4)
+    return round(NormalDist().cdf(lo), 4)
 
 
 def smaller_shape_meets(plan: Plan, workload: Workload, **kw: Any) -> tuple[int, ...] | None:

@@ -1,26 +1,31 @@
 """Error bands and P(SLO met) for plan rows, from the held-out error of their evidence class (issue #24, 1-2).
 
 **Evidence class** of a row: engine x GPU family x weight dtype x model class (dense / MoE). Its rows and
-error come from the profile's fit data (``catalogs/profiles/<engine>.yaml``, ``fit:``), never from code:
+error come from data, never from code, first found of:
 
-* a ``fit.classes`` entry naming the class (``{engine, family, dtype, model_class, rows, held_out:
-  {median_ape_pct}}``), when the fit provides one;
-* else the family's rows: the held-out report ``by: gpu`` (``per_group.<gpu>.start.n``, GPUs of the family)
-  plus the family fit's ``families.<family>.rows``; its error: those groups' held-out median APE (row
-  weighted), else the report's overall held-out median APE. The fit does not yet break rows down by weight
-  dtype or model class, so those two parts of the class take the family's rows until it does.
+1. the profile's own ``fit.classes`` (``{engine, family, dtype, model_class, rows, held_out: {median_ape_pct}}``;
+   a ``recommend calibrate`` profile may write one): one log-sd ``m / 0.6745`` for every metric;
+2. ``catalogs/evidence.yaml`` (written by ``benchmarks/bench_bands.py --write``): per class and metric kind
+   (``ttft``; ``decode`` = TPOT, ITL, e2e, output throughput) the rows of the published and InferenceX
+   measurements of that class and ``sigma_fit`` = the 80th percentile of ``|ln g|`` / 1.2816 over their
+   predictions by fits that did not see the row's configuration (``g`` = measured / predicted time), so that a
+   p10-p90 band holds 80% of held-out rows; a class absent from the file has no rows;
+3. without that file, the profile's held-out report ``by: gpu`` for the family (its rows and median APE).
 
-Error model: the modelled step times are off by a factor ``g``, lognormal with log-sd ``sigma``. A median
-absolute relative error ``m`` is ``0.6745 sigma_fit`` (the median of ``|N(0, sigma)|``); with ``n`` rows the
-class's sigma is shrunk toward a wide prior, ``sigma^2 = (n sigma_fit^2 + N0 sigma0^2) / (n + N0)``
-(``N0 = 5`` rows of prior weight, ``sigma0 = PRIOR_SIGMA = 0.5``: p10-p90 of x0.53 - x1.90); a class with no
-rows gets the prior itself. Fewer rows, wider band.
+Error model: the modelled step times are off by a factor ``g``, lognormal with log-sd ``sigma``. With ``n`` rows
+the class's sigma is shrunk toward a wide prior ``s0``: ``sigma^2 = (n sigma_fit^2 + N0 s0'^2) / (n + N0)``,
+``s0' = max(s0, sigma_fit)`` (a class never looks better than its own rows), ``N0 = 5`` rows of prior weight; a
+class with no rows gets ``s0`` itself. Fewer rows, never a narrower band. ``s0`` (``evidence.yaml`` ``prior``,
+per model class and metric kind): the widest held-out error of any measured class of that model class and
+kind, at least ``PRIOR_SIGMA = 0.5`` (p10-p90 of x0.53 - x1.90).
 
 If every step takes ``g`` times as long, the deployment at rate ``lambda`` behaves as the modelled one at
 ``g lambda`` with every time x ``g`` (time rescaling), so a latency percentile is ``g L(g lambda)`` and the
-capacity is ``capacity / g``. The p10-p90 band takes ``g = exp(-/+ 1.2816 sigma)``; P(SLO met) =
-``Phi(ln g* / sigma)``, ``g*`` the largest ``g`` with every SLO met and the pools stable (bisection); 0.5 at
-``g* = 1`` (the point prediction exactly at a limit).
+capacity is ``capacity / g``. One standard-normal error ``z`` per row (comonotone): ``g = exp(sigma z)`` sets
+the load and TPOT / e2e; TTFT's own error scales its value, ``exp(sigma_ttft z) L_ttft(g lambda)`` (a wide TTFT
+error does not make the pools saturate sooner). The p10-p90 band is at ``z = -/+ 1.2816``; P(an SLO met) =
+``Phi(z*)``, ``z*`` the largest ``z`` with that SLO met and the pools stable (bisection); 0.5 at ``z* = 0`` (the
+point prediction exactly at a limit). P(all SLOs) is the smallest of them (one ``z`` for all).
 """
 
 from __future__ import annotations
@@ -28,10 +33,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Mapping, Sequence
 
-from recommender.catalog import default_catalog
+import yaml
+
+from recommender.catalog import catalog_dir, default_catalog
+from recommender.errors import CatalogError
 from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
 from recommender.search.evaluate import Evaluation, SearchContext
 from recommender.search.recommend_rows import RankedRow
@@ -42,6 +51,7 @@ PRIOR_ROWS = 5.0
 Z90 = 1.2816  # standard normal 90th percentile
 MEDIAN_ABS_Z = 0.6745  # median of |N(0, 1)|
 METRICS = ("ttft", "tpot", "e2e")
+EVIDENCE_FILE = "evidence.yaml"  # in the catalog folder (catalogs/evidence.yaml)
 
 
 @dataclass(frozen=True)
@@ -50,12 +60,22 @@ class EvidenceClass:
     family: str
     dtype: str
     model_class: str  # "dense" | "moe"
-    rows: int
-    sigma: float  # log-sd of the modelled step times' error
+    rows: int  # rows behind the decode-side error (TPOT, ITL, e2e, throughput)
+    sigma: float  # log-sd of the modelled step times' error: TPOT, e2e, capacity
+    ttft_rows: int = 0
+    ttft_sigma: float | None = None  # TTFT's log-sd (None: sigma)
 
     @property
     def label(self) -> str:
         return f"{self.engine}/{self.family}/{self.dtype}/{self.model_class}"
+
+    @property
+    def sigma_ttft(self) -> float:
+        return self.sigma if self.ttft_sigma is None else self.ttft_sigma
+
+    def sigma_of(self, metric: str) -> float:
+        """The log-sd a metric's band and P(SLO met) use: TTFT's for ttft, the decode side's otherwise."""
+        return self.sigma_ttft if metric == "ttft" else self.sigma
 
 
 def _median_ape(stats: Any) -> float | None:
@@ -63,11 +83,54 @@ def _median_ape(stats: Any) -> float | None:
     return float(v) / 100.0 if isinstance(v, (int, float)) and v > 0 else None
 
 
-def class_sigma(rows: int, fit_sigma: float | None) -> float:
+def class_sigma(rows: int, fit_sigma: float | None, prior: float = PRIOR_SIGMA) -> float:
     """The shrunk log-sd (module docstring); the prior at 0 rows or without a fitted error."""
     if rows <= 0 or fit_sigma is None:
-        return PRIOR_SIGMA
-    return math.sqrt((rows * fit_sigma ** 2 + PRIOR_ROWS * PRIOR_SIGMA ** 2) / (rows + PRIOR_ROWS))
+        return prior
+    s0 = max(prior, fit_sigma)
+    return math.sqrt((rows * fit_sigma ** 2 + PRIOR_ROWS * s0 ** 2) / (rows + PRIOR_ROWS))
+
+
+_EVIDENCE_CACHE: dict[tuple[str, float], Mapping[str, Any] | None] = {}
+
+
+def evidence_table(path: Path | None = None) -> Mapping[str, Any] | None:
+    """``catalogs/evidence.yaml`` parsed (cached by path and modification time); None when absent."""
+    p = path or catalog_dir() / EVIDENCE_FILE
+    try:
+        key = (str(p), p.stat().st_mtime)
+    except OSError:
+        return None
+    if key not in _EVIDENCE_CACHE:
+        try:
+            doc = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as e:
+            raise CatalogError(f"{p} is not valid YAML: {e}; rerun benchmarks/bench_bands.py --write") from None
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("classes"), list):
+            raise CatalogError(f"{p} must be a mapping with 'classes' (a list); rerun benchmarks/bench_bands.py --write")
+        _EVIDENCE_CACHE[key] = doc
+    return _EVIDENCE_CACHE[key]
+
+
+def prior_sigma(table: Mapping[str, Any] | None, model_class: str, kind: str) -> float:
+    """The wide prior of a model class and metric kind (``ttft`` / ``decode``): the table's, at least PRIOR_SIGMA."""
+    v = (((table or {}).get("prior") or {}).get("sigma") or {}).get(model_class, {}).get(kind)
+    return max(PRIOR_SIGMA, float(v)) if isinstance(v, (int, float)) else PRIOR_SIGMA
+
+
+def class_from_table(table: Mapping[str, Any], engine: str, family: str, dtype: str, model_class: str) -> EvidenceClass:
+    """The class's rows and shrunk sigmas from an evidence table (no entry: no rows, the priors)."""
+    entry: Mapping[str, Any] = next((c for c in table.get("classes") or () if isinstance(c, Mapping) and (
+        c.get("engine"), c.get("family"), c.get("dtype"), c.get("model_class")) == (engine, family, dtype, model_class)), {})
+    out: dict[str, tuple[int, float]] = {}
+    for kind in ("decode", "ttft"):
+        k = entry.get(kind) or {}
+        n = int(k.get("rows") or 0)
+        s = k.get("sigma")
+        out[kind] = (n, class_sigma(n, float(s) if isinstance(s, (int, float)) and s > 0 else None,
+                                    prior_sigma(table, model_class, kind)))
+    return EvidenceClass(engine, family, dtype, model_class, out["decode"][0], out["decode"][1],
+                         out["ttft"][0], out["ttft"][1])
 
 
 def evidence_class(ctx: SearchContext, gpu: str, dtype: str) -> EvidenceClass:
@@ -86,6 +149,17 @@ def evidence_class(ctx: SearchContext, gpu: str, dtype: str) -> EvidenceClass:
             m = _median_ape((c.get("held_out") or {}))
             return EvidenceClass(prof.engine, family, dtype, model_class, n,
                                  class_sigma(n, None if m is None else m / MEDIAN_ABS_Z))
+    table = evidence_table()
+    if table is not None:
+        return class_from_table(table, prof.engine, family, dtype, model_class)
+    rows, fit_sigma = legacy_family_error(fit, family, fam_rows)
+    return EvidenceClass(prof.engine, family, dtype, model_class, rows, class_sigma(rows, fit_sigma))
+
+
+def legacy_family_error(fit: Mapping[str, Any], family: str, fam_rows: int) -> tuple[int, float | None]:
+    """Without an evidence table: the family's rows (held-out report ``by: gpu`` on GPUs of the family + the
+    family fit's rows) and their held-out median APE as a log-sd (row weighted; else the report's overall)."""
+    gpus = default_catalog().gpus
     rows, weighted, overall = fam_rows, 0.0, None
     for report in fit.get("held_out") or ():
         if not isinstance(report, Mapping) or report.get("by") != "gpu":
@@ -103,14 +177,13 @@ def evidence_class(ctx: SearchContext, gpu: str, dtype: str) -> EvidenceClass:
         break
     fam_group_rows = rows - fam_rows
     m = weighted / fam_group_rows if fam_group_rows > 0 and weighted > 0 else overall
-    return EvidenceClass(prof.engine, family, dtype, model_class, rows,
-                         class_sigma(rows, None if m is None else m / MEDIAN_ABS_Z))
+    return rows, None if m is None else m / MEDIAN_ABS_Z
 
 
 def row_class(ctx: SearchContext, ev: Evaluation) -> EvidenceClass:
     """The row's class: its least-evidenced pool's (the widest band)."""
     classes = [evidence_class(ctx, p.gpu, p.weight_dtype) for p in ev.pools]
-    return max(classes, key=lambda c: c.sigma)
+    return max(classes, key=lambda c: (c.sigma, c.sigma_ttft))
 
 
 def analyze_fixed(ctx: SearchContext, ev: Evaluation, rate_per_s: float, output: LengthDist | None = None) -> Any:
@@ -148,22 +221,32 @@ def _at(ctx: SearchContext, ev: Evaluation, g: float) -> dict[str, float] | None
 def bands_of(ctx: SearchContext, ev: Evaluation, percentiles: Mapping[str, str],
              load_utilisation: float | None) -> dict[str, Any]:
     """The row's ``bands`` record: class, p10/p90 of TTFT, TPOT, e2e (each at ``percentiles[metric]``, the
-    plan's headline) and capacity, and P(SLO met) per SLO and for all of them (None: offline or no SLOs)."""
+    plan's headline) and capacity, and P(SLO met) per SLO and for all of them (None: offline or no SLOs).
+
+    One standard-normal error ``z`` for the row (comonotone): the step times are ``g = exp(sigma z)`` times
+    the model's, so the load is the model's at ``g lambda`` and TPOT / e2e are ``g L(g lambda)``; TTFT's own
+    error scales its value, ``exp(sigma_ttft z) L(g lambda)``. Bands at ``z = -/+ 1.2816``; P(an SLO met) =
+    ``Phi(z*)``, ``z*`` the largest ``z`` with the pools stable and the SLO met."""
     cls = row_class(ctx, ev)
     w = ctx.workload
     cache: dict[float, dict[str, float] | None] = {}
 
-    def at(g: float) -> dict[str, float] | None:
-        if g not in cache:
-            cache[g] = _at(ctx, ev, g)
-        return cache[g]
+    def at(z: float) -> dict[str, float] | None:
+        """Every metric at every percentile at error ``z`` (None: the pools saturate)."""
+        if z not in cache:
+            g = math.exp(cls.sigma * z)
+            lat = _at(ctx, ev, g)
+            cache[z] = None if lat is None else {
+                k: v * math.exp(cls.sigma_of(k.split("@")[0]) * z) / g for k, v in lat.items()}
+        return cache[z]
 
-    lo_g, hi_g = math.exp(-Z90 * cls.sigma), math.exp(Z90 * cls.sigma)
-    fast, slow = at(lo_g), at(hi_g)
-    out: dict[str, Any] = {"class": cls.label, "class_rows": cls.rows, "sigma": round(cls.sigma, 4)}
+    out: dict[str, Any] = {"class": cls.label, "class_rows": cls.rows + cls.ttft_rows, "sigma": round(cls.sigma, 4),
+                           "sigma_ttft": round(cls.sigma_ttft, 4)}
+    fast, slow = at(-Z90), at(Z90)
     for m in METRICS:
         key = f"{m}@{percentiles[m]}"
         out[f"{m}_s"] = [None if fast is None else _round(fast[key]), None if slow is None else _round(slow[key])]
+    lo_g, hi_g = math.exp(-Z90 * cls.sigma), math.exp(Z90 * cls.sigma)
     rate = w.effective_rate_per_s
     if load_utilisation and load_utilisation > 0 and math.isfinite(load_utilisation) and rate > 0:
         cap = rate / load_utilisation
@@ -171,13 +254,12 @@ def bands_of(ctx: SearchContext, ev: Evaluation, percentiles: Mapping[str, str],
     if w.is_offline or not w.slos:
         out["p_slo"] = None
         return out
-    per: dict[str, float] = {}
+    each: dict[str, float] = {}
     for s in w.slos:
-        g = _largest_g(lambda x, s=s: (lat := at(x)) is not None and lat[f"{s.metric}@{s.percentile}"] <= s.limit_s,
-                       cls.sigma)
-        per[f"{s.metric}@{s.percentile}"] = g
-    out["p_slo_each"] = {k: _p(g, cls.sigma) for k, g in per.items()}
-    out["p_slo"] = _p(min(per.values()), cls.sigma)  # every SLO holds iff g <= each one's g* (all include stability)
+        z = _largest_z(lambda x, s=s: (lat := at(x)) is not None and lat[f"{s.metric}@{s.percentile}"] <= s.limit_s)
+        each[f"{s.metric}@{s.percentile}"] = _p(z)
+    out["p_slo_each"] = each
+    out["p_slo"] = min(each.values())  # one z for all: every SLO holds iff the least likely one does
     return out
 
 
@@ -202,23 +284,21 @@ def _round(v: float) -> float | None:
     return round(v, 6) if math.isfinite(v) else None
 
 
-def _p(g: float, sigma: float) -> float:
-    if g <= 0:
-        return 0.0
-    if math.isinf(g):
-        return 1.0
-    return round(NormalDist().cdf(math.log(g) / sigma), 4)
+def _p(z: float) -> float:
+    if math.isinf(z):
+        return 0.0 if z < 0 else 1.0
+    return round(NormalDist().cdf(z), 4)
 
 
-def _largest_g(ok: Any, sigma: float, steps: int = 8) -> float:
-    """Largest g in [exp(-4 sigma), exp(4 sigma)] with ok(g) (monotone: larger g, slower), by bisection in ln g;
-    0 when even the fastest fails, inf when even the slowest holds."""
-    lo, hi = -4.0 * sigma, 4.0 * sigma
-    if not ok(math.exp(lo)):
-        return 0.0
-    if ok(math.exp(hi)):
+def _largest_z(ok: Any, steps: int = 8) -> float:
+    """Largest z in [-4, 4] with ok(z) (monotone: larger z, slower), by bisection; -inf when even z = -4 fails,
+    inf when even z = 4 holds."""
+    lo, hi = -4.0, 4.0
+    if not ok(lo):
+        return -math.inf
+    if ok(hi):
         return math.inf
     for _ in range(steps):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if ok(math.exp(mid)) else (lo, mid)
-    return math.exp(lo)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
