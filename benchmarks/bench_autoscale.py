@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     assert s is not None
     rows = [["autoscaled", f"{ap.rule.min_replicas}..{ap.rule.max_replicas}", f"{c.windows_met}/{c.windows} "
              f"({c.attainment:.1%})", c.flaps, f"{c.gpu_hours:.1f} ({c.gpu_hours / c.static_gpu_hours:.2f}x)"],
-            ["static peak plan", ap.static_plan.top.pools[0].replicas, f"{s.windows_met}/{s.windows} "
+            ["static peak plan", ap.static_replicas, f"{s.windows_met}/{s.windows} "
              f"({s.attainment:.1%})", s.flaps, f"{s.gpu_hours:.1f}"],
             ["ideal autoscaler", "-", "-", "-", f"{c.ideal_gpu_hours:.1f}"]]
     table = tabulate(rows, headers=["", "replicas", "SLO windows met", "flaps", "GPU-hours"], tablefmt="github")

@@ -66,7 +66,7 @@ def test_tiled_trace_keeps_its_lengths_and_reaches_the_days_count() -> None:
 
 def _rule(**kw: float) -> ScalingRule:
     base = dict(replica_capacity_per_s=10.0, profile=DiurnalProfile(mean_rate_per_s=20.0, peak_to_trough=1.0),
-                startup=100.0, policy=AutoscalePolicy(), headroom=0.2, gpus_per_replica=2, model_name="m")
+                startup=100.0, policy=AutoscalePolicy(), gpus_per_replica=2, model_name="m")
     base.update(kw)
     return derive_rule(capacity_per_s=base.pop("replica_capacity_per_s"), **base)  # type: ignore[arg-type]
 
@@ -74,9 +74,12 @@ def _rule(**kw: float) -> ScalingRule:
 def test_rule_for_a_constant_day_by_hand() -> None:
     r = _rule()
     assert r.growth_within_delay == pytest.approx(1.0)
-    assert r.target_per_replica_per_s == pytest.approx(10.0 / 1.2)   # c1 / (g (1 + headroom))
-    assert r.min_replicas == r.max_replicas == 3                        # ceil(20 / 8.33)
-    assert r.scale_down_stabilisation_s == pytest.approx(900.0)         # max(900, 3 x 100 s)
+    assert r.burst == 1.0                                               # no arrivals: B = 1
+    assert r.target_per_replica_per_s == pytest.approx(10.0 / 1.1)   # c1 / ((1 + tolerance) max(B, g))
+    assert r.min_replicas == r.max_replicas == 3                        # ceil(20 / 9.09)
+    # cooldown = max(900, 3 x 100 s, 300 + 100 + 2 x 15) = 900 s: all of it the HPA's window, no query hold
+    assert r.scale_down_stabilisation_s == pytest.approx(900.0) and r.metric_hold_s == 0.0
+    assert r.metric == 'sum(rate(vllm:request_success_total{model_name="m"}[60s]))'
     assert r.desired(0.0) == 3 and r.desired(1000.0) == 3
 
 
@@ -119,7 +122,7 @@ def test_replay_meets_the_slo_and_costs_between_ideal_and_static() -> None:
     day = poisson_day(prof, np.array([500]), np.array([50]), seed=3)
     rule = derive_rule(capacity_per_s=2.0, profile=prof, startup=60.0,
                        policy=dataclasses.replace(AutoscalePolicy(), min_scale_down_stabilisation_s=300.0),
-                       headroom=0.2, gpus_per_replica=1, model_name="m")
+                       gpus_per_replica=1, model_name="m", arrival_s=day.arrival_s)
     static = rule.max_replicas
     cert = replay(pool, rule, day, prof, (Slo("ttft", 2.0), Slo("tpot", 0.1)), static_replicas=static,
                   slo_window_s=300.0)
@@ -131,7 +134,7 @@ def test_replay_meets_the_slo_and_costs_between_ideal_and_static() -> None:
 
 # -- the files: KEDA ScaledObject against KEDA's CRD schema, the HPA against Kubernetes' own ----------------
 def _settings(**kw: object) -> object:
-    from recommender.deploy.autoscaler import AutoscalerSettings
+    from recommender.deploy.keda import AutoscalerSettings
 
     base = dict(min_replicas=2, max_replicas=7, target_per_replica_per_s=1.234, polling_s=15, metric_window_s=60,
                 scale_down_stabilisation_s=900)
@@ -147,7 +150,7 @@ def test_autoscaler_files_validate_and_carry_the_rule() -> None:
 
     from crd_schema import errors_of
     from recommender.deploy import build_spec
-    from recommender.deploy.autoscaler import render_autoscaler
+    from recommender.deploy.keda import render_autoscaler
 
     plan = Path(__file__).resolve().parents[1] / "examples" / "plans" / "chat.plan.json"
     spec = build_spec(str(plan), 1, plan_name="plan.json")
