@@ -19,8 +19,9 @@ minute, no start-up, ``lambda`` the profile's rate).
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,6 +48,8 @@ class Certification:
     static_gpu_hours: float
     ideal_gpu_hours: float
     worst_window: dict[str, float]
+    replay_s: float = field(default=0.0, compare=False)  # wall time of the replay (controller, routing, engines, windows), not in to_dict
+    replay_cpu_s: float = field(default=0.0, compare=False)  # its CPU time (the machine's load does not move it)
 
     @property
     def attainment(self) -> float:
@@ -135,6 +138,7 @@ def _route(reps: list[_Replica], arrival_s: np.ndarray) -> list[list[int]]:
 def replay(pool: PoolSpec, rule: ScalingRule, day: DayTraffic, profile: DiurnalProfile, slos: tuple[Slo, ...], *,
            static_replicas: int, shared_prefix_fraction: float = 0.0, slo_window_s: float = 300.0) -> Certification:
     """Run the day (``pool`` gives one replica's step cost and limits; its replica count is ignored)."""
+    wall0, cpu0 = time.perf_counter(), time.process_time()
     arr = np.asarray(day.arrival_s, dtype=float)
     period = profile.period_s
     reps, flaps, events = controller(rule, arr, period)
@@ -187,4 +191,5 @@ def replay(pool: PoolSpec, rule: ScalingRule, day: DayTraffic, profile: DiurnalP
         requests=int(arr.size), windows=windows, windows_met=met, flaps=flaps, scale_events=events,
         min_replicas_seen=min(live_counts), max_replicas_seen=max(live_counts),
         gpu_hours=paid_s * tp / 3600.0, static_gpu_hours=static_replicas * tp * period / 3600.0,
-        ideal_gpu_hours=float(np.sum(np.maximum(ideal, 1.0))) * tp / 60.0, worst_window=worst)
+        ideal_gpu_hours=float(np.sum(np.maximum(ideal, 1.0))) * tp / 60.0, worst_window=worst,
+        replay_s=time.perf_counter() - wall0, replay_cpu_s=time.process_time() - cpu0)
