@@ -209,6 +209,8 @@ def test_cli_plans_certifies_and_emits(tmp_path: object) -> None:
     assert so["spec"]["minReplicaCount"] == pool["min_replicas"]
     assert float(so["spec"]["triggers"][0]["metadata"]["threshold"]) == pytest.approx(
         doc["rule"]["target_per_replica_per_s"], rel=1e-3)
+    assert so["spec"]["triggers"][0]["metadata"]["query"] == doc["rule"]["metric"]  # one rule, one query
+    assert {"metric", "target_per_replica_per_s", "polling_s", "cooldown_s"} <= set(doc["rule"])
 
 
 def test_a_workload_without_a_day_block_is_one_line() -> None:
@@ -351,3 +353,27 @@ def test_a_bad_day_block_is_one_line(tmp_path: object, day: str, needle: str) ->
                  f"output_tokens: {{dist: constant, value: 10}}\nslo: [tpot=40ms]\ngpus: [l4]\nday: {day}\n", encoding="utf-8")
     res = CliRunner().invoke(app, ["autoscale", "--workload", str(f)])
     assert res.exit_code != 0 and needle in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_the_example_days_plan_carries_the_rule_and_the_days_figures() -> None:
+    """examples/autoscale/chat-day.autoscale.json (`recommend autoscale --workload examples/chat-day.yaml --format
+    json --compare-static`): min/max per pool, the rule's metric / threshold / polling / cooldown, and the day's
+    GPU-hours beside the static peak plan's and the ideal bound, consistent with each other."""
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "examples" / "autoscale" / "chat-day.autoscale.json")
+                     .read_text(encoding="utf-8"))
+    (pool,) = doc["pools"]
+    assert 1 <= pool["min_replicas"] <= pool["max_replicas"] and pool["static_replicas"] >= pool["search_replicas"]
+    r, day = doc["rule"], doc["day"]
+    assert r["metric"].startswith("max_over_time(sum(rate(vllm:request_success_total{")
+    assert r["cooldown_s"] == pytest.approx(r["metric_hold_s"] + r["scale_down_stabilisation_s"])
+    assert r["scale_down_stabilisation_s"] <= 3600                         # the HPA's API limit
+    # target = c1 / ((1 + tolerance) max(B, g)), from the file's own numbers
+    assert r["target_per_replica_per_s"] == pytest.approx(
+        r["replica_capacity_per_s"] / ((1 + r["tolerance"]) * max(r["burst"], r["growth_within_delay"])), rel=1e-3)
+    tp = doc["tp"]
+    assert day["static_gpu_hours"] == pytest.approx(pool["static_replicas"] * tp * 24)   # x replicas x TP x 24 h
+    assert day["ideal_gpu_hours"] <= day["gpu_hours"] <= day["static_gpu_hours"]
+    assert day["vs_static"] == pytest.approx(day["gpu_hours"] / day["static_gpu_hours"], abs=1e-4)
