@@ -625,7 +625,7 @@ def test_keda_refuses_what_it_cannot_derive() -> None:
 
 
 def test_a_longer_startup_never_shortens_the_scale_down_window_nor_moves_min_or_threshold() -> None:
-    from recommender.deploy.keda import scaled_object
+    from recommender.deploy.keda import plan_autoscaler, scaled_object
     from recommender.deploy.spec import build_spec
 
     spec = build_spec(load_plan(ROOT / "examples" / "plans" / "rag.plan.json"), 1)
@@ -633,7 +633,7 @@ def test_a_longer_startup_never_shortens_the_scale_down_window_nor_moves_min_or_
     seen = []
     for nbytes in (16e9, 141.1e9, 400e9):  # 8B bf16, 70B bf16, 405B fp8 checkpoints: longer download + load
         slow = dataclasses.replace(spec, pools=tuple(dataclasses.replace(p, checkpoint_bytes=nbytes) for p in spec.pools))
-        seen.append(scaled_object(slow, slow.pools[0])["spec"])
+        seen.append(scaled_object(slow, slow.pools[0], plan_autoscaler(slow, slow.pools[0]))["spec"])
     assert [window(s) for s in seen] == [410, 1250, 1800]  # ceil((300 + B / 150 MB/s) / 10) x 10, capped at 1800
     assert len({(s["minReplicaCount"], s["triggers"][0]["metadata"]["threshold"]) for s in seen}) == 1
 

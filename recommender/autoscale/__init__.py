@@ -97,6 +97,8 @@ class AutoscalePlan:
     profile: DiurnalProfile
     traffic_source: str
     static_certification: Certification | None = None  # the static peak plan in the same replay, when asked
+    static_replicas: int = 0  # the static peak plan's replicas: the search's, or the busiest window's need
+    peak_window_rate_per_s: float = 0.0  # the day's busiest SLO window
 
     def to_dict(self) -> dict[str, Any]:
         r = self.rule
@@ -107,12 +109,14 @@ class AutoscalePlan:
                         "peak_hour": self.profile.peak_hour, "peak_rate_per_s": round(self.profile.peak_rate_per_s, 4),
                         "trough_rate_per_s": round(self.profile.trough_rate_per_s, 4), "traffic": self.traffic_source},
             "pools": [{"role": pool.role.value, "min_replicas": r.min_replicas, "max_replicas": r.max_replicas,
-                       "static_replicas": pool.replicas}],
+                       "static_replicas": self.static_replicas, "search_replicas": pool.replicas}],
+            "peak_window_rate_per_s": round(self.peak_window_rate_per_s, 4),
             "rule": {"metric": r.metric, "target_per_replica_per_s": round(r.target_per_replica_per_s, 4),
                      "replica_capacity_per_s": round(r.replica_capacity_per_s, 4),
-                     "growth_within_delay": round(r.growth_within_delay, 4), "headroom": r.headroom,
-                     "polling_s": r.polling_s, "metric_window_s": r.metric_window_s,
-                     "scale_down_stabilisation_s": r.scale_down_stabilisation_s, "startup_s": round(r.startup_s, 1)},
+                     "growth_within_delay": round(r.growth_within_delay, 4), "burst": round(r.burst, 4),
+                     "tolerance": r.tolerance, "polling_s": r.polling_s, "metric_window_s": r.metric_window_s,
+                     "metric_hold_s": r.metric_hold_s, "scale_down_stabilisation_s": r.scale_down_stabilisation_s,
+                     "cooldown_s": r.cooldown_s, "startup_s": round(r.startup_s, 1)},
             "day": self.certification.to_dict(),
             "static_day": self.static_certification.to_dict() if self.static_certification else None,
         }
@@ -163,17 +167,20 @@ def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, pro
     weight_bytes = dep.memory().weights_bytes_per_gpu * dep.tp
     start = startup_override_s or spec.startup_s or startup_s(weight_bytes, auto)
     served = static_plan.workload.hf_repo or workload.model
-    rule = derive_rule(capacity_per_s=c1, profile=spec.profile, startup=start, policy=auto, headroom=search.headroom,
-                       gpus_per_replica=dep.tp, model_name=served)
     day = _day_traffic(spec, workload, seed)
-    n_static = static_plan.top.pools[0].replicas
+    rule = derive_rule(capacity_per_s=c1, profile=spec.profile, startup=start, policy=auto, gpus_per_replica=dep.tp,
+                       model_name=served, arrival_s=day.arrival_s, burst_period_s=day.burst_period_s(spec.profile))
+    # the static plan serves the day's busiest SLO window at c1 per replica (the search sized the smooth peak)
+    peak_window = day.peak_window_rate_per_s(auto.slo_window_s, spec.profile.period_s)
+    n_static = max(static_plan.top.pools[0].replicas, math.ceil(peak_window / c1 - 1e-9))
 
     def run(r: ScalingRule) -> Certification:
         return replay(PoolSpec(cost=cost, limits=limits), r, day, spec.profile, workload.slos, static_replicas=n_static,
                       shared_prefix_fraction=workload.shared_prefix_fraction, slo_window_s=auto.slo_window_s)
 
     static = run(dataclasses.replace(rule, min_replicas=n_static, max_replicas=n_static)) if compare_static else None
-    return AutoscalePlan(static_plan, rule, run(rule), spec.profile, day.source, static)
+    return AutoscalePlan(static_plan, rule, run(rule), spec.profile, day.source, static, static_replicas=n_static,
+                         peak_window_rate_per_s=peak_window)
 
 
 def summary_lines(ap: AutoscalePlan) -> list[str]:
@@ -183,14 +190,15 @@ def summary_lines(ap: AutoscalePlan) -> list[str]:
     return [
         f"day        {p.mean_rate_per_s:g} req/s mean, {p.peak_to_trough:g}:1 peak-to-trough (peak "
         f"{p.peak_rate_per_s:.2f} req/s at {p.peak_hour:g}h, trough {p.trough_rate_per_s:.2f}); traffic {ap.traffic_source}",
-        f"config     {ap.static_plan.top.id} ({pool.gpu} TP{pool.tp}); static peak plan x{pool.replicas}",
+        f"config     {ap.static_plan.top.id} ({pool.gpu} TP{pool.tp}); static peak plan x{ap.static_replicas} (the "
+        f"busiest 5-min window {ap.peak_window_rate_per_s:.2f} req/s; the search's x{pool.replicas} at the smooth peak)",
         f"capacity   one replica meets the SLOs up to {r.replica_capacity_per_s:.3f} req/s",
-        f"start-up   {units.fmt_seconds(r.startup_s)}; the day rises x{r.growth_within_delay:.3f} within start-up + "
-        f"polling + window",
+        f"start-up   {units.fmt_seconds(r.startup_s)}; the profile rises x{r.growth_within_delay:.3f} within start-up + "
+        f"polling + window; a window's rate exceeds the reading its replicas were scaled for by x{r.burst:.3f}",
         f"rule       target {r.target_per_replica_per_s:.3f} req/s per replica = {r.replica_capacity_per_s:.3f} / "
-        f"({r.growth_within_delay:.3f} x {1 + r.headroom:.2f}); replicas {r.min_replicas}..{r.max_replicas}",
-        f"autoscaler poll {r.polling_s:g} s, window {r.metric_window_s:g} s, scale-down stabilisation "
-        f"{r.scale_down_stabilisation_s:g} s",
+        f"({1 + r.tolerance:.2f} x {max(r.burst, r.growth_within_delay):.3f}); replicas {r.min_replicas}..{r.max_replicas}",
+        f"autoscaler poll {r.polling_s:g} s, rate over {r.metric_window_s:g} s held {r.metric_hold_s:g} s, scale-down "
+        f"stabilisation {r.scale_down_stabilisation_s:g} s (cooldown {r.cooldown_s:g} s)",
         f"replay     {c.requests:,} requests: SLOs met in {c.windows_met}/{c.windows} windows ({c.attainment:.1%}), "
         f"{c.flaps} flaps, {c.scale_events} scale events, replicas {c.min_replicas_seen}..{c.max_replicas_seen}",
         f"GPU-hours  autoscaled {c.gpu_hours:.1f}, static peak {c.static_gpu_hours:.1f} "

@@ -92,12 +92,24 @@ class DiurnalProfile:
 
 @dataclass(frozen=True)
 class DayTraffic:
-    """The day's requests: arrival times (s, sorted), prompt and output tokens."""
+    """The day's requests: arrival times (s, sorted), prompt and output tokens; for a tiled trace, the
+    requests in one tile (its bursts recur every ``tile_requests / lambda(t)`` seconds)."""
 
     arrival_s: np.ndarray
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     source: str
+    tile_requests: int | None = None
+
+    def burst_period_s(self, profile: DiurnalProfile) -> float | None:
+        """The longest time between a tile's recurrences: one tile at the trough's rate (None: Poisson)."""
+        return None if self.tile_requests is None else self.tile_requests / profile.trough_rate_per_s
+
+    def peak_window_rate_per_s(self, window_s: float, period_s: float) -> float:
+        """The highest arrival rate over the day's windows of ``window_s``."""
+        edges = np.append(np.arange(0.0, period_s, window_s), period_s)
+        counts = np.diff(np.searchsorted(self.arrival_s, edges))
+        return float(np.max(counts / np.diff(edges), initial=0.0))
 
 
 def poisson_day(profile: DiurnalProfile, prompts: np.ndarray, outputs: np.ndarray, *, seed: int) -> DayTraffic:
@@ -130,4 +142,5 @@ def tiled_trace_day(profile: DiurnalProfile, arrival_s: np.ndarray, prompts: np.
     keep = u < total
     n = int(np.count_nonzero(keep))
     reps = np.tile(np.arange(a.size), tiles)[:n]
-    return DayTraffic(profile.invert(u[keep]), np.asarray(prompts)[reps], np.asarray(outputs)[reps], source)
+    return DayTraffic(profile.invert(u[keep]), np.asarray(prompts)[reps], np.asarray(outputs)[reps], source,
+                      tile_requests=int(a.size))

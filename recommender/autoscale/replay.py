@@ -19,12 +19,14 @@ minute, no start-up, ``lambda`` the profile's rate).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from collections import deque
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from recommender.autoscale.profile import DayTraffic, DiurnalProfile
-from recommender.autoscale.rule import ScalingRule
+from recommender.autoscale.rule import ScalingRule, wrapped
 from recommender.load.scheduler import ReplicaScheduler, Requests
 from recommender.load.simulator import tokens_in_kv
 from recommender.load.topology import PoolKind, PoolSpec
@@ -46,6 +48,8 @@ class Certification:
     static_gpu_hours: float
     ideal_gpu_hours: float
     worst_window: dict[str, float]
+    replay_s: float = field(default=0.0, compare=False)  # wall time of the replay (controller, routing, engines, windows), not in to_dict
+    replay_cpu_s: float = field(default=0.0, compare=False)  # its CPU time (the machine's load does not move it)
 
     @property
     def attainment(self) -> float:
@@ -69,41 +73,52 @@ class _Replica:
 
 
 def controller(rule: ScalingRule, arrival_s: np.ndarray, period_s: float) -> tuple[list[_Replica], int, int]:
-    """The replicas over the day (ask, ready, removal times), the flaps and the scale events."""
-    n0 = rule.desired(float(np.count_nonzero(arrival_s < rule.metric_window_s)) / rule.metric_window_s)
-    reps = [_Replica(0.0, 0.0) for _ in range(n0)]  # the day starts with a warm pool sized for its first minute
-    history: list[tuple[float, int]] = []
+    """The replicas over the day (ask, ready, removal times), the flaps and the scale events.
+
+    The day repeats: the controller starts ``cooldown + startup`` before midnight on the end of the day
+    (:func:`recommender.autoscale.rule.wrapped`), so midnight finds the pool yesterday left; events and
+    flaps are counted from 0."""
+    warm = rule.cooldown_s + rule.startup_s + rule.metric_window_s
+    a = wrapped(arrival_s, period_s, warm + rule.metric_window_s)
+    t0 = -math.ceil(warm / rule.polling_s) * rule.polling_s
+    first = float(np.count_nonzero((a > t0 - rule.metric_window_s) & (a <= t0))) / rule.metric_window_s
+    reps = [_Replica(t0, t0) for _ in range(rule.desired(first))]
+    readings: deque[tuple[float, float]] = deque()  # (t, rate): max_over_time's hold
+    history: deque[tuple[float, int]] = deque()     # (t, recommendation): the HPA's stabilisation window
     last_down = -math.inf
     flaps = events = 0
-    t = rule.polling_s
+    t = t0
     while t < period_s:
-        came = np.searchsorted(arrival_s, t, "right") - np.searchsorted(arrival_s, t - rule.metric_window_s, "right")
-        rate = float(came) / min(rule.metric_window_s, t)  # rate() over what the window has seen so far
+        came = np.searchsorted(a, t, "right") - np.searchsorted(a, t - rule.metric_window_s, "right")
+        readings.append((t, float(came) / rule.metric_window_s))
+        while readings[0][0] < t - rule.metric_hold_s:
+            readings.popleft()
+        rate = max(r for _, r in readings)
         live = [r for r in reps if r.removed_s == math.inf]
         want = rule.desired(rate)
         if live and abs(rate / (len(live) * rule.target_per_replica_per_s) - 1.0) <= rule.tolerance:
             want = len(live)  # the HPA's tolerance: within 10% of the target, no change
         history.append((t, want))
-        while history and history[0][0] < t - rule.scale_down_stabilisation_s:
-            history.pop(0)
+        while history[0][0] < t - rule.scale_down_stabilisation_s:
+            history.popleft()
         target = max(h for _, h in history) if want < len(live) else want
         if target > len(live):
-            if t - last_down < rule.scale_down_stabilisation_s:
-                flaps += 1
+            if t >= 0:
+                flaps += t - last_down < rule.cooldown_s
+                events += 1
             reps += [_Replica(t, t + rule.startup_s) for _ in range(target - len(live))]
-            events += 1
         elif target < len(live):
             for r in sorted(live, key=lambda r: r.ready_s)[target:]:  # the newest go first
                 r.removed_s = t
             last_down = t
-            events += 1
+            events += t >= 0
         t += rule.polling_s
-    return reps, flaps, events
+    return [r for r in reps if r.removed_s > 0], flaps, events
 
 
 def _route(reps: list[_Replica], arrival_s: np.ndarray) -> list[list[int]]:
     """Round-robin over the replicas serving at each arrival (ready and not removed)."""
-    changes = sorted({0.0} | {r.ready_s for r in reps} | {r.removed_s for r in reps if math.isfinite(r.removed_s)})
+    changes = sorted({0.0} | {max(0.0, r.ready_s) for r in reps} | {r.removed_s for r in reps if math.isfinite(r.removed_s)})
     ids: list[list[int]] = [[] for _ in reps]
     rr = 0
     start = 0
@@ -123,6 +138,7 @@ def _route(reps: list[_Replica], arrival_s: np.ndarray) -> list[list[int]]:
 def replay(pool: PoolSpec, rule: ScalingRule, day: DayTraffic, profile: DiurnalProfile, slos: tuple[Slo, ...], *,
            static_replicas: int, shared_prefix_fraction: float = 0.0, slo_window_s: float = 300.0) -> Certification:
     """Run the day (``pool`` gives one replica's step cost and limits; its replica count is ignored)."""
+    wall0, cpu0 = time.perf_counter(), time.process_time()
     arr = np.asarray(day.arrival_s, dtype=float)
     period = profile.period_s
     reps, flaps, events = controller(rule, arr, period)
@@ -167,7 +183,7 @@ def replay(pool: PoolSpec, rule: ScalingRule, day: DayTraffic, profile: DiurnalP
     for r, ids in zip(reps, routed):
         drained = max((float(finish[i]) for i in ids), default=r.removed_s)
         end = min(period, r.removed_s if not ids else max(r.removed_s if math.isfinite(r.removed_s) else period, drained))
-        paid_s += max(0.0, end - r.asked_s)
+        paid_s += max(0.0, end - max(0.0, r.asked_s))
     minutes = np.arange(0.0, period, 60.0) + 30.0
     ideal = np.ceil(profile.rate_per_s(minutes) / rule.replica_capacity_per_s - 1e-9)
     live_counts = [sum(1 for r in reps if r.asked_s <= t < r.removed_s) for t in minutes]
@@ -175,4 +191,5 @@ def replay(pool: PoolSpec, rule: ScalingRule, day: DayTraffic, profile: DiurnalP
         requests=int(arr.size), windows=windows, windows_met=met, flaps=flaps, scale_events=events,
         min_replicas_seen=min(live_counts), max_replicas_seen=max(live_counts),
         gpu_hours=paid_s * tp / 3600.0, static_gpu_hours=static_replicas * tp * period / 3600.0,
-        ideal_gpu_hours=float(np.sum(np.maximum(ideal, 1.0))) * tp / 60.0, worst_window=worst)
+        ideal_gpu_hours=float(np.sum(np.maximum(ideal, 1.0))) * tp / 60.0, worst_window=worst,
+        replay_s=time.perf_counter() - wall0, replay_cpu_s=time.process_time() - cpu0)

@@ -71,7 +71,7 @@ def _emit(out_dir: str, ap: object, doc: dict[str, object], prometheus: str) -> 
 
     from recommender.autoscale import AutoscalePlan
     from recommender.deploy import build_spec, write_deploy_files
-    from recommender.deploy.autoscaler import AutoscalerSettings, render_autoscaler
+    from recommender.deploy.keda import AutoscalerSettings, render_autoscaler
     from recommender.plan import dump_plan
 
     assert isinstance(ap, AutoscalePlan)
@@ -80,6 +80,7 @@ def _emit(out_dir: str, ap: object, doc: dict[str, object], prometheus: str) -> 
                                   target_per_replica_per_s=r.target_per_replica_per_s, polling_s=int(r.polling_s),
                                   metric_window_s=int(r.metric_window_s),
                                   scale_down_stabilisation_s=int(round(r.scale_down_stabilisation_s)),
+                                  metric_hold_s=int(round(r.metric_hold_s)),
                                   prometheus_url=prometheus)
     extra = {"plan.json": dump_plan(ap.static_plan),
              "autoscale.json": json.dumps(doc, indent=2) + "\n",

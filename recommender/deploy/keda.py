@@ -1,6 +1,20 @@
-"""KEDA ``ScaledObject`` (``keda.sh/v1alpha1``) for the engine Deployments of ``k8s.yaml``: ``keda.yaml``.
+"""The autoscaler renderer: KEDA ``ScaledObject`` (``keda.sh/v1alpha1``) and plain HPA (``autoscaling/v2``) objects.
 
-Checked against ``config/crd/bases/keda.sh_scaledobjects.yaml`` of kedacore/keda ``8b4f083c`` (2026-08-20).
+One renderer (:func:`scaled_object`, :func:`hpa`) draws an :class:`Autoscaler` (the query, threshold, replica
+bounds, clock and HPA behaviour) for a Deployment of ``k8s.yaml``; two rules fill it in:
+
+* ``deploy --format keda`` (:func:`plan_autoscaler`, :func:`render_keda`: ``keda.yaml``): from the plan alone,
+  on requests in the engine at the plan's modelled operating point (below);
+* ``recommend autoscale --emit`` (:func:`rate_autoscaler`, :func:`render_autoscaler`: ``keda-scaledobject.yaml``
+  and ``hpa.yaml``): the rule ``recommender.autoscale`` derived for a day of traffic and certified in a
+  day-long replay, on the arrival rate ``sum(rate(vllm:request_success_total{model_name=...}[<window>s]))``
+  (held by ``max_over_time(...[<hold>s:<polling>s])`` when the rule holds it), ``AverageValue`` = the target:
+  the HPA wants ``ceil(rate / target)`` replicas within ``[min, max]``; scale-up at once (at most doubling, or
+  +2 pods, per ``polling`` seconds), scale-down after the stabilisation window, one pod per minute.
+  ``hpa.yaml`` is the same rule for clusters without KEDA, on an ``External`` metric that prometheus-adapter
+  serves as ``vllm_request_rate`` (the adapter rule is in the file's header comment).
+
+``deploy --format keda``'s rule. Checked against ``config/crd/bases/keda.sh_scaledobjects.yaml`` of kedacore/keda ``8b4f083c`` (2026-08-20).
 One ScaledObject per pool (P/D: prefill and decode scale apart), each scaling the pool's Deployment
 (``<name>`` or ``<name>-prefill`` / ``<name>-decode``) on a Prometheus trigger. The rule comes from the plan's
 modelled operating point (the row's mean latencies at the workload's rate ``lambda``):
@@ -29,6 +43,7 @@ with ``--server-side`` field ownership). Prometheus: ``PROMETHEUS_URL``, the re-
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from recommender.deploy.k8s import STARTUP_PERIOD_S, deployment_name, startup_failure_threshold
@@ -41,9 +56,99 @@ PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
 POLLING_INTERVAL_S = 15
 COOLDOWN_S = 300
 MAX_POLICY_PERIOD_S = 1800  # HPA scaling policy periodSeconds upper bound
+MAX_STABILISATION_S = 3600  # HPA stabilizationWindowSeconds upper bound
 BURST_FACTOR = 2
+EXTERNAL_METRIC = "vllm_request_rate"
+
+Policy = tuple[str, int, int]  # HPA scaling policy: (type, value, periodSeconds)
 
 
+def _check_url(url: str) -> None:
+    if not url.startswith(("http://", "https://")) or any(c.isspace() or ord(c) < 32 for c in url):
+        raise DeployError(f"autoscaler: Prometheus URL {url!r} must be http(s):// with no spaces or control characters")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Autoscaler:
+    """What one autoscaler object carries (seconds; the threshold in the metric's unit, per replica)."""
+
+    min_replicas: int
+    max_replicas: int
+    query: str
+    threshold: str
+    trigger_name: str
+    component: str
+    polling_s: int
+    cooldown_s: int  # KEDA cooldownPeriod
+    scale_up: tuple[Policy, ...]
+    scale_down: tuple[Policy, ...]
+    scale_down_stabilisation_s: int
+    select_policy: tuple[str, str] | None = None  # (scaleUp, scaleDown) selectPolicy, when set
+    fallback_replicas: int | None = None
+    prometheus_url: str = PROMETHEUS_URL
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_replicas <= self.max_replicas:
+            raise DeployError(f"autoscaler: min replicas {self.min_replicas} must be >= 1 and <= max "
+                              f"{self.max_replicas}")
+        if not 0 <= self.scale_down_stabilisation_s <= MAX_STABILISATION_S:
+            raise DeployError(f"autoscaler: scale-down stabilisation {self.scale_down_stabilisation_s} s must be in "
+                              f"[0, {MAX_STABILISATION_S}] s (the HPA's limit)")
+        _check_url(self.prometheus_url)
+
+    def behavior(self) -> dict[str, Any]:
+        """The HPA v2 ``behavior`` (the same block in the ScaledObject's ``horizontalPodAutoscalerConfig``)."""
+        def rules(window_s: int, policies: tuple[Policy, ...], select: str | None) -> dict[str, Any]:
+            out: dict[str, Any] = {"stabilizationWindowSeconds": window_s}
+            if select:
+                out["selectPolicy"] = select
+            out["policies"] = [{"type": k, "value": v, "periodSeconds": p} for k, v, p in policies]
+            return out
+        up, down = self.select_policy or (None, None)
+        return {"scaleUp": rules(0, self.scale_up, up),
+                "scaleDown": rules(self.scale_down_stabilisation_s, self.scale_down, down)}
+
+
+def scaled_object(spec: DeploySpec, pool: PoolSpec, a: Autoscaler) -> dict[str, Any]:
+    """The KEDA ScaledObject of one pool's Deployment (Prometheus trigger, ``AverageValue``)."""
+    target = deployment_name(spec, pool)
+    body: dict[str, Any] = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+        "pollingInterval": a.polling_s, "cooldownPeriod": a.cooldown_s,
+        "minReplicaCount": a.min_replicas, "maxReplicaCount": a.max_replicas,
+    }
+    if a.fallback_replicas is not None:
+        body["fallback"] = {"failureThreshold": 3, "replicas": a.fallback_replicas}
+    body["advanced"] = {"horizontalPodAutoscalerConfig": {"behavior": a.behavior()}}
+    body["triggers"] = [{"type": "prometheus", "name": a.trigger_name, "metricType": "AverageValue",
+                         "metadata": {"serverAddress": a.prometheus_url, "query": a.query, "threshold": a.threshold}}]
+    return {"apiVersion": API_VERSION, "kind": "ScaledObject", "metadata": metadata(spec, target, a.component),
+            "spec": body}
+
+
+def hpa(spec: DeploySpec, pool: PoolSpec, a: Autoscaler) -> dict[str, Any]:
+    """The same rule as a plain ``autoscaling/v2`` HPA on prometheus-adapter's external metric."""
+    target = deployment_name(spec, pool)
+    return {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": metadata(spec, target, a.component),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+            "minReplicas": a.min_replicas, "maxReplicas": a.max_replicas,
+            "metrics": [{"type": "External", "external": {
+                "metric": {"name": EXTERNAL_METRIC, "selector": {"matchLabels": {"model_name": _label(spec)}}},
+                "target": {"type": "AverageValue", "averageValue": a.threshold}}}],
+            "behavior": a.behavior(),
+        },
+    }
+
+
+def _label(spec: DeploySpec) -> str:
+    """A label value for the served name ('/' is not allowed in label values: the adapter maps it to '_')."""
+    return spec.served_model_names[0].replace("/", "_")[:63].strip("-_.")
+
+
+# --------------------------------------------------------------------------- deploy --format keda: from the plan
 def _promql_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -92,38 +197,87 @@ def scale_down_window_s(pool: PoolSpec) -> int:
     return min(STARTUP_PERIOD_S * startup_failure_threshold(pool.checkpoint_bytes), MAX_POLICY_PERIOD_S)
 
 
-def scaled_object(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
-    """The ScaledObject of one pool's Deployment."""
-    target = deployment_name(spec, pool)
+def plan_autoscaler(spec: DeploySpec, pool: PoolSpec) -> Autoscaler:
+    """``deploy --format keda``'s rule for one pool (the module docstring)."""
     low, high = replica_bounds(spec, pool)
     window_s = scale_down_window_s(pool)
-    comp = "engine" if pool.role == "both" else pool.role
-    return {
-        "apiVersion": API_VERSION, "kind": "ScaledObject", "metadata": metadata(spec, target, comp),
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
-            "pollingInterval": POLLING_INTERVAL_S,
-            "cooldownPeriod": COOLDOWN_S,
-            "minReplicaCount": low,
-            "maxReplicaCount": high,
-            "fallback": {"failureThreshold": 3, "replicas": pool.replicas},
-            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {
-                "scaleUp": {"stabilizationWindowSeconds": 0,
-                            "policies": [{"type": "Percent", "value": 100, "periodSeconds": 60}]},
-                "scaleDown": {"stabilizationWindowSeconds": window_s,
-                              "policies": [{"type": "Pods", "value": 1, "periodSeconds": window_s}]},
-            }}},
-            "triggers": [{
-                "type": "prometheus", "name": "requests-per-replica", "metricType": "AverageValue",
-                "metadata": {"serverAddress": PROMETHEUS_URL, "query": query(spec, pool),
-                             "threshold": f"{threshold(spec, pool):.2f}"},
-            }],
-        },
-    }
+    return Autoscaler(
+        min_replicas=low, max_replicas=high, query=query(spec, pool), threshold=f"{threshold(spec, pool):.2f}",
+        trigger_name="requests-per-replica", component="engine" if pool.role == "both" else pool.role,
+        polling_s=POLLING_INTERVAL_S, cooldown_s=COOLDOWN_S, scale_up=(("Percent", 100, 60),),
+        scale_down=(("Pods", 1, window_s),), scale_down_stabilisation_s=window_s, fallback_replicas=pool.replicas)
 
 
 def render_keda(spec: DeploySpec) -> dict[str, str]:
     """``keda.yaml``: one ScaledObject per pool."""
-    return render_yaml(spec, "keda.yaml", [scaled_object(spec, p) for p in spec.pools],
+    return render_yaml(spec, "keda.yaml", [scaled_object(spec, p, plan_autoscaler(spec, p)) for p in spec.pools],
                        "Apply beside k8s.yaml: kubectl apply -f keda.yaml (KEDA installed, Prometheus scraping the "
                        f"engine pods at {PROMETHEUS_URL})")
+
+
+# --------------------------------------------------------------------------- recommend autoscale: the day's rule
+@dataclass(frozen=True, kw_only=True)
+class AutoscalerSettings:
+    """The rule ``recommend autoscale`` derived (seconds; requests/s per replica)."""
+
+    min_replicas: int
+    max_replicas: int
+    target_per_replica_per_s: float
+    polling_s: int
+    metric_window_s: int
+    scale_down_stabilisation_s: int
+    metric_hold_s: int = 0
+    prometheus_url: str = PROMETHEUS_URL
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_replicas <= self.max_replicas:
+            raise DeployError(f"autoscaler: min replicas {self.min_replicas} must be >= 1 and <= max "
+                              f"{self.max_replicas}")
+        if not self.target_per_replica_per_s > 0:
+            raise DeployError("autoscaler: the target rate per replica must be > 0")
+        if self.metric_hold_s < 0:
+            raise DeployError("autoscaler: the metric hold must be >= 0 s")
+        _check_url(self.prometheus_url)
+
+
+def rate_query(spec: DeploySpec, window_s: int, hold_s: int = 0, polling_s: int = POLLING_INTERVAL_S) -> str:
+    """The PromQL of the arrival rate (the served name is a checked repo id: no quote can reach the query),
+    held over ``hold_s`` by ``max_over_time`` when > 0."""
+    name = spec.served_model_names[0]
+    if '"' in name or "\\" in name:
+        raise DeployError(f"served model name {name!r} cannot be put in a PromQL label matcher")
+    rate = f'sum(rate(vllm:request_success_total{{model_name="{name}"}}[{int(window_s)}s]))'
+    return f"max_over_time({rate}[{int(hold_s)}s:{int(polling_s)}s])" if hold_s > 0 else rate
+
+
+def _single_pool(spec: DeploySpec) -> PoolSpec:
+    if spec.disaggregated or len(spec.pools) != 1:
+        raise DeployError("the autoscaler objects scale one aggregated pool; this plan is prefill/decode disaggregated")
+    return spec.pools[0]
+
+
+def rate_autoscaler(spec: DeploySpec, s: AutoscalerSettings) -> Autoscaler:
+    """The day's rule as an :class:`Autoscaler` on the arrival rate."""
+    return Autoscaler(
+        min_replicas=s.min_replicas, max_replicas=s.max_replicas,
+        query=rate_query(spec, s.metric_window_s, s.metric_hold_s, s.polling_s),
+        threshold=f"{s.target_per_replica_per_s:.4g}", trigger_name="arrival-rate", component="autoscaler",
+        polling_s=int(s.polling_s), cooldown_s=int(s.scale_down_stabilisation_s),
+        scale_up=(("Percent", 100, int(s.polling_s)), ("Pods", 2, int(s.polling_s))), scale_down=(("Pods", 1, 60),),
+        scale_down_stabilisation_s=int(s.scale_down_stabilisation_s), select_policy=("Max", "Min"),
+        prometheus_url=s.prometheus_url)
+
+
+def render_autoscaler(spec: DeploySpec, s: AutoscalerSettings) -> dict[str, str]:
+    """``keda-scaledobject.yaml`` and ``hpa.yaml`` (each with the plan header)."""
+    pool = _single_pool(spec)
+    a = rate_autoscaler(spec, s)
+    rule = (f"replicas = ceil(arrival rate / {a.threshold} req/s), {s.min_replicas}..{s.max_replicas} "
+            f"(recommend autoscale)")
+    series = f"sum(rate(<<.Series>>{{<<.LabelMatchers>>}}[{int(s.metric_window_s)}s])) by (model_name)"
+    if s.metric_hold_s > 0:
+        series = f"max_over_time({series}[{int(s.metric_hold_s)}s:{int(s.polling_s)}s])"
+    adapter = (f"{rule}. Without KEDA, serve the rate with prometheus-adapter: an external rule with seriesQuery "
+               f"'vllm:request_success_total', name {{as: {EXTERNAL_METRIC}}}, metricsQuery {series}")
+    return {**render_yaml(spec, "keda-scaledobject.yaml", [scaled_object(spec, pool, a)], rule),
+            **render_yaml(spec, "hpa.yaml", [hpa(spec, pool, a)], adapter)}
