@@ -8,9 +8,9 @@ defines it. Every row below is predicted by a fit that did not see its **configu
 published rows; GPU x engine x parallelism x MTP x dtype x ISL/OSL for InferenceX):
 
 - ``tests/data/measurements/published.csv`` (copy of ``../shared/reference/measurements/published.csv``): per engine,
-  the engine profile refitted as ``benchmarks/fit_profiles.py`` fits it (vLLM anchored to the full trtllm fit, which
-  saw no vLLM row) on the other configurations, dealt round-robin into ``--folds`` folds; family fits are not used
-  (held out by configuration, a family's few configurations would be in its own fit);
+  the profile refitted by ``benchmarks/fit_profiles.py``'s own pipeline (``fit_pipeline``: the engine fit, vLLM's on
+  the full trtllm fit's physics, then the per-family stage) on the other configurations, dealt round-robin into
+  ``--folds`` folds;
 - ``tests/data/measurements/amd-mi300x.csv`` (16 rows, one configuration: Llama-3.1-405B, MI300X x 8): the vLLM
   engine profile fitted on every published vLLM row (none on MI300X), i.e. what a planner knows without them;
 - ``tests/data/measurements/inferencex-dsr1.csv`` (single-node DeepSeek-R1 rows): ``benchmarks/fit_inferencex.py``'s
@@ -93,7 +93,6 @@ def published_rows(folds: int) -> list[Row]:
     """Published and MI300X rows, each predicted by an engine fit without its configuration."""
     import fit_profiles as fp
 
-    from recommender.calibrate.fit import FitOptions, fit_profile
     from recommender.calibrate.measurements import Measurement, predict
     from recommender.calibrate.readers import read_published_csv
     from recommender.profiles import gpu_family
@@ -112,8 +111,6 @@ def published_rows(folds: int) -> list[Row]:
     for engine in fp.ENGINES:
         em = [m for m in ms if m.engine == engine]
         prior = trt_full if engine == "vllm" else None
-        start = prior.replace(engine=engine, source="anchor") if prior is not None else fp.provisional(engine)
-        opts = FitOptions(prior=prior, prior_sigma=fp.VLLM_PRIOR_SIGMA) if prior is not None else FitOptions()
         names = sorted({m.group("config") for m in em})
         k = min(folds, len(names))
         for i in range(k):
@@ -122,10 +119,11 @@ def published_rows(folds: int) -> list[Row]:
             test = [m for m in em if m.group("config") in fold]
             if len(train) < 3:
                 continue
-            prof = fit_profile(train, start, opts).profile
+            # the very pipeline that writes the shipped profiles (engine fit, then per-family stage)
+            prof = fp.fit_pipeline(engine, train, [], prior)
             for m in test:
                 add("published", m, predict(m, prof))
-        full = fit_profile(em, start, opts).profile
+        full = fp.fit_pipeline(engine, em, [], prior, families=False)  # no MI300X row seen
         if engine == "trtllm":
             trt_full = full
         for m in amd:
