@@ -364,7 +364,9 @@ def _decode_batch(steps: StepModel, it: StepIterate, lane: _Lane, c: int, ca2: f
     # The KV headroom keeps the index it was calibrated with (at least d_s): a preemption costs a whole
     # recompute, so its margin stays on the conservative side.
     d_kv = max(d_cluster / (1.0 - beta) ** 2, d_s) if beta < 1.0 else math.inf
-    b_seen = min(float(c), x + d_s * max(0.0, 1.0 - x / c))  # E[B^2]/E[B], compressed near the cap
+    # E[B^2]/E[B], compressed near the cap; at least 1: the decoder itself (a count below one on average has
+    # E[B^2] >= E[B], whatever smooth arrivals do to its variance)
+    b_seen = max(1.0, min(float(c), x + d_s * max(0.0, 1.0 - x / c)))
     t_d = steps.dstep(b_seen) if decodes else steps.dstep(1.0)
     B_guess = max(lam * E_Om1 * t_d, 1e-12)
     phi = (1.0 if c >= 2 else 0.0) if not decodes else min(1.0, (c - 1.0) / B_guess)
