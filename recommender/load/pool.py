@@ -32,12 +32,15 @@ prefill step start together, like the customers of an M/G/1 busy period with ser
 (Takacs: ``D_cluster = E[N^2] / E[N] = (m (1 - m) + lam^2 E[D^2]) / (1 - m)^2 + 1 / (1 - m)``,
 ``m = lam E[D]``; shrunk towards 1 by ``ca2`` for smoother arrivals). A bigger batch makes steps
 longer and so draws more arrivals per step (self-excitation with branching ratio
-``beta = lam (E[O] - 1) dT/db``), which scales the dispersion of the decoder count to
-``D_s = D_cluster / (1 - beta)^2`` (the Hawkes-process count index; checked against the simulator).
-A decoder sees ``B_seen = min(c, x + D_s (1 - x / c))`` sequences (``E[B^2] / E[B]``, itself included,
-compressed near the cap), ``T_d = step_s(B_seen, ...)``, stretched by the prefills admitted while it
+``beta = lam (E[O] - 1) dT/db``). The dispersion of the decoder count is
+``D_s = (1 + (ca2 - 1) g) / (1 - beta) + (D_cluster - 1) / (1 - beta)^2``: renewal arrivals' GI/G/inf index
+(``g = E[min(O, O') - 1] / E[O - 1]``, the overlap of two decodes) amplified as a birth-death chain whose
+steps slow with the batch (linear noise approximation), plus the cluster excess amplified as a Hawkes count
+(checked against the simulator; the KV headroom keeps ``D_cluster / (1 - beta)^2``, the larger).
+A decoder sees ``B_seen = max(1, min(c, x + D_s (1 - x / c)))`` sequences (``E[B^2] / E[B]``, itself
+included, compressed near the cap), ``T_d = step_s(B_seen, ...)``, stretched by the prefills admitted while it
 decodes (rate ``phi lam``, ``phi = min(1, (c - 1) / B)``: none with one slot) to
-``T_bar = T_d / (1 - rho_D)``, ``rho_D = phi lam E[D]``. Little's law in wall time:
+``T_bar = T_d / (1 - rho_D)``, ``rho_D = phi lam E_interf``. Little's law in wall time:
 ``B = lam (E[O] - 1) T_bar`` decoders and ``a = lam (E[own] + (E[O] - 1) T_bar)`` running.
 
 Utilisation is the busiest of: the prefill lane ``rho_busy = lam E[max(S, M(P) + max(Pc / C, 1 / k) I)]`` (prompts
@@ -58,9 +61,13 @@ the prefill lane as G/G/1 with service ``S`` (only with c >= 2): ``E[W_l] = (1 -
 Poisson arrivals and one server. The wait is 0 with probability ``(1 - P_w)(1 - (1 - P_w) rho_L)``, else exponential with the
 matching mean (the exponential tail of M/G/1 waiting). An arrival that finds only decodes running
 waits for the running step to end: ``U(0, T_d)`` with probability ``(1 - exp(-a) - P_w)^+ (1 - rho_L)``.
-Prompts that arrive during the step a request waits for, or while it waits for the lane, join its
-last prefill step (vLLM fills the token budget at each step boundary), delaying its first token by
-``min(lam E[Pc] (W_lane + T_d [R > 0]), spare budget) E[D] / E[Pc]``.
+Prompts that arrive during the step a request waits for, while it waits for the lane, or during its own
+earlier chunk steps ``B(P)``, join its last prefill step (vLLM fills the token budget at each step boundary),
+delaying its first token by ``min(lam E[Pc] (W_lane + T_d [R > 0]) + J(B), spare budget) E_join / E[Pc]``:
+``J(B)`` the tokens of the whole prompts that arrive in ``B`` (none with probability ``P(G > B)``), ``E_join``
+a prompt's slope part where it fits one step (it joins a compute-bound step), else ``E[D]``. On decoders a
+prompt interferes by ``E_interf = E[D] + (1 - exp(-lam E[own])) (E_join - E[D])`` (it shares its step with
+another prompt when one arrives during its prefill), which sets ``rho_D`` and the TPOT window.
 
 TPOT: the ``n = O - 1`` decode steps of a request form a window that behaves as an M/G/1 delay busy
 period started by ``n T_d`` of decode work plus ``K``, the prefill work of requests that arrived
