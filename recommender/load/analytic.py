@@ -157,10 +157,10 @@ def analyze(pool: PoolSpec, traffic: Traffic, /) -> LoadResult:
     def ttft_parts() -> tuple[np.ndarray, float, np.ndarray]:
         u, e = qmc_points(), qmc_exponentials()
         queue, resid = sol.ttft_wait(e[:, 2], u[:, 3])
-        extra, uncovered = sol.co_scheduled(queue * sol.lane_share, resid)
+        extra, uncovered = sol.co_scheduled(queue * sol.lane_share, resid, u[:, 4])
         fixed = float(pool.cost.request_overhead_s)
         mean = sol.wait_total_mean_s + _mean(own) + _mean(extra) + fixed
-        return queue + resid + own + extra + fixed, mean, uncovered + own + extra
+        return queue + resid + own + extra + fixed, mean, uncovered + own - sol.before_last_s + extra
 
     ttft_p, tpot_p, e2e_p = _Deferred(ttft_parts, sol, inp).percentiles()
     return LoadResult(
@@ -235,7 +235,7 @@ def analyze_disaggregated(topology: Disaggregated, traffic: Traffic, /) -> LoadR
     def ttft_parts() -> tuple[np.ndarray, float, np.ndarray]:
         u, e = qmc_points(), qmc_exponentials()
         pre_queue, _ = pre.ttft_wait(e[:, 2], u[:, 3])
-        pre_extra, _ = pre.co_scheduled(pre_queue * pre.lane_share, np.zeros_like(pre_queue))
+        pre_extra, _ = pre.co_scheduled(pre_queue * pre.lane_share, np.zeros_like(pre_queue), u[:, 4])
         dec_queue, dec_resid = dec.ttft_wait(e[:, 5], u[:, 3])
         fixed = float(topology.decode.cost.request_overhead_s)
         # the link queue shares the prefill wait's quasi-random column: both are high together (conservative)

@@ -59,6 +59,9 @@ class PoolInputs:
     grid_weights: np.ndarray  # mean over points of each grid value's linear-interpolation weight
     E_steps: float = 0.0  # E[n] = E[O - 1] / tau: decode steps per request
     tokens_per_step: float = 1.0  # tau
+    # E[min(O - 1, O' - 1)] / E[O - 1] of two independent requests: how long two decodes overlap on average,
+    # relative to one (1/2 for exponential lengths, 1 for constant ones); 1 without decodes
+    overlap_ratio: float = 1.0
 
 
 _inputs_cache = IdentityCache(64)
@@ -92,6 +95,12 @@ def pool_inputs(
         idx = idx[np.argsort(P[idx], kind="stable")]
         gp, keep = np.unique(P[idx], return_index=True)
         idx = idx[keep]
+        dec = np.sort(O - 1.0)
+        k = dec.size
+        # E[min(X, X')] over the empirical distribution: the i-th smallest of k is the minimum of a pair with
+        # probability (2 (k - i) - 1) / k^2 (i from 0)
+        pair_min = float(dec @ (2.0 * (k - np.arange(k)) - 1.0)) / (k * k)
+        overlap = pair_min / float(dec.mean()) if dec.mean() > 0.0 else 1.0
         return PoolInputs(
             P=P, O=O, Pc=Pc, basis=basis, E_basis=basis.mean(axis=1), E_P=E_P, E_Pc=float(_mean(Pc)), E_O=E_O,
             mean_ctx=mean_ctx, ctx2_ratio=E_ctx2 / (mean_ctx * mean_ctx), min_pc=float(Pc.min()),
@@ -102,6 +111,7 @@ def pool_inputs(
             grid_p=gp, grid_pc=Pc[idx], grid_h=hit[idx],
             grid_weights=np.array([_mean(np.interp(P, gp, np.eye(gp.size)[j])) for j in range(gp.size)]) if gp.size > 1
             else np.ones(1),
+            overlap_ratio=overlap,
         )
 
     key = (prompt, output, kind, float(shared_prefix_fraction), int(block_tokens), bool(prefix_caching),

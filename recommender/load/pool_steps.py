@@ -37,6 +37,8 @@ class StepIterate(NamedTuple):  # NamedTuples here: built ~20 times per solve; a
     # affine step time (``w . basis``; meaningful where the prompt fits the ``C`` tokens), and the intercept
     marginal: np.ndarray | None = None
     intercept_s: float = 0.0
+    # per point, the time of a chunked prompt's full-chunk steps before its last one (0 for a one-step prompt)
+    before_last: np.ndarray | float = 0.0
 
 
 def _chunk_bases(inp: PoolInputs, C: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -181,9 +183,11 @@ class StepModel:
         affine = const + slope_part
         single = self.one_step_times(sel, err, affine)
         n: np.ndarray | float
+        before: np.ndarray | float = 0.0
         if long_prompts:
             n, full, last = _chunk_bases(inp, C)
-            own = (n - 1.0) * const + w @ full + np.maximum(t_d0, const + w @ last)
+            before = (n - 1.0) * const + w @ full
+            own = before + np.maximum(t_d0, const + w @ last)
             if single is not None:
                 own = np.where(inp.Pc <= C, np.maximum(t_d0, single), own)
             E_n = _mean(n)
@@ -191,7 +195,8 @@ class StepModel:
             n = 1.0
             own = np.maximum(t_d0, single if single is not None else affine)
             E_n = 1.0
-        return self.iterate(x, b, t_d0, C, _mean(own), E_n, own, n)._replace(marginal=slope_part, intercept_s=const)
+        return self.iterate(x, b, t_d0, C, _mean(own), E_n, own, n)._replace(marginal=slope_part, intercept_s=const,
+                                                                             before_last=before)
 
     def iterate(self, x: float, b: float, t_d0: float, C: float, E_own: float, E_n: float, own: np.ndarray | None,
                 n: np.ndarray | float) -> StepIterate:
