@@ -73,8 +73,9 @@ def test_offline_rank1_finishes_before_its_deadline_and_one_replica_fewer_loses_
     # a job without SLOs is verified by its finish time alone (the burst's latencies are not simulated)
     assert row.simulated is not None and "ttft_s" not in row.simulated
     assert row.simulated["job_finish_s"] == pytest.approx(finish)
-    # the analytic finish (utilisation = rate / capacity, x deadline) is the simulated one within 3%
-    assert ev.utilisation * w.deadline_s == pytest.approx(finish, rel=0.03)
+    # the analytic finish (utilisation = rate / capacity, x deadline) is the simulated one within the capacities'
+    # 5% (tests/test_load_capacity.py); since issue 22's dense physics 31,628 analytic against 32,987 s (-4.1%)
+    assert ev.utilisation * w.deadline_s == pytest.approx(finish, rel=0.05)
     # the job pays for the hours it runs: $/M tokens x tokens = $/h x finish
     tokens = w.offline_requests * (w.prompt_tokens.mean + w.output_tokens.mean)
     assert ev.usd_per_million_tokens * tokens / 1e6 == pytest.approx(ev.usd_per_hour * ev.utilisation * w.deadline_s / 3600)
