@@ -399,26 +399,7 @@ class ReplicaScheduler:
             return
         self.tokens = dec_n
         self.budget -= dec_n
-        promote, young = self.promote, self.young
-        while promote and promote[0][0] <= t:
-            _, r, ep = heappop(promote)
-            if self.epoch.get(r, 0) == ep and r in young:
-                k = young.pop(r)
-                self.old_n += 1
-                self.old_key_sum += k
-        kv = fl = 0.0
-        old_n = self.old_n
-        if old_n:
-            ctx_sum = self.old_key_sum + old_n * (t + 1)  # contexts of this step's tokens
-            kv = old_n * self.kv0 + self.kv1 * ctx_sum
-            fl = old_n * self.fl0 + self.fl1 * ctx_sum
-        if young:
-            seq_cost = self.seq_cost
-            for k in young.values():
-                a, b = seq_cost(k + t + 1)
-                kv += a
-                fl += b
-        self.kv, self.fl = kv, fl
+        self.kv, self.fl, _ = self._decoder_costs(t)
 
     def schedule_verify(self) -> None:
         """:meth:`schedule_decodes` with MTP: every decoder verifies ``q = k + 1`` tokens (``q`` of the budget, its
@@ -441,6 +422,13 @@ class ReplicaScheduler:
             return
         self.tokens = dec_n * self.q
         self.budget -= dec_n * self.q
+        kv, fl, ctx = self._decoder_costs(t)
+        self.kv, self.fl, self.dec_ctx = kv, fl * self.q, ctx
+
+    def _decoder_costs(self, t: int) -> tuple[float, float, float]:
+        """(KV bytes, attention FLOPs, summed context) of the running decoders' next token at step-clock ``t``:
+        promoted ("old") decoders in closed form ``n kv0 + kv1 x sum(contexts)``, the young ones each by
+        ``seq_cost``; decoders whose promotion time has come join the old sums first."""
         promote, young = self.promote, self.young
         while promote and promote[0][0] <= t:
             _, r, ep = heappop(promote)
@@ -451,7 +439,7 @@ class ReplicaScheduler:
         kv = fl = ctx = 0.0
         old_n = self.old_n
         if old_n:
-            ctx = float(self.old_key_sum + old_n * (t + 1))
+            ctx = float(self.old_key_sum + old_n * (t + 1))  # contexts of this step's tokens
             kv = old_n * self.kv0 + self.kv1 * ctx
             fl = old_n * self.fl0 + self.fl1 * ctx
         if young:
@@ -461,7 +449,7 @@ class ReplicaScheduler:
                 kv += a
                 fl += b
                 ctx += k + t + 1
-        self.kv, self.fl, self.dec_ctx = kv, fl * self.q, ctx
+        return kv, fl, ctx
 
     # -- phase 2: the partial prefill continues ---------------------------------------------------
     def continue_prefill(self) -> None:
