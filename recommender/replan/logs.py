@@ -1,15 +1,9 @@
 """Request logs as a traffic source: JSONL or CSV, one request per line.
 
-Accepted columns (case-insensitive): a timestamp (``timestamp``, ``TIMESTAMP``, ``time``, ``ts``), prompt
-tokens (``prompt_tokens``, ``ContextTokens``, ``input_tokens``) and output tokens (``output_tokens``,
-``GeneratedTokens``, ``completion_tokens``). This covers the Azure LLM inference trace CSV
-(``TIMESTAMP,ContextTokens,GeneratedTokens``). Timestamps are ISO 8601 (naive = UTC) or unix epoch
-numbers (seconds; values above 1e11 are read as milliseconds).
-
-JSONL in the OpenAI response shape is read too: ``{"created": 1700000000, "usage": {"prompt_tokens": ..,
-"completion_tokens": .., "prompt_tokens_details": {"cached_tokens": ..}}}``, also wrapped as a Batch API
-output line (``{"response": {"body": {...}}}``). ``cached_tokens`` (optional, any format) gives the
-observed prefix-cache share ``sum(cached) / sum(prompt)`` of the window.
+The file is read by the one request reader, :func:`recommender.load.trace.parse_requests` (its docstring lists
+the columns: the Azure LLM inference trace CSV ``TIMESTAMP,ContextTokens,GeneratedTokens``, OpenAI responses and
+Batch API output lines with ``usage``, an optional ``cached_tokens`` column), with this module's error type.
+``cached_tokens`` gives the observed prefix-cache share ``sum(cached) / sum(prompt)`` of the window.
 
 A run looks at the last ``window_s`` of the log, ending now for a live log (newest request less than a
 window old) or at the newest request for a replayed one: ``rate = requests in window / span`` with
@@ -19,48 +13,18 @@ span is cut into ``k = max(1, floor(span / subwindow_s))`` equal sub-windows, ea
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import math
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from recommender.bounded import load_json_text, read_file_text
+from recommender.bounded import read_file_text
 from recommender.errors import ConfigError, TrafficSourceError
+from recommender.load.trace import parse_requests
 from recommender.replan.observation import InsufficientDataError, LengthObservation, Observation, RatePoint
-from recommender.units import MAX_UNIX_S
-from recommender.workload import MAX_TOKENS
-
-_TIME = ("timestamp", "time", "ts", "arrival_time", "created")
-_PROMPT = ("prompt_tokens", "contexttokens", "input_tokens", "prompt_len")
-_OUTPUT = ("output_tokens", "generatedtokens", "completion_tokens", "output_len")
-_CACHED = ("cached_tokens", "cachedtokens", "prefix_cached_tokens")
-
-
-def _flatten_openai(rec: dict[str, Any]) -> dict[str, Any]:
-    """An OpenAI response (or Batch API output line) as flat columns; other records unchanged."""
-    resp = rec.get("response")
-    if isinstance(resp, dict) and isinstance(resp.get("body"), dict):
-        rec = {**{k: v for k, v in rec.items() if k != "response"}, **resp["body"]}
-    usage = rec.get("usage")
-    if not isinstance(usage, dict):
-        return rec
-    out = {k: v for k, v in rec.items() if k != "usage"}
-    for key, names in (("prompt_tokens", ("prompt_tokens", "input_tokens")),
-                       ("completion_tokens", ("completion_tokens", "output_tokens"))):
-        if key not in out:
-            out[key] = next((usage[n] for n in names if n in usage), None)
-    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
-    if isinstance(details, dict) and details.get("cached_tokens") is not None and "cached_tokens" not in out:
-        out["cached_tokens"] = details["cached_tokens"]
-    return out
 
 
 @dataclass(frozen=True)
@@ -102,56 +66,6 @@ class RequestLog:
                              f"{self.where},{other.where}", cached)
 
 
-def parse_timestamp_s(value: object, where: str) -> float:
-    """ISO 8601 string (naive = UTC) or epoch number -> unix seconds."""
-    if isinstance(value, bool) or value is None:
-        raise TrafficSourceError(f"{where}: missing or invalid timestamp {value!r}")
-    if isinstance(value, (int, float)):
-        x = float(value)
-    else:
-        s = str(value).strip()
-        try:
-            x = float(s)
-        except ValueError:
-            try:
-                dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
-            except ValueError:
-                raise TrafficSourceError(f"{where}: cannot read timestamp {s!r} (use ISO 8601 like "
-                                         f"2023-11-16 18:15:46.68 or unix seconds)") from None
-            if dt.tzinfo is None:
-                dt = dt.replace(tzinfo=timezone.utc)
-            return _sane_time(dt.timestamp(), s, where)
-    if not math.isfinite(x):
-        raise TrafficSourceError(f"{where}: timestamp {value!r} is not finite")
-    return _sane_time(x / 1000.0 if x > 1e11 else x, value, where)
-
-
-def _sane_time(t: float, value: object, where: str) -> float:
-    """Unix seconds from 0 (also a relative log's start) to 2100-01-01 (``units.MAX_UNIX_S``); else one line."""
-    if not 0 <= t <= MAX_UNIX_S:
-        raise TrafficSourceError(f"{where}: timestamp {str(value)[:40]!r} is {t:.4g} s, outside 0..{MAX_UNIX_S:.0f} s "
-                                 f"(1970 to 2100); give unix seconds, milliseconds or ISO 8601")
-    return t
-
-
-def _tokens(value: object, where: str, column: str) -> int:
-    try:
-        n = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise TrafficSourceError(f"{where}: {column} {value!r} is not a token count") from None
-    if not math.isfinite(n) or n < 0 or n > MAX_TOKENS:
-        raise TrafficSourceError(f"{where}: {column} {str(value)[:40]!r} is not a non-negative token count up to {MAX_TOKENS:,}")
-    return int(n)
-
-
-def _pick(keys: dict[str, str], names: tuple[str, ...], what: str, where: str) -> str:
-    for n in names:
-        if n in keys:
-            return keys[n]
-    raise TrafficSourceError(f"{where}: no {what} column (expected one of {', '.join(names)}; "
-                             f"found {', '.join(keys.values()) or 'none'})")
-
-
 def parse_request_log(text: str, where: str) -> RequestLog:
     """JSONL (first non-blank char ``{``) or CSV with a header row.
 
@@ -167,68 +81,10 @@ def parse_request_log(text: str, where: str) -> RequestLog:
 
 
 def _parse(text: str, where: str) -> RequestLog:
-    ts: list[float] = []
-    pr: list[int] = []
-    out: list[int] = []
-    cached: list[int] = []
-    cached_col: str | None = None
-    stripped = text.lstrip()
-    if stripped.startswith("{"):
-        cols: tuple[str, str, str] | None = None
-        # split on LF only: str.splitlines() would also cut at U+2028 / U+0085 inside a JSON string
-        for i, line in enumerate(text.split("\n"), 1):
-            line = line.removesuffix("\r")
-            if not line.strip():
-                continue
-            try:
-                rec = load_json_text(line, f"{where}:{i}")
-            except json.JSONDecodeError as e:
-                raise TrafficSourceError(f"{where}:{i}: not a JSON object ({e.msg})") from None
-            except ValueError as e:
-                raise TrafficSourceError(str(e)) from None
-            if not isinstance(rec, dict):
-                raise TrafficSourceError(f"{where}:{i}: expected a JSON object per line")
-            rec = _flatten_openai(rec)
-            if cols is None:
-                keys = {k.lower(): k for k in rec}
-                cols = (_pick(keys, _TIME, "timestamp", f"{where}:{i}"), _pick(keys, _PROMPT, "prompt tokens", f"{where}:{i}"),
-                        _pick(keys, _OUTPUT, "output tokens", f"{where}:{i}"))
-                cached_col = next((keys[n] for n in _CACHED if n in keys), None)
-            for c in cols:
-                if c not in rec:
-                    raise TrafficSourceError(f"{where}:{i}: missing field {c!r}")
-            ts.append(parse_timestamp_s(rec[cols[0]], f"{where}:{i}"))
-            pr.append(_tokens(rec[cols[1]], f"{where}:{i}", cols[1]))
-            out.append(_tokens(rec[cols[2]], f"{where}:{i}", cols[2]))
-            if cached_col is not None:
-                cached.append(min(pr[-1], _tokens(rec.get(cached_col, 0) or 0, f"{where}:{i}", cached_col)))
-    elif stripped:
-        try:
-            return _parse_csv(text, where)
-        except csv.Error as e:
-            raise TrafficSourceError(f"{where}: not a readable CSV ({e})") from None
-    return RequestLog.of(ts, pr, out, where, cached if cached_col is not None else None)
-
-
-def _parse_csv(text: str, where: str) -> RequestLog:
-    """CSV with a header row naming the three columns (any order, extra columns ignored)."""
-    ts: list[float] = []
-    pr: list[int] = []
-    out: list[int] = []
-    reader = csv.reader(io.StringIO(text, newline=None))  # universal newlines: CR-only (old Mac) files too
-    header = next(reader)
-    keys = {h.strip().lower(): str(j) for j, h in enumerate(header)}
-    it, ip, io_ = (int(_pick(keys, names, what, f"{where}:1")) for names, what in
-                   ((_TIME, "timestamp"), (_PROMPT, "prompt tokens"), (_OUTPUT, "output tokens")))
-    for i, row in enumerate(reader, 2):
-        if not row or not any(c.strip() for c in row):
-            continue
-        if len(row) < len(header):
-            raise TrafficSourceError(f"{where}:{i}: expected {len(header)} columns, got {len(row)}")
-        ts.append(parse_timestamp_s(row[it], f"{where}:{i}"))
-        pr.append(_tokens(row[ip], f"{where}:{i}", header[ip]))
-        out.append(_tokens(row[io_], f"{where}:{i}", header[io_]))
-    return RequestLog.of(ts, pr, out, where)
+    if not text.strip():
+        return RequestLog.of([], [], [], where)
+    r = parse_requests(text, where, error=TrafficSourceError)
+    return RequestLog.of(r.timestamps_s, r.prompt_tokens, r.output_tokens, where, r.cached_tokens)
 
 
 def read_request_log(path: str | Path) -> RequestLog:
