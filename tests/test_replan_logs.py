@@ -143,3 +143,25 @@ def test_openai_usage_jsonl_and_batch_output_lines_are_read_with_the_cached_shar
     plain = parse_request_log("\n".join(json.dumps({"created": t0 + i, "usage": {"prompt_tokens": 5,
                               "completion_tokens": 7}}) for i in range(30)) + "\n", "plain.jsonl")
     assert observe(plain, min_span_s=10.0).prefix_share is None and list(plain.output_tokens) == [7] * 30
+
+
+def test_the_replay_trace_and_the_request_log_are_one_reader():
+    """`recommend autoscale`/`simulate --trace` and `replan --request-log` read a file the same way: the
+    Azure slice's arrivals (relative to its first, 2023-11-16 18:15:46.6805900) and lengths agree row by row,
+    and a malformed line is refused by both with the same line number."""
+    from recommender.errors import ConfigError
+    from recommender.load.trace import read_trace
+
+    log = read_request_log(AZURE)
+    rows = read_trace(AZURE)
+    assert len(rows) == len(log) == 2000
+    t0 = float(log.timestamps_s[0])
+    assert [r[0] for r in rows] == pytest.approx([float(t) - t0 for t in log.timestamps_s], abs=1e-6)
+    assert [r[1] for r in rows] == [max(1, int(n)) for n in log.prompt_tokens]
+    assert [r[2] for r in rows] == [max(1, int(n)) for n in log.output_tokens]
+    bad = "timestamp,prompt_tokens,output_tokens\n1700000000,10,5\n1700000001,-3,5\n1700000002,10,5\n"
+    with pytest.raises(TrafficSourceError, match=r"log:3: prompt_tokens '-3'"):
+        parse_request_log(bad, "log")
+    from recommender.load.trace import parse_requests
+    with pytest.raises(ConfigError, match=r"log:3: prompt_tokens '-3'"):
+        parse_requests(bad, "log")
