@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from recommender import units
-from recommender.autoscale.coverage import covered_rule, window_capacities_per_s
+from recommender.autoscale.coverage import covered_rule, static_replicas_covering, window_capacities_per_s
 from recommender.autoscale.profile import DayTraffic, DiurnalProfile, poisson_day, tiled_trace_day
 from recommender.autoscale.replay import Certification, replay
 from recommender.autoscale.rule import (
@@ -101,6 +101,7 @@ class AutoscalePlan:
     static_certification: Certification | None = None  # the static peak plan in the same replay, when asked
     static_replicas: int = 0  # the static peak plan's replicas: the search's, or the busiest window's need
     peak_window_rate_per_s: float = 0.0  # the day's busiest SLO window
+    static_replicas_at_c1: int = 0  # ceil(busiest window / c1): the busiest window at the day's mean lengths
 
     def to_dict(self) -> dict[str, Any]:
         r = self.rule
@@ -111,7 +112,8 @@ class AutoscalePlan:
                         "peak_hour": self.profile.peak_hour, "peak_rate_per_s": round(self.profile.peak_rate_per_s, 4),
                         "trough_rate_per_s": round(self.profile.trough_rate_per_s, 4), "traffic": self.traffic_source},
             "pools": [{"role": pool.role.value, "min_replicas": r.min_replicas, "max_replicas": r.max_replicas,
-                       "static_replicas": self.static_replicas, "search_replicas": pool.replicas}],
+                       "static_replicas": self.static_replicas, "static_replicas_at_c1": self.static_replicas_at_c1,
+                       "search_replicas": pool.replicas}],
             "peak_window_rate_per_s": round(self.peak_window_rate_per_s, 4),
             "rule": {"metric": r.metric, "target_per_replica_per_s": round(r.target_per_replica_per_s, 4),
                      "burst_target_per_replica_per_s": round(r.burst_target_per_replica_per_s, 4),
@@ -178,9 +180,13 @@ def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, pro
                                    window_s=auto.slo_window_s, period_s=spec.profile.period_s)
     rule, cov = covered_rule(rule, day, spec.profile, caps, window_s=auto.slo_window_s, goal=auto.slo_window_goal)
     rule = dataclasses.replace(rule, window_coverage=cov.covered)
-    # the static plan serves the day's busiest SLO window at c1 per replica (the search sized the smooth peak)
+    # the static plan: the search sized the smooth peak; the day's busiest SLO window needs ceil(peak / c1) at the
+    # day's mean lengths, and its windows at their own lengths the count covering the goal (the autoscaler's test)
     peak_window = day.peak_window_rate_per_s(auto.slo_window_s, spec.profile.period_s)
-    n_static = max(static_plan.top.pools[0].replicas, math.ceil(peak_window / c1 - 1e-9))
+    n_at_c1 = math.ceil(peak_window / c1 - 1e-9)
+    n_covering = static_replicas_covering(day, caps, period_s=spec.profile.period_s, window_s=auto.slo_window_s,
+                                          goal=auto.slo_window_goal)
+    n_static = max(static_plan.top.pools[0].replicas, n_at_c1, n_covering)
 
     def run(r: ScalingRule) -> Certification:
         return replay(PoolSpec(cost=cost, limits=limits), r, day, spec.profile, workload.slos, static_replicas=n_static,
@@ -188,7 +194,7 @@ def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, pro
 
     static = run(dataclasses.replace(rule, min_replicas=n_static, max_replicas=n_static)) if compare_static else None
     return AutoscalePlan(static_plan, rule, run(rule), spec.profile, day.source, static, static_replicas=n_static,
-                         peak_window_rate_per_s=peak_window)
+                         peak_window_rate_per_s=peak_window, static_replicas_at_c1=n_at_c1)
 
 
 def summary_lines(ap: AutoscalePlan) -> list[str]:
@@ -198,8 +204,9 @@ def summary_lines(ap: AutoscalePlan) -> list[str]:
     return [
         f"day        {p.mean_rate_per_s:g} req/s mean, {p.peak_to_trough:g}:1 peak-to-trough (peak "
         f"{p.peak_rate_per_s:.2f} req/s at {p.peak_hour:g}h, trough {p.trough_rate_per_s:.2f}); traffic {ap.traffic_source}",
-        f"config     {ap.static_plan.top.id} ({pool.gpu} TP{pool.tp}); static peak plan x{ap.static_replicas} (the "
-        f"busiest 5-min window {ap.peak_window_rate_per_s:.2f} req/s; the search's x{pool.replicas} at the smooth peak)",
+        f"config     {ap.static_plan.top.id} ({pool.gpu} TP{pool.tp}); static peak plan x{ap.static_replicas} (covers "
+        f"the SLO windows at their own lengths; busiest 5-min window {ap.peak_window_rate_per_s:.2f} req/s = "
+        f"x{ap.static_replicas_at_c1} at c1; the search's x{pool.replicas} at the smooth peak)",
         f"capacity   one replica meets the SLOs up to {r.replica_capacity_per_s:.3f} req/s",
         f"start-up   {units.fmt_seconds(r.startup_s)}; the profile rises x{r.growth_within_delay:.3f} within start-up + "
         f"polling + window; a window's rate exceeds the reading its replicas were scaled for by x{r.burst:.3f}",

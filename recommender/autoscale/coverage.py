@@ -97,6 +97,22 @@ def coverage(rule: ScalingRule, day: DayTraffic, capacities_per_s: np.ndarray, *
                     gpu_hours=paid * rule.gpus_per_replica / 3600.0)
 
 
+def static_replicas_covering(day: DayTraffic, capacities_per_s: np.ndarray, *, period_s: float, window_s: float,
+                             goal: float) -> int:
+    """The fewest constant replicas ``n`` that cover ``goal`` of the judged SLO windows, ``r_w <= n c_w``: the
+    static peak plan sized by the autoscaler's own criterion (each window at its own lengths). With the
+    windows' needs ``x_w = r_w / c_w`` sorted, ``n = ceil(x_(m))`` for ``m = ceil(goal x N)`` of ``N`` windows."""
+    edges = np.arange(0.0, period_s, window_s)
+    came = np.diff(np.searchsorted(day.arrival_s, np.append(edges, period_s)))
+    span = np.minimum(window_s, period_s - edges)
+    judged = np.isfinite(capacities_per_s)
+    need = np.sort(came[judged] / span[judged] / capacities_per_s[judged])
+    if need.size == 0:
+        return 1
+    m = max(1, math.ceil(goal * need.size - 1e-9))
+    return max(1, math.ceil(float(need[m - 1]) - 1e-9))
+
+
 def _at_target(rule: ScalingRule, target: float, profile: DiurnalProfile, top_per_s: float) -> ScalingRule:
     lo = max(1, math.ceil(profile.trough_rate_per_s / target - 1e-9))
     return dataclasses.replace(rule, target_per_replica_per_s=target, min_replicas=lo,
