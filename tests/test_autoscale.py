@@ -370,9 +370,16 @@ def test_the_example_days_plan_carries_the_rule_and_the_days_figures() -> None:
     assert r["metric"].startswith("max_over_time(sum(rate(vllm:request_success_total{")
     assert r["cooldown_s"] == pytest.approx(r["metric_hold_s"] + r["scale_down_stabilisation_s"])
     assert r["scale_down_stabilisation_s"] <= 3600                         # the HPA's API limit
-    # target = c1 / ((1 + tolerance) max(B, g)), from the file's own numbers
-    assert r["target_per_replica_per_s"] == pytest.approx(
+    # burst target = c1 / ((1 + tolerance) max(B, g)), from the file's own numbers; the target is at least that,
+    # at most c1, and covers slo_window_goal = 0.99 (policies/autoscale.yaml) of the SLO windows
+    assert r["burst_target_per_replica_per_s"] == pytest.approx(
         r["replica_capacity_per_s"] / ((1 + r["tolerance"]) * max(r["burst"], r["growth_within_delay"])), rel=1e-3)
+    assert r["burst_target_per_replica_per_s"] <= r["target_per_replica_per_s"] <= r["replica_capacity_per_s"]
+    assert r["window_coverage"] >= 0.99
+    # min, max = ceil(trough / target), ceil(max(peak, highest reading) / target) >= ceil(peak / target)
+    prof = doc["profile"]
+    assert pool["min_replicas"] == max(1, math.ceil(prof["trough_rate_per_s"] / r["target_per_replica_per_s"]))
+    assert pool["max_replicas"] >= math.ceil(prof["peak_rate_per_s"] / r["target_per_replica_per_s"])
     tp = doc["tp"]
     assert day["static_gpu_hours"] == pytest.approx(pool["static_replicas"] * tp * 24)   # x replicas x TP x 24 h
     assert day["ideal_gpu_hours"] <= day["gpu_hours"] <= day["static_gpu_hours"]

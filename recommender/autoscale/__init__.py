@@ -10,7 +10,8 @@ A workload file's ``day:`` block says how its traffic moves over a day::
 
 :func:`plan_autoscaling` (1) plans the configuration for the day's peak with the search (aggregated pools:
 one pool is what an HPA scales), the static peak plan; (2) derives the rule for that configuration
-(:mod:`recommender.autoscale.rule`); (3) certifies it in a day-long replay with the autoscaler in the loop
+(:mod:`recommender.autoscale.rule`) and raises its target while the controller on the day's arrivals still
+covers the policy's share of SLO windows (:mod:`recommender.autoscale.coverage`); (3) certifies it in a day-long replay with the autoscaler in the loop
 (:mod:`recommender.autoscale.replay`), against the static plan's and the ideal autoscaler's GPU-hours.
 """
 
@@ -27,6 +28,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from recommender import units
+from recommender.autoscale.coverage import covered_rule, static_replicas_covering, window_capacities_per_s
 from recommender.autoscale.profile import DayTraffic, DiurnalProfile, poisson_day, tiled_trace_day
 from recommender.autoscale.replay import Certification, replay
 from recommender.autoscale.rule import (
@@ -99,6 +101,7 @@ class AutoscalePlan:
     static_certification: Certification | None = None  # the static peak plan in the same replay, when asked
     static_replicas: int = 0  # the static peak plan's replicas: the search's, or the busiest window's need
     peak_window_rate_per_s: float = 0.0  # the day's busiest SLO window
+    static_replicas_at_c1: int = 0  # ceil(busiest window / c1): the busiest window at the day's mean lengths
 
     def to_dict(self) -> dict[str, Any]:
         r = self.rule
@@ -109,9 +112,12 @@ class AutoscalePlan:
                         "peak_hour": self.profile.peak_hour, "peak_rate_per_s": round(self.profile.peak_rate_per_s, 4),
                         "trough_rate_per_s": round(self.profile.trough_rate_per_s, 4), "traffic": self.traffic_source},
             "pools": [{"role": pool.role.value, "min_replicas": r.min_replicas, "max_replicas": r.max_replicas,
-                       "static_replicas": self.static_replicas, "search_replicas": pool.replicas}],
+                       "static_replicas": self.static_replicas, "static_replicas_at_c1": self.static_replicas_at_c1,
+                       "search_replicas": pool.replicas}],
             "peak_window_rate_per_s": round(self.peak_window_rate_per_s, 4),
             "rule": {"metric": r.metric, "target_per_replica_per_s": round(r.target_per_replica_per_s, 4),
+                     "burst_target_per_replica_per_s": round(r.burst_target_per_replica_per_s, 4),
+                     "window_coverage": None if r.window_coverage is None else round(r.window_coverage, 4),
                      "replica_capacity_per_s": round(r.replica_capacity_per_s, 4),
                      "growth_within_delay": round(r.growth_within_delay, 4), "burst": round(r.burst, 4),
                      "tolerance": r.tolerance, "polling_s": r.polling_s, "metric_window_s": r.metric_window_s,
@@ -170,9 +176,17 @@ def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, pro
     day = _day_traffic(spec, workload, seed)
     rule = derive_rule(capacity_per_s=c1, profile=spec.profile, startup=start, policy=auto, gpus_per_replica=dep.tp,
                        model_name=served, arrival_s=day.arrival_s, burst_period_s=day.burst_period_s(spec.profile))
-    # the static plan serves the day's busiest SLO window at c1 per replica (the search sized the smooth peak)
+    caps = window_capacities_per_s(static_plan, peak_w, day, profile=profile, search=search,
+                                   window_s=auto.slo_window_s, period_s=spec.profile.period_s)
+    rule, cov = covered_rule(rule, day, spec.profile, caps, window_s=auto.slo_window_s, goal=auto.slo_window_goal)
+    rule = dataclasses.replace(rule, window_coverage=cov.covered)
+    # the static plan: the search sized the smooth peak; the day's busiest SLO window needs ceil(peak / c1) at the
+    # day's mean lengths, and its windows at their own lengths the count covering the goal (the autoscaler's test)
     peak_window = day.peak_window_rate_per_s(auto.slo_window_s, spec.profile.period_s)
-    n_static = max(static_plan.top.pools[0].replicas, math.ceil(peak_window / c1 - 1e-9))
+    n_at_c1 = math.ceil(peak_window / c1 - 1e-9)
+    n_covering = static_replicas_covering(day, caps, period_s=spec.profile.period_s, window_s=auto.slo_window_s,
+                                          goal=auto.slo_window_goal)
+    n_static = max(static_plan.top.pools[0].replicas, n_at_c1, n_covering)
 
     def run(r: ScalingRule) -> Certification:
         return replay(PoolSpec(cost=cost, limits=limits), r, day, spec.profile, workload.slos, static_replicas=n_static,
@@ -180,7 +194,7 @@ def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, pro
 
     static = run(dataclasses.replace(rule, min_replicas=n_static, max_replicas=n_static)) if compare_static else None
     return AutoscalePlan(static_plan, rule, run(rule), spec.profile, day.source, static, static_replicas=n_static,
-                         peak_window_rate_per_s=peak_window)
+                         peak_window_rate_per_s=peak_window, static_replicas_at_c1=n_at_c1)
 
 
 def summary_lines(ap: AutoscalePlan) -> list[str]:
@@ -190,13 +204,17 @@ def summary_lines(ap: AutoscalePlan) -> list[str]:
     return [
         f"day        {p.mean_rate_per_s:g} req/s mean, {p.peak_to_trough:g}:1 peak-to-trough (peak "
         f"{p.peak_rate_per_s:.2f} req/s at {p.peak_hour:g}h, trough {p.trough_rate_per_s:.2f}); traffic {ap.traffic_source}",
-        f"config     {ap.static_plan.top.id} ({pool.gpu} TP{pool.tp}); static peak plan x{ap.static_replicas} (the "
-        f"busiest 5-min window {ap.peak_window_rate_per_s:.2f} req/s; the search's x{pool.replicas} at the smooth peak)",
+        f"config     {ap.static_plan.top.id} ({pool.gpu} TP{pool.tp}); static peak plan x{ap.static_replicas} (covers "
+        f"the SLO windows at their own lengths; busiest 5-min window {ap.peak_window_rate_per_s:.2f} req/s = "
+        f"x{ap.static_replicas_at_c1} at c1; the search's x{pool.replicas} at the smooth peak)",
         f"capacity   one replica meets the SLOs up to {r.replica_capacity_per_s:.3f} req/s",
         f"start-up   {units.fmt_seconds(r.startup_s)}; the profile rises x{r.growth_within_delay:.3f} within start-up + "
         f"polling + window; a window's rate exceeds the reading its replicas were scaled for by x{r.burst:.3f}",
-        f"rule       target {r.target_per_replica_per_s:.3f} req/s per replica = {r.replica_capacity_per_s:.3f} / "
-        f"({1 + r.tolerance:.2f} x {max(r.burst, r.growth_within_delay):.3f}); replicas {r.min_replicas}..{r.max_replicas}",
+        f"rule       burst target {r.burst_target_per_replica_per_s:.3f} req/s per replica = "
+        f"{r.replica_capacity_per_s:.3f} / ({1 + r.tolerance:.2f} x {max(r.burst, r.growth_within_delay):.3f}); target "
+        f"{r.target_per_replica_per_s:.3f} (the controller on the day covers "
+        f"{'-' if r.window_coverage is None else f'{r.window_coverage:.1%}'} of the SLO windows at it); "
+        f"replicas {r.min_replicas}..{r.max_replicas}",
         f"autoscaler poll {r.polling_s:g} s, rate over {r.metric_window_s:g} s held {r.metric_hold_s:g} s, scale-down "
         f"stabilisation {r.scale_down_stabilisation_s:g} s (cooldown {r.cooldown_s:g} s)",
         f"replay     {c.requests:,} requests: SLOs met in {c.windows_met}/{c.windows} windows ({c.attainment:.1%}), "

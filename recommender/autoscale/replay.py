@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from recommender.autoscale.profile import DayTraffic, DiurnalProfile
-from recommender.autoscale.rule import ScalingRule, wrapped
+from recommender.autoscale.rule import MAX_STARTUP_S, ScalingRule, wrapped
 from recommender.load.scheduler import ReplicaScheduler, Requests
 from recommender.load.simulator import tokens_in_kv
 from recommender.load.topology import PoolKind, PoolSpec
@@ -50,6 +50,7 @@ class Certification:
     worst_window: dict[str, float]
     replay_s: float = field(default=0.0, compare=False)  # wall time of the replay (controller, routing, engines, windows), not in to_dict
     replay_cpu_s: float = field(default=0.0, compare=False)  # its CPU time (the machine's load does not move it)
+    failed_windows_s: tuple[float, ...] = field(default=(), compare=False)  # start of each window that missed an SLO
 
     @property
     def attainment(self) -> float:
@@ -75,10 +76,12 @@ class _Replica:
 def controller(rule: ScalingRule, arrival_s: np.ndarray, period_s: float) -> tuple[list[_Replica], int, int]:
     """The replicas over the day (ask, ready, removal times), the flaps and the scale events.
 
-    The day repeats: the controller starts ``cooldown + startup`` before midnight on the end of the day
-    (:func:`recommender.autoscale.rule.wrapped`), so midnight finds the pool yesterday left; events and
-    flaps are counted from 0."""
-    warm = rule.cooldown_s + rule.startup_s + rule.metric_window_s
+    The day repeats: the controller starts ``cooldown + the longest start-up (an hour)`` before midnight on
+    the end of the day (:func:`recommender.autoscale.rule.wrapped`), so midnight finds the pool yesterday left;
+    events and flaps are counted from 0. Its decisions do not depend on the start-up time (a replica asked for
+    counts until it is removed), only when each replica serves does, so two start-ups with the same cooldown
+    differ only by later ``ready_s``."""
+    warm = rule.cooldown_s + MAX_STARTUP_S + rule.metric_window_s
     a = wrapped(arrival_s, period_s, warm + rule.metric_window_s)
     t0 = -math.ceil(warm / rule.polling_s) * rule.polling_s
     first = float(np.count_nonzero((a > t0 - rule.metric_window_s) & (a <= t0))) / rule.metric_window_s
@@ -163,7 +166,8 @@ def replay(pool: PoolSpec, rule: ScalingRule, day: DayTraffic, profile: DiurnalP
     worst: dict[str, float] = {}
     edges = np.arange(0.0, period + slo_window_s, slo_window_s)
     starts = np.searchsorted(arr, edges)
-    for a, b in zip(starts[:-1], starts[1:]):
+    failed: list[float] = []
+    for a, b, e in zip(starts[:-1], starts[1:], edges):
         if b - a < 10:
             continue
         windows += 1
@@ -178,6 +182,8 @@ def replay(pool: PoolSpec, rule: ScalingRule, day: DayTraffic, profile: DiurnalP
             worst[key] = max(worst.get(key, 0.0), x)
             ok = ok and x <= s.limit_s
         met += ok
+        if not ok:
+            failed.append(float(e))
     tp = rule.gpus_per_replica
     paid_s = 0.0
     for r, ids in zip(reps, routed):
@@ -192,4 +198,5 @@ def replay(pool: PoolSpec, rule: ScalingRule, day: DayTraffic, profile: DiurnalP
         min_replicas_seen=min(live_counts), max_replicas_seen=max(live_counts),
         gpu_hours=paid_s * tp / 3600.0, static_gpu_hours=static_replicas * tp * period / 3600.0,
         ideal_gpu_hours=float(np.sum(np.maximum(ideal, 1.0))) * tp / 60.0, worst_window=worst,
-        replay_s=time.perf_counter() - wall0, replay_cpu_s=time.process_time() - cpu0)
+        replay_s=time.perf_counter() - wall0, replay_cpu_s=time.process_time() - cpu0,
+        failed_windows_s=tuple(failed))

@@ -25,7 +25,9 @@ to cover), so ``target x B <= c1`` keeps a window's replicas within what the mod
 and ``1 + tolerance`` covers the HPA leaving the count alone within 10% of the target. Holding the
 readings for one burst period ``T_burst`` means a burst always finds the replicas the previous one
 needed: no scale-down between bursts, so none to undo (a flap); the diurnal trend alone moves the count.
-Without arrivals (a rule from the profile alone) ``B = 1``. A longer start-up shortens ``B``'s interval
+Without arrivals (a rule from the profile alone) ``B = 1``. With the plan and the day,
+``recommender.autoscale.coverage`` raises the target while the controller, run on the day, still covers
+``slo_window_goal`` of the windows (the two worst cases above seldom meet). A longer start-up shortens ``B``'s interval
 (every window's ratio grows) and raises ``g``, so it lowers the target and never lowers min replicas.
 
 The metric is the arrival rate, read as ``sum(rate(vllm:request_success_total[window]))`` (completions track
@@ -116,6 +118,8 @@ class ScalingRule:
     burst: float  # B
     gpus_per_replica: int
     tolerance: float = HPA_TOLERANCE
+    burst_target_per_replica_per_s: float = 0.0  # c1 / ((1 + tolerance) max(B, g)); the target unless raised by
+    window_coverage: float | None = None  # the share of SLO windows its replicas cover (recommender.autoscale.coverage)
 
     @property
     def cooldown_s(self) -> float:
@@ -181,10 +185,11 @@ def burst_factor(arrival_s: np.ndarray, *, period_s: float, slo_window_s: float,
     reading later than ``w - polling - startup`` brings its pods too late; one older than the hold is
     forgotten). A longer start-up shortens the interval, so ``B`` never falls (while the interval is not
     empty, ``startup <= hold - slo_window - polling``; beyond, the one reading at ``w - polling - startup``),
-    and each window's ratio never falls, so neither does their ``quantile`` (the policy's ``slo_window_goal``)."""
-    a = wrapped(arrival_s, period_s, hold_s + startup_s + metric_window_s)
-    t, m = metric_series(a, polling_s=polling_s, window_s=metric_window_s,
-                         start_s=-(hold_s + startup_s), end_s=period_s)
+    and each window's ratio never falls, so neither does their ``quantile`` (the policy's ``slo_window_goal``).
+    The polls are multiples of ``polling_s`` whatever the start-up (an offset grid would read other instants)."""
+    first = -math.ceil((hold_s + startup_s) / polling_s - 1e-9) * polling_s  # polls on one grid for every start-up
+    a = wrapped(arrival_s, period_s, -first + metric_window_s)
+    t, m = metric_series(a, polling_s=polling_s, window_s=metric_window_s, start_s=first, end_s=period_s)
     edges = np.arange(0.0, period_s, slo_window_s)
     counts = np.diff(np.searchsorted(a, np.append(edges, period_s)))
     hi = np.searchsorted(t, edges - polling_s - startup_s, "right")
@@ -231,4 +236,4 @@ def derive_rule(*, capacity_per_s: float, profile: DiurnalProfile, startup: floa
         metric=metric, replica_capacity_per_s=capacity_per_s, target_per_replica_per_s=target, min_replicas=lo,
         max_replicas=hi, startup_s=startup, polling_s=policy.polling_s, metric_window_s=policy.metric_window_s,
         metric_hold_s=float(hold), scale_down_stabilisation_s=stab, growth_within_delay=g, burst=b,
-        gpus_per_replica=gpus_per_replica)
+        gpus_per_replica=gpus_per_replica, burst_target_per_replica_per_s=target)
