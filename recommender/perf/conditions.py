@@ -42,7 +42,7 @@ class EngineConditions:
             f"engine {self.engine}: max_num_seqs {lim.max_num_seqs}, max_num_batched_tokens {lim.max_num_batched_tokens}, "
             f"chunked prefill {'on' if lim.chunked_prefill else 'off'}, gpu-memory-utilization {self.gpu_memory_utilization:g}, "
             f"CUDA graphs {'on' if self.cuda_graphs else 'off'} ({self.basis})",
-            f"front end {self.front_end}: {self.request_overhead_s * 1e3:.2f} ms per request (profile request_overhead_s)",
+            f"front end {self.front_end}: {self.request_overhead_s * 1e3:.2f} ms per request (profile request_overhead_s + server_request_overhead_s)",
         ]
 
 
