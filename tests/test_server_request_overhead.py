@@ -66,3 +66,22 @@ def test_a_profile_file_outside_the_bound_is_refused(tmp_path) -> None:  # type:
     p.write_text("engine: sglang\nparameters:\n  server_request_overhead_s: 5.0\n")
     with pytest.raises(ConfigError, match="server_request_overhead_s"):
         load_profile(p)
+
+
+@pytest.mark.slow
+def test_bench_inferencex_reports_held_out_by_configuration_per_group(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "ix.md"
+    subprocess.run([sys.executable, "benchmarks/bench_inferencex.py", "--held-out", "--folds", "2", "--out", str(out)],
+                   cwd=root, check=True, capture_output=True, timeout=900)
+    text = out.read_text()
+    assert "held out TTFT / TPOT / tput %" in text and "--held-out" in text
+    rows = [ln for ln in text.splitlines() if ln.startswith(("| GPU ", "| framework ", "| parallelism ", "| all | 740 | "))]
+    # every group row of the summary carries a held-out cell (three numbers), and the six GPUs are there
+    summary = [ln for ln in rows if ln.count("|") == 8 and "| rows |" not in ln and "%" not in ln.split("|")[3]]
+    assert len([ln for ln in summary if ln.startswith("| GPU ")]) == 6
+    assert all(ln.split("|")[6].count("/") == 2 for ln in summary)
