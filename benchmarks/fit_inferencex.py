@@ -5,7 +5,8 @@
 On the single-node DeepSeek-R1 rows of ``tests/data/measurements/inferencex-dsr1.csv`` (predicted as
 ``benchmarks/bench_inferencex.py`` predicts them), in stages, each a physical parameter with its own evidence:
 
-A. per engine profile (``sglang`` for SGLang and ATOM, ``trtllm``) x GPU family, on fp8 rows without MTP, TPOT:
+A. per engine profile (``sglang`` for SGLang and ATOM, ``trtllm``) x GPU family, on every row without MTP (fp8 and
+   fp4, the fp4 kernels' efficiency as the catalog has it from stage C's last run), TPOT:
    ``moe_layer_overhead_s`` (fixed time of a MoE layer per step: router, top-k, permute, grouped-GEMM launches) and
    ``expert_bandwidth_efficiency`` (the grouped expert GEMMs' share of the profile's HBM efficiency);
 B. the same groups, on every scored row (fp4 and MTP too: a front end's cost does not depend on them), TTFT:
@@ -156,10 +157,15 @@ def fit_request_overhead(cases: Sequence[bx.Case], stage_a: dict[str, float], ca
 
 
 def fit_all(cases: Sequence[bx.Case], catalog: Any = None, acceptance: float | None = None) -> dict[str, float]:
-    """Stages A (on the fp8 rows without MTP) and B (on every row) of one group: what ships for it."""
-    base = [c for c in cases if not c.mtp and c.weight_dtype == "fp8"]
+    """Stages A (on the rows without MTP) and B (on every row) of one group: what ships for it."""
+    base = stage_a_rows(cases)
     a = fit_group(base, {}) if base else {}
     return {**a, "server_request_overhead_s": fit_request_overhead(cases, a, catalog, acceptance)}
+
+
+def stage_a_rows(cases: Sequence[bx.Case]) -> list[bx.Case]:
+    """The rows stage A fits on: scored, without MTP (fp8 and fp4 alike: the fp4 rows' kernels are the catalog's)."""
+    return [c for c in scored(cases) if not c.mtp]
 
 
 def scored(cases: Sequence[bx.Case]) -> list[bx.Case]:
@@ -183,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     cases = bx.single_node_cases(bx.DEFAULT_CSV)
-    base = [c for c in cases if not c.mtp and c.weight_dtype == "fp8"]
+    base = stage_a_rows(cases)
     groups: dict[tuple[str, str], list[bx.Case]] = defaultdict(list)
     for c in base:
         groups[group_of(c)].append(c)
@@ -191,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unshipped: set[tuple[str, str]] = set()
     lines = ["# InferenceX fit: MoE-serving parameters per engine x GPU family", "",
              "Written by `python3 benchmarks/fit_inferencex.py` (module docstring: stages, loss, held-out rule).", "",
-             "## Stage A (fp8 rows without MTP), held out by whole configuration", "",
+             "## Stage A (rows without MTP, fp8 and fp4), held out by whole configuration", "",
              "| engine | family | rows | configs | moe_layer_overhead_s | expert_bandwidth_efficiency | "
              "TPOT MAPE % before / fitted / held out | shipped |",
              "|---|---|---:|---:|---:|---:|---|---|"]
@@ -340,7 +346,7 @@ def stage_b(cases: Sequence[bx.Case], params: dict[tuple[str, str], dict[str, fl
 def held_out_predictions(cases: Sequence[bx.Case], folds: int, cat: Any = None, acc: float | None = None,
                          shipped: set[tuple[str, str]] | None = None) -> list[tuple[bx.Case, dict[str, float] | str]]:
     """Every scored row predicted with its engine x family's stage-A and stage-B parameters fitted WITHOUT its
-    configuration (``folds`` folds of whole configurations within each group; stage A on the fold's training fp8 rows
+    configuration (``folds`` folds of whole configurations within each group; stage A on the fold's training rows
     without MTP, stage B on all its training rows; the fp4 rows and acceptance as shipped). Groups in ``shipped``
     refit stage B; the others leave it at 0, as shipped (``None``: every group refits it)."""
     cat = cat or default_catalog()
@@ -354,7 +360,7 @@ def held_out_predictions(cases: Sequence[bx.Case], folds: int, cat: Any = None, 
             test = [c for c in gc if c.config in fold]
             if not test:
                 continue
-            base = [c for c in train if not c.mtp and c.weight_dtype == "fp8"]
+            base = stage_a_rows(train)
             fp = fit_group(base, {}) if base else {}
             if train and (shipped is None or key in shipped):
                 fp["server_request_overhead_s"] = fit_request_overhead(train, fp, cat, acc)
@@ -390,7 +396,7 @@ def held_out_all(cases: Sequence[bx.Case], folds: int, cat: Any, acc: float,
     ins = [(c, ship_preds[i]) for i, c in enumerate(sc)]
     out = ["", "## Every row, held out by configuration", "",
            f"Stage-A and stage-B parameters refitted per engine x family without each of {folds} folds of whole "
-           "configurations (stage A on the other folds' fp8 rows without MTP, stage B on all their rows), predicting "
+           "configurations (stage A on the other folds' rows without MTP, stage B on all their rows), predicting "
            "every row of the held-out fold (fp4 and MTP too, with the shipped fp4 rows and acceptance).", ""]
     out += error_table(held, "held out by configuration") + [""]
     out += error_table(ins, "in sample (the parameters shipped)")
