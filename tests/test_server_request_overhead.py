@@ -85,3 +85,19 @@ def test_bench_inferencex_reports_held_out_by_configuration_per_group(tmp_path) 
     summary = [ln for ln in rows if ln.count("|") == 8 and "| rows |" not in ln and "%" not in ln.split("|")[3]]
     assert len([ln for ln in summary if ln.startswith("| GPU ")]) == 6
     assert all(ln.split("|")[6].count("/") == 2 for ln in summary)
+
+
+def test_a_burst_run_pays_it_once_per_request_not_once_per_wave() -> None:
+    # 3,000 requests sent at once: the engine admits at most max_num_seqs (1,024 on a B200: vLLM's default for
+    # >= 160 GiB) and runs them as ceil(3000 / r) >= 3 synchronised waves; the front end's cost is in each request's
+    # TTFT once, and in the run's duration once (the last request's), not once per wave
+    from recommender.estimator import finite_run
+    from recommender.perf.steady import Load
+
+    load = Load.finite(requests=3000, prompt_tokens=1000, output_tokens=100)
+    d0, _, _ = _dep("sglang", "b200", 0.0)
+    d1, _, _ = _dep("sglang", "b200", 0.05)
+    r0, r1 = finite_run(d0, load), finite_run(d1, load)
+    assert r0.method == "analytic burst" and r0.duration_s > 3 * 0.05
+    assert r1.ttft_s - r0.ttft_s == pytest.approx(0.05, abs=1e-9)
+    assert r1.duration_s - r0.duration_s == pytest.approx(0.05, abs=1e-9)
