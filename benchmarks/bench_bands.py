@@ -134,37 +134,29 @@ def published_rows(folds: int) -> list[Row]:
 
 
 def inferencex_rows(folds: int = 3) -> list[Row]:
-    """InferenceX DeepSeek-R1 single-node rows, stage-A parameters refitted without each fold of configurations."""
+    """InferenceX DeepSeek-R1 single-node rows, stage-A and stage-B parameters refitted without each fold of
+    configurations (``fit_inferencex.held_out_predictions``; stage B only for the groups that ship it)."""
     import bench_inferencex as bx
     import fit_inferencex as fx
 
     from recommender.catalog import default_catalog
+    from recommender.profiles import engine_profile
 
-    cases = [c for c in bx.single_node_cases(bx.DEFAULT_CSV) if "closed_loop_check_ratio" not in c.row["quality_flags"]]
-    groups: dict[tuple[str, str], list[Any]] = defaultdict(list)
-    for c in cases:
-        groups[fx.group_of(c)].append(c)
-    cat = default_catalog()
+    cases = fx.scored(bx.single_node_cases(bx.DEFAULT_CSV))
+    shipped = {fx.group_of(c) for c in cases
+               if engine_profile(fx.group_of(c)[0]).for_gpu(c.gpu).server_request_overhead_s > 0}
     out: list[Row] = []
-    for key, gc in sorted(groups.items()):
-        for fold in fx.folds_of(gc, folds):
-            train = [c for c in gc if c.config not in fold and not c.mtp and c.weight_dtype == "fp8"]
-            test = [c for c in gc if c.config in fold]
-            if not test:
-                continue
-            params = {k: v for k, v in fx.fit_group(train, {}).items() if k in fx.STAGE_A} if train else {}
-            preds = fx.Predictor(test).run({key: params}, cat)
-            for i, c in enumerate(test):
-                p = preds[i]
-                if isinstance(p, str):
-                    continue
-                for metric in bx.METRICS:
-                    if metric in c.measured:
-                        lg = _log_g("output_tokens_per_s" if metric == "tput" else metric, p[metric], c.measured[metric])
-                        if lg is not None:
-                            out.append(Row("inferencex", c.gpu, key[0], key[1], c.weight_dtype, "moe", "|".join(map(str, c.config)),
-                                           metric, lg))
-        print(f"  inferencex {key[0]}/{key[1]}: {len(gc)} rows", file=sys.stderr, flush=True)
+    for c, p in fx.held_out_predictions(cases, folds, default_catalog(), None, shipped):
+        if isinstance(p, str):
+            continue
+        key = fx.group_of(c)
+        for metric in bx.METRICS:
+            if metric in c.measured:
+                lg = _log_g("output_tokens_per_s" if metric == "tput" else metric, p[metric], c.measured[metric])
+                if lg is not None:
+                    out.append(Row("inferencex", c.gpu, key[0], key[1], c.weight_dtype, "moe", "|".join(map(str, c.config)),
+                                   metric, lg))
+    print(f"  inferencex: {len(cases)} rows", file=sys.stderr, flush=True)
     return out
 
 

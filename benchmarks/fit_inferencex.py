@@ -5,26 +5,32 @@
 On the single-node DeepSeek-R1 rows of ``tests/data/measurements/inferencex-dsr1.csv`` (predicted as
 ``benchmarks/bench_inferencex.py`` predicts them), in stages, each a physical parameter with its own evidence:
 
-A. per engine profile (``sglang`` for SGLang and ATOM, ``trtllm``) x GPU family, on fp8 rows without MTP, TPOT:
+A. per engine profile (``sglang`` for SGLang and ATOM, ``trtllm``) x GPU family, on every row without MTP (fp8 and
+   fp4, the fp4 kernels' efficiency as the catalog has it from stage C's last run), TPOT:
    ``moe_layer_overhead_s`` (fixed time of a MoE layer per step: router, top-k, permute, grouped-GEMM launches) and
    ``expert_bandwidth_efficiency`` (the grouped expert GEMMs' share of the profile's HBM efficiency);
-B. the same groups and rows, TTFT: ``request_overhead_s`` (the serving front end and scheduler's fixed cost per
-   request, which InferenceX's client-side TTFT includes);
+B. the same groups, on every scored row (fp4 and MTP too: a front end's cost does not depend on them), TTFT:
+   ``server_request_overhead_s`` (s per request: the HTTP serving front end's fixed cost, which InferenceX's
+   client-side TTFT includes and an engine's own timer does not), after stages C-D;
 C. per architecture, on fp4 rows without MTP, TPOT: the fp4 kernels' ``bandwidth`` efficiency in
    ``catalogs/kernel-support.yaml`` (NVFP4 on Blackwell, MXFP4 on CDNA4);
 D. one per-position acceptance rate (DeepSeek-R1's MTP head on InferenceX's random-token prompts), fitted twice:
    on every MTP row's TPOT at concurrency <= 64, and on the TPOT gain of MTP / non-MTP pairs (same configuration and
    concurrency); the pair fit is written to ``catalogs/models/deepseek-v3.yaml`` ``speculative.acceptance_rate``.
 
-Loss: mean squared log error (``ln(pred / measured)^2``) over the rows (every date of a point is a row); stage D
-mean absolute log error.
+Loss: mean squared log error (``ln(pred / measured)^2``) over the rows (every date of a point is a row); stages B
+and D mean absolute log error (robust: a closed loop's queueing rows, minutes of TTFT, would otherwise set a
+constant per-request cost).
 Held out: the configurations (GPU, engine, parallelism, MTP, dtype, ISL/OSL: every concurrency and date of one)
 are split into ``--folds`` folds; stages A-B are refitted without each fold and predict it.
-Writes the stage-A parameters into ``families:`` of ``catalogs/profiles/sglang.yaml`` / ``trtllm.yaml`` (merged
-into what is there: they touch MoE models only), the ``efficiency:`` rows and the acceptance rate, unless
-``--no-write``. Stage B is reported, not written: a constant per-request cost reaches its 200 ms bound on several
-groups, i.e. it stands in for TTFT mechanisms the model lacks (the closed loop's waves, the scheduler's interval),
-and it would change dense-model TTFTs on these engines.
+Writes the stage-A and stage-B parameters into ``families:`` of ``catalogs/profiles/sglang.yaml`` / ``trtllm.yaml``
+(merged into what is there: stage A touches MoE models only; stage B every model served by that engine on that
+family, behind its HTTP server: not the offline rows of ``published.csv``, timed by the engine), the
+``efficiency:`` rows and the acceptance rate, unless ``--no-write``. A group's stage-B value ships only where it
+lowers that group's held-out TTFT error against none, both the loss (mean absolute log error) and the MAPE.
+Stages A and C share the fp4 rows (A reads the fp4 kernels' efficiency that C wrote last), so a rerun moves them a
+little (coordinate descent): the shipped values are the second run's (MXFP4 bandwidth 0.983 -> 0.947 -> 0.933; a
+third run moves it again by about 0.01 and the TTFT / TPOT MAPE by under 0.2 points).
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ from recommender.catalog import default_catalog  # noqa: E402
 from recommender.profiles import BOUNDS, EngineProfile, engine_profile  # noqa: E402
 
 STAGE_A = ("moe_layer_overhead_s", "expert_bandwidth_efficiency")
+STAGE_B = ("server_request_overhead_s",)
+STAGES = STAGE_A + STAGE_B
 #: MTP rows above this concurrency queue for KV (measured TTFT of minutes, SGLang retracting requests): their TPOT
 #: says more about preemption than about acceptance, so stage D fits on the rows at or below it
 MTP_MAX_CONC = 64
@@ -70,7 +78,8 @@ def group_of(c: bx.Case) -> tuple[str, str]:
 def base_profile(engine: str, gpu: str) -> EngineProfile:
     """The shipped engine profile with the GPU family's shipped parameters applied, families dropped, and the
     parameters this script fits back at their neutral defaults (so "before" is the model without them)."""
-    return engine_profile(engine).for_gpu(gpu).replace(families=(), moe_layer_overhead_s=0.0, expert_bandwidth_efficiency=1.0)
+    return engine_profile(engine).for_gpu(gpu).replace(families=(), moe_layer_overhead_s=0.0, expert_bandwidth_efficiency=1.0,
+                                                       server_request_overhead_s=0.0)
 
 
 Preds = dict[int, dict[str, float] | str]
@@ -123,7 +132,8 @@ def _clip(name: str, v: float) -> float:
 
 
 def fit_group(cases: Sequence[bx.Case], start: dict[str, float]) -> dict[str, float]:
-    """Stages A then B on one group's cases (module docstring)."""
+    """Stage A on one group's cases (module docstring): TPOT MSLE over ``moe_layer_overhead_s`` and
+    ``expert_bandwidth_efficiency``."""
     pr = Predictor(cases)
     key = group_of(cases[0])
 
@@ -134,15 +144,35 @@ def fit_group(cases: Sequence[bx.Case], start: dict[str, float]) -> dict[str, fl
 
     res = minimize(a_loss, [40.0, 0.7], method="Powell", bounds=[(0.0, 500.0), (0.1, 1.0)],
                    options={"xtol": 1e-2, "ftol": 1e-4, "maxfev": 80})
-    fitted = {**start, "moe_layer_overhead_s": round(_clip("moe_layer_overhead_s", res.x[0] * 1e-6), 8),
-              "expert_bandwidth_efficiency": round(_clip("expert_bandwidth_efficiency", res.x[1]), 4)}
+    return {**start, "moe_layer_overhead_s": round(_clip("moe_layer_overhead_s", res.x[0] * 1e-6), 8),
+            "expert_bandwidth_efficiency": round(_clip("expert_bandwidth_efficiency", res.x[1]), 4)}
 
-    def b_loss(x: float) -> float:
-        return msle(cases, pr.run({key: {**fitted, "request_overhead_s": x}}), "ttft")
 
-    rb = minimize_scalar(b_loss, bounds=BOUNDS["request_overhead_s"], method="bounded", options={"xatol": 2e-3})
-    fitted["request_overhead_s"] = round(float(rb.x), 5)
-    return fitted
+def fit_request_overhead(cases: Sequence[bx.Case], stage_a: dict[str, float], catalog: Any = None,
+                         acceptance: float | None = None) -> float:
+    """Stage B on one group's cases: the ``server_request_overhead_s`` (s) minimising the TTFT mean absolute log
+    error, the stage-A parameters fixed."""
+    pr = Predictor(cases)
+    key = group_of(cases[0])
+    lo, hi = BOUNDS["server_request_overhead_s"]
+    return round(scalar_fit(lambda x: male(cases, pr.run({key: {**stage_a, "server_request_overhead_s": x}}, catalog,
+                                                          acceptance), "ttft"), lo, hi), 4)
+
+
+def fit_all(cases: Sequence[bx.Case], catalog: Any = None, acceptance: float | None = None) -> dict[str, float]:
+    """Stages A (on the rows without MTP) and B (on every row) of one group: what ships for it."""
+    base = stage_a_rows(cases)
+    a = fit_group(base, {}) if base else {}
+    return {**a, "server_request_overhead_s": fit_request_overhead(cases, a, catalog, acceptance)}
+
+
+def stage_a_rows(cases: Sequence[bx.Case]) -> list[bx.Case]:
+    """The rows stage A fits on: scored, without MTP (fp8 and fp4 alike: the fp4 rows' kernels are the catalog's)."""
+    return [c for c in scored(cases) if not c.mtp]
+
+
+def scored(cases: Sequence[bx.Case]) -> list[bx.Case]:
+    return [c for c in cases if "closed_loop_check_ratio" not in c.row["quality_flags"]]
 
 
 def folds_of(cases: Sequence[bx.Case], k: int) -> list[set[tuple[Any, ...]]]:
@@ -162,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     cases = bx.single_node_cases(bx.DEFAULT_CSV)
-    base = [c for c in cases if not c.mtp and c.weight_dtype == "fp8"]
+    base = stage_a_rows(cases)
     groups: dict[tuple[str, str], list[bx.Case]] = defaultdict(list)
     for c in base:
         groups[group_of(c)].append(c)
@@ -170,10 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     unshipped: set[tuple[str, str]] = set()
     lines = ["# InferenceX fit: MoE-serving parameters per engine x GPU family", "",
              "Written by `python3 benchmarks/fit_inferencex.py` (module docstring: stages, loss, held-out rule).", "",
-             "## Stages A-B (fp8 rows without MTP), held out by whole configuration", "",
-             "| engine | family | rows | configs | moe_layer_overhead_s | expert_bandwidth_efficiency | request_overhead_s | "
-             "TPOT MAPE % before / fitted / held out | TTFT MAPE % before / fitted / held out | shipped |",
-             "|---|---|---:|---:|---:|---:|---:|---|---|---|"]
+             "## Stage A (rows without MTP, fp8 and fp4), held out by whole configuration", "",
+             "| engine | family | rows | configs | moe_layer_overhead_s | expert_bandwidth_efficiency | "
+             "TPOT MAPE % before / fitted / held out | shipped |",
+             "|---|---|---:|---:|---:|---:|---|---|"]
     for key, gc in sorted(groups.items()):
         fitted = fit_group(gc, {})
         params[key] = fitted
@@ -196,9 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not shipped:
             unshipped.add(key)
         lines.append(f"| {key[0]} | {key[1]} | {len(gc)} | {nconf} | {fitted['moe_layer_overhead_s'] * 1e6:.1f} us | "
-                     f"{fitted['expert_bandwidth_efficiency']:.3f} | {fitted['request_overhead_s'] * 1e3:.1f} ms | "
+                     f"{fitted['expert_bandwidth_efficiency']:.3f} | "
                      f"{mape(gc, before, 'tpot'):.1f} / {mape(gc, after, 'tpot'):.1f} / {mape(gc, held, 'tpot'):.1f} | "
-                     f"{mape(gc, before, 'ttft'):.1f} / {mape(gc, after, 'ttft'):.1f} / {mape(gc, held, 'ttft'):.1f} | "
                      f"{'yes' if shipped else 'no'} (held-out MSLE {held_msle:.3f} vs {before_msle:.3f}) |")
         print(lines[-1], flush=True)
     fitted_all = dict(params)
@@ -255,51 +284,126 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"This pair fit is the shipped default (the gain is what MTP changes; the absolute fit above also "
                   f"absorbs the profile's error on those rows).", ""]
         acc = acc_pair
-    lines += held_out_all(cases, a.folds, cat, acc)
+    b_lines, b_vals, b_unshipped = stage_b(cases, params, a.folds, cat, acc)
+    lines += b_lines
+    for key, v in b_vals.items():
+        if key not in b_unshipped:
+            params.setdefault(key, {})["server_request_overhead_s"] = v
+    lines += held_out_all(cases, a.folds, cat, acc, params)
     lines += ["",
               f"Fitted in {time.perf_counter() - t0:.0f} s."]
     print("\n".join(lines[-3:]), flush=True)
     a.out.write_text("\n".join(lines) + "\n")
     if not a.no_write:
         rows: dict[str, dict[str, int]] = defaultdict(dict)
-        for (eng, fam), gc in groups.items():
-            rows[eng][fam] = len(gc)
+        for c in scored(cases):
+            eng, fam = group_of(c)
+            rows[eng][fam] = rows[eng].get(fam, 0) + 1
         write(params, effs, acc, rows, unshipped)
     del fitted_all
     return 0
 
 
-def held_out_all(cases: Sequence[bx.Case], folds: int, cat: Any, acc: float) -> list[str]:
-    """Every scored row predicted with stage-A parameters fitted WITHOUT its configuration (folds of whole
-    configurations within each engine x family group; the fp4 rows and acceptance as shipped), beside the same rows
-    with the shipped parameters."""
-    scored = [c for c in cases if "closed_loop_check_ratio" not in c.row["quality_flags"]]
+def stage_b(cases: Sequence[bx.Case], params: dict[tuple[str, str], dict[str, float]], folds: int, cat: Any,
+            acc: float) -> tuple[list[str], dict[tuple[str, str], float], set[tuple[str, str]]]:
+    """Stage B per engine x family on every scored row (the shipped stage A, C and D fixed), held out by whole
+    configuration; a group's value ships where its held-out TTFT mean absolute log error and MAPE both beat none."""
     groups: dict[tuple[str, str], list[bx.Case]] = defaultdict(list)
-    for c in scored:
+    for c in scored(cases):
+        groups[group_of(c)].append(c)
+    out = ["", "## Stage B: the serving front end's fixed cost per request (every row, TTFT)", "",
+           "`server_request_overhead_s`: seconds each request adds to its client-timed TTFT, fitted per engine x family "
+           "on every scored row of the group (fp4 and MTP too), stages A, C and D as shipped; held out: refitted "
+           "without each fold of whole configurations.", "",
+           "| engine | family | rows | configs | server_request_overhead_s | TTFT MAPE % none / fitted / held out | "
+           "held-out MALE none / held out | shipped |", "|---|---|---:|---:|---:|---|---|---|"]
+    vals: dict[tuple[str, str], float] = {}
+    unshipped: set[tuple[str, str]] = set()
+    for key, gc in sorted(groups.items()):
+        a = {k: v for k, v in params.get(key, {}).items() if k in STAGE_A}
+        x = fit_request_overhead(gc, a, cat, acc)
+        vals[key] = x
+        pr = Predictor(gc)
+        none, fitted = pr.run({key: a}, cat, acc), pr.run({key: {**a, "server_request_overhead_s": x}}, cat, acc)
+        held: Preds = {}
+        for fold in folds_of(gc, folds):
+            train = [c for c in gc if c.config not in fold]
+            test_idx = [i for i, c in enumerate(gc) if c.config in fold]
+            if not train or not test_idx:
+                continue
+            xf = fit_request_overhead(train, a, cat, acc)
+            tp = Predictor([gc[i] for i in test_idx]).run({key: {**a, "server_request_overhead_s": xf}}, cat, acc)
+            held.update({test_idx[j]: p for j, p in tp.items()})
+        h, n0 = male(gc, held, "ttft"), male(gc, none, "ttft")
+        # ship where it lowers both the held-out loss and the held-out error the targets are set in (TTFT MAPE)
+        ok = h < n0 and mape(gc, held, "ttft") < mape(gc, none, "ttft")
+        if not ok:
+            unshipped.add(key)
+        out.append(f"| {key[0]} | {key[1]} | {len(gc)} | {len({c.config for c in gc})} | {x * 1e3:.1f} ms | "
+                   f"{mape(gc, none, 'ttft'):.1f} / {mape(gc, fitted, 'ttft'):.1f} / {mape(gc, held, 'ttft'):.1f} | "
+                   f"{n0:.3f} / {h:.3f} | {'yes' if ok else 'no'} |")
+        print(out[-1], flush=True)
+    return out, vals, unshipped
+
+
+def held_out_predictions(cases: Sequence[bx.Case], folds: int, cat: Any = None, acc: float | None = None,
+                         shipped: set[tuple[str, str]] | None = None) -> list[tuple[bx.Case, dict[str, float] | str]]:
+    """Every scored row predicted with its engine x family's stage-A and stage-B parameters fitted WITHOUT its
+    configuration (``folds`` folds of whole configurations within each group; stage A on the fold's training rows
+    without MTP, stage B on all its training rows; the fp4 rows and acceptance as shipped). Groups in ``shipped``
+    refit stage B; the others leave it at 0, as shipped (``None``: every group refits it)."""
+    cat = cat or default_catalog()
+    groups: dict[tuple[str, str], list[bx.Case]] = defaultdict(list)
+    for c in scored(cases):
         groups[group_of(c)].append(c)
     held: list[tuple[bx.Case, dict[str, float] | str]] = []
     for key, gc in sorted(groups.items()):
         for fold in folds_of(gc, folds):
-            train = [c for c in gc if c.config not in fold and not c.mtp and c.weight_dtype == "fp8"]
+            train = [c for c in gc if c.config not in fold]
             test = [c for c in gc if c.config in fold]
             if not test:
                 continue
-            fp = {k: v for k, v in fit_group(train, {}).items() if k in STAGE_A} if train else {}  # what ships
+            base = stage_a_rows(train)
+            fp = fit_group(base, {}) if base else {}
+            if train and (shipped is None or key in shipped):
+                fp["server_request_overhead_s"] = fit_request_overhead(train, fp, cat, acc)
             preds = Predictor(test).run({key: fp}, cat, acc)
             held += [(c, preds[i]) for i, c in enumerate(test)]
-    shipped = {k: {n: getattr(engine_profile(k[0]).for_gpu(gc[0].gpu), n) for n in STAGE_A} for k, gc in groups.items()}
-    ship_preds = Predictor(scored).run(shipped, cat, acc)
-    out = ["", "## Every row, held out by configuration", "",
-           f"Stage-A parameters refitted per engine x family without each of {folds} folds of whole configurations "
-           "(fp8 rows without MTP of the other folds), predicting every row of the held-out fold (fp4 and MTP too, "
-           "with the shipped fp4 rows and acceptance).", "",
-           "| predictions | rows | TTFT MAPE % | TPOT MAPE % | output tput MAPE % |", "|---|---:|---:|---:|---:|"]
-    for name, pairs in (("held out by configuration", held), ("shipped parameters (in sample)", list(zip(scored, [ship_preds[i] for i in range(len(scored))])))):
-        row = [f"{statistics.fmean(errs):.1f}" if (errs := [bx.ape(p[k], c.measured[k]) for c, p in pairs
+    return held
+
+
+def error_table(pairs: Sequence[tuple[bx.Case, dict[str, float] | str]], title: str) -> list[str]:
+    """MAPE of TTFT / TPOT / output throughput overall, by GPU, engine and parallelism class."""
+    def cells(sub: Sequence[tuple[bx.Case, dict[str, float] | str]]) -> str:
+        row = [f"{statistics.fmean(errs):.1f}" if (errs := [bx.ape(p[k], c.measured[k]) for c, p in sub
                                                               if isinstance(p, dict) and k in c.measured]) else "-"
                for k in bx.METRICS]
-        out.append(f"| {name} | {len(pairs)} | " + " | ".join(row) + " |")
-    print("\n".join(out[-3:]), flush=True)
+        return f"{len(sub)} | " + " | ".join(row)
+
+    out = [f"| {title} | rows | TTFT MAPE % | TPOT MAPE % | output tput MAPE % |", "|---|---:|---:|---:|---:|",
+           f"| all | {cells(pairs)} |"]
+    for label, f in (("GPU", lambda c: c.gpu), ("engine", lambda c: c.framework), ("parallelism", lambda c: c.parallel)):
+        for g in sorted({f(c) for c, _ in pairs}):
+            out.append(f"| {label} {g} | {cells([(c, p) for c, p in pairs if f(c) == g])} |")
+    return out
+
+
+def held_out_all(cases: Sequence[bx.Case], folds: int, cat: Any, acc: float,
+                 params: dict[tuple[str, str], dict[str, float]]) -> list[str]:
+    """Every scored row predicted with parameters fitted WITHOUT its configuration (:func:`held_out_predictions`),
+    beside the same rows with the parameters this run ships, overall and by GPU / engine / parallelism."""
+    sc = scored(cases)
+    shipped_b = {k for k, v in params.items() if "server_request_overhead_s" in v}
+    held = held_out_predictions(sc, folds, cat, acc, shipped_b)
+    ship_preds = Predictor(sc).run(params, cat, acc)
+    ins = [(c, ship_preds[i]) for i, c in enumerate(sc)]
+    out = ["", "## Every row, held out by configuration", "",
+           f"Stage-A and stage-B parameters refitted per engine x family without each of {folds} folds of whole "
+           "configurations (stage A on the other folds' rows without MTP, stage B on all their rows), predicting "
+           "every row of the held-out fold (fp4 and MTP too, with the shipped fp4 rows and acceptance).", ""]
+    out += error_table(held, "held out by configuration") + [""]
+    out += error_table(ins, "in sample (the parameters shipped)")
+    print("\n".join(out[-30:]), flush=True)
     return out
 
 
@@ -330,8 +434,9 @@ def _with(cat: Any, arch: str, dtype: str, bandwidth: float) -> Any:
     return dataclasses.replace(cat, gpus=gpus)
 
 
-NOTE = ("moe_layer_overhead_s, expert_bandwidth_efficiency: fitted by benchmarks/fit_inferencex.py on {n} InferenceX "
-        "DeepSeek-R1 fp8 rows without MTP (benchmarks/results/inferencex-fit.md); they act on MoE models only")
+NOTE = ("moe_layer_overhead_s, expert_bandwidth_efficiency (MoE models only), server_request_overhead_s (every model "
+        "behind this engine's HTTP server): fitted by benchmarks/fit_inferencex.py on {n} InferenceX DeepSeek-R1 rows "
+        "(benchmarks/results/inferencex-fit.md)")
 
 
 def merge_families(text: str, fams: dict[str, dict[str, float]], rows: dict[str, int], drop: set[str] | None = None) -> str:
@@ -344,7 +449,7 @@ def merge_families(text: str, fams: dict[str, dict[str, float]], rows: dict[str,
     for fam in list(have):
         # a family this script wrote before (only its parameters): drop its block and write it again
         if ((fam in fams or fam in drop) and "fit_inferencex" in str(have[fam].get("source"))
-                and set(have[fam].get("parameters") or {}) <= set(STAGE_A)):
+                and set(have[fam].get("parameters") or {}) <= set(STAGES)):
             block = re.search(rf"\n  {fam}:\n(?:    .*\n|      .*\n)*", text)
             assert block is not None
             text = text.replace(block.group(0), "\n", 1)
@@ -352,13 +457,13 @@ def merge_families(text: str, fams: dict[str, dict[str, float]], rows: dict[str,
     if "families:" not in text:
         text = text.rstrip("\n") + "\nfamilies:\n"
     for fam, p in sorted(fams.items()):
-        vals = {k: float(v) for k, v in p.items() if k in STAGE_A}
+        vals = {k: float(v) for k, v in p.items() if k in STAGES}
         note = NOTE.format(n=rows.get(fam, 0))
         if fam in have:
             block = re.search(rf"\n  {fam}:\n(?:    .*\n|      .*\n)*", text)
             assert block is not None
             b = block.group(0)
-            for k in STAGE_A:
+            for k in STAGES:
                 b = re.sub(rf"\n      {k}: .*", "", b)
             b = re.sub(r"\n    moe_source: .*", "", b)
             b = b.replace("\n    parameters:\n", "\n    parameters:\n" + "".join(f"      {k}: {v:.6g}\n" for k, v in vals.items()), 1)

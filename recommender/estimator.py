@@ -510,9 +510,12 @@ def _burst(dep: Deployment, load: Load, m: int) -> RunPrediction:
     r = min(_admitted_of(dep, load) * dep.dp, m)   # every attention rank admits its own
     waves = math.ceil(m / r)
     wave = estimate(dep, Load.static(batch=r, prompt_tokens=load.prompt_tokens, output_tokens=load.output_tokens))
-    wave_s = (wave.e2e_s or wave.ttft_s) - dep.profile.request_overhead_s
+    from recommender.perf.step import StepCostModel
+
+    fixed_s = StepCostModel.build(dep).request_overhead_s   # the profile's + the HTTP front end's, once per request
+    wave_s = (wave.e2e_s or wave.ttft_s) - fixed_s
     wait = (waves - 1) / 2.0 * wave_s
-    duration = waves * wave_s + dep.profile.request_overhead_s
+    duration = waves * wave_s + fixed_s
     return RunPrediction(ttft_s=wave.ttft_s + wait, tpot_s=wave.tpot_s, e2e_s=(wave.e2e_s or wave.ttft_s) + wait,
                          output_tokens_per_s=m * load.output_tokens / duration, duration_s=duration,
                          in_flight=float(m), completed=m, method="analytic burst")

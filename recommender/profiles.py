@@ -14,6 +14,12 @@ every command takes ``--profile FILE``. Parameters (all fractions in (0, 1], tim
 - ``cuda_graph_bytes_per_gpu``: memory held by captured CUDA graphs.
 - ``request_overhead_s``: fixed time every request adds to its first token (API server, tokenisation,
   scheduling into the next step, the first streamed chunk); 0 for offline engines' own timers.
+- ``server_request_overhead_s``: fixed time (s per request) the engine's HTTP serving front end adds to a
+  client-timed TTFT (``sglang.launch_server`` / ``trtllm-serve``: request parsing, tokenisation, the hand-off
+  from the tokenizer process to the scheduler, the first streamed chunk back through the detokenizer). Fitted per
+  engine x GPU family on InferenceX (``benchmarks/fit_inferencex.py`` stage B); added to ``request_overhead_s``
+  unless the limits say the figures are the engine's own timer (``EngineLimits.engine_timer``: trtllm-bench,
+  static-batch tables), so the offline rows the rest of the profile was fitted on do not see it.
 - ``prefill_step_overhead_s``: fixed time of every step that carries prefill tokens (such steps are not
   CUDA-graph captured: per-layer launches of the attention kernels, the TP collectives' latency).
 - ``gemm_m_half_tokens``: tokens in a step at which the weight GEMMs reach half of
@@ -77,6 +83,7 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "runtime_reserve_bytes_per_gpu": (0.0, 20e9),
     "cuda_graph_bytes_per_gpu": (0.0, 10e9),
     "request_overhead_s": (0.0, 0.2),
+    "server_request_overhead_s": (0.0, 0.3),
     "prefill_step_overhead_s": (0.0, 50e-3),
     "gemm_m_half_tokens": (0.0, 4096.0),
     "moe_layer_overhead_s": (0.0, 500e-6),
@@ -141,6 +148,7 @@ class EngineProfile:
     runtime_reserve_bytes_per_gpu: float = 0.5e9
     cuda_graph_bytes_per_gpu: float = 0.5e9
     request_overhead_s: float = 0.0
+    server_request_overhead_s: float = 0.0
     prefill_step_overhead_s: float = 0.0
     gemm_m_half_tokens: float = 0.0
     moe_layer_overhead_s: float = 0.0

@@ -30,7 +30,8 @@ PROFILE_PARAMETERS = (
 #: Written only when not zero (older profiles do not have them).
 OPTIONAL_PARAMETERS = ("request_overhead_s", "prefill_step_overhead_s", "gemm_m_half_tokens", "moe_layer_overhead_s",
                        "dp_balance_timeout_steps", "expert_bandwidth_efficiency", "layer_overhead_s", "fp8_gemm_efficiency_ratio",
-                       "fp4_gemm_efficiency_ratio", "gemm_curve_hidden_fraction", "attention_efficiency_ratio")
+                       "fp4_gemm_efficiency_ratio", "gemm_curve_hidden_fraction", "attention_efficiency_ratio",
+                       "server_request_overhead_s")
 _DEFAULT = EngineProfile()
 
 

@@ -4,10 +4,11 @@ One layer, used by ``estimate``, ``calibrate`` and the search alike (printed by 
 
 - ``vllm`` / ``sglang``: vLLM 0.33's ``vllm serve`` defaults for the GPU (:func:`default_limits`),
   ``gpu_memory_utilization`` 0.92, the OpenAI API server in front (its per-request cost is the
-  profile's ``request_overhead_s``);
-- ``trtllm``: ``trtllm-bench build``'s heuristics (:func:`trtllm_bench_limits`), the engine's own timer;
+  profile's ``request_overhead_s`` + ``server_request_overhead_s``);
+- ``trtllm``: ``trtllm-bench build``'s heuristics (:func:`trtllm_bench_limits`), the engine's own timer
+  (``EngineLimits.engine_timer``: no ``server_request_overhead_s``);
 - ``lmdeploy`` / ``gpt-fast``: static-batch benchmarks with generous limits (4096 sequences, 8192
-  tokens, 0.95 of memory), the engine's own timer.
+  tokens, 0.95 of memory), the engine's own timer (``engine_timer``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class EngineConditions:
             f"engine {self.engine}: max_num_seqs {lim.max_num_seqs}, max_num_batched_tokens {lim.max_num_batched_tokens}, "
             f"chunked prefill {'on' if lim.chunked_prefill else 'off'}, gpu-memory-utilization {self.gpu_memory_utilization:g}, "
             f"CUDA graphs {'on' if self.cuda_graphs else 'off'} ({self.basis})",
-            f"front end {self.front_end}: {self.request_overhead_s * 1e3:.2f} ms per request (profile request_overhead_s)",
+            f"front end {self.front_end}: {self.request_overhead_s * 1e3:.2f} ms per request (profile request_overhead_s + server_request_overhead_s)",
         ]
 
 
@@ -69,16 +70,17 @@ def trtllm_bench_limits(model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, 
     act = mem.activation_peak_bytes_per_gpu(model, tp, tokens, seqs)
     reserve = EngineProfile.runtime_reserve_bytes_per_gpu + EngineProfile.cuda_graph_bytes_per_gpu
     gmu = min(1.0, (kv_gpu + w + act + reserve) / gpu.memory_bytes)
-    return EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=tokens), gmu
+    return EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=tokens, engine_timer=True), gmu
 
 
-STATIC_LIMITS = EngineLimits(max_num_seqs=4096, max_num_batched_tokens=8192)
+STATIC_LIMITS = EngineLimits(max_num_seqs=4096, max_num_batched_tokens=8192, engine_timer=True)
 
 
 def engine_conditions(engine: str, *, model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, kv_dtype: str,
                       prompt_tokens: int, output_tokens: int, profile: EngineProfile | None = None) -> EngineConditions:
     """The conditions ``engine`` runs a benchmark of these lengths under (module docstring)."""
     overhead = profile.request_overhead_s if profile is not None else 0.0
+    served = overhead + (profile.server_request_overhead_s if profile is not None else 0.0)
     if engine == "trtllm":
         lim, gmu = trtllm_bench_limits(model, gpu, tp, weight_dtype, kv_dtype, prompt_tokens, output_tokens)
         return EngineConditions(engine, lim, gmu, True, "engine timer", overhead,
@@ -86,7 +88,7 @@ def engine_conditions(engine: str, *, model: ModelArch, gpu: Gpu, tp: int, weigh
     if engine in ("lmdeploy", "gpt-fast"):
         return EngineConditions(engine, STATIC_LIMITS, 0.95, True, "engine timer", overhead,
                                 "static-batch benchmark, generous limits")
-    return EngineConditions(engine, default_limits(gpu), 0.92, True, "OpenAI API server", overhead,
+    return EngineConditions(engine, default_limits(gpu), 0.92, True, "OpenAI API server", served,
                             vllm_limits_basis(gpu))
 
 

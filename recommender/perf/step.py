@@ -76,6 +76,9 @@ class EngineLimits:
     #: the engine takes in new requests every this many steps (SGLang ``--scheduler-recv-interval``, or its
     #: ``--num-continuous-decode-steps``); vLLM's scheduler looks at every step: 1
     scheduler_poll_steps: int = 1
+    #: the figures are the engine's own timer (trtllm-bench, a static-batch table), not a client behind its HTTP
+    #: server: the profile's ``server_request_overhead_s`` is not added (``StepCostModel.request_overhead_s``)
+    engine_timer: bool = False
 
 
 def default_limits(gpu: Gpu, max_model_len: int = 0) -> EngineLimits:
@@ -215,7 +218,8 @@ class StepCostModel:
     overhead_s: float
     kv_capacity_tokens: int
     kv_block_tokens: int = 16
-    request_overhead_s: float = 0.0      # added once to every request's TTFT (and E2E)
+    request_overhead_s: float = 0.0      # s, added once to every request's TTFT (and E2E): profile request_overhead_s
+    #                                      + server_request_overhead_s behind an HTTP server (not limits.engine_timer)
     allreduces_per_layer: int = 2        # 1 for parallel attention+MLP blocks
     prefill_step_overhead_s: float = 0.0  # added to every step that carries prefill tokens
     gemm_m_half_tokens: float = 0.0       # tokens at which the GEMMs reach half their peak efficiency
@@ -277,7 +281,8 @@ class StepCostModel:
             allreduce_latency_s=lat,
             allreduce_bytes_per_s=ar_bw,
             overhead_s=overhead, kv_capacity_tokens=memb.kv_capacity_tokens,
-            request_overhead_s=p.request_overhead_s, allreduces_per_layer=1 if m.parallel_attention else 2,
+            request_overhead_s=p.request_overhead_s + (0.0 if dep.limits.engine_timer else p.server_request_overhead_s),
+            allreduces_per_layer=1 if m.parallel_attention else 2,
             prefill_step_overhead_s=p.prefill_step_overhead_s,
             gemm_m_half_tokens=gemm_m_half(p.gemm_m_half_tokens, m.hidden_size, tp),
             moe=layout, routed_flops_per_token=routed, draft=_draft_cost(dep, pair),
