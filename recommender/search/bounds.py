@@ -189,11 +189,22 @@ class Bounds:
                 and _QUANTILE[s.percentile] >= 0.9]
         if not slos:
             return 1
-        own = TTFT_SLACK * self._own_lb(cost, budget)
-        e_s, own_min = float(own.mean()), float(own.min()) + cost.request_overhead_s + extra_s
+        own_lb = self._own_lb(cost, budget)
+        pc = self._pre.Pc
+        n = np.ceil(pc / max(budget, 1))
+        step0 = cost.step_s(0, 0.0, 0.0)  # the lane's decode-only step: no decoders in a prefill pool
+        # lane service S = own - n T + max(Pc / C, 1 / k) T >= own - (n - Pc / C) T (recommender.load.pool, lane)
+        e_s = TTFT_SLACK * max(0.0, float((own_lb - np.maximum(0.0, n - pc / max(budget, 1)) * step0).mean()))
+        own_min = TTFT_SLACK * float(own_lb.min()) + cost.request_overhead_s + extra_s
+        # prompts arriving while it waits join its last prefill step (vLLM fills the budget at each step): lam E[Pc] W
+        # tokens up to the budget left, each costing at least E[D] / E[Pc], D = own - n T
+        e_pc = float(pc.mean())
+        per_token = TTFT_SLACK * max(0.0, float((own_lb - n * step0).mean())) / max(e_pc, 1e-12)
+        spare = float(np.maximum(0.0, n * max(budget, 1) - pc).min())
 
         def meets(r: int) -> bool:
-            rho = self.target_req_s / r * e_s
+            lam = self.target_req_s / r
+            rho = lam * e_s
             if rho >= 1.0:
                 return False
             for limit, level in slos:
@@ -202,7 +213,7 @@ class Bounds:
                 # the load model's Kraemer-Langenbach-Belz factor at cs2 = 0, where ca2 x factor is smallest
                 klb = math.exp(-2.0 * (1.0 - rho) * (1.0 - ca2) ** 2 / (3.0 * rho * ca2)) if ca2 < 1.0 else 1.0
                 wait = e_s * ca2 * klb / (2.0 * (1.0 - rho)) * math.log(rho / tail) if rho > tail else 0.0
-                if own_min + wait > limit:
+                if own_min + wait + min(lam * e_pc * wait, spare) * per_token > limit:
                     return False
             return True
 
@@ -253,7 +264,7 @@ class Bounds:
             # the mean decode step per token lies in [t0, limit]: on each of GRID pieces [g_j, g_j+1] the TPOT bound
             # is at least its value at the piece's lower end with E[D] at its upper end (E[D] falls with the step)
             g_ = t0 + (limit - t0) * np.arange(INTERFERENCE_GRID + 1) / INTERFERENCE_GRID
-            d_ = np.array([min(float(np.maximum(0.0, f(tau * t)).mean()) for f, _, _ in excess) for t in g_[1:]])
+            d_ = np.min([np.maximum(0.0, f(tau * g_[1:])).mean(axis=-1) for f, _, _ in excess], axis=0)
             self._interference_parts[pk] = (g_, d_, soj_, a_own_)
         g, d_hi, soj, a_own = self._interference_parts[pk]
         grid = INTERFERENCE_GRID
@@ -312,9 +323,13 @@ class Bounds:
         kink = np.clip(gemm_min / max(w, 1e-300), n_lo, n_hi)
         own = np.maximum(n_lo * w, gemm_min) + rest + n_lo * fixed
 
-        def excess(t_step: float) -> np.ndarray:
-            out: np.ndarray = np.minimum.reduce([np.maximum(n * w, gemm_min) + rest + n * (fixed - t_step)
-                                                 for n in (n_lo, n_hi, kink)])
+        ns = np.stack([n_lo, n_hi, kink])  # (3, points)
+        base = np.maximum(ns * w, gemm_min) + rest + ns * fixed
+
+        def excess(t_step: Any) -> np.ndarray:
+            """Per point (and per step time, for an array of them: shape (steps, points)) ``D`` at least."""
+            t = np.asarray(t_step, dtype=float)[..., None, None]
+            out: np.ndarray = (base - ns * t).min(axis=-2)
             return out
 
         return excess, own, n_hi
@@ -659,15 +674,22 @@ class Bounds:
             s_mean, s_min, ingress = self._link_cache[lk]
             rp = max(rp0, math.ceil(self.target_req_s * s_mean / u - 1e-9))
             rd = max(rd0, math.ceil(self.target_req_s * ingress / u - 1e-9))
+            usd = self._rent_pd_usd(c, pair, path, rp, rd)
+            if usd is None or (best is not None and usd >= best[0]):
+                continue  # more replicas never cost less: this path cannot beat the best
             rp = self._ttft_queue_replicas(cost, budget, rp, s_min)
-            key = (pair, path, rp, rd)
-            if key not in self._pd_rent_cache:
-                rented = self.sizer.rent_pd(c, path, rp, rd)
-                self._pd_rent_cache[key] = None if isinstance(rented, str) else rented[0].usd_per_hour + rented[1].usd_per_hour
-            usd = self._pd_rent_cache[key]
+            usd = self._rent_pd_usd(c, pair, path, rp, rd)
             if usd is not None and (best is None or usd < best[0]):
                 best = (usd, (rp, rd))
         return best
+
+    def _rent_pd_usd(self, c: Candidate, pair: tuple[str, int, str, int, str], path: Any, rp: int, rd: int) -> float | None:
+        """USD/h of ``Sizer.rent_pd`` over ``path`` (None when it cannot rent them), cached."""
+        key = (pair, path, rp, rd)
+        if key not in self._pd_rent_cache:
+            rented = self.sizer.rent_pd(c, path, rp, rd)
+            self._pd_rent_cache[key] = None if isinstance(rented, str) else rented[0].usd_per_hour + rented[1].usd_per_hour
+        return self._pd_rent_cache[key]
 
     def _pipeline(self, c: Candidate) -> Bound | None:
         """A loose but valid bound for a pipeline-parallel shape: one whole pipeline (``pp`` stage groups on
