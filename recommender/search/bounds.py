@@ -13,7 +13,7 @@ Throughput of one replica (requests/s), ``u = max_utilisation``:
   at least its share of the request's work, and ``sum max(a, b) >= max(sum a, sum b)`` over the steps. A
   request computes ``T = Pc + O - 1`` tokens in at least ``S = max((O - 1) / max_num_seqs, T / budget)``
   steps; its GEMMs take ``>= max(S W / hbm, T (1 + g(cap) / cap) lf / flops)`` (the GEMM curve's half
-  points, ``_curve_per_token``), its attention ``>= max(KV read / (tp hbm), attention FLOPs / (flops x
+  points, ``_curve_per_token``: steps of at most ``cap`` tokens), its attention ``>= max(KV read / (tp hbm), attention FLOPs / (flops x
   attention_ratio))`` (each decode token reads at least the prompt's KV and attends to
   it), its all-reduces ``T`` tokens' worth plus ``S`` latencies, and ``S`` step overheads. So ``lam x
   busy <= 1`` (``_busy_s_per_request``). The analytic load model lies within ~6% of this on the sampled
@@ -25,18 +25,32 @@ Throughput of one replica (requests/s), ``u = max_utilisation``:
   batch whose step fits in ``L``) and, ``b / f(b)`` growing with ``b``, ``lam x (E[O] - 1) <= b_max / f(b_max)``.
 
 * TPOT with prefill interference (aggregated pools; TPOT SLO ``L`` at p90 and above, or the mean): a prompt's
-  prefill adds ``D >= own(P) - n(P) L`` to the decode steps it shares (its own steps, ``_own_lb``, less the
-  decode step they replace, at most ``L`` in a plan that meets the SLO). At ``lam = rate (1 + headroom) / R``
-  per replica, a step holds at least ``b = lam (E[O] - 1) t0`` decoders (``t = decode_step_s(b) >= t0``, the
-  floor below), and the load model's mean interference per token is at least ``E[D] max(0, lam t - (1 - 1/R)
-  / (2 n)) / (1 - lam E[D])`` (its renewal count, ``recommender.load.pool``), so ``t + TPOT_SLACK x that <= L``
-  bounds ``R`` from below;
+  prefill adds ``D = own(P) - n(P) T`` to the decode steps it shares (``T``: the decode-only step; ``own``: its
+  own chunk steps, ``_own_parts``; ``n`` between ``ceil(Pc / budget)`` and ``ceil(Pc / (budget - b_cap q))``, ``b_cap``
+  the largest batch whose step fits in ``L``; ``_prefill_excess``). At ``lam = rate (1 + headroom) / R`` per
+  replica, a step holds at least ``b = lam (E[O] - 1) t0`` decoders, so the decode step ``t`` is at least
+  ``t_lo = decode_step_s(b)``, and ``T <= t``. The load model's mean TPOT is at least ``t + E[D] (phi lam (t +
+  own / (O - 1)) - (1 - 1/R) / (2 (O - 1))) / (1 - phi lam E[D])`` (its renewal count over the request's window of
+  ``O - 1`` steps and its own lane sojourn, ``recommender.load.pool``; ``phi``, the share of arrivals admitted
+  while it decodes, is 1 once the replica's slots exceed the decoders a TPOT-meeting step holds). ``E[D]`` falls
+  and the rest grows with ``t``: over pieces of ``[t_lo, L]`` the bound takes each piece's low end and ``E[D]``
+  at its high end, and ``R`` is the fewest replicas for which some piece meets ``L`` (``TPOT_SLACK`` on the
+  interference);
 * TTFT with the prefill lane's queue (P/D prefill pools; TTFT SLOs at p90 and above): ``TTFT_q >= min(own) +
-  W_q`` with the M/G/1 lane wait ``W_q >= E[S] ca2 g / (2 (1 - rho)) ln(rho / (1 - q))`` (``cs2 = 0`` in the model's
-  Kraemer-Langenbach-Belz factor ``g``, ``ca2 = 1 / R``), which bounds the prefill replicas from below.
+  transfer + W_q + J(W_q)`` with the M/G/1 lane wait ``W_q >= E[S] ca2 g / (2 (1 - rho)) ln(rho / (1 - q))``
+  (``cs2 = 0`` in the model's Kraemer-Langenbach-Belz factor ``g``, ``ca2 = 1 / R``; ``E[S] >= E[own - (n - Pc / C)
+  T]``, the lane's share of the decode-only step) and ``J(W) = min(lam E[Pc] W, spare budget) E[D] / E[Pc]``, the
+  prompts that arrive while it waits joining its last step (vLLM fills the budget at each step boundary); this
+  bounds the prefill replicas from below.
+* P/D rental: per KV path the sizer may take (``Sizer.kv_paths``: one instance's fabric, a provider's NICs), a
+  transfer holds the link for ``S(P) = latency + P bytes / (min(tp) bw)`` and the decode side's NICs take
+  ``lam / R_d E[P] bytes / (tp_d bw)``; both stay under the utilisation cap, so ``R_p >= rate E[S] / u`` and
+  ``R_d >= rate E[P] bytes / (tp_d bw u)``, with the TTFT queue bound counting the path's shortest transfer.
+  The bound is the cheapest ``Sizer.rent_pd`` over the paths at those replicas (renting more over one path never
+  costs less); no path: the pair cannot be rented (None).
 
 Replicas ``R >= ceil(rate x (1 + headroom) / lam_max)`` (or the interference and queue bounds above); cost ``>=`` the cheapest whole-instance rental of
-``R`` TP groups (``recommender.offers.cheapest_rental``; renting more groups never costs less). An offline
+``R`` TP groups (``recommender.offers.cheapest_rental``; renting more groups never costs less; P/D: above). An offline
 job pays ``usd_per_gpu_hour x tp x R x running`` with ``running = rate / (R x capacity)`` and capacity
 ``<= lam_max`` at a full KV cache (``u = 1``), so its cost is ``>= usd_per_gpu_hour x tp x rate / lam_max``
 (per pool for P/D: each pool's capacity bounds the job's rate).
@@ -50,8 +64,9 @@ displaces decode steps of at most ``L tau`` in a plan meeting TPOT ``L``.
 
 Latency at percentile ``p`` (TTFT = queue + residual + own prefill + co-scheduled + fixed, all >= 0):
 ``TTFT_p >= q_p(own)`` with ``own`` the prompt's own ``n = ceil(Pc / C)`` chunk steps, each no faster than
-with its chunk alone: ``max(n W / hbm, Pc (1 + g(C) / C) lf / flops)`` GEMMs (each chunk step reads the
-weights ``W`` once), its attention FLOPs, all-reduces and ``n`` step overheads, plus fixed (``_ttft``); TPOT ``>=`` the shortest decode step, ``max(W / hbm,
+with its chunk alone: ``max(n W / hbm, (Pc + (n - 1) g(C) + g(Pc - (n - 1) C)) lf / flops)`` GEMMs (each chunk step
+reads the weights ``W`` once; ``g`` concave, so the fewest and largest chunks add the least curve, ``_own_parts``),
+its attention FLOPs, all-reduces and ``n`` step overheads, plus fixed (``_ttft``); TPOT ``>=`` the shortest decode step, ``max(W / hbm,
 decode_step_s(1, 0.9 x mean_ctx))`` (every decode step reads the weights; the load model's step is at a mean
 batch of at least one; halved at p50, where the batch-noise factor may be below 1); E2E ``>=`` TTFT's bound (plus
 ``E[O - 1] x W / hbm`` for the mean). P/D: prefill's TTFT bound plus the KV transfer, decode's TPOT.
@@ -67,7 +82,7 @@ import numpy as np
 
 from recommender.load.pool_inputs import pool_inputs
 from recommender.load.topology import PoolKind
-from recommender.offers import cheapest_rental, rent_colocated
+from recommender.offers import cheapest_rental
 from recommender.perf.step import EngineLimits, StepCostModel
 from recommender.sizing import Candidate, Sizer
 
@@ -85,7 +100,7 @@ TTFT_SLACK = 0.95
 # least 1.005x the bound without slack; the slack keeps it a bound on the configurations not sampled.
 TPOT_SLACK = 0.97
 # pieces of [decode floor, TPOT limit] over which the interference bound takes its least value
-INTERFERENCE_GRID = 24
+INTERFERENCE_GRID = 16
 ShapeKey = tuple[str, int, str, str, int, bool, int]  # (gpu, tp, weight dtype, kv dtype, dp, ep, MTP draft tokens)
 _QUANTILE = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
@@ -135,9 +150,10 @@ class Bounds:
         self._paths: dict[tuple[str, int, str, int, str], tuple[Any, ...]] = {}
         self._pd_rent_cache: dict[tuple[Any, ...], float | None] = {}
         self._interference_cache: dict[tuple[Any, ...], int] = {}
-        self._interference_parts: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, float]] = {}
+        self._interference_parts: dict[tuple[Any, ...], tuple[np.ndarray, tuple[Any, ...], float, float]] = {}
+        self._excess_cache: dict[tuple[int, int], tuple[Any, float, float, dict[int, float]]] = {}
         self._own_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
-        self._link_cache: dict[tuple[Any, ...], tuple[float, float, float]] = {}
+        self._pd_paths_cache: dict[tuple[Any, ...], tuple[tuple[Any, int, int], ...]] = {}
         self._pd_cache: dict[tuple[Any, ...], tuple[float, tuple[int, int]] | None] = {}
         self._queue_cache: dict[tuple[Any, ...], int] = {}  # keyed by id(cost model): generous ones, kept
 
@@ -251,22 +267,40 @@ class Bounds:
         ctx = max(1, int(0.9 * inp.mean_ctx))
         inv_out = float((1.0 / np.maximum(inp.O - 1.0, 1.0)).mean())
         u = self.sizer.max_utilisation
+        if self._interference_cannot_bind(cost, budgets, r0, limit, t0, inv_out):
+            return r0
         pk = (id(cost), budgets)
         if pk not in self._interference_parts:
-            tau = cost.tokens_per_step
             # a step of more decoders than b_cap exceeds the limit on its own: the chunk left beside the decoders
             # is at least budget - b_cap q tokens, so a prompt takes at most ceil(Pc / that) chunk steps
             b_cap = self._largest_batch_within(cost, ctx, limit)
-            excess = [self._prefill_excess(cost, b, max(1, b - b_cap * cost.query_tokens)) for b in budgets]
-            # the request's own lane sojourn (its prefill, for a prompt that takes one step) opens its window too
-            soj_ = min(float(np.min(np.where(n_hi <= 1.0, TTFT_SLACK * own, 0.0))) for _, own, n_hi in excess)
-            a_own_ = min(float(own.mean()) for _, own, _ in excess)
             # the mean decode step per token lies in [t0, limit]: on each of GRID pieces [g_j, g_j+1] the TPOT bound
             # is at least its value at the piece's lower end with E[D] at its upper end (E[D] falls with the step)
             g_ = t0 + (limit - t0) * np.arange(INTERFERENCE_GRID + 1) / INTERFERENCE_GRID
-            d_ = np.min([np.maximum(0.0, f(tau * g_[1:])).mean(axis=-1) for f, _, _ in excess], axis=0)
-            self._interference_parts[pk] = (g_, d_, soj_, a_own_)
-        g, d_hi, soj, a_own = self._interference_parts[pk]
+            per_budget = []
+            for b in budgets:
+                bk = (id(cost), b)
+                if bk not in self._excess_cache:
+                    f, own, n_hi = self._prefill_excess(cost, b, max(1, b - b_cap * cost.query_tokens))
+                    # the request's own lane sojourn (its prefill, for a prompt that takes one step) opens its window
+                    self._excess_cache[bk] = (f, float(np.min(np.where(n_hi <= 1.0, TTFT_SLACK * own, 0.0))),
+                                              float(own.mean()), {})
+                per_budget.append(self._excess_cache[bk])
+            soj_ = min(x for _, x, _, _ in per_budget)
+            a_own_ = min(x for _, _, x, _ in per_budget)
+            self._interference_parts[pk] = (g_, tuple(per_budget), soj_, a_own_)
+        g, per_budget_, soj, a_own = self._interference_parts[pk]
+        tau_ = cost.tokens_per_step
+
+        def d_hi(j: int) -> float:
+            """E[D] at least at the high end of piece ``j`` (the least over the budgets), computed once."""
+            out = math.inf
+            for f, _, _, done in per_budget_:
+                if j not in done:
+                    done[j] = float(_mean_positive(f, np.array([tau_ * g[j + 1]]))[0])
+                out = min(out, done[j])
+            return out
+
         grid = INTERFERENCE_GRID
 
         def meets(r: int) -> bool:
@@ -287,7 +321,7 @@ class Bounds:
             for j in range(grid):
                 if g[j + 1] < t_lo:
                     continue
-                d = float(d_hi[j])
+                d = d_hi(j)
                 rho = rate * d
                 if rho >= 1.0:
                     continue  # unstable there
@@ -309,6 +343,22 @@ class Bounds:
             lo, hi = (lo, mid) if meets(mid) else (mid, hi)
         return hi
 
+    def _interference_cannot_bind(self, cost: StepCostModel, budgets: tuple[int, ...], r0: int, limit: float, t0: float,
+                                  inv_out: float) -> bool:
+        """True when the interference bound meets ``limit`` at ``r0`` even with its largest terms: ``E[D] <= E[own]``
+        (``T = 0``), the decode step at the floor's Little batch, all arrivals admitted (``phi = 1``); then the
+        piecewise bound (which is smaller) meets it too, and ``r0`` stands without building it."""
+        inp = self._both
+        d_up = min(float(self._own_lb(cost, b).mean()) for b in budgets)
+        lam = self.target_req_s / r0
+        if lam * d_up >= 1.0:
+            return False
+        ctx = max(1, int(0.9 * inp.mean_ctx))
+        b = int(min(lam * (inp.E_O - 1.0) * t0, self._min_seqs - 1.0))
+        t_lo = max(t0, cost.decode_step_s(b, ctx)) if b > 1 else t0
+        arrivals = max(0.0, lam * t_lo + lam * d_up * inv_out)  # the sojourn term at most TTFT_SLACK E[own] <= d_up
+        return t_lo + TPOT_SLACK * d_up * arrivals / (1.0 - lam * d_up) <= limit
+
     def _prefill_excess(self, cost: StepCostModel, budget: int, chunk_min: int) -> tuple[Any, np.ndarray, np.ndarray]:
         """A prompt's prefill work on top of the decode steps it shares, ``D = own - n T`` (``T``: the decode-only
         step), at least, for chunks of ``chunk_min`` to ``budget`` tokens: (``T -> D`` per point, own prefill
@@ -325,12 +375,16 @@ class Bounds:
 
         ns = np.stack([n_lo, n_hi, kink])  # (3, points)
         base = np.maximum(ns * w, gemm_min) + rest + ns * fixed
+        one = n_lo == n_hi  # one chunk count: D = base - n T, a line per point
 
         def excess(t_step: Any) -> np.ndarray:
             """Per point (and per step time, for an array of them: shape (steps, points)) ``D`` at least."""
             t = np.asarray(t_step, dtype=float)[..., None, None]
             out: np.ndarray = (base - ns * t).min(axis=-2)
             return out
+
+        # for _mean_positive: the points on one line, and the others' (bases, counts)
+        excess.lines = (base[0][one], ns[0][one], base[:, ~one], ns[:, ~one])  # type: ignore[attr-defined]
 
         return excess, own, n_hi
 
@@ -657,31 +711,36 @@ class Bounds:
 
     def _pd_rental_uncached(self, c: Candidate, pair: tuple[str, int, str, int, str], pkey: ShapeKey, budget: int,
                             rp0: int, rd0: int) -> tuple[float, tuple[int, int]] | None:
-        if pair not in self._paths:
-            self._paths[pair] = tuple(self.sizer.kv_paths(c))
-        u = self.sizer.max_utilisation
-        P = self._pre.P
         best: tuple[float, tuple[int, int]] | None = None
-        cost = self.generous_cost(*pkey)
-        assert cost is not None
-        for path in self._paths[pair]:
-            lk = (pair, path)
-            if lk not in self._link_cache:
-                link = self.sizer.kv_link(c, path)
-                s = np.asarray(link.transfer_s(P), dtype=float)
-                ingress = float(P.mean()) * link.bytes_per_token / (link.decode_tp * link.nic_bytes_per_s)
-                self._link_cache[lk] = (float(s.mean()), float(s.min()), ingress)
-            s_mean, s_min, ingress = self._link_cache[lk]
-            rp = max(rp0, math.ceil(self.target_req_s * s_mean / u - 1e-9))
-            rd = max(rd0, math.ceil(self.target_req_s * ingress / u - 1e-9))
-            usd = self._rent_pd_usd(c, pair, path, rp, rd)
-            if usd is None or (best is not None and usd >= best[0]):
-                continue  # more replicas never cost less: this path cannot beat the best
-            rp = self._ttft_queue_replicas(cost, budget, rp, s_min)
+        for path, rp, rd_link in self._pd_path_replicas(c, pair, pkey, budget, rp0):
+            rd = max(rd0, rd_link)
             usd = self._rent_pd_usd(c, pair, path, rp, rd)
             if usd is not None and (best is None or usd < best[0]):
                 best = (usd, (rp, rd))
         return best
+
+    def _pd_path_replicas(self, c: Candidate, pair: tuple[str, int, str, int, str], pkey: ShapeKey, budget: int,
+                          rp0: int) -> tuple[tuple[Any, int, int], ...]:
+        """Per KV path of ``pair``: (path, prefill replicas at least, decode replicas the link needs at least);
+        see :meth:`_pd_rental`. Cached per (pair, prefill pool, budget, ``rp0``)."""
+        key = (pair, pkey, budget, rp0)
+        if key not in self._pd_paths_cache:
+            if pair not in self._paths:
+                self._paths[pair] = tuple(self.sizer.kv_paths(c))
+            u = self.sizer.max_utilisation
+            P = self._pre.P
+            cost = self.generous_cost(*pkey)
+            assert cost is not None
+            out = []
+            for path in self._paths[pair]:
+                link = self.sizer.kv_link(c, path)
+                s = np.asarray(link.transfer_s(P), dtype=float)
+                ingress = float(P.mean()) * link.bytes_per_token / (link.decode_tp * link.nic_bytes_per_s)
+                rp = max(rp0, math.ceil(self.target_req_s * float(s.mean()) / u - 1e-9))
+                rp = self._ttft_queue_replicas(cost, budget, rp, float(s.min()))
+                out.append((path, rp, math.ceil(self.target_req_s * ingress / u - 1e-9)))
+            self._pd_paths_cache[key] = tuple(out)
+        return self._pd_paths_cache[key]
 
     def _rent_pd_usd(self, c: Candidate, pair: tuple[str, int, str, int, str], path: Any, rp: int, rd: int) -> float | None:
         """USD/h of ``Sizer.rent_pd`` over ``path`` (None when it cannot rent them), cached."""
@@ -700,14 +759,29 @@ class Bounds:
         usd = rental.usd_per_hour * (0.0 if self.sizer.workload.is_offline else 1.0)
         return Bound(usd, tuple(0.0 for _ in self.sizer.workload.slos) or (0.0,), (1,))
 
-    def _colocated_usd(self, gpu: str, groups: tuple[tuple[int, int], ...]) -> float:
-        """USD/h of the cheapest single instance holding every group; inf when none does."""
-        best = math.inf
-        for o in self.sizer.offers.get(gpu) or ():
-            got = rent_colocated(o, groups)
-            if got is not None:
-                best = min(best, got[0] * o.usd_per_instance_hour)
-        return best
+
+def _mean_positive(excess: Any, t_steps: np.ndarray) -> np.ndarray:
+    """``E[max(0, D(T))]`` over the points at each step time ``T`` of ``t_steps``. Where ``D = a - n T`` is one line
+    per point (``excess.lines``: those points' ``a`` and ``n``, then the other points' lines, the least of which is
+    ``D``), by sorting the points on their roots ``a / n`` and summing the lines still above zero (cumulative sums);
+    the other points on their (steps, lines, points) array."""
+    lines = getattr(excess, "lines", None)
+    if lines is None:
+        out: np.ndarray = np.maximum(0.0, excess(t_steps)).mean(axis=-1)
+        return out
+    a, n, a_rest, n_rest = lines
+    total = a.size + a_rest.shape[-1]
+    roots = a / np.maximum(n, 1e-300)
+    order = np.argsort(roots)
+    r, ca, cn = roots[order], np.cumsum(a[order][::-1])[::-1], np.cumsum(n[order][::-1])[::-1]
+    k = np.searchsorted(r, t_steps, side="right")  # points k.. have roots above T: D > 0 there
+    ca, cn = np.append(ca, 0.0), np.append(cn, 0.0)
+    out = ca[k] - cn[k] * t_steps
+    if a_rest.shape[-1]:
+        t = t_steps[:, None, None]
+        out = out + np.maximum(0.0, (a_rest[None] - n_rest[None] * t).min(axis=-2)).sum(axis=-1)
+    mean: np.ndarray = out / max(total, 1)
+    return mean
 
 
 def _curve_tokens(cost: StepCostModel, tokens: Any) -> Any:
