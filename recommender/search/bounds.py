@@ -47,7 +47,7 @@ Throughput of one replica (requests/s), ``u = max_utilisation``:
   ``lam / R_d E[P] bytes / (tp_d bw)``; both stay under the utilisation cap, so ``R_p >= rate E[S] / u`` and
   ``R_d >= rate E[P] bytes / (tp_d bw u)``, with the TTFT queue bound counting the path's shortest transfer.
   The bound is the cheapest ``Sizer.rent_pd`` over the paths at those replicas (renting more over one path never
-  costs less); no path: the pair cannot be rented (None).
+  costs less); no path: the pair cannot be rented (an infinite cost, evaluated last: its reason names the limit).
 
 Replicas ``R >= ceil(rate x (1 + headroom) / lam_max)`` (or the interference and queue bounds above); cost ``>=`` the cheapest whole-instance rental of
 ``R`` TP groups (``recommender.offers.cheapest_rental``; renting more groups never costs less; P/D: above). An offline
@@ -82,7 +82,7 @@ import numpy as np
 
 from recommender.load.pool_inputs import pool_inputs
 from recommender.load.topology import PoolKind
-from recommender.offers import cheapest_rental
+from recommender.offers import cheapest_rental, rent_colocated
 from recommender.perf.step import EngineLimits, StepCostModel
 from recommender.sizing import Candidate, Sizer
 
@@ -153,17 +153,20 @@ class Bounds:
         self._interference_parts: dict[tuple[Any, ...], tuple[np.ndarray, tuple[Any, ...], float, float]] = {}
         self._excess_cache: dict[tuple[int, int], tuple[Any, float, float, dict[int, float]]] = {}
         self._own_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float, np.ndarray]] = {}
+        self._own_lb_cache: dict[tuple[int, int], tuple[np.ndarray, float]] = {}
         self._pd_paths_cache: dict[tuple[Any, ...], tuple[tuple[Any, int, int], ...]] = {}
+        self._link_cache: dict[tuple[Any, ...], tuple[float, float, float]] = {}
+        self._batch_cap_cache: dict[tuple[Any, ...], int] = {}
         self._pd_cache: dict[tuple[Any, ...], tuple[float, tuple[int, int]] | None] = {}
         self._queue_cache: dict[tuple[Any, ...], int] = {}  # keyed by id(cost model): generous ones, kept
 
     # -- pieces -------------------------------------------------------------------------------------
 
     def _replicas(self, cost: StepCostModel, seqs: int, budget: int, decodes: bool, prefills: bool,
-                  budgets: Sequence[int] = (), slots_min: int = 1) -> int:
+                  budgets: Sequence[int] = (), slots_min: int = 1, interference: bool = True) -> int:
         lam = self._lam(cost, seqs, budget, decodes, prefills, self.sizer.max_utilisation)
         r = 1 if not math.isfinite(lam) or lam <= 0 else max(1, math.ceil(self.target_req_s / lam - 1e-9))
-        if decodes and prefills:
+        if decodes and prefills and interference:
             r = self._tpot_interference_replicas(cost, tuple(budgets) or (budget,), r, slots_min)
         return r
 
@@ -273,7 +276,10 @@ class Bounds:
         if pk not in self._interference_parts:
             # a step of more decoders than b_cap exceeds the limit on its own: the chunk left beside the decoders
             # is at least budget - b_cap q tokens, so a prompt takes at most ceil(Pc / that) chunk steps
-            b_cap = self._largest_batch_within(cost, ctx, limit)
+            ck = (id(cost), ctx, limit)
+            if ck not in self._batch_cap_cache:
+                self._batch_cap_cache[ck] = self._largest_batch_within(cost, ctx, limit)
+            b_cap = self._batch_cap_cache[ck]
             # the mean decode step per token lies in [t0, limit]: on each of GRID pieces [g_j, g_j+1] the TPOT bound
             # is at least its value at the piece's lower end with E[D] at its upper end (E[D] falls with the step)
             g_ = t0 + (limit - t0) * np.arange(INTERFERENCE_GRID + 1) / INTERFERENCE_GRID
@@ -349,7 +355,7 @@ class Bounds:
         (``T = 0``), the decode step at the floor's Little batch, all arrivals admitted (``phi = 1``); then the
         piecewise bound (which is smaller) meets it too, and ``r0`` stands without building it."""
         inp = self._both
-        d_up = min(float(self._own_lb(cost, b).mean()) for b in budgets)
+        d_up = self._own_mean(cost, max(budgets))  # E[D] <= min over the budgets <= any one's E[own]
         lam = self.target_req_s / r0
         if lam * d_up >= 1.0:
             return False
@@ -527,10 +533,19 @@ class Bounds:
 
     def _own_lb(self, cost: StepCostModel, chunk: int) -> np.ndarray:
         """Per point, a prompt's own prefill steps at least (s): see :meth:`_own_parts`, without the slack, the
-        request overhead and the KV transfer of :meth:`_ttft`."""
-        gemm, rest, fixed, n = self._own_parts(cost, chunk)
-        out: np.ndarray = np.maximum(n * self._weights_s(cost), gemm) + rest + n * fixed
-        return out
+        request overhead and the KV transfer of :meth:`_ttft`. Cached per cost model (read-only)."""
+        key = (id(cost), chunk)
+        if key not in self._own_lb_cache:
+            gemm, rest, fixed, n = self._own_parts(cost, chunk)
+            out: np.ndarray = np.maximum(n * self._weights_s(cost), gemm) + rest + n * fixed
+            out.flags.writeable = False
+            self._own_lb_cache[key] = (out, float(out.mean()))
+        return self._own_lb_cache[key][0]
+
+    def _own_mean(self, cost: StepCostModel, chunk: int) -> float:
+        """``E[own]`` of :meth:`_own_lb`."""
+        self._own_lb(cost, chunk)
+        return self._own_lb_cache[(id(cost), chunk)][1]
 
     def _ttft(self, cost: StepCostModel, chunk: int, extra_s_per_prompt_token: float) -> dict[str, float]:
         """TTFT bounds per percentile: a prompt's own prefill steps (:meth:`_own_parts`: ``max(n W, G) + R``
@@ -626,15 +641,16 @@ class Bounds:
     def _eff_budget(self, b: int) -> int:
         return b if b > 0 else max(self.sizer.workload.max_model_len, 2048)
 
-    def _agg(self, key: ShapeKey, seqs: int, budget: int, any_budget: bool = False) -> Bound | None:
-        k = (key, seqs, budget, any_budget)
+    def _agg(self, key: ShapeKey, seqs: int, budget: int, any_budget: bool = False, refine: bool = True) -> Bound | None:
+        k = (key, seqs, budget, any_budget, refine)
         if k not in self._agg_cache:
             cost = self.generous_cost(*key)
             if cost is None:
                 self._agg_cache[k] = None
             else:
-                slots = self._slots_min(key, self._min_seqs if any_budget else seqs, self._min_budget if any_budget else budget)
-                r = self._replicas(cost, seqs, budget, True, True, self._budgets if any_budget else (), slots)
+                slots = self._slots_min(key, self._min_seqs if any_budget else seqs, self._min_budget if any_budget else budget) \
+                    if refine else 1
+                r = self._replicas(cost, seqs, budget, True, True, self._budgets if any_budget else (), slots, refine)
                 ttft = self._ttft_cached(cost, key, budget, 0.0)
                 usd = self._usd(key[0], key[1], r, self._lam(cost, seqs, budget, True, True, 1.0), key[4])
                 # replicas are engines: r attention ranks need at least ceil(r / dp) engines of dp ranks
@@ -669,9 +685,11 @@ class Bounds:
                 self._dec_cache[k] = (usd, self._decode_floor_s(cost), r)
         return self._dec_cache[k]
 
-    def of(self, c: Candidate) -> Bound | None:
+    def of(self, c: Candidate, refine: bool = True) -> Bound | None:
         """Lower bounds for ``c``, or None when it cannot fit. ``max_num_seqs`` / ``max_num_batched_tokens``
-        of 0 stand for "any": the bound then holds for every choice of ``seqs`` / ``budgets``."""
+        of 0 stand for "any": the bound then holds for every choice of ``seqs`` / ``budgets``. ``refine=False``:
+        a cheaper bound, never above the refined one (no prefill interference; P/D pools rented apart or on one
+        instance, not per KV path): the search refines an entry only when it reaches the front of its queue."""
         pkey: ShapeKey = (c.gpu, c.tp, c.weight_dtype, c.kv_dtype, c.dp, c.ep, c.mtp)
         dkey: ShapeKey = (c.decode_gpu, c.decode_tp, c.weight_dtype, c.kv_dtype, 1, False, 0) if c.disaggregated else pkey
         if not self.rentable_shape(c):
@@ -683,16 +701,21 @@ class Bounds:
         seqs = c.max_num_seqs or self._max_seqs
         budget = self._eff_budget(c.max_num_batched_tokens) if c.max_num_seqs else self._max_budget
         if not c.disaggregated:
-            return self._agg(pkey, seqs, budget, any_budget=not c.max_num_seqs)
+            return self._agg(pkey, seqs, budget, any_budget=not c.max_num_seqs, refine=refine)
         pre = self._prefill(pkey, budget)
         dec = self._decode(dkey, seqs)
         if pre is None or dec is None:
             return None
         if self.sizer.workload.is_offline:
             return Bound(pre[0] + dec[0], self._latencies(pre[1], dec[1]), (pre[2], dec[2]))
+        if not refine:  # the pools' cheapest rentals apart, or both on one instance (one 8-GPU instance, not two)
+            usd = pre[0] + dec[0]
+            if c.gpu == c.decode_gpu:
+                usd = min(usd, self._colocated_usd(c.gpu, ((c.tp, pre[2]), (c.decode_tp, dec[2]))))
+            return Bound(usd, self._latencies(pre[1], dec[1]), (pre[2], dec[2]))
         got = self._pd_rental(c, pkey, budget, pre[2], dec[2])
-        if got is None:
-            return None  # no KV path can carry it at any replicas: the sizer finds it infeasible
+        if got is None:  # no KV path can carry it at any replicas: infeasible, but its evaluation says why (max_gpus)
+            return Bound(math.inf, self._latencies(pre[1], dec[1]), (pre[2], dec[2]))
         return Bound(got[0], self._latencies(pre[1], dec[1]), got[1])
 
     def _pd_rental(self, c: Candidate, pkey: ShapeKey, budget: int, rp0: int, rd0: int) -> tuple[float, tuple[int, int]] | None:
@@ -733,11 +756,15 @@ class Bounds:
             assert cost is not None
             out = []
             for path in self._paths[pair]:
-                link = self.sizer.kv_link(c, path)
-                s = np.asarray(link.transfer_s(P), dtype=float)
-                ingress = float(P.mean()) * link.bytes_per_token / (link.decode_tp * link.nic_bytes_per_s)
-                rp = max(rp0, math.ceil(self.target_req_s * float(s.mean()) / u - 1e-9))
-                rp = self._ttft_queue_replicas(cost, budget, rp, float(s.min()))
+                lk = (pair, path)
+                if lk not in self._link_cache:
+                    link = self.sizer.kv_link(c, path)
+                    s = np.asarray(link.transfer_s(P), dtype=float)
+                    ingress = float(P.mean()) * link.bytes_per_token / (link.decode_tp * link.nic_bytes_per_s)
+                    self._link_cache[lk] = (float(s.mean()), float(s.min()), ingress)
+                s_mean, s_min, ingress = self._link_cache[lk]
+                rp = max(rp0, math.ceil(self.target_req_s * s_mean / u - 1e-9))
+                rp = self._ttft_queue_replicas(cost, budget, rp, s_min)
                 out.append((path, rp, math.ceil(self.target_req_s * ingress / u - 1e-9)))
             self._pd_paths_cache[key] = tuple(out)
         return self._pd_paths_cache[key]
@@ -758,6 +785,16 @@ class Bounds:
             return None
         usd = rental.usd_per_hour * (0.0 if self.sizer.workload.is_offline else 1.0)
         return Bound(usd, tuple(0.0 for _ in self.sizer.workload.slos) or (0.0,), (1,))
+
+
+    def _colocated_usd(self, gpu: str, groups: tuple[tuple[int, int], ...]) -> float:
+        """USD/h of the cheapest single instance holding every group; inf when none does."""
+        best = math.inf
+        for o in self.sizer.offers.get(gpu) or ():
+            got = rent_colocated(o, groups)
+            if got is not None:
+                best = min(best, got[0] * o.usd_per_instance_hour)
+        return best
 
 
 def _mean_positive(excess: Any, t_steps: np.ndarray) -> np.ndarray:
