@@ -293,7 +293,7 @@ class Bounds:
                                               float(own.mean()), {})
                 per_budget.append(self._excess_cache[bk])
             soj_ = min(x for _, x, _, _ in per_budget)
-            a_own_ = min(x for _, _, x, _ in per_budget)
+            a_own_ = TTFT_SLACK * min(x for _, _, x, _ in per_budget)  # E[own] at least (the model fits it)
             self._interference_parts[pk] = (g_, tuple(per_budget), soj_, a_own_)
         g, per_budget_, soj, a_own = self._interference_parts[pk]
         tau_ = cost.tokens_per_step
