@@ -2,7 +2,10 @@
 
 The shape search (``recommender.search.shapes``) evaluates candidates in order of their cost bound and
 skips any whose bounds are already dominated by a plan it has found. Bounds use only the step-cost
-model's roofline floors and the workload's length arrays (``recommender.load.pool_inputs.pool_inputs``):
+model's roofline floors, the workload's length arrays (``recommender.load.pool_inputs.pool_inputs``) and the
+sizer's rentals (``Sizer.rent_pd``, ``cheapest_rental``). ``Bounds.of(refine=False)`` leaves out the prefill
+interference and rents P/D pools apart (cheaper to compute, never higher); the search refines an entry when it
+reaches the front of a queue:
 
 Throughput of one replica (requests/s), ``u = max_utilisation``:
 
@@ -59,8 +62,8 @@ MTP speculative decoding (``mtp`` draft tokens, ``q = k + 1`` query tokens per d
 step): ``decode_step_s`` is already per output token (``(verify + drafts) / tau``), so the decode and TPOT
 bounds read it unchanged; the busy time counts ``(O - 1) / tau`` verify steps per request, each computing ``q``
 tokens per sequence, reading the context's KV once and attending ``q`` times (the draft passes left out: a
-bound); the decode floor's weight read is per step, so per token it is ``W / (hbm tau)``; and a prefill
-displaces decode steps of at most ``L tau`` in a plan meeting TPOT ``L``.
+bound); the decode floor's weight read is per step, so per token it is ``W / (hbm tau)``; and a prefill's
+interference subtracts decode-only steps of ``tau t`` (``t`` per output token).
 
 Latency at percentile ``p`` (TTFT = queue + residual + own prefill + co-scheduled + fixed, all >= 0):
 ``TTFT_p >= q_p(own)`` with ``own`` the prompt's own ``n = ceil(Pc / C)`` chunk steps, each no faster than
