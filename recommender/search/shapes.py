@@ -52,6 +52,7 @@ class _Entry:
     candidate: Candidate
     bound: Bound
     is_shape: bool
+    refined: bool = True  # False: ``Bounds.of(refine=False)``, refined when it reaches the front of a queue
 
 
 def _directions(n_objectives: int, divisions: int = 3) -> list[tuple[float, ...]]:
@@ -275,9 +276,9 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
     for j, s in enumerate(shapes(ctx, ch)):
         if j % shard[1] != shard[0]:
             continue
-        b = bounds.of(s)  # seqs = budget = 0: a bound for every combo of the shape
+        b = bounds.of(s, refine=False)  # seqs = budget = 0: a bound for every combo of the shape
         if b is not None:
-            first_entries.append(_Entry(s, b, True))
+            first_entries.append(_Entry(s, b, True, False))
         elif not bounds.rentable_shape(s):
             unrentable.append(s)
     n_shapes = len(first_entries)
@@ -338,8 +339,16 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
             pruned += 1  # no plan in it can meet that SLO
             slo_pruned.append(e)
             continue
+        if not e.refined:  # its cheap bound came first: refine it and queue it again (a bound only rises)
+            b = bounds.of(e.candidate)
+            if b is None:
+                pruned += 1
+            else:
+                q.push(_Entry(e.candidate, b, e.is_shape, True))
+            continue
         if e.is_shape:
-            q.push_combos([_Entry(c, b, False) for c in _combos(ch, e.candidate) if (b := bounds.of(c)) is not None])
+            q.push_combos([_Entry(c, b, False, False) for c in _combos(ch, e.candidate)
+                           if (b := bounds.of(c, refine=False)) is not None])
         else:
             run(e.candidate, e.bound.replicas)
     if not done and unrentable:  # nothing else to evaluate: the largest TP groups say why (no offer holds them)
