@@ -64,21 +64,24 @@ def erlang_c(c: float, a: float) -> float:
     return c * erlang_b / (c - a * (1.0 - erlang_b))
 
 
-def least_root(evaluate: Callable[[float], T], broken: Callable[[T], bool], cap: float) -> tuple[T, bool]:
-    """Least ``x`` in ``[0, cap]`` with ``f(x) = x`` (``f = evaluate(x).x_new``, increasing), or ok=False.
+def least_root(evaluate: Callable[[float], T], broken: Callable[[T], bool], cap: float, start: float = 0.0) -> tuple[T, bool]:
+    """Least ``x`` in ``[0, cap]`` with ``f(x) = x`` (``f = evaluate(x).x_new``, increasing), or ok=False;
+    ``start``: a point known to lie at or below that root (``f(start) >= start``), where the search begins.
 
     Safeguarded secant: extrapolate while below the root (for a convex ``f`` the secant undershoots,
     so iterates stay below it), regula falsi / bisection once bracketed; a ``broken`` (unstable)
     evaluation is an upper bracket, and a secant that points past it proves there is no stable root.
     """
-    s = evaluate(0.0)
+    s = evaluate(0.0) if start <= 0.0 else evaluate(start)
+    if start > 0.0 and (broken(s) or not s.x_new > start):
+        start, s = 0.0, evaluate(0.0)
     if broken(s):
         return s, False
-    lo, h_lo = 0.0, s.x_new
+    lo, h_lo = start, s.x_new - start
     if h_lo <= 0.0:
         return s, True
     hi, h_hi = math.inf, None
-    x = h_lo
+    x = start + h_lo
     for _ in range(60):
         s = evaluate(x)
         h = s.x_new - x
