@@ -67,12 +67,9 @@ def test_the_chat_day_steps_are_convex_in_the_batch() -> None:
     for case, (few, many) in {"chat-day-a100-tp8-int8": (8, 24), "chat-day-a100-tp4-int4": (2, 12)}.items():
         pool, _, _, _ = _pool(case)
         kv, fl = pool.cost.decode_seq_cost(1500)
-
-        def step(b: int) -> float:
-            return pool.cost.step_s(b, b * kv, b * fl)
-
-        flat = (step(few) - step(1)) / (few - 1)
-        steep = (step(many) - step(few)) / (many - few)
+        step = {b: pool.cost.step_s(b, b * kv, b * fl) for b in (1, few, many)}
+        flat = (step[few] - step[1]) / (few - 1)
+        steep = (step[many] - step[few]) / (many - few)
         assert steep > 5.0 * flat, (case, flat, steep)
 
 

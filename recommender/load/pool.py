@@ -25,7 +25,11 @@ its service in the prefill lane ``S(P) = D(P) + max(Pc / C, 1 / k) T_d0``: each 
 
 Fixed point in step time, solved for ``x`` (decoders per step, step-averaged) by safeguarded secant:
 prefill adds ``lam E[D]`` seconds per second on top of the decode steps, so
-``x = lam (E[O] - 1) T_d0 / (1 - lam E[D])``.
+``x = lam (E[O] - 1) T_d0 / (1 - lam E[D])``. ``step_s`` is convex in the batch (the weight GEMMs turn
+compute-bound past a few sequences: flat to ~10 on A100 TP8 int8, to ~4 on TP4 int4, then 0.5-1 ms a sequence),
+so where it is not affine the fixed point is solved again with ``T_d0 = E[dstep(B)]``, ``B`` gamma with mean
+``b`` and variance ``D_s b`` (``StepModel.mean_dstep``, the dispersion ``D_s`` below from the first solve); and
+``dT/db`` is the slope of that average.
 
 Batch seen by a decoder. In step time, requests come in clusters: those arriving during a long
 prefill step start together, like the customers of an M/G/1 busy period with service ``D``
@@ -37,8 +41,9 @@ longer and so draws more arrivals per step (self-excitation with branching ratio
 (``g = E[min(O, O') - 1] / E[O - 1]``, the overlap of two decodes) amplified as a birth-death chain whose
 steps slow with the batch (linear noise approximation), plus the cluster excess amplified as a Hawkes count
 (checked against the simulator; the KV headroom keeps ``D_cluster / (1 - beta)^2``, the larger).
-A decoder sees ``B_seen = max(1, min(c, x + D_s (1 - x / c)))`` sequences (``E[B^2] / E[B]``, itself
-included, compressed near the cap), ``T_d = step_s(B_seen, ...)``, stretched by the prefills admitted while it
+A decoder sees itself plus ``Y`` others, ``Y`` gamma with mean ``x + D_s - 1`` and variance ``D_s`` times it
+(``E[B^2] / E[B]`` of a negative-binomial batch, size-biased), at most ``c`` in all; ``T_d = E[dstep(min(1 + Y,
+c))]`` (``StepModel.seen_dstep``, 6 quantile nodes; ``dstep`` at ``x + D_s`` where it is affine), stretched by the prefills admitted while it
 decodes (rate ``phi lam``, ``phi = min(1, (c - 1) / B)``: none with one slot) to
 ``T_bar = T_d / (1 - rho_D)``, ``rho_D = phi lam E_interf``. Little's law in wall time:
 ``B = lam (E[O] - 1) T_bar`` decoders and ``a = lam (E[own] + (E[O] - 1) T_bar)`` running.
@@ -75,12 +80,15 @@ during its own lane wait and prefill (``E[K] = phi lam E[D] L``). Each request a
 adds its prefill ``D`` and, as a co-decoder, ``dT/db`` for the ``min(O' - 1, n U)`` steps it shares.
 ``TPOT = T_d e^{sigma_b z - sigma_b^2 / 2} + Y / n``: batch noise from decoders already running when
 the window opens (variance ``D_s x`` decoders at ``dT/db``, fading with the residual holding time),
-and interference ``Y``: 0 when no request arrives in the window ``w = n T_d + L``, otherwise lognormal with
+and interference ``Y``: 0 when no request arrives in the window ``w = n T_d + L_hit``, otherwise lognormal with
 the remaining mean ``(n T_d rho_D + K) / (1 - rho_D)`` and busy-period variance. The arrivals after a request's
-own are a renewal process started at an arrival (round-robin: gamma gaps of shape ``1 / ca2`` and rate
+own are a renewal process started at its arrival (round-robin: gamma gaps of shape ``1 / ca2`` and rate
 ``phi lam``), so none comes with probability ``P(G > w)`` and the mean and variance of ``Y`` scale by
-``m(w) / (phi lam w)``, ``m(w) = max(P(G <= w), phi lam w - (1 - ca2) / 2)`` (the renewal function's first term
-and its asymptote; exactly ``exp(-phi lam w)`` and 1 for Poisson). With slots saturated,
+``m(w) / (phi lam w)``, ``m`` the renewal function (``queueing.renewal_count``: exact within 4 mean gaps, its
+asymptote ``phi lam w - (1 - ca2) / 2`` beyond; ``exp(-phi lam w)`` and 1 for Poisson). ``L_hit`` is ``L`` plus
+the time whose arrivals the fluid co-scheduling counts as joined, times the chance that such an arrival's prompt
+does not fit whole into the spare budget of the request's last prefill step (``hit_window``: its remaining chunks
+then run during the decode; every 32k prompt overflows an 8k-chunk step's spare). With slots saturated,
 admissions are paced by departures, so interference variances shrink by ``(1 - P_w) + P_w / c``.
 
 MTP speculative decoding (``recommender.load.summaries.speculation``: ``q = k + 1`` query tokens per decoder,
@@ -255,8 +263,9 @@ class PoolSolution:
         one = 1.0 - self.rho_d
         # Arrivals after the request's own are a renewal process started at an arrival (round-robin: the
         # next one comes a whole Erlang gap later), not Poisson: in a window of w seconds none arrives with
-        # probability P(G > w), and on average m(w) = max(P(G <= w), r w - (1 - ca2) / 2) do (the renewal
-        # function's first term and its asymptote; exactly r w for Poisson). Counting r w instead put
+        # probability P(G > w), and on average m(w) do (the renewal function, ``renewal_count``; exactly r w
+        # for Poisson; its asymptote alone, r w - (1 - ca2) / 2, counted twice the arrivals of Erlang-18 gaps
+        # in a window of 0.7 gaps, the 32k-prompt case below). Counting r w instead put
         # 15 x TP1 replicas of a 32k-prompt workload at TPOT p90 55.7 ms against 31.6 ms simulated (#31).
         # The window runs from the request's own arrival (the renewal process starts there): arrivals during its
         # wait and prefill queue behind it and prefill during its decode unless they join its last prefill step
