@@ -25,11 +25,12 @@ its service in the prefill lane ``S(P) = D(P) + max(Pc / C, 1 / k) T_d0``: each 
 
 Fixed point in step time, solved for ``x`` (decoders per step, step-averaged) by safeguarded secant:
 prefill adds ``lam E[D]`` seconds per second on top of the decode steps, so
-``x = lam (E[O] - 1) T_d0 / (1 - lam E[D])``. ``step_s`` is convex in the batch (the weight GEMMs turn
-compute-bound past a few sequences: flat to ~10 on A100 TP8 int8, to ~4 on TP4 int4, then 0.5-1 ms a sequence),
-so where it is not affine the fixed point is solved again with ``T_d0 = E[dstep(B)]``, ``B`` gamma with mean
-``b`` and variance ``D_s b`` (``StepModel.mean_dstep``, the dispersion ``D_s`` below from the first solve); and
-``dT/db`` is the slope of that average.
+``x = lam (E[O] - 1) T_d0 / (1 - lam E[D])``. ``step_s`` is not affine in the batch: convex where the weight
+GEMMs turn compute-bound (flat to ~10 sequences on A100 TP8 int8, to ~4 on TP4 int4, then 0.5-1 ms a sequence),
+concave where their efficiency saturates; so where the average below differs from the step at the mean by over
+0.1%, the fixed point is solved again with ``T_d0 = E[dstep(B)]``, ``B`` gamma with mean ``b`` and variance
+``D_s (1 - x / c) b`` (``StepModel.mean_dstep``, ``D_s`` below from the first solve), and ``dT/db`` is the
+slope of that average.
 
 Batch seen by a decoder. In step time, requests come in clusters: those arriving during a long
 prefill step start together, like the customers of an M/G/1 busy period with service ``D``
@@ -41,9 +42,10 @@ longer and so draws more arrivals per step (self-excitation with branching ratio
 (``g = E[min(O, O') - 1] / E[O - 1]``, the overlap of two decodes) amplified as a birth-death chain whose
 steps slow with the batch (linear noise approximation), plus the cluster excess amplified as a Hawkes count
 (checked against the simulator; the KV headroom keeps ``D_cluster / (1 - beta)^2``, the larger).
-A decoder sees itself plus ``Y`` others, ``Y`` gamma with mean ``x + D_s - 1`` and variance ``D_s`` times it
-(``E[B^2] / E[B]`` of a negative-binomial batch, size-biased), at most ``c`` in all; ``T_d = E[dstep(min(1 + Y,
-c))]`` (``StepModel.seen_dstep``, 6 quantile nodes; ``dstep`` at ``x + D_s`` where it is affine), stretched by the prefills admitted while it
+A decoder sees ``B_seen = max(1, min(c, x + D_s (1 - x / c)))`` sequences on average (``E[B^2] / E[B]``, itself
+included, compressed near the cap): itself plus ``Y`` others, ``Y`` gamma with mean ``B_seen - 1`` and variance
+``D_s (1 - x / c)`` times it (a size-biased negative-binomial batch), at most ``c`` in all, and ``T_d =
+E[dstep(min(1 + Y, c))]`` (``StepModel.seen_dstep``, 6 quantile nodes; ``dstep(B_seen)`` where it is affine), stretched by the prefills admitted while it
 decodes (rate ``phi lam``, ``phi = min(1, (c - 1) / B)``: none with one slot) to
 ``T_bar = T_d / (1 - rho_D)``, ``rho_D = phi lam E_interf``. Little's law in wall time:
 ``B = lam (E[O] - 1) T_bar`` decoders and ``a = lam (E[own] + (E[O] - 1) T_bar)`` running.
@@ -414,12 +416,14 @@ def _decode_batch(steps: StepModel, it: StepIterate, lane: _Lane, c: int, ca2: f
     # The KV headroom keeps the index it was calibrated with (at least d_s): a preemption costs a whole
     # recompute, so its margin stays on the conservative side.
     d_kv = max(d_cluster / (1.0 - beta) ** 2, d_s) if beta < 1.0 else math.inf
-    # The batch a decoder sees (E[B^2] / E[B]): itself plus x + d_s - 1 others of index d_s, at most c, and the
-    # decode step averaged over it: the step is convex in the batch (a GEMM turns compute-bound), so the step at
-    # the mean batch understates it. (At the mean, with the index compressed by 1 - x / c, chat-day on 2 x TP8
-    # A100 int8 read a 9.2 ms step against 10.5 ms that the simulator's decoders saw, TPOT p90 -17%: past 10
-    # sequences each one adds 0.5 ms; the simulator's batches, mean 9.9 and variance 20, showed no compression.)
-    t_d = steps.seen_dstep(max(1.0, x + d_s), d_s, float(c)) if decodes else steps.dstep(1.0)
+    # The batch a decoder sees (E[B^2] / E[B], compressed near the cap; at least 1: the decoder itself, whatever
+    # smooth arrivals do to its variance), and the decode step averaged over its spread: the step is not affine in
+    # the batch (convex where a GEMM turns compute-bound, concave where its efficiency saturates). At the mean
+    # batch alone, chat-day on 2 x TP8 A100 int8 read a 9.2 ms step against 10.5 ms that the simulator's decoders
+    # saw, TPOT p90 -17%: the step is flat to 10 sequences, then each one adds 0.5 ms.
+    squeeze = max(0.0, 1.0 - x / c)
+    b_seen = max(1.0, min(float(c), x + d_s * squeeze))
+    t_d = steps.seen_dstep(b_seen, d_s * squeeze, float(c)) if decodes else steps.dstep(1.0)
     B_guess = max(lam * E_Om1 * t_d, 1e-12)
     phi = (1.0 if c >= 2 else 0.0) if not decodes else min(1.0, (c - 1.0) / B_guess)
     rho_d = phi * lam * lane.E_interf if decodes else 0.0
@@ -584,10 +588,10 @@ def solve_pool(
     it = steps.evaluate(float(s.x), arrays=True)
     lane = _prefill_lane(it, inp, lam)
     batch = _decode_batch(steps, it, lane, c, ca2)
-    if steps.decodes and ok and steps.set_dispersion(batch.d_s, float(it.b)):
-        # a convex decode step: solve again with the steps averaged over the batch's fluctuations (more decoders
-        # gather while steps are longer; 9.1 -> 9.8 per step on chat-day's 2 x TP8 A100 int8, 9.9 simulated)
-        # (longer steps only gather more decoders: the new root lies above the old one)
+    if steps.decodes and ok and steps.set_dispersion(batch.d_s * max(0.0, 1.0 - float(it.x) / c), float(it.b)):
+        # a decode step not affine in the batch: solve again with the steps averaged over its fluctuations (longer
+        # steps gather more decoders: 9.1 -> 9.6 per step on chat-day's 2 x TP8 A100 int8, 9.9 simulated), from the
+        # old root (a lower bracket where the average is longer; least_root starts from 0 otherwise)
         s, ok = least_root(steps.evaluate, steps.broken, float(c), start=float(s.x))
         it = steps.evaluate(float(s.x), arrays=True)
         lane = _prefill_lane(it, inp, lam)

@@ -121,8 +121,9 @@ class StepModel:
 
     def mean_dstep(self, b: float) -> float:
         """The decode-only step averaged over steps whose decoder count is gamma with mean ``b`` and variance
-        ``index x b``, at most ``c`` (``dstep(b)`` while ``index`` is 0): ``dstep`` is convex in the batch, so a
-        fluctuating batch makes steps longer on average than the step at the mean, and more decoders gather."""
+        ``index x b``, at most ``c`` (``dstep(b)`` while ``index`` is 0): ``dstep`` is not affine in the batch
+        (convex where the GEMMs turn compute-bound, concave where their efficiency saturates), so a fluctuating
+        batch's steps average away from the step at the mean."""
         if self.index <= 0.0 or b <= 1e-9:
             return self.dstep(b)
         y = gammaincinv(b / self.index, _SEEN_U) * self.index
@@ -147,8 +148,8 @@ class StepModel:
         """The decode-only step averaged over the batch ``B`` a decoder sees: itself plus ``Y`` others, ``Y``
         gamma with mean ``b_seen - 1`` and variance ``index x (b_seen - 1)`` (the size-biased count of a
         negative-binomial batch of dispersion ``index``: ``E[B^2] / E[B] - 1`` others, variance ``index`` times
-        their mean), at most ``cap``; ``SEEN_NODES`` quantile midpoints, scaled to the mean. ``dstep`` is convex
-        in the batch, so this is at least ``dstep`` at the mean (equal where it is affine)."""
+        their mean), at most ``cap``; ``SEEN_NODES`` quantile midpoints, scaled to the mean (``dstep`` at the mean
+        where it is affine)."""
         m = b_seen - 1.0
         if m <= 1e-9 or index <= 1e-9:
             return self.dstep(min(b_seen, cap))
