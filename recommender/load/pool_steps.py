@@ -127,7 +127,7 @@ class StepModel:
         if self.index <= 0.0 or b <= 1e-9:
             return self.dstep(b)
         y = gammaincinv(b / self.index, _SEEN_U) * self.index
-        if not float(y.mean()) > 0.0:  # a shape so small that every node underflows: no fluctuation to average
+        if not 1e-6 * b < float(y.mean()) < math.inf:  # a shape so small that the nodes underflow
             return self.dstep(b)
         y *= b / float(y.mean())
         return float(sum(self.dstep(float(v)) for v in np.minimum(y, float(self.c)))) / SEEN_NODES
@@ -151,10 +151,10 @@ class StepModel:
         their mean), at most ``cap``; ``SEEN_NODES`` quantile midpoints, scaled to the mean (``dstep`` at the mean
         where it is affine)."""
         m = b_seen - 1.0
-        if m <= 1e-9 or index <= 1e-9:
+        if m <= 1e-9 or not 1e-9 < index < math.inf:  # no spread, or an unstable batch (index inf)
             return self.dstep(min(b_seen, cap))
         y = gammaincinv(m / index, _SEEN_U) * index
-        if not float(y.mean()) > 0.0:
+        if not 1e-6 * m < float(y.mean()) < math.inf:  # a shape so small that the nodes underflow
             return self.dstep(min(b_seen, cap))
         y *= m / float(y.mean())
         return float(sum(self.dstep(float(v)) for v in np.minimum(1.0 + y, cap))) / SEEN_NODES
