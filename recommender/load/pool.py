@@ -592,7 +592,7 @@ def solve_pool(
         # a decode step not affine in the batch: solve again with the steps averaged over its fluctuations (longer
         # steps gather more decoders: 9.1 -> 9.6 per step on chat-day's 2 x TP8 A100 int8, 9.9 simulated), from the
         # old root (a lower bracket where the average is longer; least_root starts from 0 otherwise)
-        s, ok = least_root(steps.evaluate, steps.broken, float(c), start=float(s.x))
+        s, ok = least_root(steps.evaluate, steps.broken, float(c), start=float(s.x), rtol=1e-4)
         it = steps.evaluate(float(s.x), arrays=True)
         lane = _prefill_lane(it, inp, lam)
         batch = _decode_batch(steps, it, lane, c, ca2)

@@ -64,9 +64,10 @@ def erlang_c(c: float, a: float) -> float:
     return c * erlang_b / (c - a * (1.0 - erlang_b))
 
 
-def least_root(evaluate: Callable[[float], T], broken: Callable[[T], bool], cap: float, start: float = 0.0) -> tuple[T, bool]:
-    """Least ``x`` in ``[0, cap]`` with ``f(x) = x`` (``f = evaluate(x).x_new``, increasing), or ok=False;
-    ``start``: a point known to lie at or below that root (``f(start) >= start``), where the search begins.
+def least_root(evaluate: Callable[[float], T], broken: Callable[[T], bool], cap: float, start: float = 0.0,
+               rtol: float = 1e-6) -> tuple[T, bool]:
+    """Least ``x`` in ``[0, cap]`` with ``f(x) = x`` within ``rtol`` (``f = evaluate(x).x_new``, increasing), or
+    ok=False; ``start``: a point known to lie at or below that root (``f(start) >= start``), where the search begins.
 
     Safeguarded secant: extrapolate while below the root (for a convex ``f`` the secant undershoots,
     so iterates stay below it), regula falsi / bisection once bracketed; a ``broken`` (unstable)
@@ -88,7 +89,7 @@ def least_root(evaluate: Callable[[float], T], broken: Callable[[T], bool], cap:
         if broken(s) or not math.isfinite(h):
             hi, h_hi = x, None
             x_new = math.nan
-        elif abs(h) <= 1e-6 * max(1.0, x):
+        elif abs(h) <= rtol * max(1.0, x):
             return s, True
         elif h > 0.0:
             x_new = x + h * (x - lo) / (h_lo - h) if h < h_lo else math.nan
