@@ -97,14 +97,16 @@ class _Deferred:
     """Per-point TTFT / TPOT / E2E of a solved deployment, computed once on first use."""
 
     def __init__(
-        self, ttft_parts: Callable[[], tuple[np.ndarray, float, np.ndarray]], dec: PoolSolution, inp: PoolInputs
+        self, ttft_parts: Callable[[], tuple[np.ndarray, float, np.ndarray, np.ndarray]], dec: PoolSolution,
+        inp: PoolInputs,
     ) -> None:
-        self._ttft_parts = ttft_parts  # -> (ttft per point, mean ttft, lane sojourn per point)
+        # -> (ttft per point, mean ttft, lane sojourn per point, the sojourn over which an arrival reaches the decode)
+        self._ttft_parts = ttft_parts
         self._dec, self._inp = dec, inp
-        self._ttft: tuple[np.ndarray, float, np.ndarray] | None = None
+        self._ttft: tuple[np.ndarray, float, np.ndarray, np.ndarray] | None = None
         self._tpot: tuple[np.ndarray, np.ndarray] | None = None
 
-    def ttft(self) -> tuple[np.ndarray, float, np.ndarray]:
+    def ttft(self) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
         if self._ttft is None:
             self._ttft = self._ttft_parts()
         return self._ttft
@@ -114,11 +116,12 @@ class _Deferred:
             return None
         if self._tpot is None:
             u = qmc_points()
-            self._tpot = self._dec.tpot(self._inp, self.ttft()[2], _normal(u[:, 4]), u[:, 6])
+            parts = self.ttft()
+            self._tpot = self._dec.tpot(self._inp, parts[2], _normal(u[:, 4]), u[:, 6], parts[3])
         return self._tpot
 
     def ttft_p(self) -> Percentiles:
-        t, mean, _ = self.ttft()
+        t, mean, _, _ = self.ttft()
         return _summary(t, mean)
 
     def tpot_p(self) -> Percentiles:
@@ -129,7 +132,7 @@ class _Deferred:
         return _summary(tp[0][multi], _mean(tp[1][multi]) if multi.any() else 0.0)
 
     def e2e_p(self) -> Percentiles:
-        t, mean, _ = self.ttft()
+        t, mean, _, _ = self.ttft()
         tp = self.tpot()
         if tp is None:
             return _summary(t, mean)
@@ -154,13 +157,14 @@ def analyze(pool: PoolSpec, traffic: Traffic, /) -> LoadResult:
     own = sol.own
     assert own is not None
 
-    def ttft_parts() -> tuple[np.ndarray, float, np.ndarray]:
+    def ttft_parts() -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
         u, e = qmc_points(), qmc_exponentials()
         queue, resid = sol.ttft_wait(e[:, 2], u[:, 3])
-        extra, uncovered = sol.co_scheduled(queue * sol.lane_share, resid, u[:, 4])
+        extra, uncovered, covered = sol.co_scheduled(queue * sol.lane_share, resid, u[:, 4])
         fixed = float(pool.cost.request_overhead_s)
         mean = sol.wait_total_mean_s + _mean(own) + _mean(extra) + fixed
-        return queue + resid + own + extra + fixed, mean, uncovered + own - sol.before_last_s + extra
+        lane = uncovered + own - sol.before_last_s + extra
+        return queue + resid + own + extra + fixed, mean, lane, lane + sol.hit_window(inp, covered)
 
     ttft_p, tpot_p, e2e_p = _Deferred(ttft_parts, sol, inp).percentiles()
     return LoadResult(
@@ -232,10 +236,10 @@ def analyze_disaggregated(topology: Disaggregated, traffic: Traffic, /) -> LoadR
     else:
         transfer_pts, transfer_mean = kv_transfer_s_per_token * din.P, kv_transfer_s_per_token * din.E_P
 
-    def ttft_parts() -> tuple[np.ndarray, float, np.ndarray]:
+    def ttft_parts() -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
         u, e = qmc_points(), qmc_exponentials()
         pre_queue, _ = pre.ttft_wait(e[:, 2], u[:, 3])
-        pre_extra, _ = pre.co_scheduled(pre_queue * pre.lane_share, np.zeros_like(pre_queue), u[:, 4])
+        pre_extra, _, _ = pre.co_scheduled(pre_queue * pre.lane_share, np.zeros_like(pre_queue), u[:, 4])
         dec_queue, dec_resid = dec.ttft_wait(e[:, 5], u[:, 3])
         fixed = float(topology.decode.cost.request_overhead_s)
         # the link queue shares the prefill wait's quasi-random column: both are high together (conservative)
@@ -245,7 +249,8 @@ def analyze_disaggregated(topology: Disaggregated, traffic: Traffic, /) -> LoadR
             pre.wait_total_mean_s + _mean(pre_own) + _mean(pre_extra) + transfer_mean
             + dec.wait_total_mean_s + _mean(dec_own) + fixed
         )
-        return ttft, mean, dec_resid + dec_own
+        lane = dec_resid + dec_own
+        return ttft, mean, lane, lane
 
     ttft_p, tpot_p, e2e_p = _Deferred(ttft_parts, dec, din).percentiles()
     label = "prefill pool: " + pre.bottleneck if pre.utilisation >= dec.utilisation else "decode pool: " + dec.bottleneck

@@ -25,7 +25,12 @@ its service in the prefill lane ``S(P) = D(P) + max(Pc / C, 1 / k) T_d0``: each 
 
 Fixed point in step time, solved for ``x`` (decoders per step, step-averaged) by safeguarded secant:
 prefill adds ``lam E[D]`` seconds per second on top of the decode steps, so
-``x = lam (E[O] - 1) T_d0 / (1 - lam E[D])``.
+``x = lam (E[O] - 1) T_d0 / (1 - lam E[D])``. ``step_s`` is not affine in the batch: convex where the weight
+GEMMs turn compute-bound (flat to ~10 sequences on A100 TP8 int8, to ~4 on TP4 int4, then 0.5-1 ms a sequence),
+concave where their efficiency saturates; so where the average below differs from the step at the mean by over
+0.1%, the fixed point is solved again with ``T_d0 = E[dstep(B)]``, ``B`` gamma with mean ``b`` and variance
+``D_s (1 - x / c) b`` (``StepModel.mean_dstep``, ``D_s`` below from the first solve), and ``dT/db`` is the
+slope of that average.
 
 Batch seen by a decoder. In step time, requests come in clusters: those arriving during a long
 prefill step start together, like the customers of an M/G/1 busy period with service ``D``
@@ -37,8 +42,10 @@ longer and so draws more arrivals per step (self-excitation with branching ratio
 (``g = E[min(O, O') - 1] / E[O - 1]``, the overlap of two decodes) amplified as a birth-death chain whose
 steps slow with the batch (linear noise approximation), plus the cluster excess amplified as a Hawkes count
 (checked against the simulator; the KV headroom keeps ``D_cluster / (1 - beta)^2``, the larger).
-A decoder sees ``B_seen = max(1, min(c, x + D_s (1 - x / c)))`` sequences (``E[B^2] / E[B]``, itself
-included, compressed near the cap), ``T_d = step_s(B_seen, ...)``, stretched by the prefills admitted while it
+A decoder sees ``B_seen = max(1, min(c, x + D_s (1 - x / c)))`` sequences on average (``E[B^2] / E[B]``, itself
+included, compressed near the cap): itself plus ``Y`` others, ``Y`` gamma with mean ``B_seen - 1`` and variance
+``D_s (1 - x / c)`` times it (a size-biased negative-binomial batch), at most ``c`` in all, and ``T_d =
+E[dstep(min(1 + Y, c))]`` (``StepModel.seen_dstep``, 6 quantile nodes; ``dstep(B_seen)`` where it is affine), stretched by the prefills admitted while it
 decodes (rate ``phi lam``, ``phi = min(1, (c - 1) / B)``: none with one slot) to
 ``T_bar = T_d / (1 - rho_D)``, ``rho_D = phi lam E_interf``. Little's law in wall time:
 ``B = lam (E[O] - 1) T_bar`` decoders and ``a = lam (E[own] + (E[O] - 1) T_bar)`` running.
@@ -75,12 +82,15 @@ during its own lane wait and prefill (``E[K] = phi lam E[D] L``). Each request a
 adds its prefill ``D`` and, as a co-decoder, ``dT/db`` for the ``min(O' - 1, n U)`` steps it shares.
 ``TPOT = T_d e^{sigma_b z - sigma_b^2 / 2} + Y / n``: batch noise from decoders already running when
 the window opens (variance ``D_s x`` decoders at ``dT/db``, fading with the residual holding time),
-and interference ``Y``: 0 when no request arrives in the window ``w = n T_d + L``, otherwise lognormal with
+and interference ``Y``: 0 when no request arrives in the window ``w = n T_d + L_hit``, otherwise lognormal with
 the remaining mean ``(n T_d rho_D + K) / (1 - rho_D)`` and busy-period variance. The arrivals after a request's
-own are a renewal process started at an arrival (round-robin: gamma gaps of shape ``1 / ca2`` and rate
+own are a renewal process started at its arrival (round-robin: gamma gaps of shape ``1 / ca2`` and rate
 ``phi lam``), so none comes with probability ``P(G > w)`` and the mean and variance of ``Y`` scale by
-``m(w) / (phi lam w)``, ``m(w) = max(P(G <= w), phi lam w - (1 - ca2) / 2)`` (the renewal function's first term
-and its asymptote; exactly ``exp(-phi lam w)`` and 1 for Poisson). With slots saturated,
+``m(w) / (phi lam w)``, ``m`` the renewal function (``queueing.renewal_count``: exact within 4 mean gaps, its
+asymptote ``phi lam w - (1 - ca2) / 2`` beyond; ``exp(-phi lam w)`` and 1 for Poisson). ``L_hit`` is ``L`` plus
+the time whose arrivals the fluid co-scheduling counts as joined, times the chance that such an arrival's prompt
+does not fit whole into the spare budget of the request's last prefill step (``hit_window``: its remaining chunks
+then run during the decode; every 32k prompt overflows an 8k-chunk step's spare). With slots saturated,
 admissions are paced by departures, so interference variances shrink by ``(1 - P_w) + P_w / c``.
 
 MTP speculative decoding (``recommender.load.summaries.speculation``: ``q = k + 1`` query tokens per decoder,
@@ -115,7 +125,7 @@ from scipy.special import gammainc, ndtri
 from recommender.load.pool_inputs import PoolInputs
 from recommender.load.pool_steps import StepIterate, StepModel
 from recommender.load.protocols import Limits, StepCost
-from recommender.load.queueing import erlang_c, least_root
+from recommender.load.queueing import erlang_c, least_root, renewal_count
 from recommender.load.summaries import CostSummary, _mean, cost_summary
 from recommender.load.topology import PoolKind
 
@@ -179,9 +189,10 @@ class PoolSolution:
 
     def co_scheduled(
         self, lane_wait_s: np.ndarray, resid_s: np.ndarray, u_join: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(extra TTFT, the part of the wait and of the earlier chunk steps whose arrivals did NOT join the
-        request's last prefill step), given a uniform ``u_join`` per point.
+        request's last prefill step, the part whose arrivals the fluid counts as joined), given a uniform
+        ``u_join`` per point.
 
         vLLM admits waiting requests at step boundaries into the remaining token budget, so a request's
         last prefill step also carries the prompts that arrived during the step it waited for (before and
@@ -197,7 +208,7 @@ class PoolSolution:
         in seven, TTFT p90 +27%.) The uncovered part (for the TPOT backlog) counts the mean tokens."""
         before = self.before_last_s
         if self.spare_tokens is None or self.co_tokens_per_s <= 0.0:
-            return np.zeros_like(lane_wait_s), lane_wait_s + resid_s + before
+            return np.zeros_like(lane_wait_s), lane_wait_s + resid_s + before, np.zeros_like(lane_wait_s)
         rate = self.co_tokens_per_s
         waited = rate * (lane_wait_s + np.where(resid_s > 0.0, self.t_d, 0.0))
         fluid = np.minimum(waited + rate * before, self.spare_tokens)
@@ -214,14 +225,27 @@ class PoolSolution:
             joined = waited + np.where(u_join > 1.0 - hit, come * (rate / self.arrival_rate_per_s) / np.maximum(hit, 1e-300),
                                        0.0)
         tokens = np.minimum(joined, self.spare_tokens)
-        return tokens * self.prefill_s_per_token, np.maximum(lane_wait_s + resid_s + before - covered, 0.0)
+        uncovered = np.maximum(lane_wait_s + resid_s + before - covered, 0.0)
+        return tokens * self.prefill_s_per_token, uncovered, lane_wait_s + resid_s + before - uncovered
+
+    def hit_window(self, inputs: PoolInputs, covered_s: np.ndarray) -> np.ndarray:
+        """The part of ``covered_s`` (the time whose arrivals ``co_scheduled`` counts as joined, a fluid) whose
+        arrivals still reach the request's decode window: ``covered x P(Pc' > spare)``, the chance that an
+        arrival's prompt does not fit whole into the spare budget of the request's last prefill step (its
+        remaining chunks then run during the request's decode)."""
+        if self.spare_tokens is None or not np.any(covered_s > 0.0):
+            return np.zeros_like(covered_s)
+        pc = np.sort(inputs.Pc)
+        over = 1.0 - np.searchsorted(pc, self.spare_tokens, side="right") / pc.size
+        return covered_s * over
 
     @property
     def wait_total_mean_s(self) -> float:
         return self.wait_mean_s + self.resid_q * self.t_d / 2.0
 
     def tpot(
-        self, inputs: PoolInputs, lane_sojourn_s: np.ndarray, z_base: np.ndarray, u_interf: np.ndarray
+        self, inputs: PoolInputs, lane_sojourn_s: np.ndarray, z_base: np.ndarray, u_interf: np.ndarray,
+        hit_sojourn_s: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(samples, conditional means) of TPOT per point, given each request's wait + own prefill.
 
@@ -230,6 +254,10 @@ class PoolSolution:
         during the window or the request's own lane sojourn ``L`` (probability
         ``exp(-phi lam (n T_d + L))``), otherwise lognormal with the remaining mean and variance;
         ``E[Y] = (n T_d rho_D + K) / (1 - rho_D)`` with backlog ``K = phi lam E[D] L``.
+        ``hit_sojourn_s`` (default ``L``): the time from the request's arrival to its first token over which
+        an arrival still reaches its decode window (``L`` plus the part of the wait whose arrivals the fluid
+        ``co_scheduled`` counts as joined, where they do not fit whole: ``hit_window``); the chance of a hit and
+        the renewal correction of the count are taken over ``n T_d`` plus it.
         """
         win = self.window
         assert win is not None
@@ -237,18 +265,25 @@ class PoolSolution:
         one = 1.0 - self.rho_d
         # Arrivals after the request's own are a renewal process started at an arrival (round-robin: the
         # next one comes a whole Erlang gap later), not Poisson: in a window of w seconds none arrives with
-        # probability P(G > w), and on average m(w) = max(P(G <= w), r w - (1 - ca2) / 2) do (the renewal
-        # function's first term and its asymptote; exactly r w for Poisson). Counting r w instead put
+        # probability P(G > w), and on average m(w) do (the renewal function, ``renewal_count``; exactly r w
+        # for Poisson; its asymptote alone, r w - (1 - ca2) / 2, counted twice the arrivals of Erlang-18 gaps
+        # in a window of 0.7 gaps, the 32k-prompt case below). Counting r w instead put
         # 15 x TP1 replicas of a 32k-prompt workload at TPOT p90 55.7 ms against 31.6 ms simulated (#31).
+        # The window runs from the request's own arrival (the renewal process starts there): arrivals during its
+        # wait and prefill queue behind it and prefill during its decode unless they join its last prefill step
+        # whole. Only the fluid share of them (``lane_sojourn_s``) adds work; the chance of a hit and the count's
+        # renewal correction are over the whole window. On 18 x TP1 mi300x with 32k prompts in 8k chunks, the
+        # window from the last chunk read a hit for 6% of 450-token answers against 12% simulated (TPOT p90
+        # -19%): each arrival's 32k prompt overflows the spare budget of a request's last step.
         rate, shape = win.arrival_rate_s, win.arrival_shape
-        w = n * self.t_d + lane_sojourn_s
+        w = n * self.t_d + (lane_sojourn_s if hit_sojourn_s is None else hit_sojourn_s)
         rw = rate * w
         if shape == 1.0:
             hit = -np.expm1(-rw)
             scale: np.ndarray | float = 1.0
         else:
             hit = gammainc(shape, shape * rw)
-            scale = np.maximum(hit, rw - 0.5 * (1.0 - 1.0 / shape)) / np.maximum(rw, 1e-300)
+            scale = renewal_count(rw, shape) / np.maximum(rw, 1e-300)
         backlog = win.backlog_rate_s * lane_sojourn_s
         mean_y = scale * (n * self.t_d * self.rho_d + backlog) / one
         var_y = scale * (win.interference_var_s2 + win.backlog_var_rate_s2 * lane_sojourn_s / (one * one))
@@ -360,7 +395,7 @@ class _Batch(NamedTuple):
 def _decode_batch(steps: StepModel, it: StepIterate, lane: _Lane, c: int, ca2: float) -> _Batch:
     lam, decodes, E_Om1 = steps.lam, steps.decodes, steps.E_Om1
     x, b, t_d0 = float(it.x), float(it.b), float(it.t_d0)
-    d_seq = steps.dstep(b + 1.0) - t_d0
+    d_seq = steps.mean_dstep(b + 1.0) - t_d0
     beta = lam * E_Om1 * d_seq if decodes else 0.0
     # Step-clock clusters: a prefill adds D to its step, during which lam * D more requests arrive.
     m_c = lam * lane.E_delta
@@ -381,10 +416,14 @@ def _decode_batch(steps: StepModel, it: StepIterate, lane: _Lane, c: int, ca2: f
     # The KV headroom keeps the index it was calibrated with (at least d_s): a preemption costs a whole
     # recompute, so its margin stays on the conservative side.
     d_kv = max(d_cluster / (1.0 - beta) ** 2, d_s) if beta < 1.0 else math.inf
-    # E[B^2]/E[B], compressed near the cap; at least 1: the decoder itself (a count below one on average has
-    # E[B^2] >= E[B], whatever smooth arrivals do to its variance)
-    b_seen = max(1.0, min(float(c), x + d_s * max(0.0, 1.0 - x / c)))
-    t_d = steps.dstep(b_seen) if decodes else steps.dstep(1.0)
+    # The batch a decoder sees (E[B^2] / E[B], compressed near the cap; at least 1: the decoder itself, whatever
+    # smooth arrivals do to its variance), and the decode step averaged over its spread: the step is not affine in
+    # the batch (convex where a GEMM turns compute-bound, concave where its efficiency saturates). At the mean
+    # batch alone, chat-day on 2 x TP8 A100 int8 read a 9.2 ms step against 10.5 ms that the simulator's decoders
+    # saw, TPOT p90 -17%: the step is flat to 10 sequences, then each one adds 0.5 ms.
+    squeeze = max(0.0, 1.0 - x / c)
+    b_seen = max(1.0, min(float(c), x + d_s * squeeze))
+    t_d = steps.seen_dstep(b_seen, d_s * squeeze, float(c)) if decodes else steps.dstep(1.0)
     B_guess = max(lam * E_Om1 * t_d, 1e-12)
     phi = (1.0 if c >= 2 else 0.0) if not decodes else min(1.0, (c - 1.0) / B_guess)
     rho_d = phi * lam * lane.E_interf if decodes else 0.0
@@ -549,6 +588,14 @@ def solve_pool(
     it = steps.evaluate(float(s.x), arrays=True)
     lane = _prefill_lane(it, inp, lam)
     batch = _decode_batch(steps, it, lane, c, ca2)
+    if steps.decodes and ok and steps.set_dispersion(batch.d_s * max(0.0, 1.0 - float(it.x) / c), float(it.b)):
+        # a decode step not affine in the batch: solve again with the steps averaged over its fluctuations (longer
+        # steps gather more decoders: 9.1 -> 9.6 per step on chat-day's 2 x TP8 A100 int8, 9.9 simulated), from the
+        # old root (a lower bracket where the average is longer; least_root starts from 0 otherwise)
+        s, ok = least_root(steps.evaluate, steps.broken, float(c), start=float(s.x), rtol=1e-4)
+        it = steps.evaluate(float(s.x), arrays=True)
+        lane = _prefill_lane(it, inp, lam)
+        batch = _decode_batch(steps, it, lane, c, ca2)
     cap = _capacity(lam, slots, cs, inp, lane, batch)
     if not (ok and cap.finite) or cap.utilisation >= 1.0 or not math.isfinite(batch.t_bar):
         return PoolSolution(False, max(cap.utilisation, 1.0), lane.rho_busy, batch.rho_s, cap.bottleneck,

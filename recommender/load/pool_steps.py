@@ -8,11 +8,16 @@ import math
 from typing import Callable, NamedTuple, cast
 
 import numpy as np
+from scipy.special import gammaincinv
 
 from recommender.load.percentiles import IdentityCache
 from recommender.load.pool_inputs import PoolInputs
 from recommender.load.protocols import Limits, SpeculativeStepCost, StepCost
 from recommender.load.summaries import CostSummary, _basis, _mean
+
+
+SEEN_NODES = 6  # quantile nodes of the batch a decoder sees (``StepModel.seen_dstep``)
+_SEEN_U = (np.arange(SEEN_NODES) + 0.5) / SEEN_NODES
 
 
 class StepIterate(NamedTuple):  # NamedTuples here: built ~20 times per solve; a frozen dataclass builds 4x slower
@@ -79,7 +84,7 @@ class StepModel:
     """Step times of one replica at arrival rate ``lam`` (module docstring, "Steps" and "Fixed point")."""
 
     __slots__ = ("step", "chunk_cost", "inp", "lam", "decodes", "c", "budget", "chunked", "kv_d", "fl_d", "pkv", "pfl",
-                 "E_Om1", "ref_hit", "slopes", "g_kv", "g_fl", "g_basis", "q", "draft")
+                 "E_Om1", "ref_hit", "slopes", "g_kv", "g_fl", "g_basis", "q", "draft", "index")
 
     def __init__(
         self, cost: StepCost, limits: Limits, cs: CostSummary, inp: PoolInputs, lam: float, decodes: bool, c: int
@@ -105,6 +110,7 @@ class StepModel:
         self.E_Om1 = inp.E_steps  # decode steps per request: E[O - 1] / tau
         self.ref_hit = float(inp.E_basis[2])
         self.slopes: list[float] = []  # (d step / d tokens, / d KV bytes, / d FLOPs) at a full chunk
+        self.index = 0.0  # dispersion of the decoders per step (0: the decode-only step at the mean batch)
 
     def dstep(self, n: float) -> float:
         """A decode-only step with ``n`` sequences at the mean decode context (s); with MTP a verify step of
@@ -112,6 +118,46 @@ class StepModel:
         if self.draft is None:
             return self.step(n, n * self.kv_d, n * self.fl_d)
         return self.step(n * self.q, n * self.kv_d, n * self.fl_d) + self.draft(n)
+
+    def mean_dstep(self, b: float) -> float:
+        """The decode-only step averaged over steps whose decoder count is gamma with mean ``b`` and variance
+        ``index x b``, at most ``c`` (``dstep(b)`` while ``index`` is 0): ``dstep`` is not affine in the batch
+        (convex where the GEMMs turn compute-bound, concave where their efficiency saturates), so a fluctuating
+        batch's steps average away from the step at the mean."""
+        if self.index <= 0.0 or b <= 1e-9:
+            return self.dstep(b)
+        y = gammaincinv(b / self.index, _SEEN_U) * self.index
+        if not 1e-6 * b < float(y.mean()) < math.inf:  # a shape so small that the nodes underflow
+            return self.dstep(b)
+        y *= b / float(y.mean())
+        return float(sum(self.dstep(float(v)) for v in np.minimum(y, float(self.c)))) / SEEN_NODES
+
+    def set_dispersion(self, index: float, b: float) -> bool:
+        """Average decode-only steps over batches of dispersion ``index`` (``mean_dstep``) from now on; False
+        (and nothing set) when ``dstep`` is affine there (the average is the step at the mean within 0.1%)."""
+        if not (index > 0.0 and math.isfinite(index)) or b <= 1e-9:
+            return False
+        t0 = self.dstep(b)
+        self.index = index
+        if abs(self.mean_dstep(b) - t0) <= 1e-3 * t0:
+            self.index = 0.0
+            return False
+        return True
+
+    def seen_dstep(self, b_seen: float, index: float, cap: float) -> float:
+        """The decode-only step averaged over the batch ``B`` a decoder sees: itself plus ``Y`` others, ``Y``
+        gamma with mean ``b_seen - 1`` and variance ``index x (b_seen - 1)`` (the size-biased count of a
+        negative-binomial batch of dispersion ``index``: ``E[B^2] / E[B] - 1`` others, variance ``index`` times
+        their mean), at most ``cap``; ``SEEN_NODES`` quantile midpoints, scaled to the mean (``dstep`` at the mean
+        where it is affine)."""
+        m = b_seen - 1.0
+        if m <= 1e-9 or not 1e-9 < index < math.inf:  # no spread, or an unstable batch (index inf)
+            return self.dstep(min(b_seen, cap))
+        y = gammaincinv(m / index, _SEEN_U) * index
+        if not 1e-6 * m < float(y.mean()) < math.inf:  # a shape so small that the nodes underflow
+            return self.dstep(min(b_seen, cap))
+        y *= m / float(y.mean())
+        return float(sum(self.dstep(float(v)) for v in np.minimum(1.0 + y, cap))) / SEEN_NODES
 
     def draft_s(self, b: float) -> float:
         """The draft passes of a step with ``b`` decoders (0 without MTP)."""
@@ -161,7 +207,7 @@ class StepModel:
         slopes (the slopes are otherwise those of the first evaluation)."""
         inp = self.inp
         b = min(x, self.c - 1.0)
-        t_d0 = self.dstep(b)
+        t_d0 = self.mean_dstep(b)
         C = max(1.0, self.budget - b * self.q)
         kv_c, fl_c = self.chunk_cost(int(C), int(self.ref_hit + max(0.0, (inp.E_Pc - C) / 2.0)))
         tok0, kv0, fl0 = b * self.q + C, b * self.kv_d + kv_c, b * self.fl_d + fl_c
