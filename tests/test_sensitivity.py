@@ -5,6 +5,7 @@ rebuild from the plan, recommender.replan.predict, for rate and output length)."
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +67,30 @@ def test_scaled_lengths_scale_the_mean():
     d = LengthDist.lognormal(250, 150, 8, 1024)
     assert scaled(d, 2.0).mean == pytest.approx(2 * d.mean, rel=0.01)
     assert scaled(LengthDist.constant(300), 1.5).mean == 450
+
+
+
+
+def _rag_tpot30(trials: int | None = None):
+    from recommender.workload import load_workload
+
+    w = load_workload(Path(__file__).resolve().parents[1] / "examples" / "rag.yaml")
+    w = dataclasses.replace(w, slos=(*(s for s in w.slos if s.metric != "tpot"), Slo("tpot", 0.030, "p90")))
+    return recommend(w, settings=SearchSettings(seed=0, verify=0, trials=trials))
+
+
+@pytest.mark.slow
+def test_a_price_threshold_the_proof_left_unevaluated_is_settled():
+    """`recommend --workload examples/rag.yaml --slo tpot=30ms`: rank 1 is P/D on one h100-nvl instance. Its
+    proof leaves h100-sxm P/D plans unevaluated that overtake it once h100-nvl costs ~4% more; without the
+    settle pass (search.shapes._settle_prices) the plan said "until $3.36/GPU-h", the next plan it had
+    evaluated. The default run's threshold is the one a run of 2,000 evaluations (asked trials do not stop at
+    the proof) finds over its much larger set of plans."""
+    plan, full = _rag_tpot30(), _rag_tpot30(trials=2000)
+    assert full.search.evaluations is not None and plan.search.evaluations is not None
+    assert full.search.evaluations > 2 * plan.search.evaluations
+    (p,) = [x for x in plan.search.sensitivity["prices"] if x["gpu"] == "h100-nvl"]
+    (q,) = [x for x in full.search.sensitivity["prices"] if x["gpu"] == "h100-nvl"]
+    assert plan.top.id == full.top.id and plan.top.disaggregated and not p["at_least"]
+    assert p["usd_per_gpu_hour"] < p["overtaken_at_usd_per_gpu_hour"] < 1.1 * p["usd_per_gpu_hour"]
+    assert p["overtaken_at_usd_per_gpu_hour"] == pytest.approx(q["overtaken_at_usd_per_gpu_hour"], rel=1e-9)

@@ -451,7 +451,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
             r for r in rows if p_slo(r) >= settings.confidence)]
     from recommender.search.sensitivity import sensitivity
 
-    sens = sensitivity(ctx, rows[0].evaluation)
+    sens = sensitivity(ctx, rows[0].evaluation, complete=res.complete)
     elapsed = time.perf_counter() - t0
     meta = {"seed": settings.seed, "trials": max(stored, len(all_evals)), "trials_run": len(res.evaluations) + agg_runs, "trials_asked": trials,
             "timeout_s": timeout, "stopped_by": res.stopped_by, "search_complete": res.complete, "rank1_proven": res.rank1_proven and not lost_first,

@@ -6,7 +6,11 @@
   Over every feasible plan the search evaluated (``ctx.evaluator``), the first ``f > 1`` at which one costs
   less than rank 1 is ``f* = min over j (a_j - a_1) / (b_1 - b_j)`` for ``b_1 > b_j`` (``a = cost A/(A+B)``,
   ``b = cost B/(A+B)``); the threshold is ``f*`` x today's USD per GPU-hour (none: rank 1 uses that GPU no
-  more than any cheaper-to-be plan does).
+  more than any cheaper-to-be plan does). The shape search evaluates, after its proof, every entry whose cost
+  bound is below rank 1's cost at these thresholds capped at ``PRICE_SETTLE_FACTOR`` (1.25) x today's price
+  (``search.shapes.price_settle_cost``), so no unevaluated plan overtakes first; a threshold beyond that factor,
+  or none, is reported as "until at least" 1.25 x today's price (none and no other GPU in the space: "at any
+  price", every plan's cost scales alike).
 * **Arrival rate**: rank 1 as deployed (its replicas fixed) under the analytic model at rate ``x`` (no
   headroom): the largest ``x`` at which it is stable and meets every SLO, by bisection to 0.1%.
 * **Output length**: the same with every output length scaled by ``k`` (the distribution's mean, spread and
@@ -27,6 +31,9 @@ from recommender.search.evaluate import Evaluation, SearchContext
 from recommender.workload import LengthDist
 
 MAX_SCALE = 64.0
+#: price thresholds are settled up to this factor of today's GPU price (the shape search evaluates every plan
+#: that could overtake rank 1 before it, ``search.shapes.price_settle_cost``); beyond it one says "at least"
+PRICE_SETTLE_FACTOR = 1.25
 REL_TOL = 1e-3
 
 
@@ -36,6 +43,7 @@ class PriceThreshold:
     usd_per_gpu_hour: float  # today's (the cheapest offer's per-GPU price)
     overtaken_at_usd_per_gpu_hour: float | None  # None: no evaluated plan overtakes rank 1 as this price rises
     overtaken_by: str = ""
+    at_least: bool = False  # the first overtaking is beyond PRICE_SETTLE_FACTOR x today: "until at least"
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,10 @@ class Sensitivity:
         9.62 req/s (1.20x) and output lengths x1.35.'"""
         parts = []
         for p in self.prices:
-            if p.overtaken_at_usd_per_gpu_hour is None:
+            if p.at_least:
+                parts.append(f"stays cheapest until at least {p.gpu} > ${p.overtaken_at_usd_per_gpu_hour:.2f}/GPU-h "
+                             f"(now ${p.usd_per_gpu_hour:.2f}; {PRICE_SETTLE_FACTOR:g}x, the range the search settles)")
+            elif p.overtaken_at_usd_per_gpu_hour is None:
                 parts.append(f"stays cheapest at any {p.gpu} price (now ${p.usd_per_gpu_hour:.2f}/GPU-h)")
             else:
                 parts.append(f"stays cheapest until {p.gpu} > ${p.overtaken_at_usd_per_gpu_hour:.2f}/GPU-h (now "
@@ -70,7 +81,7 @@ class Sensitivity:
                 "text": self.text()}
 
 
-def _gpu_share(ev: Evaluation, gpu: str) -> tuple[float, float]:
+def gpu_share(ev: Evaluation, gpu: str) -> tuple[float, float]:
     """(a, b): the part of ev's $/M tokens that does not / does scale with ``gpu``'s price."""
     total = sum(p.usd_per_hour for p in ev.pools)
     on = sum(p.usd_per_hour for p in ev.pools if p.gpu == gpu)
@@ -79,7 +90,7 @@ def _gpu_share(ev: Evaluation, gpu: str) -> tuple[float, float]:
     return ev.usd_per_million_tokens * (total - on) / total, ev.usd_per_million_tokens * on / total
 
 
-def price_thresholds(ctx: SearchContext, first: Evaluation) -> tuple[PriceThreshold, ...]:
+def price_thresholds(ctx: SearchContext, first: Evaluation, *, complete: bool = False) -> tuple[PriceThreshold, ...]:
     """Per GPU type of ``first``: the price at which an evaluated feasible plan first ranks above it. With
     ``prefer_measured``, a plan on a GPU family without measurements ranks above a measured rank 1 only once
     it is cheaper by the evidence band (``recommend_rows.prefer_measured``): ``cost_1(f) > (1 + band) cost_j(f)``;
@@ -91,10 +102,10 @@ def price_thresholds(ctx: SearchContext, first: Evaluation) -> tuple[PriceThresh
     measured_first = ctx.policy.prefer_measured and evidence_of(ctx, first).measured
     band = evidence_band(ctx)
     for gpu in dict.fromkeys(p.gpu for p in first.pools):
-        a1, b1 = _gpu_share(first, gpu)
+        a1, b1 = gpu_share(first, gpu)
         best: tuple[float, str] | None = None
         for e in others:
-            aj, bj = _gpu_share(e, gpu)
+            aj, bj = gpu_share(e, gpu)
             m = 1.0 + band if measured_first and not evidence_of(ctx, e).measured else 1.0
             aj, bj = aj * m, bj * m
             if b1 <= bj or aj + bj < a1 + b1 - 1e-12:
@@ -103,8 +114,13 @@ def price_thresholds(ctx: SearchContext, first: Evaluation) -> tuple[PriceThresh
             if f >= 1.0 - 1e-9 and (best is None or f < best[0] - 1e-12):
                 best = (max(f, 1.0), e.candidate.key)
         now = ctx.prices.get(gpu, 0.0)
-        out.append(PriceThreshold(gpu, now, None if best is None else round(best[0] * now, 4),
-                                  "" if best is None else best[1]))
+        # exact when the whole space was evaluated, or it has no other GPU (every plan's cost scales alike)
+        exact = complete or (best is None and not any(g != gpu for g in ctx.prices))
+        if not exact and (best is None or best[0] > PRICE_SETTLE_FACTOR):  # unevaluated plans may overtake first beyond it
+            out.append(PriceThreshold(gpu, now, round(PRICE_SETTLE_FACTOR * now, 4), "", at_least=True))
+        else:
+            out.append(PriceThreshold(gpu, now, None if best is None else round(best[0] * now, 4),
+                                      "" if best is None else best[1]))
     return tuple(out)
 
 
@@ -146,7 +162,8 @@ def _largest(ok: Any) -> float | None:
     return lo
 
 
-def sensitivity(ctx: SearchContext, first: Evaluation) -> Sensitivity:
+def sensitivity(ctx: SearchContext, first: Evaluation, *, complete: bool = False) -> Sensitivity:
+    """``complete``: the search evaluated the whole space (its price thresholds are exact, never "at least")."""
     w = ctx.workload
     rate = float(w.effective_rate_per_s)
     max_rate = max_out = None
@@ -155,5 +172,5 @@ def sensitivity(ctx: SearchContext, first: Evaluation) -> Sensitivity:
         max_rate = None if k is None else round(rate * k, 4)
         out_k = _largest(lambda x: meets_at(ctx, first, rate, scaled(w.output_tokens, x)))
         max_out = None if out_k is None else round(out_k, 4)
-    return Sensitivity(prices=price_thresholds(ctx, first), rate_per_s=rate, max_rate_per_s=max_rate,
+    return Sensitivity(prices=price_thresholds(ctx, first, complete=complete), rate_per_s=rate, max_rate_per_s=max_rate,
                        max_output_scale=max_out)

@@ -142,6 +142,17 @@ class _Queues:
         return (self.cheapest_bound("agg") >= floor
                 and self.cheapest_bound("pd") >= min(floor, (1.0 - pd_min_saving) * best_agg))
 
+    def pop_cheaper_than(self, cost: float) -> _Entry | None:
+        """The entry of least cost bound (aggregated or P/D) if that bound is below ``cost``, else None."""
+        best: list[tuple[Any, ...]] | None = None
+        for name in ("agg", "pd"):
+            heap = self._heaps[name]
+            while heap and heap[0][1] in self._taken:
+                heapq.heappop(heap)
+            if heap and heap[0][0][0] < cost and (best is None or heap[0][0][0] < best[0][0][0]):
+                best = heap
+        return None if best is None else self._take(best)
+
     def _next_heap(self) -> list[tuple[Any, ...]]:
         cycle = self._CYCLE_PROVEN if self.proven else self._CYCLE
         name = cycle[self._turn % len(cycle)]
@@ -174,6 +185,63 @@ class _Queues:
             if e is not None:
                 return e
         return None
+
+
+def price_settle_cost(ctx: SearchContext) -> tuple[float, str]:
+    """The $/M rank 1 (the cheapest feasible evaluation) reaches at its price thresholds, each capped at
+    ``sensitivity.PRICE_SETTLE_FACTOR`` x today's price: ``max over its GPUs g of a_g + b_g min(f*_g, F)``, with ``a_g, b_g``
+    the parts of its $/M that do not / do scale with g's price and ``f*_g`` the factor at which an evaluated
+    plan overtakes it (``recommender.search.sensitivity``). A plan costing at least this today cannot overtake
+    rank 1 before any reported threshold: its cost never falls as a price rises. Also the GPU rank 1 runs on
+    alone ("" when it runs on two): a plan on that GPU alone never overtakes it, both costs scale by ``f``."""
+    from recommender.search.sensitivity import PRICE_SETTLE_FACTOR, gpu_share, price_thresholds
+
+    feas = [e for e in ctx.evaluator if e.feasible]
+    if not feas:
+        return -math.inf, ""
+    first = min(feas, key=lambda e: e.objectives[0])
+    out = first.objectives[0]
+    gpus = {p.gpu for p in first.pools}
+    for t in price_thresholds(ctx, first):
+        a, b = gpu_share(first, t.gpu)
+        f = PRICE_SETTLE_FACTOR
+        if t.overtaken_at_usd_per_gpu_hour is not None and t.usd_per_gpu_hour > 0:
+            f = min(f, t.overtaken_at_usd_per_gpu_hour / t.usd_per_gpu_hour)  # at_least: the factor itself
+        out = max(out, a + b * f)
+    return out, next(iter(gpus)) if len(gpus) == 1 else ""
+
+
+def _settle_prices(ctx: SearchContext, q: _Queues, ch: SpaceChoices, bounds: Bounds, limits: Sequence[float],
+                   run: Callable[[Candidate, tuple[int, ...]], None], *, left: int | None,
+                   deadline_s: float | None) -> None:
+    """After rank 1 is proven: evaluate, cheapest cost bound first, the entries whose cost bound is below
+    ``price_settle_cost`` (re-read every 10 evaluations; it only falls), so that the price at which another
+    plan overtakes rank 1 (``sensitivity.price_thresholds``, over evaluated plans) is not overstated by a
+    cheaper-at-that-price plan the proof left unevaluated. Entries that cannot meet an SLO, or run on rank 1's
+    one GPU alone, are skipped; the
+    budget's evaluations and seconds still bound it."""
+    (cost, alone), n = price_settle_cost(ctx), 0
+    while (left is None or n < left) and (deadline_s is None or time.perf_counter() < deadline_s):
+        e = q.pop_cheaper_than(cost)
+        if e is None:
+            return
+        c = e.candidate
+        if alone and c.gpu == alone and (not c.disaggregated or c.decode_gpu == alone):
+            continue  # on rank 1's one GPU alone: its cost scales with rank 1's
+        if any(lb > lim for lb, lim in zip(e.bound.latencies_s, limits)):
+            continue
+        if not e.refined:
+            b = bounds.of(e.candidate)
+            if b is not None:
+                q.push(_Entry(e.candidate, b, e.is_shape, True))
+        elif e.is_shape:
+            q.push_combos([_Entry(c, b, False, False) for c in _combos(ch, e.candidate)
+                           if (b := bounds.of(c, refine=False)) is not None])
+        else:
+            run(e.candidate, e.bound.replicas)
+            n += 1
+            if n % 10 == 0:
+                cost, alone = price_settle_cost(ctx)
 
 
 def _dominated(front: list[tuple[float, ...]], lb: tuple[float, ...]) -> bool:
@@ -351,6 +419,10 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
                            if (b := bounds.of(c, refine=False)) is not None])
         else:
             run(e.candidate, e.bound.replicas)
+    if is_proven and not stopped:
+        left = None if max_evaluations is None else max_evaluations - len(done)
+        _settle_prices(ctx, q, ch, bounds, limits, run, left=left,
+                       deadline_s=None if timeout_s is None else t0 + timeout_s)
     if not done and unrentable:  # nothing else to evaluate: the largest TP groups say why (no offer holds them)
         for s in sorted(unrentable, key=lambda s: -(s.tp + s.decode_tp))[:8]:
             run(_combos(ch, s)[0])
