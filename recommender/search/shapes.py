@@ -211,6 +211,23 @@ def price_settle_cost(ctx: SearchContext) -> tuple[float, str]:
     return out, next(iter(gpus)) if len(gpus) == 1 else ""
 
 
+def _open(e: _Entry, q: _Queues, ch: SpaceChoices, bounds: Bounds) -> bool | None:
+    """One step on a popped entry: a cheap bound is refined and queued again (a bound only rises), a shape is
+    expanded into its combos (queued): False; a refined combo is ready to evaluate: True; None when refining
+    finds no plan in it."""
+    if not e.refined:
+        b = bounds.of(e.candidate)
+        if b is None:
+            return None
+        q.push(_Entry(e.candidate, b, e.is_shape, True))
+        return False
+    if e.is_shape:
+        q.push_combos([_Entry(c, b, False, False) for c in _combos(ch, e.candidate)
+                       if (b := bounds.of(c, refine=False)) is not None])
+        return False
+    return True
+
+
 def _settle_prices(ctx: SearchContext, q: _Queues, ch: SpaceChoices, bounds: Bounds, limits: Sequence[float],
                    run: Callable[[Candidate, tuple[int, ...]], None], *, left: int | None,
                    deadline_s: float | None) -> None:
@@ -230,14 +247,7 @@ def _settle_prices(ctx: SearchContext, q: _Queues, ch: SpaceChoices, bounds: Bou
             continue  # on rank 1's one GPU alone: its cost scales with rank 1's
         if any(lb > lim for lb, lim in zip(e.bound.latencies_s, limits)):
             continue
-        if not e.refined:
-            b = bounds.of(e.candidate)
-            if b is not None:
-                q.push(_Entry(e.candidate, b, e.is_shape, True))
-        elif e.is_shape:
-            q.push_combos([_Entry(c, b, False, False) for c in _combos(ch, e.candidate)
-                           if (b := bounds.of(c, refine=False)) is not None])
-        else:
+        if _open(e, q, ch, bounds):
             run(e.candidate, e.bound.replicas)
             n += 1
             if n % 10 == 0:
@@ -407,17 +417,10 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
             pruned += 1  # no plan in it can meet that SLO
             slo_pruned.append(e)
             continue
-        if not e.refined:  # its cheap bound came first: refine it and queue it again (a bound only rises)
-            b = bounds.of(e.candidate)
-            if b is None:
-                pruned += 1
-            else:
-                q.push(_Entry(e.candidate, b, e.is_shape, True))
-            continue
-        if e.is_shape:
-            q.push_combos([_Entry(c, b, False, False) for c in _combos(ch, e.candidate)
-                           if (b := bounds.of(c, refine=False)) is not None])
-        else:
+        ready = _open(e, q, ch, bounds)
+        if ready is None:
+            pruned += 1
+        elif ready:
             run(e.candidate, e.bound.replicas)
     if is_proven and not stopped:
         left = None if max_evaluations is None else max_evaluations - len(done)
