@@ -78,13 +78,18 @@ def window_capacities_per_s(plan: Plan, workload: Workload, day: DayTraffic, *, 
     return out
 
 
+def _windows(day: DayTraffic, *, period_s: float, window_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The SLO windows' start times (s), arrivals in each, and lengths (s; the last may be shorter)."""
+    edges = np.arange(0.0, period_s, window_s)
+    came = np.diff(np.searchsorted(day.arrival_s, np.append(edges, period_s)))
+    return edges, came, np.minimum(window_s, period_s - edges)
+
+
 def coverage(rule: ScalingRule, day: DayTraffic, capacities_per_s: np.ndarray, *, period_s: float,
              window_s: float) -> Coverage:
     """The controller on the day at ``rule``'s target: the share of judged windows with ``r_w <= n_w c_w``."""
     reps, flaps, _ = controller(rule, np.asarray(day.arrival_s, dtype=float), period_s)
-    edges = np.arange(0.0, period_s, window_s)
-    came = np.diff(np.searchsorted(day.arrival_s, np.append(edges, period_s)))
-    span = np.minimum(window_s, period_s - edges)
+    edges, came, span = _windows(day, period_s=period_s, window_s=window_s)
     ready = np.array([r.ready_s for r in reps])
     removed = np.array([r.removed_s for r in reps])
     n = ((ready[None, :] <= edges[:, None]) & (removed[None, :] >= (edges + span)[:, None])).sum(axis=1)
@@ -102,9 +107,7 @@ def static_replicas_covering(day: DayTraffic, capacities_per_s: np.ndarray, *, p
     """The fewest constant replicas ``n`` that cover ``goal`` of the judged SLO windows, ``r_w <= n c_w``: the
     static peak plan sized by the autoscaler's own criterion (each window at its own lengths). With the
     windows' needs ``x_w = r_w / c_w`` sorted, ``n = ceil(x_(m))`` for ``m = ceil(goal x N)`` of ``N`` windows."""
-    edges = np.arange(0.0, period_s, window_s)
-    came = np.diff(np.searchsorted(day.arrival_s, np.append(edges, period_s)))
-    span = np.minimum(window_s, period_s - edges)
+    edges, came, span = _windows(day, period_s=period_s, window_s=window_s)
     judged = np.isfinite(capacities_per_s)
     need = np.sort(came[judged] / span[judged] / capacities_per_s[judged])
     if need.size == 0:
