@@ -202,7 +202,7 @@ def analyze_fixed(ctx: SearchContext, ev: Evaluation, rate_per_s: float, output:
                           decode=PoolSpec(cost=costs[1], limits=dp.limits, replicas=dp.replicas),  # type: ignore[arg-type]
                           kv_link=ctx.kv_link(ev.candidate)), traffic)
     p = ev.pools[0]
-    return analyze(PoolSpec(cost=costs[0], limits=p.limits, replicas=p.replicas), traffic)  # type: ignore[arg-type]
+    return analyze(PoolSpec(cost=costs[0], limits=p.limits, replicas=p.ranks), traffic)  # type: ignore[arg-type]
 
 
 def _at(ctx: SearchContext, ev: Evaluation, g: float) -> dict[str, float] | None:
