@@ -140,13 +140,11 @@ def inferencex_rows(folds: int = 3) -> list[Row]:
     import fit_inferencex as fx
 
     from recommender.catalog import default_catalog
-    from recommender.profiles import engine_profile
 
     cases = fx.scored(bx.single_node_cases(bx.DEFAULT_CSV))
-    shipped = {fx.group_of(c) for c in cases
-               if engine_profile(fx.group_of(c)[0]).for_gpu(c.gpu).server_request_overhead_s > 0}
+    shipped_a, shipped_b = fx.shipped_groups(cases)
     out: list[Row] = []
-    for c, p in fx.held_out_predictions(cases, folds, default_catalog(), None, shipped):
+    for c, p in fx.held_out_predictions(cases, folds, default_catalog(), None, shipped_b, shipped_a):
         if isinstance(p, str):
             continue
         key = fx.group_of(c)

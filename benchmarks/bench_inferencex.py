@@ -16,7 +16,9 @@ output lengths uniform in [0.8 L, L]: mean 0.9 L), i.e. ``recommend estimate --b
   3, or 1 with attention DP); acceptance: the model catalog's default;
 - precision ``fp8`` -> fp8 weights; ``fp4`` -> NVFP4 (``fp4``) on NVIDIA, MXFP4 (``mxfp4``) on AMD; KV cache fp8 where
   the launch scripts set it (TensorRT-LLM, ATOM, SGLang fp4), else bf16;
-- engine profile: ``sglang`` for SGLang and ATOM, ``trtllm`` for TensorRT-LLM; the launch scripts' limits (SGLang
+- engine profile: ``sglang`` for SGLang, ``atom`` for ATOM, ``trtllm`` for TensorRT-LLM (:data:`ENGINE`), as the row's
+  engine release ran it (:func:`engine_release` from the image tag; ``EngineProfile.for_release``: a family's
+  override for releases older than its ``before``, where the profile has one); the launch scripts' limits (SGLang
   ``--max-running-requests 512 --chunked-prefill-size 32768 --mem-fraction-static 0.82``; TensorRT-LLM
   ``max_num_tokens = CONC + ISL`` rounded up to 64, at least 8192, ``max_batch_size`` >= CONC, 0.8 of free memory),
   their memory fractions turned into vLLM's ``gpu_memory_utilization`` (:func:`memory_fraction`).
@@ -56,6 +58,19 @@ DEFAULT_OUT = ROOT / "benchmarks" / "results" / "inferencex.md"
 MODEL = "deepseek-v3"  # DeepSeek-R1-0528 has DeepSeek-V3's architecture (catalog note)
 AMD = ("mi300x", "mi325x", "mi355x")
 METRICS = ("ttft", "tpot", "tput")
+#: InferenceX framework -> engine profile (``catalogs/profiles/<engine>.yaml``)
+ENGINE = {"trt": "trtllm", "sglang": "sglang", "atom": "atom"}
+#: where each framework's image tag names its release: lmsysorg/sglang:v0.5.5-cu129 (and the ROCm dev image
+#: ...sgl-dev-v0.5.2-rocm7.0...), nvcr.io/nvidia/tensorrt-llm/release:1.1.0rc2.post2, rocm/atom:...-atom0.1.1
+RELEASE_TAG = {"sglang": r"v(\d+\.\d+\.\d+)", "trt": r"release:(\d+\.\d+\.\d+)", "atom": r"atom(\d+\.\d+\.\d+)"}
+
+
+def engine_release(framework: str, image: str) -> str:
+    """The engine release an InferenceX row ran (``"0.5.5"``), from its image tag; "" when the tag names none."""
+    import re
+
+    m = re.search(RELEASE_TAG.get(framework, r"$^"), image)
+    return m.group(1) if m else ""
 
 
 def mtp_tokens(framework: str, gpu: str, dp_attention: bool) -> int:
@@ -85,6 +100,11 @@ class Case:
     output_tokens: int
     parallel: str  # TP / EP / EP+DPA / DPA
     measured: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def release(self) -> str:
+        """The engine release the row ran (:func:`engine_release`)."""
+        return engine_release(self.framework, self.row.get("image") or self.row.get("image_from_config") or "")
 
     @property
     def config(self) -> tuple[Any, ...]:
@@ -176,11 +196,14 @@ def predict(c: Case, legacy: bool = False, profile: Any = None, catalog: Any = N
     from recommender.errors import RecommenderError
     from recommender.estimator import EstimateRequest, bench_run, estimate_request
     from recommender.perf.steady import Load
+    from recommender.profiles import engine_profile
 
     seqs, tokens = _limits(c)
+    if profile is None and not legacy:
+        profile = engine_profile(ENGINE[c.framework]).for_release(c.gpu, c.release)
     kw: dict[str, Any] = dict(model=MODEL, gpu=c.gpu, tp=c.tp * c.dp if legacy else c.tp, weight_dtype=c.weight_dtype,
                               kv_dtype=c.kv_dtype, prompt_tokens=c.prompt_tokens, output_tokens=c.output_tokens,
-                              engine="trtllm" if c.framework == "trt" else "sglang", gpu_memory_utilization=0.9,
+                              engine=ENGINE[c.framework], gpu_memory_utilization=0.9,
                               max_num_seqs=seqs, max_num_batched_tokens=tokens, usd_per_gpu_hour=1.0)
     if not legacy:
         kw["scheduler_poll_steps"] = scheduler_poll_steps(c)
@@ -418,12 +441,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.held_out and not a.legacy:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         import fit_inferencex as fx
-        from recommender.profiles import engine_profile
 
         # stage B is refitted only for the groups that ship it (the others keep 0, as shipped)
         sc = fx.scored(cases)
-        shipped = {fx.group_of(c) for c in sc if engine_profile(fx.group_of(c)[0]).for_gpu(c.gpu).server_request_overhead_s > 0}
-        held = fx.held_out_predictions(sc, a.folds, None, None, shipped)
+        shipped_a, shipped_b = fx.shipped_groups(sc)
+        held = fx.held_out_predictions(sc, a.folds, None, None, shipped_b, shipped_a)
     secs = time.perf_counter() - t0
     before = None
     if a.before is not None:

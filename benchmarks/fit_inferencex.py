@@ -5,7 +5,9 @@
 On the single-node DeepSeek-R1 rows of ``tests/data/measurements/inferencex-dsr1.csv`` (predicted as
 ``benchmarks/bench_inferencex.py`` predicts them), in stages, each a physical parameter with its own evidence:
 
-A. per engine profile (``sglang`` for SGLang and ATOM, ``trtllm``) x GPU family, on every row without MTP (fp8 and
+A. per engine profile (``sglang``, ``atom``, ``trtllm``: ``bench_inferencex.ENGINE``) x GPU family x release epoch
+   (:data:`RELEASE_SPLITS`: the current releases, and where a family's rows show a step change of the kernels, the
+   releases before it as their own group, written as the family's ``releases:`` override), on every row without MTP (fp8 and
    fp4, the fp4 kernels' efficiency as the catalog has it from stage C's last run), TPOT:
    ``moe_layer_overhead_s`` (fixed time of a MoE layer per step: router, top-k, permute, grouped-GEMM launches) and
    ``expert_bandwidth_efficiency`` (the grouped expert GEMMs' share of the profile's HBM efficiency);
@@ -23,14 +25,16 @@ and D mean absolute log error (robust: a closed loop's queueing rows, minutes of
 constant per-request cost).
 Held out: the configurations (GPU, engine, parallelism, MTP, dtype, ISL/OSL: every concurrency and date of one)
 are split into ``--folds`` folds; stages A-B are refitted without each fold and predict it.
-Writes the stage-A and stage-B parameters into ``families:`` of ``catalogs/profiles/sglang.yaml`` / ``trtllm.yaml``
-(merged into what is there: stage A touches MoE models only; stage B every model served by that engine on that
+Writes the stage-A and stage-B parameters into ``families:`` of ``catalogs/profiles/{sglang,atom,trtllm}.yaml``
+(an older release epoch's as the family's ``releases:`` list; each family's held-out figures, every epoch of it, as
+``held_out_inferencex``: rows, configurations, TTFT / TPOT / output throughput MAPE; merged into what is there: stage A touches MoE models only; stage B every model served by that engine on that
 family, behind its HTTP server: not the offline rows of ``published.csv``, timed by the engine), the
 ``efficiency:`` rows and the acceptance rate, unless ``--no-write``. A group's stage-B value ships only where it
 lowers that group's held-out TTFT error against none, both the loss (mean absolute log error) and the MAPE.
 Stages A and C share the fp4 rows (A reads the fp4 kernels' efficiency that C wrote last), so a rerun moves them a
-little (coordinate descent): the shipped values are the second run's (MXFP4 bandwidth 0.983 -> 0.947 -> 0.933; a
-third run moves it again by about 0.01 and the TTFT / TPOT MAPE by under 0.2 points).
+little (coordinate descent): the shipped values are the third run's after the MI355X release split (MXFP4 bandwidth
+0.933 -> 0.963 -> 0.977 -> 0.984: the split's current-release expert efficiency and the fp4 bandwidth trade against
+each other on those rows; the TTFT / TPOT / throughput MAPE stayed 35.1 / 11.8 / 15.6 over the three runs).
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from scipy.optimize import minimize, minimize_scalar  # noqa: E402
 
 import bench_inferencex as bx  # noqa: E402
 from recommender.catalog import default_catalog  # noqa: E402
-from recommender.profiles import BOUNDS, EngineProfile, engine_profile  # noqa: E402
+from recommender.profiles import BOUNDS, EngineProfile, engine_profile, release_key  # noqa: E402
 
 STAGE_A = ("moe_layer_overhead_s", "expert_bandwidth_efficiency")
 STAGE_B = ("server_request_overhead_s",)
@@ -64,15 +68,39 @@ STAGES = STAGE_A + STAGE_B
 #: MTP rows above this concurrency queue for KV (measured TTFT of minutes, SGLang retracting requests): their TPOT
 #: says more about preemption than about acceptance, so stage D fits on the rows at or below it
 MTP_MAX_CONC = 64
-ENGINE = {"trt": "trtllm", "sglang": "sglang", "atom": "sglang"}
+ENGINE = bx.ENGINE
+#: (engine, family) -> the first release of the current kernels: rows of older releases are fitted as their own group
+#: and ship as the family's ``releases: [{before: ...}]`` override. SGLang on MI355X: the September 2025 ROCm dev
+#: image (``sgl-dev-v0.5.2``, 61 rows) runs 26% slower per decode step than one set of parameters predicts, v0.5.5 and
+#: later (86 rows) 16% faster (median measured / predicted TPOT, benchmarks/results/inferencex-fit.md); one set for
+#: both fits neither (TPOT 24.5% / 22.6%).
+RELEASE_SPLITS: dict[tuple[str, str], str] = {("sglang", "cdna4"): "0.5.5"}
+Group = tuple[str, str, str]  # (engine, family, epoch): epoch "" = the current releases, "<0.5.5" = those before
 
 
 def family(gpu: str) -> str:
     return default_catalog().gpu(gpu).arch
 
 
-def group_of(c: bx.Case) -> tuple[str, str]:
-    return ENGINE[c.framework], family(c.gpu)
+def group_of(c: bx.Case) -> Group:
+    eng, fam = ENGINE[c.framework], family(c.gpu)
+    split = RELEASE_SPLITS.get((eng, fam))
+    old = split is not None and (rk := release_key(c.release)) is not None and rk < (release_key(split) or ())
+    return eng, fam, f"<{split}" if old else ""
+
+
+def current(key: Group) -> Group:
+    """The current-release group of the same engine and family."""
+    return key[0], key[1], ""
+
+
+def layered(params: dict[Group, dict[str, float]], key: Group) -> dict[str, float]:
+    """A group's parameters as the profile applies them: an older epoch's over its family's current ones."""
+    return {**(params.get(current(key), {}) if key[2] else {}), **params.get(key, {})}
+
+
+def label(key: Group) -> str:
+    return f"{key[1]} {key[2]}" if key[2] else key[1]
 
 
 def base_profile(engine: str, gpu: str) -> EngineProfile:
@@ -92,15 +120,15 @@ class Predictor:
         self.cases = list(cases)
         self.points: dict[tuple[Any, ...], list[int]] = defaultdict(list)
         for i, c in enumerate(self.cases):
-            self.points[(c.config, c.conc)].append(i)
+            self.points[(c.config, c.conc, group_of(c))].append(i)  # a point of two release epochs: two predictions
 
-    def run(self, params: dict[tuple[str, str], dict[str, float]], catalog: Any = None,
+    def run(self, params: dict[Group, dict[str, float]], catalog: Any = None,
             acceptance: float | None = None) -> Preds:
         out: Preds = {}
         for idx in self.points.values():
             c = self.cases[idx[0]]
-            eng, fam = group_of(c)
-            prof = base_profile(eng, c.gpu).replace(**params.get((eng, fam), {}))
+            key = group_of(c)
+            prof = base_profile(key[0], c.gpu).replace(**layered(params, key))
             p = bx.predict(c, profile=prof, catalog=catalog, acceptance_rate=acceptance)
             for i in idx:
                 out[i] = p
@@ -193,11 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     cases = bx.single_node_cases(bx.DEFAULT_CSV)
     base = stage_a_rows(cases)
-    groups: dict[tuple[str, str], list[bx.Case]] = defaultdict(list)
+    groups: dict[Group, list[bx.Case]] = defaultdict(list)
     for c in base:
         groups[group_of(c)].append(c)
-    params: dict[tuple[str, str], dict[str, float]] = {}
-    unshipped: set[tuple[str, str]] = set()
+    params: dict[Group, dict[str, float]] = {}
+    unshipped: set[Group] = set()
     lines = ["# InferenceX fit: MoE-serving parameters per engine x GPU family", "",
              "Written by `python3 benchmarks/fit_inferencex.py` (module docstring: stages, loss, held-out rule).", "",
              "## Stage A (rows without MTP, fp8 and fp4), held out by whole configuration", "",
@@ -208,7 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fitted = fit_group(gc, {})
         params[key] = fitted
         pr = Predictor(gc)
-        before, after = pr.run({}), pr.run({key: fitted})
+        # "before" = without this group's fit: an older epoch runs its family's current parameters
+        before, after = pr.run({k: v for k, v in params.items() if k == current(key) != key}), pr.run({**params, key: fitted})
         held: Preds = {}
         for fold in folds_of(gc, a.folds):
             train = [c for c in gc if c.config not in fold]
@@ -216,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not train or not test_idx:
                 continue
             fp = fit_group(train, {})
-            tp = Predictor([gc[i] for i in test_idx]).run({key: fp})
+            tp = Predictor([gc[i] for i in test_idx]).run({**params, key: fp})
             held.update({test_idx[j]: p for j, p in tp.items()})
         nconf = len({c.config for c in gc})
         # ship a group's stage-A parameters only where they lower the held-out loss the fit minimises (TPOT MSLE),
@@ -225,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shipped = held_msle < before_msle
         if not shipped:
             unshipped.add(key)
-        lines.append(f"| {key[0]} | {key[1]} | {len(gc)} | {nconf} | {fitted['moe_layer_overhead_s'] * 1e6:.1f} us | "
+        lines.append(f"| {key[0]} | {label(key)} | {len(gc)} | {nconf} | {fitted['moe_layer_overhead_s'] * 1e6:.1f} us | "
                      f"{fitted['expert_bandwidth_efficiency']:.3f} | "
                      f"{mape(gc, before, 'tpot'):.1f} / {mape(gc, after, 'tpot'):.1f} / {mape(gc, held, 'tpot'):.1f} | "
                      f"{'yes' if shipped else 'no'} (held-out MSLE {held_msle:.3f} vs {before_msle:.3f}) |")
@@ -289,26 +318,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, v in b_vals.items():
         if key not in b_unshipped:
             params.setdefault(key, {})["server_request_overhead_s"] = v
-    lines += held_out_all(cases, a.folds, cat, acc, params)
+    held_lines, held_by = held_out_all(cases, a.folds, cat, acc, params)
+    lines += held_lines
     lines += ["",
               f"Fitted in {time.perf_counter() - t0:.0f} s."]
     print("\n".join(lines[-3:]), flush=True)
     a.out.write_text("\n".join(lines) + "\n")
     if not a.no_write:
-        rows: dict[str, dict[str, int]] = defaultdict(dict)
+        rows: dict[Group, int] = defaultdict(int)
         for c in scored(cases):
-            eng, fam = group_of(c)
-            rows[eng][fam] = rows[eng].get(fam, 0) + 1
-        write(params, effs, acc, rows, unshipped)
+            rows[group_of(c)] += 1
+        write(params, effs, acc, rows, unshipped, held_by)
     del fitted_all
     return 0
 
 
-def stage_b(cases: Sequence[bx.Case], params: dict[tuple[str, str], dict[str, float]], folds: int, cat: Any,
-            acc: float) -> tuple[list[str], dict[tuple[str, str], float], set[tuple[str, str]]]:
+def stage_b(cases: Sequence[bx.Case], params: dict[Group, dict[str, float]], folds: int, cat: Any,
+            acc: float) -> tuple[list[str], dict[Group, float], set[Group]]:
     """Stage B per engine x family on every scored row (the shipped stage A, C and D fixed), held out by whole
     configuration; a group's value ships where its held-out TTFT mean absolute log error and MAPE both beat none."""
-    groups: dict[tuple[str, str], list[bx.Case]] = defaultdict(list)
+    groups: dict[Group, list[bx.Case]] = defaultdict(list)
     for c in scored(cases):
         groups[group_of(c)].append(c)
     out = ["", "## Stage B: the serving front end's fixed cost per request (every row, TTFT)", "",
@@ -317,10 +346,10 @@ def stage_b(cases: Sequence[bx.Case], params: dict[tuple[str, str], dict[str, fl
            "without each fold of whole configurations.", "",
            "| engine | family | rows | configs | server_request_overhead_s | TTFT MAPE % none / fitted / held out | "
            "held-out MALE none / held out | shipped |", "|---|---|---:|---:|---:|---|---|---|"]
-    vals: dict[tuple[str, str], float] = {}
-    unshipped: set[tuple[str, str]] = set()
+    vals: dict[Group, float] = {}
+    unshipped: set[Group] = set()
     for key, gc in sorted(groups.items()):
-        a = {k: v for k, v in params.get(key, {}).items() if k in STAGE_A}
+        a = {k: v for k, v in layered(params, key).items() if k in STAGE_A}
         x = fit_request_overhead(gc, a, cat, acc)
         vals[key] = x
         pr = Predictor(gc)
@@ -339,7 +368,7 @@ def stage_b(cases: Sequence[bx.Case], params: dict[tuple[str, str], dict[str, fl
         ok = h < n0 and mape(gc, held, "ttft") < mape(gc, none, "ttft")
         if not ok:
             unshipped.add(key)
-        out.append(f"| {key[0]} | {key[1]} | {len(gc)} | {len({c.config for c in gc})} | {x * 1e3:.1f} ms | "
+        out.append(f"| {key[0]} | {label(key)} | {len(gc)} | {len({c.config for c in gc})} | {x * 1e3:.1f} ms | "
                    f"{mape(gc, none, 'ttft'):.1f} / {mape(gc, fitted, 'ttft'):.1f} / {mape(gc, held, 'ttft'):.1f} | "
                    f"{n0:.3f} / {h:.3f} | {'yes' if ok else 'no'} |")
         print(out[-1], flush=True)
@@ -347,29 +376,57 @@ def stage_b(cases: Sequence[bx.Case], params: dict[tuple[str, str], dict[str, fl
 
 
 def held_out_predictions(cases: Sequence[bx.Case], folds: int, cat: Any = None, acc: float | None = None,
-                         shipped: set[tuple[str, str]] | None = None) -> list[tuple[bx.Case, dict[str, float] | str]]:
-    """Every scored row predicted with its engine x family's stage-A and stage-B parameters fitted WITHOUT its
-    configuration (``folds`` folds of whole configurations within each group; stage A on the fold's training rows
-    without MTP, stage B on all its training rows; the fp4 rows and acceptance as shipped). Groups in ``shipped``
-    refit stage B; the others leave it at 0, as shipped (``None``: every group refits it)."""
+                         shipped_b: set[Group] | None = None,
+                         shipped_a: set[Group] | None = None) -> list[tuple[bx.Case, dict[str, float] | str]]:
+    """Every scored row predicted with its group's stage-A and stage-B parameters fitted WITHOUT its configuration.
+
+    ``folds`` folds of whole configurations per engine x family (both release epochs of a family share the folds, so
+    a configuration is out of every epoch's fit at once); in each fold the current releases' group is fitted first
+    (stage A on the training rows without MTP, stage B on all its training rows), then an older epoch's over it, as
+    the profile layers them; the fp4 rows and acceptance as shipped. Groups in ``shipped_b`` (``shipped_a``) refit
+    stage B (A); the others keep what the profile gives them without (``None``: every group refits it)."""
     cat = cat or default_catalog()
-    groups: dict[tuple[str, str], list[bx.Case]] = defaultdict(list)
+    fams: dict[tuple[str, str], list[bx.Case]] = defaultdict(list)
     for c in scored(cases):
-        groups[group_of(c)].append(c)
+        fams[group_of(c)[:2]].append(c)
     held: list[tuple[bx.Case, dict[str, float] | str]] = []
-    for key, gc in sorted(groups.items()):
-        for fold in folds_of(gc, folds):
-            train = [c for c in gc if c.config not in fold]
-            test = [c for c in gc if c.config in fold]
+    for _fam, fc in sorted(fams.items()):
+        for fold in folds_of(fc, folds):
+            train = [c for c in fc if c.config not in fold]
+            test = [c for c in fc if c.config in fold]
             if not test:
                 continue
-            base = stage_a_rows(train)
-            fp = fit_group(base, {}) if base else {}
-            if train and (shipped is None or key in shipped):
-                fp["server_request_overhead_s"] = fit_request_overhead(train, fp, cat, acc)
-            preds = Predictor(test).run({key: fp}, cat, acc)
+            fitted: dict[Group, dict[str, float]] = {}
+            for key in sorted({group_of(c) for c in fc}):
+                tr = [c for c in train if group_of(c) == key]
+                start = layered(fitted, key)
+                base = stage_a_rows(tr)
+                fp = fit_group(base, start) if base and (shipped_a is None or key in shipped_a) else dict(start)
+                if tr and (shipped_b is None or key in shipped_b):
+                    fp["server_request_overhead_s"] = fit_request_overhead(tr, fp, cat, acc)
+                fitted[key] = fp
+            preds = Predictor(test).run(fitted, cat, acc)
             held += [(c, preds[i]) for i, c in enumerate(test)]
     return held
+
+
+def shipped_groups(cases: Sequence[bx.Case]) -> tuple[set[Group], set[Group]]:
+    """(groups whose stage A ships, groups whose stage B ships), read from the shipped profiles: a current group's
+    family, an older epoch's ``releases:`` override, naming the parameter."""
+    a: set[Group] = set()
+    b: set[Group] = set()
+    for c in cases:
+        key = group_of(c)
+        f = engine_profile(key[0]).family_fit(c.gpu)
+        if f is None:
+            continue
+        r = f.release_fit(c.release) if key[2] else None
+        names = dict(r.parameters if r is not None else (() if key[2] else f.parameters))
+        if "moe_layer_overhead_s" in names:
+            a.add(key)
+        if "server_request_overhead_s" in names:
+            b.add(key)
+    return a, b
 
 
 def error_table(pairs: Sequence[tuple[bx.Case, dict[str, float] | str]], title: str) -> list[str]:
@@ -389,12 +446,14 @@ def error_table(pairs: Sequence[tuple[bx.Case, dict[str, float] | str]], title: 
 
 
 def held_out_all(cases: Sequence[bx.Case], folds: int, cat: Any, acc: float,
-                 params: dict[tuple[str, str], dict[str, float]]) -> list[str]:
+                 params: dict[Group, dict[str, float]]) -> tuple[list[str], dict[tuple[str, str], dict[str, float]]]:
     """Every scored row predicted with parameters fitted WITHOUT its configuration (:func:`held_out_predictions`),
-    beside the same rows with the parameters this run ships, overall and by GPU / engine / parallelism."""
+    beside the same rows with the parameters this run ships, overall and by GPU / engine / parallelism; and per
+    (engine profile, family) the held-out figures the profile records (:func:`held_out_by_profile`)."""
     sc = scored(cases)
     shipped_b = {k for k, v in params.items() if "server_request_overhead_s" in v}
-    held = held_out_predictions(sc, folds, cat, acc, shipped_b)
+    shipped_a = {k for k, v in params.items() if "moe_layer_overhead_s" in v}
+    held = held_out_predictions(sc, folds, cat, acc, shipped_b, shipped_a)
     ship_preds = Predictor(sc).run(params, cat, acc)
     ins = [(c, ship_preds[i]) for i, c in enumerate(sc)]
     out = ["", "## Every row, held out by configuration", "",
@@ -404,6 +463,23 @@ def held_out_all(cases: Sequence[bx.Case], folds: int, cat: Any, acc: float,
     out += error_table(held, "held out by configuration") + [""]
     out += error_table(ins, "in sample (the parameters shipped)")
     print("\n".join(out[-30:]), flush=True)
+    return out, held_out_by_profile(held)
+
+
+def held_out_by_profile(held: Sequence[tuple[bx.Case, dict[str, float] | str]]) -> dict[tuple[str, str], dict[str, float]]:
+    """(engine profile, family) -> {rows, configurations, ttft / tpot / output_tput mape_pct}: the held-out error of
+    the rows behind that profile family (every release epoch of it), written into its ``families:`` block as
+    ``held_out_inferencex`` and quoted by a plan's evidence note and the README."""
+    by: dict[tuple[str, str], list[tuple[bx.Case, dict[str, float] | str]]] = defaultdict(list)
+    for c, p in held:
+        by[group_of(c)[:2]].append((c, p))
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for key, sub in sorted(by.items()):
+        d: dict[str, float] = {"rows": len(sub), "configurations": len({c.config for c, _ in sub})}
+        for metric, name in (("ttft", "ttft_mape_pct"), ("tpot", "tpot_mape_pct"), ("tput", "output_tput_mape_pct")):
+            errs = [bx.ape(p[metric], c.measured[metric]) for c, p in sub if isinstance(p, dict) and metric in c.measured]
+            d[name] = round(statistics.fmean(errs), 1) if errs else math.nan
+        out[key] = d
     return out
 
 
@@ -439,11 +515,15 @@ NOTE = ("moe_layer_overhead_s, expert_bandwidth_efficiency (MoE models only), se
         "(benchmarks/results/inferencex-fit.md)")
 
 
-def merge_families(text: str, fams: dict[str, dict[str, float]], rows: dict[str, int], drop: set[str] | None = None) -> str:
+def merge_families(text: str, fams: dict[str, dict[str, float]], rows: dict[str, int], drop: set[str] | None = None,
+                   releases: dict[str, list[tuple[str, int, dict[str, float]]]] | None = None) -> str:
     """Put the stage-A parameters into a profile's ``families:`` by text edits (the rest of the file unchanged):
     an existing family gets the parameter lines (replaced when present) and a ``moe_source`` line; a new family
-    is added as a block after ``families:`` (its ``rows`` = the InferenceX rows behind it)."""
+    is added as a block after ``families:`` (its ``rows`` = the InferenceX rows behind it). ``releases``: per family,
+    (before, rows, parameters) of older release epochs, written as the block's ``releases:`` list (replacing one
+    written before)."""
     drop = drop or set()
+    releases = releases or {}
     doc = yaml.safe_load(text) or {}
     have = dict(doc.get("families") or {})
     for fam in list(have):
@@ -462,31 +542,66 @@ def merge_families(text: str, fams: dict[str, dict[str, float]], rows: dict[str,
         if fam in have:
             block = re.search(rf"\n  {fam}:\n(?:    .*\n|      .*\n)*", text)
             assert block is not None
-            b = block.group(0)
+            b = re.sub(r"\n    releases:\n(?:    - .*\n|      .*\n)*", "\n", block.group(0))
             for k in STAGES:
                 b = re.sub(rf"\n      {k}: .*", "", b)
             b = re.sub(r"\n    moe_source: .*", "", b)
             b = b.replace("\n    parameters:\n", "\n    parameters:\n" + "".join(f"      {k}: {v:.6g}\n" for k, v in vals.items()), 1)
             b = b.replace("\n    parameters:\n", f"\n    moe_source: {yaml.safe_dump(note, width=10**6).strip()}\n    parameters:\n", 1)
-            text = text.replace(block.group(0), b)
+            text = text.replace(block.group(0), b.rstrip("\n") + "\n" + _releases_text(releases.get(fam, [])))
         else:
             add = (f"  {fam}:\n    rows: {rows.get(fam, 0)}\n    source: {yaml.safe_dump(note, width=10**6).strip()}\n"
-                   "    parameters:\n" + "".join(f"      {k}: {v:.6g}\n" for k, v in vals.items()))
+                   "    parameters:\n" + "".join(f"      {k}: {v:.6g}\n" for k, v in vals.items())
+                   + _releases_text(releases.get(fam, [])))
             text = text.replace("\nfamilies:\n", "\nfamilies:\n" + add, 1)
     return text
 
 
-def write(params: dict[tuple[str, str], dict[str, float]], effs: dict[tuple[str, str], float], acc: float,
-          rows: dict[str, dict[str, int]], unshipped: set[tuple[str, str]] | None = None) -> None:
+def merge_held_out(text: str, held: dict[str, dict[str, float]]) -> str:
+    """Write each family's ``held_out_inferencex:`` mapping (replacing one written before) at the end of its block;
+    a family without a block here is left out (its rows run the engine profile)."""
+    for fam, d in sorted(held.items()):
+        block = re.search(rf"\n  {fam}:\n(?:    .*\n|      .*\n)*", text)
+        if block is None:
+            continue
+        b = re.sub(r"\n    held_out_inferencex:\n(?:      .*\n)*", "\n", block.group(0))
+        add = "    held_out_inferencex:\n" + "".join(f"      {k}: {int(v) if k in ('rows', 'configurations') else v}\n"
+                                                   for k, v in d.items())
+        text = text.replace(block.group(0), b.rstrip("\n") + "\n" + add)
+    return text
+
+
+def _releases_text(rel: Sequence[tuple[str, int, dict[str, float]]]) -> str:
+    """A family block's ``releases:`` list (older engine releases' stage parameters), "" for none."""
+    if not rel:
+        return ""
+    out = "    releases:\n"
+    for before, n, p in sorted(rel):
+        note = NOTE.format(n=n) + f", releases before {before}"
+        out += (f"    - before: '{before}'\n      rows: {n}\n      source: {yaml.safe_dump(note, width=10**6).strip()}\n"
+                "      parameters:\n" + "".join(f"        {k}: {float(v):.6g}\n" for k, v in p.items() if k in STAGES))
+    return out
+
+
+def write(params: dict[Group, dict[str, float]], effs: dict[tuple[str, str], float], acc: float,
+          rows: dict[Group, int], unshipped: set[Group] | None = None,
+          held: dict[tuple[str, str], dict[str, float]] | None = None) -> None:
     """Merge the fits into the profiles, the kernel table and the model catalog (text edits keep the comments)."""
     by_engine: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
-    for (eng, fam), p in params.items():
-        by_engine[eng][fam] = p
+    releases: dict[str, dict[str, list[tuple[str, int, dict[str, float]]]]] = defaultdict(lambda: defaultdict(list))
+    for key, p in params.items():
+        eng, fam, epoch = key
+        if epoch:
+            releases[eng][fam].append((epoch.lstrip("<"), rows.get(key, 0), p))
+        else:
+            by_engine[eng][fam] = p
     unshipped = unshipped or set()
-    for eng in sorted({e for e, _ in params} | {e for e, _ in unshipped}):
+    for eng in sorted({k[0] for k in params} | {k[0] for k in unshipped}):
         path = ROOT / "catalogs" / "profiles" / f"{eng}.yaml"
-        drop = {f for e, f in unshipped if e == eng}
-        path.write_text(merge_families(path.read_text(), by_engine.get(eng, {}), rows.get(eng, {}), drop))
+        drop = {k[1] for k in unshipped if k[0] == eng and not k[2]}
+        fam_rows = {k[1]: n for k, n in rows.items() if k[0] == eng and not k[2]}
+        text = merge_families(path.read_text(), by_engine.get(eng, {}), fam_rows, drop, releases.get(eng, {}))
+        path.write_text(merge_held_out(text, {f: v for (e, f), v in (held or {}).items() if e == eng}))
     ks = ROOT / "catalogs" / "kernel-support.yaml"
     text = ks.read_text()
     for (_arch, dtype), bw in effs.items():

@@ -2,7 +2,7 @@
 
     python benchmarks/fit_profiles.py [--csv tests/data/measurements/published.csv] [--no-write] [--quick] [--out FILE.md]
 
-Writes ``catalogs/profiles/{vllm,trtllm,lmdeploy,gpt-fast,sglang}.yaml`` and the Markdown report (the table
+Writes ``catalogs/profiles/{vllm,trtllm,lmdeploy,gpt-fast,sglang,atom}.yaml`` and the Markdown report (the table
 pasted into the README) to ``--out`` (default ``$TMPDIR/recommender-benchmarks/fit_profiles.md``, outside the
 tracked tree, as ``bench_search.py``; ``benchmarks/results/fit_profiles.md`` is the committed copy), and prints the table.
 
@@ -14,7 +14,8 @@ Per engine (a fit on one engine is no claim about another):
   curve, fp8 ratio, collectives: the same kernels), fitting only what is vLLM's own
   (:data:`VLLM_PARAMETERS`: step and layer overheads, attention efficiency); the MI300X rows fit
   its ``cdna3`` family;
-- ``sglang``: vLLM's fitted values, not fitted (no SGLang rows).
+- ``sglang`` and ``atom``: vLLM's fitted values at the engine level (no SGLang or ATOM rows in published.csv); their
+  families' MoE and front-end parameters come from ``benchmarks/fit_inferencex.py`` (run it after this script).
 
 "Before" is the provisional profile (the ``EngineProfile`` defaults that ``vllm.yaml`` held before any
 fit) applied to every engine. Errors are absolute percentage errors ``|predicted / measured - 1|``;
@@ -324,10 +325,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "`recommend calibrate` writes profiles in this format for --profile.")
             write_profile(ROOT / f"catalogs/profiles/{engine}.yaml", doc, header)
         vl = results["vllm"].profile
-        sg = vl.replace(engine="sglang", source="not fitted: vLLM's fitted values (published.csv has no SGLang rows)")
-        write_profile(ROOT / "catalogs/profiles/sglang.yaml", profile_document(sg),
-                      "Default efficiency profile for SGLang: NOT fitted (no SGLang measurements);\n"
-                      "a copy of vllm.yaml's fitted parameters. Calibrate with `recommend calibrate --engine sglang`.")
+        for engine, name in (("sglang", "SGLang"), ("atom", "ATOM (AMD ROCm)")):
+            sg = vl.replace(engine=engine, source=f"the engine-level parameters are vLLM's fitted values (published.csv has "
+                                                  f"no {name} rows); families: benchmarks/fit_inferencex.py")
+            write_profile(ROOT / f"catalogs/profiles/{engine}.yaml", profile_document(sg),
+                          f"Default efficiency profile for {name}. The engine-level parameters are a copy of vllm.yaml's\n"
+                          "(the kernels' physics is shared; published.csv has none of this engine's rows). The families'\n"
+                          "MoE-serving and front-end parameters are fitted on InferenceX by benchmarks/fit_inferencex.py,\n"
+                          "which merges them in: run it after this script. Calibrate with `recommend calibrate --engine "
+                          f"{engine}`.")
     print(f"done in {time.time() - t0:.1f}s", file=sys.stderr)
     return 0
 

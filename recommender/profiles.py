@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -97,6 +98,27 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
 }
 
 
+def release_key(release: str) -> tuple[int, ...] | None:
+    """``"0.5.2"`` / ``"v0.5.5.post3"`` -> (0, 5, 2) / (0, 5, 5): the first dotted number of an engine release, for
+    ordering; None when there is none."""
+    m = re.search(r"(\d+(?:\.\d+)+)", release)
+    return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+
+@dataclass(frozen=True)
+class ReleaseFit:
+    """Parameters of engine releases older than ``before`` on one GPU family (overrides of the family's, which
+    describe the current releases): kernels that a later release replaced, measured on those releases' rows."""
+
+    before: str
+    rows: int
+    parameters: tuple[tuple[str, float], ...]
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"before": self.before, "rows": self.rows, "source": self.source, "parameters": dict(self.parameters)}
+
+
 @dataclass(frozen=True)
 class FamilyFit:
     """Parameters fitted on one GPU family's measurements (overrides of the engine profile)."""
@@ -105,9 +127,27 @@ class FamilyFit:
     rows: int
     parameters: tuple[tuple[str, float], ...]
     source: str = ""
+    releases: tuple[ReleaseFit, ...] = ()
+    #: MoE rows' error held out by whole configuration (``benchmarks/fit_inferencex.py``: rows, configurations,
+    #: ttft_mape_pct, tpot_mape_pct, output_tput_mape_pct), every release epoch of the family; () = not measured
+    held_out_inferencex: tuple[tuple[str, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows, "source": self.source, "parameters": dict(self.parameters)}
+        d: dict[str, Any] = {"rows": self.rows, "source": self.source, "parameters": dict(self.parameters)}
+        if self.releases:
+            d["releases"] = [r.to_dict() for r in self.releases]
+        if self.held_out_inferencex:
+            d["held_out_inferencex"] = dict(self.held_out_inferencex)
+        return d
+
+    def release_fit(self, release: str) -> ReleaseFit | None:
+        """The override for an engine ``release`` (the one with the lowest ``before`` above it), or None: a
+        release at or past every ``before``, or one that does not parse, runs the family's current parameters."""
+        key = release_key(release) if release else None
+        if key is None:
+            return None
+        older = [r for r in self.releases if (b := release_key(r.before)) is not None and key < b]
+        return min(older, key=lambda r: release_key(r.before) or ()) if older else None
 
 
 def gpu_family(gpu_id: str) -> str:
@@ -205,6 +245,17 @@ class EngineProfile:
         kw: dict[str, Any] = dict(f.parameters)
         return dataclasses.replace(self, family=f.family, **kw)
 
+    def for_release(self, gpu_id: str, release: str) -> "EngineProfile":
+        """This profile on ``gpu_id`` as engine ``release`` ran it: the family's parameters, then the family's
+        override for releases older than its ``before`` (:meth:`FamilyFit.release_fit`). The result has no
+        ``families`` left (it is fully specialised: a later :meth:`for_gpu` leaves it as it is)."""
+        f = self.family_fit(gpu_id)
+        if f is None:
+            return self
+        r = f.release_fit(release)
+        kw: dict[str, Any] = {**dict(f.parameters), **(dict(r.parameters) if r is not None else {})}
+        return dataclasses.replace(self, family=f.family, families=(), **kw)
+
 
 def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
     if not isinstance(doc, Mapping):
@@ -229,15 +280,47 @@ def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
         if not isinstance(fd, Mapping):
             raise ConfigError(f"profile {where}: families.{fam} must be a mapping with rows and parameters")
         fp = dict(fd.get("parameters") or {})
-        for k, v in fp.items():
-            lo, hi = BOUNDS.get(k, (float("-inf"), float("inf")))
-            if k not in known or not isinstance(v, (int, float)) or not lo <= float(v) <= hi:
-                raise ConfigError(f"profile {where}: families.{fam}.{k}={v!r} unknown or outside [{lo:g}, {hi:g}]")
-        fams.append(FamilyFit(str(fam), int(fd.get("rows") or 0), tuple(sorted((k, float(v)) for k, v in fp.items())),
-                              str(fd.get("source") or "")))
+        fams.append(FamilyFit(str(fam), int(fd.get("rows") or 0), _checked(fp, known, f"{where}: families.{fam}"),
+                              str(fd.get("source") or ""), _releases(fd.get("releases"), known, f"{where}: families.{fam}"),
+                              _figures(fd.get("held_out_inferencex"), f"{where}: families.{fam}.held_out_inferencex")))
     values: dict[str, Any] = {k: float(v) for k, v in params.items()}
     return EngineProfile(engine=str(doc.get("engine", "vllm")), source=str(doc.get("source", where)),
                          fit=doc.get("fit") or {}, families=tuple(fams), **values)
+
+
+def _checked(params: Mapping[str, Any], known: set[str], where: str) -> tuple[tuple[str, float], ...]:
+    """A family's (or release's) parameters, each known and inside its physical range, sorted by name."""
+    for k, v in params.items():
+        lo, hi = BOUNDS.get(k, (float("-inf"), float("inf")))
+        if k not in known or not isinstance(v, (int, float)) or not lo <= float(v) <= hi:
+            raise ConfigError(f"profile {where}.{k}={v!r} unknown or outside [{lo:g}, {hi:g}]")
+    return tuple(sorted((k, float(v)) for k, v in params.items()))
+
+
+def _figures(doc: Any, where: str) -> tuple[tuple[str, float], ...]:
+    """A mapping of numbers (held-out figures), in file order; () when absent."""
+    if doc is None:
+        return ()
+    if not isinstance(doc, Mapping) or not all(isinstance(v, (int, float)) for v in doc.values()):
+        raise ConfigError(f"profile {where} must be a mapping of numbers")
+    return tuple((str(k), float(v)) for k, v in doc.items())
+
+
+def _releases(doc: Any, known: set[str], where: str) -> tuple[ReleaseFit, ...]:
+    """``releases:`` of a family: a list of ``{before, rows, source, parameters}``, ``before`` a dotted release."""
+    if doc is None:
+        return ()
+    if not isinstance(doc, list):
+        raise ConfigError(f"profile {where}.releases must be a list of mappings with before and parameters")
+    out = []
+    for i, rd in enumerate(doc):
+        before = str(rd.get("before") or "") if isinstance(rd, Mapping) else ""
+        if release_key(before) is None:
+            raise ConfigError(f"profile {where}.releases[{i}] needs before: a release such as '0.5.5'")
+        out.append(ReleaseFit(before, int(rd.get("rows") or 0),
+                              _checked(dict(rd.get("parameters") or {}), known, f"{where}.releases[{i}]"),
+                              str(rd.get("source") or "")))
+    return tuple(out)
 
 
 def load_profile(path: str | Path) -> EngineProfile:

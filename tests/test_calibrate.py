@@ -369,15 +369,17 @@ def test_profile_yaml_round_trip_is_atomic(tmp_path):
     assert out.read_text().startswith("# header line\n")
 
 
-@pytest.mark.parametrize("engine", ["vllm", "trtllm", "lmdeploy", "gpt-fast", "sglang"])
+@pytest.mark.parametrize("engine", ["vllm", "trtllm", "lmdeploy", "gpt-fast", "sglang", "atom"])
 def test_shipped_profiles_load_inside_bounds(engine):
     doc = yaml.safe_load((PROFILES / f"{engine}.yaml").read_text())
     prof = load_profile(PROFILES / f"{engine}.yaml")
     assert prof.engine == engine
     for n, (lo, hi) in BOUNDS.items():
         assert lo <= getattr(prof, n) <= hi
-    if engine == "sglang":
-        assert "not fitted" in prof.source
+    if engine in ("sglang", "atom"):
+        # no published rows of their own: the engine level is vLLM's, the families are InferenceX fits
+        assert "vLLM's fitted values" in prof.source and "fit_inferencex" in prof.source
+        assert any(f.held_out_inferencex for f in prof.families)
     else:
         assert "fitted" in prof.source and doc["fit"]["n_rows"] > 0
         assert doc["fit"]["error_after"]["all"]["median_ape_pct"] <= doc["fit"]["error_before"]["all"]["median_ape_pct"]

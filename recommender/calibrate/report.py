@@ -19,7 +19,7 @@ from recommender.atomic import atomic_write_text
 from recommender.calibrate.fit import ErrorStats, FamilyReport, FitResult, HeldOut
 from recommender.calibrate.measurements import Skip
 from recommender.errors import CalibrationError
-from recommender.profiles import BOUNDS, EngineProfile
+from recommender.profiles import BOUNDS, EngineProfile, FamilyFit
 
 #: Every numeric profile parameter, in the order of ``catalogs/profiles/vllm.yaml``.
 PROFILE_PARAMETERS = (
@@ -86,11 +86,21 @@ def profile_document(profile: EngineProfile, fit: Mapping[str, Any] | None = Non
                    if getattr(profile, n) != getattr(_DEFAULT, n)})
     doc: dict[str, Any] = {"engine": profile.engine, "source": profile.source, "parameters": params}
     if profile.families:
-        doc["families"] = {f.family: {"rows": f.rows, "source": f.source,
-                                      "parameters": {n: _round(n, v) for n, v in f.parameters}} for f in profile.families}
+        doc["families"] = {f.family: _family_doc(f) for f in profile.families}
     if fit:
         doc["fit"] = dict(fit)
     return doc
+
+
+def _family_doc(f: FamilyFit) -> dict[str, Any]:
+    """One ``families:`` entry: rows, source, rounded parameters, and its ``releases:`` overrides if any."""
+    d: dict[str, Any] = {"rows": f.rows, "source": f.source, "parameters": {n: _round(n, v) for n, v in f.parameters}}
+    if f.releases:
+        d["releases"] = [{"before": r.before, "rows": r.rows, "source": r.source,
+                          "parameters": {n: _round(n, v) for n, v in r.parameters}} for r in f.releases]
+    if f.held_out_inferencex:
+        d["held_out_inferencex"] = {k: int(v) if k in ("rows", "configurations") else v for k, v in f.held_out_inferencex}
+    return d
 
 
 def _plain(x: Any) -> Any:
