@@ -8,7 +8,7 @@ from typing import Any
 
 from recommender.catalog import default_catalog
 from recommender.plan import Evidence, PoolEvidence
-from recommender.profiles import EngineProfile
+from recommender.profiles import EngineProfile, gpu_family
 from recommender.search.evaluate import Evaluation, SearchContext
 from recommender.search.pareto import non_dominated
 from recommender.search.policy import SearchPolicy
@@ -78,11 +78,21 @@ def pd_saving(ev: Evaluation, best_aggregated_usd_per_million: float | None) -> 
     return 1.0 - ev.usd_per_million_tokens / best_aggregated_usd_per_million
 
 
-def measured_rows(profile: EngineProfile, gpu_id: str) -> tuple[str, int]:
-    """(family, measured rows behind the profile on that family): the family fit's rows
+def measured_rows(profile: EngineProfile, gpu_id: str, *, moe: bool = False) -> tuple[str, int]:
+    """(family, measured rows behind the profile on that family), the rows the README's per-profile table
+    (``benchmarks/profile_evidence.py``) lists: for a MoE model the family's InferenceX rows
+    (``families.<f>.held_out_inferencex.rows``), for a dense one the engine fit's rows on the family
+    (``fit.held_out_by_config.by_family.<f>.rows``); where the profile records neither, the family fit's rows
     (``families:`` in the profile), or the rows the fit records for the family (``fit.coverage.families``,
     written by ``recommend calibrate``), else (older profiles) the engine fit's rows on GPUs of the same family (the fit's
     held-out report ``by: gpu``, ``per_group.<gpu>.start.n``). Family = the GPU's catalog architecture."""
+    fit = profile.family_fit(gpu_id)
+    recorded = dict(fit.held_out_inferencex).get("rows") if moe and fit is not None else None
+    if recorded is None and not moe:
+        dense = profile.held_out_evidence(gpu_id)
+        recorded = float(dense.rows) if dense is not None and dense.rows > 0 else None
+    if recorded is not None:
+        return (fit.family if fit is not None else gpu_family(gpu_id)), int(recorded)
     family, rows = profile.evidence(gpu_id)
     gpus = default_catalog().gpus
     family = family or (gpus[gpu_id].arch if gpu_id in gpus else "")
@@ -102,7 +112,8 @@ def measured_rows(profile: EngineProfile, gpu_id: str) -> tuple[str, int]:
 
 def evidence_of(ctx: SearchContext, ev: Evaluation) -> Evidence:
     """The efficiency profile behind a plan and, per pool GPU, its family and the measured rows behind it."""
-    pools = tuple(PoolEvidence(p.gpu, *measured_rows(ctx.profile, p.gpu)) for p in ev.pools)
+    moe = getattr(getattr(ctx, "model", None), "moe", None) is not None  # a MoE model: its InferenceX rows
+    pools = tuple(PoolEvidence(p.gpu, *measured_rows(ctx.profile, p.gpu, moe=moe)) for p in ev.pools)
     return Evidence(profile=ctx.profile.source or ctx.profile.engine, engine=ctx.profile.engine,
                     measured=bool(pools) and all(p.measured_rows > 0 for p in pools), error_band=evidence_band(ctx),
                     pools=pools)
