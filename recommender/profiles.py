@@ -28,6 +28,9 @@ every command takes ``--profile FILE``. Parameters (all fractions in (0, 1], tim
   token permute / unpermute, grouped-GEMM launches: work that does not scale with bytes); 0 for dense models.
 - ``expert_bandwidth_efficiency``: share of ``hbm_bandwidth_efficiency`` the routed-expert grouped GEMMs reach
   (few tokens per expert: short, many GEMMs); 1 = as fast per byte as dense weights.
+- ``expert_compute_efficiency``: share of the GEMMs' compute rate (``compute_efficiency``) the routed-expert grouped
+  GEMMs reach where they are compute-bound (MoE prefill: many experts of uneven size, the permute between them);
+  1 = as fast per FLOP as dense GEMMs. MoE models only.
 - ``dp_balance_timeout_steps``: with data-parallel attention, the engine holds a new prompt until every attention
   rank has one to prefill together, at most this many steps (TensorRT-LLM ``attention_dp_config.enable_balance``
   with ``timeout_iters``); 0 = prefill at once (vLLM). ``perf.moe.balance_wait_s``.
@@ -89,6 +92,7 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "gemm_m_half_tokens": (0.0, 4096.0),
     "moe_layer_overhead_s": (0.0, 500e-6),
     "expert_bandwidth_efficiency": (0.1, 1.0),
+    "expert_compute_efficiency": (0.1, 1.0),
     "dp_balance_timeout_steps": (0.0, 1000.0),
     "layer_overhead_s": (0.0, 200e-6),
     "fp8_gemm_efficiency_ratio": (0.3, 1.05),   # x compute_efficiency <= 0.95 stays below the peak
@@ -193,6 +197,7 @@ class EngineProfile:
     gemm_m_half_tokens: float = 0.0
     moe_layer_overhead_s: float = 0.0
     expert_bandwidth_efficiency: float = 1.0
+    expert_compute_efficiency: float = 1.0
     dp_balance_timeout_steps: float = 0.0
     layer_overhead_s: float = 0.0
     fp8_gemm_efficiency_ratio: float = 1.0

@@ -228,6 +228,7 @@ class StepCostModel:
     draft: spec_mod.DraftCost | None = None  # MTP speculative decoding (perf.speculative)
     weight_stream_efficiency: float = 1.0  # the weight dtype's kernels' share of the profile's HBM efficiency
     expert_bandwidth_efficiency: float = 1.0  # routed-expert grouped GEMMs' share of it (profile)
+    expert_compute_efficiency: float = 1.0  # their share of the GEMMs' compute rate (profile; MoE prefill)
     moe_layer_overhead_s: float = 0.0     # fixed time per MoE layer per step (profile; already in overhead_s)
     pp_hop_s_per_token: float = 0.0       # pipeline parallel: seconds per new token to pass activations between stages
     gemm_curve_hidden: float = 0.0        # fraction of the curve's small-M loss hidden under the weight stream
@@ -287,6 +288,7 @@ class StepCostModel:
             gemm_m_half_tokens=gemm_m_half(p.gemm_m_half_tokens, m.hidden_size, tp),
             moe=layout, routed_flops_per_token=routed, draft=_draft_cost(dep, pair),
             weight_stream_efficiency=eff.bandwidth, expert_bandwidth_efficiency=p.expert_bandwidth_efficiency,
+            expert_compute_efficiency=p.expert_compute_efficiency if m.moe is not None else 1.0,
             moe_layer_overhead_s=p.moe_layer_overhead_s if m.moe is not None else 0.0,
             gemm_curve_hidden=p.gemm_curve_hidden_fraction,
             attention_ratio=p.attention_efficiency_ratio,
@@ -351,7 +353,7 @@ class StepCostModel:
         bw = self.peak_hbm_bytes_per_s if floor else self.hbm_bytes_per_s
         w_s = w_bytes / bw if floor else self.weight_read_s(new_tokens, bw)
         comp = self.peak_group_flops_per_s if floor else self.group_flops_per_s
-        lin_eff = lin if floor else self.gemm_effective_flops(new_tokens, w_s) + self.imbalance_flops(new_tokens)
+        lin_eff = lin if floor else self.effective_linear_flops(new_tokens, w_s)
         out = {"memory_s": (w_bytes + kv_bytes) / bw, "compute_s": (lin + attention_flops) / comp,
                "gemm_s": max(w_s, lin_eff / comp),
                "attention_s": max(kv_bytes / bw, attention_flops / (comp * (1.0 if floor else self.attention_ratio))),
@@ -379,7 +381,10 @@ class StepCostModel:
         weight_s x compute / linear_flops_per_token`` (the tokens at which full-efficiency compute equals
         the weight stream): a GEMM waiting on HBM hides the fraction ``h`` (``gemm_curve_hidden_fraction``)
         of its tensor cores' idle tiles (``h = 1``: ``r = T / (T + M_mem)``; ``h = 0``: ``r = 1``).
-        ``weight_s`` = weight bytes / bandwidth (default: at ``new_tokens``)."""
+        ``weight_s`` = weight bytes / bandwidth (default: at ``new_tokens``).
+
+        The routed experts' grouped GEMMs run at ``expert_compute_efficiency`` x the dense GEMMs' rate, so their
+        FLOPs count ``1 / expert_compute_efficiency`` times here (at ``eff_max``)."""
         t = max(new_tokens, 0)
         r = self.gemm_curve_factor(new_tokens, weight_s)
         dense = self.linear_flops_per_token - self.routed_flops_per_token
@@ -387,8 +392,13 @@ class StepCostModel:
         if self.routed_flops_per_token and self.experts_top_k:
             e, k = self.num_experts, self.experts_top_k
             touched = e * (1.0 - (1.0 - k / e) ** t)
-            out += (t + r * touched * self.gemm_m_half_tokens / k) * self.routed_flops_per_token
+            out += (t + r * touched * self.gemm_m_half_tokens / k) * self.routed_flops_per_token / self.expert_compute_efficiency
         return out
+
+    def effective_linear_flops(self, new_tokens: int, weight_s: float | None = None) -> float:
+        """:meth:`gemm_effective_flops` + the busiest EP rank's extra routed FLOPs (:meth:`imbalance_flops`), the
+        latter at the experts' rate too (``/ expert_compute_efficiency``): what ``step_s`` divides by the compute rate."""
+        return self.gemm_effective_flops(new_tokens, weight_s) + self.imbalance_flops(new_tokens) / self.expert_compute_efficiency
 
     def gemm_curve_factor(self, new_tokens: int, weight_s: float | None = None) -> float:
         """``r = 1 - h M_mem / (T + M_mem)``, the share of the half-point loss a step pays (see
@@ -428,7 +438,7 @@ class StepCostModel:
             lin = self.gemm_effective_flops(new_tokens, w_s)
         else:
             w_s = self.weight_read_s(new_tokens, bw)
-            lin = self.gemm_effective_flops(new_tokens, w_s) + self.imbalance_flops(new_tokens)
+            lin = self.effective_linear_flops(new_tokens, w_s)
         gemm = max(w_s, lin / comp)
         attn = max(kv_read_bytes / self.tp / bw, attention_flops / (comp * self.attention_ratio))
         fixed = self.overhead_s + (self.prefill_step_overhead_s if prefill else 0.0)

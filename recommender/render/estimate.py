@@ -130,7 +130,8 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     out += _gemm_flops_lines(cost, b)
     lin = f"{cost.gemm_effective_flops(b, cost.weight_read_s(b, cost.hbm_bytes_per_s)):.4g} FLOPs"
     if cost.imbalance_flops(b):
-        lin = f"({lin} + {cost.imbalance_flops(b):.4g} FLOPs)"
+        extra = cost.imbalance_flops(b) / cost.expert_compute_efficiency
+        lin = f"({lin} + {extra:.4g} FLOPs)"
     out.append(_line("GEMMs", f"max({w_read}, {lin} / {_tflops(cost.group_flops_per_s)})", S(real["gemm_s"])))
     attn_note = (f"; {cost.attention_ratio:.0%} of the GEMMs' rate" if cost.attention_ratio != 1.0 else "")
     out.append(_line("attention", f"max({B(b * kv / tp)} / {_tbs(cost.hbm_bytes_per_s)}, {b * fl:.4g} FLOPs / "
@@ -327,6 +328,8 @@ def _gemm_flops_lines(cost: StepCostModel, b: int) -> list[str]:
         touched = e * (1.0 - (1.0 - k / e) ** max(b, 0))
         f += (f" + ({b} + {rt:g} x {touched:.4g} x {cost.gemm_m_half_tokens:.4g} / {k}) tokens x "
               f"{cost.routed_flops_per_token:.4g} FLOPs")
+        if cost.expert_compute_efficiency != 1.0:
+            f += f" / {cost.expert_compute_efficiency:.4g} (the experts' share of the GEMMs' rate)"
     f += "; half point per GEMM"
     out.append(_line("GEMM FLOPs", f, f"{cost.gemm_effective_flops(b, w_s):.4g} FLOPs"))
     return out
