@@ -93,13 +93,14 @@ def profile_document(profile: EngineProfile, fit: Mapping[str, Any] | None = Non
 
 
 def _family_doc(f: FamilyFit) -> dict[str, Any]:
-    """One ``families:`` entry: rows, source, rounded parameters, and its ``releases:`` overrides if any."""
-    d: dict[str, Any] = {"rows": f.rows, "source": f.source, "parameters": {n: _round(n, v) for n, v in f.parameters}}
-    if f.releases:
-        d["releases"] = [{"before": r.before, "rows": r.rows, "source": r.source,
-                          "parameters": {n: _round(n, v) for n, v in r.parameters}} for r in f.releases]
-    if f.held_out_inferencex:
-        d["held_out_inferencex"] = {k: int(v) if k in ("rows", "configurations") else v for k, v in f.held_out_inferencex}
+    """One ``families:`` entry: :meth:`FamilyFit.to_dict` with its parameters (and its ``releases:`` overrides')
+    rounded for the file and the held-out counts as integers."""
+    d = f.to_dict()
+    for part in [d] + list(d.get("releases", [])):
+        part["parameters"] = {n: _round(n, v) for n, v in part["parameters"].items()}
+    if "held_out_inferencex" in d:
+        d["held_out_inferencex"] = {k: int(v) if k in ("rows", "configurations") else v
+                                    for k, v in d["held_out_inferencex"].items()}
     return d
 
 
