@@ -166,15 +166,21 @@ def _limits(c: Case) -> tuple[int, int]:
 
 
 def scheduler_poll_steps(c: Case) -> int:
-    """How often the row's SGLang server takes in new requests, in steps (the launch scripts of
-    ``SemiAnalysisAI/InferenceX benchmarks/`` @ 1fc5d73c): on B200 (and B300, assumed alike) ``--scheduler-recv-interval``
-    10, or 30 at TP 8 from concurrency 16 (``dsr1_fp8_b200.sh``, ``dsr1_fp4_b200_docker.sh``); on MI300X / MI325X /
-    MI355X ``--num-continuous-decode-steps 4`` (``dsr1_fp8_mi300x.sh``, ``dsr1_fp8_mi355x.sh``: four decode steps
-    between two looks at the queue); H200 and the other engines poll every step."""
+    """How often the row's SGLang server takes in new requests, in steps (``--scheduler-recv-interval``; the launch
+    scripts of ``SemiAnalysisAI/InferenceX``, unchanged from 2025-11-21 d22bf9ca9 to 2026-06 843c6254):
+
+    * B200 / B300 fp8 without MTP (``dsr1_fp8_b200.sh``, ``dsr1_fp8_b300.sh``): TP 8 polls every 30 steps from
+      concurrency 16 and every 10 below; TP 4 every 10;
+    * B200 / B300 fp4 and the MTP scripts (``dsr1_fp4_b200.sh``, ``dsr1_fp4_b300.sh``, ``dsr1_fp8_b200_mtp.sh``,
+      ``dsr1_fp8_b300_mtp.sh``): every 30 steps from concurrency 16, every 10 below, at any TP;
+    * MI300X / MI325X / MI355X: ``--num-continuous-decode-steps 4`` (``dsr1_fp8_mi300x.sh``, ``dsr1_fp8_mi355x.sh``:
+      four decode steps between two looks at the queue);
+    * H200 and the other engines poll every step."""
     if c.framework != "sglang":
         return 1
     if c.gpu in ("b200", "b300"):
-        return 30 if c.tp * c.dp == 8 and c.conc >= 16 else 10
+        relaxed = c.conc >= 16 and (c.tp * c.dp == 8 or c.weight_dtype != "fp8" or c.mtp > 0)
+        return 30 if relaxed else 10
     if c.gpu in ("mi300x", "mi325x", "mi355x"):
         return 4
     return 1

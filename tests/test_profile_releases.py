@@ -122,3 +122,26 @@ def test_fit_inferencex_writes_and_rewrites_a_release_list(tmp_path: Path) -> No
     assert twice.count("releases:") == 1
     assert prof.for_release("mi355x", "0.5.2").expert_bandwidth_efficiency == 0.5
     assert prof.for_release("mi355x", "0.5.2").moe_layer_overhead_s == 1e-4
+
+
+def test_sglang_blackwell_rows_poll_as_their_launch_scripts_say() -> None:
+    # SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/ (unchanged 2025-11-21 d22bf9ca9 .. 843c6254):
+    # dsr1_fp4_b200.sh / dsr1_fp4_b300.sh and the *_mtp.sh scripts: --scheduler-recv-interval 30 if CONC >= 16 else
+    # 10, at any TP; dsr1_fp8_b200.sh / dsr1_fp8_b300.sh: 30 / 10 at TP 8, 10 at TP 4
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_inferencex as bx
+    from recommender.perf.steady import poll_wait_s
+
+    def case(gpu: str, dtype: str, tp: int, conc: int, mtp: int = 0, fw: str = "sglang") -> bx.Case:
+        return bx.Case(row={}, gpu=gpu, framework=fw, tp=tp, dp=1, ep=tp > 1, mtp=mtp, weight_dtype=dtype,
+                       kv_dtype="fp8", conc=conc, prompt_tokens=900, output_tokens=900, parallel="EP")
+
+    assert bx.scheduler_poll_steps(case("b200", "fp4", 4, 128)) == 30   # was 10: the TP-8 rule of the fp8 script
+    assert bx.scheduler_poll_steps(case("b300", "fp4", 4, 8)) == 10
+    assert bx.scheduler_poll_steps(case("b200", "fp8", 8, 16)) == 30
+    assert bx.scheduler_poll_steps(case("b300", "fp8", 4, 32)) == 10
+    assert bx.scheduler_poll_steps(case("b200", "fp8", 8, 64, mtp=1)) == 30
+    assert bx.scheduler_poll_steps(case("mi355x", "fp8", 8, 64)) == 4
+    assert bx.scheduler_poll_steps(case("b200", "fp4", 4, 128, fw="trt")) == 1
+    # a request arriving between two polls of every 30 steps of 26.7 ms waits (30 - 1) / 2 x 26.7 = 387 ms on average
+    assert poll_wait_s(30, 0.0267) == pytest.approx(0.38715)
