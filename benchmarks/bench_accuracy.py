@@ -98,6 +98,11 @@ def held_out_predictions(pub: list[Measurement], amd: list[Measurement], folds: 
     return preds
 
 
+def _apes(ms: Sequence[Measurement], profile: Any) -> list[float]:
+    """Absolute % error of ``profile`` on each row."""
+    return [ape(predict(m, profile), m.value) for m in ms]
+
+
 def calibrate_split(pub: list[Measurement], amd: list[Measurement]) -> list[list[Any]]:
     """Per engine and start profile: the start profile vs ``fit_user_rows`` fitted on the other half of the
     configurations (2-fold by configuration, both ways round). Two starts: the engine's shipped profile (which
@@ -118,8 +123,8 @@ def calibrate_split(pub: list[Measurement], amd: list[Measurement]) -> list[list
             train = [m for m in ms if m.group("config") not in halves[i]]
             test = [m for m in ms if m.group("config") in halves[i]]
             prof = fit_user_rows(train, start).result.profile
-            shipped += [ape(predict(m, start), m.value) for m in test]
-            fitted += [ape(predict(m, prof), m.value) for m in test]
+            shipped += _apes(test, start)
+            fitted += _apes(test, prof)
         s, f = error_stats(shipped), error_stats(fitted)
         rows.append([engine, f"{start_name}.yaml" + (" (fitted on these rows)" if start_name == engine else " (new rows)"),
                      len(ms), len({m.group("config") for m in ms}), _f(s), _f(f),
@@ -139,7 +144,8 @@ def calibrate_user_case(pub: list[Measurement], amd: list[Measurement]) -> list[
     prior = fp.fit_pipeline("trtllm", [m for m in pub if m.engine == "trtllm"], [], None, families=False)
     for engine in ("trtllm", "lmdeploy", "vllm"):
         ms, ex = [m for m in pub if m.engine == engine], [m for m in amd if m.engine == engine]
-        folds = fp.config_folds(ms + ex, 4)
+        both = ms + ex
+        folds = fp.config_folds(both, 4)
         start_err: list[float] = []
         cal_err: list[float] = []
         lower = 0
@@ -151,16 +157,15 @@ def calibrate_user_case(pub: list[Measurement], amd: list[Measurement]) -> list[
                 ship = fp.fit_pipeline(engine, [m for m in ms if m.group("config") in ship_cfg],
                                        [m for m in ex if m.group("config") in ship_cfg],
                                        prior if engine == "vllm" else None)
-                prof = fit_user_rows([m for m in ms + ex if m.group("config") in train_fold], ship).result.profile
-                test = [m for m in ms + ex if m.group("config") in test_fold]
-                s = [ape(predict(m, ship), m.value) for m in test]
-                c = [ape(predict(m, prof), m.value) for m in test]
+                prof = fit_user_rows([m for m in both if m.group("config") in train_fold], ship).result.profile
+                test = [m for m in both if m.group("config") in test_fold]
+                s, c = _apes(test, ship), _apes(test, prof)
                 lower += error_stats(c).median_ape < error_stats(s).median_ape
                 start_err += s
                 cal_err += c
         s_all, c_all = error_stats(start_err), error_stats(cal_err)
         n = len(folds) * (len(folds) - 1)
-        rows.append([engine, len(ms + ex), len({m.group("config") for m in ms + ex}), n, _f(s_all), _f(c_all),
+        rows.append([engine, len(both), len({m.group("config") for m in both}), n, _f(s_all), _f(c_all),
                      f"{lower} of {n}", "yes" if c_all.median_ape < s_all.median_ape else "no"])
     return rows
 
@@ -229,8 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         md += ["## `calibrate` on half of the configurations", "",
                "2-fold by configuration: fitted on one half (`fit_user_rows`, what `recommend calibrate` runs), "
                "scored on the other, both ways round, against the start profile on the same rows. A shipped profile "
-               "fitted on all these rows is the hardest start to beat; the vLLM profile on TensorRT-LLM or LMDeploy "
-               "rows is the user's case (rows the start never saw).", "",
+               "fitted on all these rows is the hardest start to beat; another engine's profile on an engine's rows "
+               "never saw them (the vLLM profile's physics is the trtllm fit, LMDeploy's is its own).", "",
                _table(["rows of", "start profile", "rows", "configurations", "start med / p90 %",
                        "calibrated med / p90 %", "lower?"], calibrate_split(pub, amd)), "",
                "### The user's case: results the shipped profile never saw", "",
