@@ -15,7 +15,8 @@ output lengths uniform in [0.8 L, L]: mean 0.9 L), i.e. ``recommend estimate --b
   SGLang on NVIDIA ``--speculative-num-steps 2``, SGLang on AMD 3, ATOM 3, TensorRT-LLM ``num_nextn_predict_layers``
   3, or 1 with attention DP); acceptance: the model catalog's default;
 - precision ``fp8`` -> fp8 weights; ``fp4`` -> NVFP4 (``fp4``) on NVIDIA, MXFP4 (``mxfp4``) on AMD; KV cache fp8 where
-  the launch scripts set it (TensorRT-LLM, ATOM, SGLang fp4), else bf16;
+  the launch script in force on the row's date set it (:func:`kv_cache_dtype`: TensorRT-LLM, ATOM, SGLang on
+  B200 / B300, and on AMD from the dates in :data:`SGLANG_FP8_KV_FROM`), else bf16;
 - engine profile: ``sglang`` for SGLang, ``atom`` for ATOM, ``trtllm`` for TensorRT-LLM (:data:`ENGINE`), as the row's
   engine release ran it (:func:`engine_release` from the image tag; ``EngineProfile.for_release``: a family's
   override for releases older than its ``before``, where the profile has one); the launch scripts' limits (SGLang
@@ -84,6 +85,28 @@ def mtp_tokens(framework: str, gpu: str, dp_attention: bool) -> int:
     return 3
 
 
+#: SGLang's KV cache dtype by launch script: (GPU, weights) -> the first row date (UTC) whose script passes
+#: ``--kv-cache-dtype fp8_e4m3`` (earlier: none, i.e. bf16); the MTP scripts follow their plain sibling. From the
+#: history of ``SemiAnalysisAI/InferenceX benchmarks/**/dsr1_<precision>_<gpu>[_mtp].sh``: B200 / B300 fp8 since
+#: 425f74d51 (2025-09-12; the fp4 and MTP scripts from their first commit), MI300X 32772c579 and MI325X e9b6e0fde
+#: (2026-01-23, "SGLang v0.5.7 ... fp8 KV cache"), MI355X fp8 9d39c92ee (2026-03-05), MI355X MXFP4 332fec529
+#: (2025-12-16). H200's scripts never set it.
+SGLANG_FP8_KV_FROM: dict[tuple[str, str], str] = {
+    ("b200", "fp8"): "2025-09-12", ("b300", "fp8"): "2025-09-12", ("b200", "fp4"): "", ("b300", "fp4"): "",
+    ("mi300x", "fp8"): "2026-01-23", ("mi325x", "fp8"): "2026-01-23", ("mi355x", "fp8"): "2026-03-05",
+    ("mi355x", "mxfp4"): "2025-12-16",
+}
+
+
+def kv_cache_dtype(framework: str, gpu: str, weight_dtype: str, date: str) -> str:
+    """The KV cache dtype a row's launch script set: fp8 for TensorRT-LLM and ATOM (``kv_cache_dtype fp8`` in every
+    script), SGLang's by :data:`SGLANG_FP8_KV_FROM` (ISO dates compare as strings), else bf16."""
+    if framework in ("trt", "atom"):
+        return "fp8"
+    since = SGLANG_FP8_KV_FROM.get((gpu, weight_dtype))
+    return "fp8" if since is not None and date >= since else "bf16"
+
+
 @dataclass(frozen=True)
 class Case:
     """One InferenceX row as a prediction request."""
@@ -140,7 +163,7 @@ def single_node_cases(path: Path) -> list[Case]:
             tp, dp = (1, tp_src) if dpa else (tp_src, 1)
             fp4 = r["precision"] == "fp4"
             wd = ("mxfp4" if gpu in AMD else "fp4") if fp4 else "fp8"
-            kv = "fp8" if fp4 or fw in ("trt", "atom") else "bf16"
+            kv = kv_cache_dtype(fw, gpu, wd, r["date"])
             mtp = mtp_tokens(fw, gpu, dpa) if r["spec_method"] == "mtp" else 0
             parallel = ("EP+DPA" if ep_src > 1 else "DPA") if dpa else ("EP" if ep_src > 1 else "TP")
             meas = {}

@@ -128,3 +128,18 @@ def test_a_memory_bound_gemm_hides_the_curves_small_m_loss_by_its_hidden_fractio
     # far past the knee both approach (T + M_half) x flops / compute
     t = 100_000
     assert hidden.gemm_effective_flops(t) / shown.gemm_effective_flops(t) == pytest.approx(1.0, rel=2e-3)
+
+
+def test_mla_decode_attends_the_latent_with_absorbed_projections_and_prefill_does_not() -> None:
+    # DeepSeek-V3 (catalogs/models/deepseek-v3.yaml, its HF config): 128 heads, kv_lora_rank 512, qk_rope 64,
+    # qk_nope 128, v_head 128, 61 layers. Prefill (MHA over up-projected K/V): 2 x 128 x (128 + 64 + 128) = 81,920
+    # FLOPs per (query, key) pair per layer. Decode (FlashMLA / trtllm_mla / aiter: the up-projections absorbed):
+    # QK^T over 512 + 64, PV over 512: 2 x 128 x (512 + 64 + 512) = 278,528 per pair per layer.
+    c = cost("deepseek-v3", "h200", 8, EngineProfile(), dtype="fp8")
+    assert c.attn_flops_per_pair_full == pytest.approx(61 * 81_920)
+    _, prefill_fl = c.prefill_chunk_cost(1, 999)                      # one query token after 999 cached: 1,000 pairs
+    assert prefill_fl == pytest.approx(1_000 * 61 * 81_920)
+    _, decode_fl = c.decode_seq_cost(1_000)
+    assert decode_fl == pytest.approx(1_000 * 61 * 278_528)
+    dense = cost("llama-3.1-8b", "h100-sxm", 1, EngineProfile())      # no MLA: decode and prefill pairs cost the same
+    assert dense.decode_seq_cost(1_000)[1] == pytest.approx(1_000 * dense.attn_flops_per_pair_full)

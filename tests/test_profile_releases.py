@@ -145,3 +145,27 @@ def test_sglang_blackwell_rows_poll_as_their_launch_scripts_say() -> None:
     assert bx.scheduler_poll_steps(case("b200", "fp4", 4, 128, fw="trt")) == 1
     # a request arriving between two polls of every 30 steps of 26.7 ms waits (30 - 1) / 2 x 26.7 = 387 ms on average
     assert poll_wait_s(30, 0.0267) == pytest.approx(0.38715)
+
+
+def test_sglang_rows_carry_the_kv_cache_dtype_their_launch_script_set_on_that_date() -> None:
+    # SemiAnalysisAI/InferenceX benchmarks/**/dsr1_<precision>_<gpu>.sh history: --kv-cache-dtype fp8_e4m3 in the
+    # B200 / B300 fp8 scripts from 425f74d51 (2025-09-12), MI300X from 32772c579 and MI325X from e9b6e0fde
+    # (2026-01-23 UTC, "SGLang v0.5.7 ... fp8 KV cache"), MI355X fp8 from 9d39c92ee (2026-03-05), MI355X MXFP4 from
+    # 332fec529 (2025-12-16); never in the H200 scripts; TensorRT-LLM (kv_cache_config dtype: fp8) and ATOM
+    # (--kv_cache_dtype fp8) always
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_inferencex as bx
+
+    kv = bx.kv_cache_dtype
+    assert kv("sglang", "b200", "fp8", "2025-11-18") == "fp8"        # was bf16 before this rule
+    assert kv("sglang", "b300", "fp4", "2026-04-17") == "fp8"
+    assert kv("sglang", "h200", "fp8", "2026-05-20") == "bf16"
+    assert kv("sglang", "mi300x", "fp8", "2026-01-05") == "bf16"
+    assert kv("sglang", "mi325x", "fp8", "2026-01-23") == "fp8"
+    assert kv("sglang", "mi355x", "fp8", "2026-02-27") == "bf16"
+    assert kv("sglang", "mi355x", "fp8", "2026-03-05") == "fp8"
+    assert kv("sglang", "mi355x", "mxfp4", "2025-12-15") == "bf16"   # was fp8: every fp4 row had been given fp8
+    assert kv("sglang", "mi355x", "mxfp4", "2025-12-19") == "fp8"
+    assert kv("trt", "h200", "fp8", "2025-11-02") == "fp8" and kv("atom", "mi355x", "mxfp4", "2026-01-14") == "fp8"
+    rows = bx.single_node_cases(bx.DEFAULT_CSV)
+    assert {c.kv_dtype for c in rows if c.framework == "sglang" and c.gpu == "b200"} == {"fp8"}

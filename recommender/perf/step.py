@@ -233,6 +233,7 @@ class StepCostModel:
     pp_hop_s_per_token: float = 0.0       # pipeline parallel: seconds per new token to pass activations between stages
     gemm_curve_hidden: float = 0.0        # fraction of the curve's small-M loss hidden under the weight stream
     attention_ratio: float = 1.0          # attention kernels' achieved fraction over the GEMMs' (eff_max)
+    decode_attention_scale: float = 1.0   # decode's attention FLOPs per pair over prefill's (absorbed MLA: 1088 / 320)
 
     @staticmethod
     def build(dep: Deployment) -> "StepCostModel":
@@ -251,6 +252,9 @@ class StepCostModel:
         else:
             per_head = 2 * m.head_dim
         pair = 2.0 * m.num_heads * per_head  # QK^T and PV, 2 FLOPs per multiply-add, one layer
+        # decode attends the cached latent with the up-projections absorbed into the query and output: QK^T over
+        # kv_lora_rank + qk_rope_head_dim, PV over kv_lora_rank per head (FlashMLA / trtllm_mla / aiter MLA)
+        decode_scale = ((2 * m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) / per_head) if m.mla is not None else 1.0
         kv_layer = mem.kv_bytes_per_token_per_layer_per_gpu(m, dep.kv_dtype, tp) * tp
         ic = g.interconnect
         lat = p.allreduce_latency_pcie_s if ic.is_pcie else p.allreduce_latency_s
@@ -286,12 +290,12 @@ class StepCostModel:
             allreduces_per_layer=1 if m.parallel_attention else 2,
             prefill_step_overhead_s=p.prefill_step_overhead_s,
             gemm_m_half_tokens=gemm_m_half(p.gemm_m_half_tokens, m.hidden_size, tp),
-            moe=layout, routed_flops_per_token=routed, draft=_draft_cost(dep, pair),
+            moe=layout, routed_flops_per_token=routed, draft=_draft_cost(dep, pair * decode_scale),
             weight_stream_efficiency=eff.bandwidth, expert_bandwidth_efficiency=p.expert_bandwidth_efficiency,
             expert_compute_efficiency=p.expert_compute_efficiency if m.moe is not None else 1.0,
             moe_layer_overhead_s=p.moe_layer_overhead_s if m.moe is not None else 0.0,
             gemm_curve_hidden=p.gemm_curve_hidden_fraction,
-            attention_ratio=p.attention_efficiency_ratio,
+            attention_ratio=p.attention_efficiency_ratio, decode_attention_scale=decode_scale,
         )
 
     # -- per-sequence costs -------------------------------------------------------------------
@@ -299,14 +303,14 @@ class StepCostModel:
         """(KV bytes read, attention FLOPs) one decoding sequence at ``context_tokens`` adds to a step."""
         slide = min(context_tokens, self.sliding_window) * self.num_sliding_layers
         kv = context_tokens * self.kv_bytes_per_token_full + slide * self.kv_bytes_per_token_sliding_layer
-        fl = context_tokens * self.attn_flops_per_pair_full + slide * self.attn_flops_per_pair_sliding
+        fl = (context_tokens * self.attn_flops_per_pair_full + slide * self.attn_flops_per_pair_sliding) * self.decode_attention_scale
         return kv, fl
 
     def decode_seq_costs(self, context_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`decode_seq_cost` at each of ``context_tokens`` (arrays; the same formula, vectorised)."""
         slide = np.minimum(context_tokens, self.sliding_window) * self.num_sliding_layers
         kv = context_tokens * self.kv_bytes_per_token_full + slide * self.kv_bytes_per_token_sliding_layer
-        fl = context_tokens * self.attn_flops_per_pair_full + slide * self.attn_flops_per_pair_sliding
+        fl = (context_tokens * self.attn_flops_per_pair_full + slide * self.attn_flops_per_pair_sliding) * self.decode_attention_scale
         return kv, fl
 
     def prefill_chunk_cost(self, chunk_tokens: int, prefix_tokens: int) -> tuple[float, float]:
