@@ -169,3 +169,23 @@ def test_sglang_rows_carry_the_kv_cache_dtype_their_launch_script_set_on_that_da
     assert kv("trt", "h200", "fp8", "2025-11-02") == "fp8" and kv("atom", "mi355x", "mxfp4", "2026-01-14") == "fp8"
     rows = bx.single_node_cases(bx.DEFAULT_CSV)
     assert {c.kv_dtype for c in rows if c.framework == "sglang" and c.gpu == "b200"} == {"fp8"}
+
+
+def test_stage_b_ships_the_candidate_with_the_lowest_held_out_ttft_plus_tpot_error() -> None:
+    # benchmarks/results/inferencex-fit.md, SGLang on CDNA4 (86 rows): none 45.3% TTFT (loss 0.712); the front end's
+    # cost alone 37.0% TTFT / 8.2% TPOT held out (loss 0.470); with the experts' rate 30.1 / 8.9 (loss 0.400): both
+    # beat none, and 30.1 + 8.9 = 39.0 < 37.0 + 8.2 = 45.2 ships the second (the old rule, TPOT within half a point
+    # of none's 8.2, had refused it)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fit_inferencex as fx
+
+    one = fx.stage_b_candidate(held_ttft_loss=0.470, held_ttft_mape=37.0, held_tpot_mape=8.2, none_ttft_loss=0.712,
+                               none_ttft_mape=45.3)
+    two = fx.stage_b_candidate(held_ttft_loss=0.400, held_ttft_mape=30.1, held_tpot_mape=8.9, none_ttft_loss=0.712,
+                               none_ttft_mape=45.3)
+    assert one[0] and two[0] and two[1] < one[1]
+    assert two[1] == pytest.approx(39.0)
+    # SGLang before 0.5.5 on CDNA4, the second set: held-out TTFT loss 0.518 below none's 0.699, but its TTFT MAPE
+    # 49.4 above none's 45.4, so it is no candidate
+    assert not fx.stage_b_candidate(held_ttft_loss=0.518, held_ttft_mape=49.4, held_tpot_mape=21.7,
+                                    none_ttft_loss=0.699, none_ttft_mape=45.4)[0]
