@@ -198,11 +198,7 @@ def scheduler_poll_steps(c: Case) -> int:
       ``dsr1_fp8_b300_mtp.sh``): every 30 steps from concurrency 16, every 10 below, at any TP;
     * MI300X / MI325X / MI355X: ``--num-continuous-decode-steps 4`` (``dsr1_fp8_mi300x.sh``, ``dsr1_fp8_mi355x.sh``:
       four decode steps between two looks at the queue);
-    * TensorRT-LLM with attention DP: the poll interval ``2 W + 1`` whose mean wait ``(I - 1) / 2`` is the balancer's
-      :func:`adp_balance_wait_steps` ``W``;
     * H200 and the other engines poll every step."""
-    if c.framework == "trt" and c.dp > 1:
-        return int(round(2 * adp_balance_wait_steps(c) + 1))
     if c.framework != "sglang":
         return 1
     if c.gpu in ("b200", "b300"):
@@ -211,34 +207,6 @@ def scheduler_poll_steps(c: Case) -> int:
     if c.gpu in ("mi300x", "mi325x", "mi355x"):
         return 4
     return 1
-
-
-#: TensorRT-LLM's ``attention_dp_config.timeout_iters`` in every InferenceX attention-DP script (``dsr1_*_trt*.sh``,
-#: with ``enable_balance: true`` and ``batching_wait_iters: 0``, from ec90f3fe7 2025-09-18; every scored row is later)
-ADP_TIMEOUT_ITERS = 60
-
-
-def adp_balance_wait_steps(c: Case) -> float:
-    """Mean steps a new request of a TensorRT-LLM attention-DP row waits for the balancer (0 without attention DP).
-
-    ``PyExecutor._balance_adp_requests`` holds every context request until each of the ``R = dp`` ranks has one, or
-    until a shared counter, reset at each release, reaches ``T =`` :data:`ADP_TIMEOUT_ITERS`. In a closed loop of ``C``
-    requests each lives about ``O / tau`` steps (``tau`` tokens per step: ``sum_{i<=k} a^i`` with MTP at the model
-    catalog's acceptance), so requests arrive at ``lambda = C tau / O`` per step. Dealt to the ranks in turn, all
-    ``R`` have one after ``R`` arrivals: a release every ``R / lambda`` steps, and requests arriving over that span
-    wait ``(R + 1) / (2 lambda)`` on average (the ``k``-th of ``R`` waits for ``R - k`` more). Capped at ``T / 2``, the
-    mean wait when the counter releases first: ``W = min(T / 2, (R + 1) O / (2 C tau))``."""
-    if c.framework != "trt" or c.dp <= 1:
-        return 0.0
-    tau = 1.0
-    if c.mtp:
-        from recommender.catalog import default_catalog
-        from recommender.estimator import default_acceptance
-
-        cat = default_catalog()
-        a, _ = default_acceptance(cat, cat.model(MODEL))
-        tau = sum(a ** i for i in range(c.mtp + 1))
-    return min(ADP_TIMEOUT_ITERS / 2.0, (c.dp + 1) * c.output_tokens / (2.0 * c.conc * tau))
 
 
 def memory_fraction(c: Case, mem: Any) -> float:

@@ -189,28 +189,3 @@ def test_stage_b_ships_the_candidate_with_the_lowest_held_out_ttft_plus_tpot_err
     # 49.4 above none's 45.4, so it is no candidate
     assert not fx.stage_b_candidate(held_ttft_loss=0.518, held_ttft_mape=49.4, held_tpot_mape=21.7,
                                     none_ttft_loss=0.699, none_ttft_mape=45.4)[0]
-
-
-def test_tensorrt_llm_attention_dp_rows_wait_for_the_balancer() -> None:
-    # TensorRT-LLM PyExecutor._balance_adp_requests (attention_dp_config enable_balance: true, timeout_iters: 60 in the
-    # InferenceX scripts): a context request waits until every rank has one, or the counter reaches 60.
-    # W = min(60 / 2, (R + 1) O / (2 C tau)), O = 0.9 x OSL output tokens, C the concurrency, R the DP ranks.
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import bench_inferencex as bx
-
-    def case(dp: int, conc: int, osl: int, mtp: int = 0, fw: str = "trt") -> bx.Case:
-        return bx.Case(row={}, gpu="b200", framework=fw, tp=1, dp=dp, ep=True, mtp=mtp, weight_dtype="fp4",
-                       kv_dtype="fp8", conc=conc, prompt_tokens=922, output_tokens=round(0.9 * osl), parallel="EP+DPA")
-
-    assert bx.adp_balance_wait_steps(case(4, 256, 1024)) == pytest.approx(5 * 922 / 512)      # 9.00 steps
-    assert bx.adp_balance_wait_steps(case(4, 256, 8192)) == 30.0                               # 72.0, capped at 60 / 2
-    # MTP k = 1 at the catalog's acceptance a (catalogs/models/deepseek-v3.yaml): tau = 1 + a tokens per step
-    from recommender.catalog import default_catalog
-    from recommender.estimator import default_acceptance
-
-    cat = default_catalog()
-    a, _ = default_acceptance(cat, cat.model("deepseek-v3"))
-    assert bx.adp_balance_wait_steps(case(4, 256, 1024, mtp=1)) == pytest.approx(5 * 922 / 512 / (1 + a))
-    assert bx.adp_balance_wait_steps(case(1, 256, 1024)) == 0.0 and bx.adp_balance_wait_steps(case(4, 256, 1024, fw="sglang")) == 0.0
-    # as a poll interval: (I - 1) / 2 = W, so I = 2 W + 1 = 19 for the first case
-    assert bx.scheduler_poll_steps(case(4, 256, 1024)) == 19
