@@ -334,11 +334,16 @@ def test_vllm_serve_flags_pass_vllms_parser() -> None:
 
 
 def test_balance_wait_by_hand() -> None:
-    # 4 ranks, 2 prompts/s per rank, no effective timeout: the round waits for the last of 3 other ranks,
-    # E[max of 3 Exp(2)] = H_3 / 2 = (1 + 1/2 + 1/3) / 2 = 0.916667 s; a prompt waits half of it
-    assert moe.balance_wait_s(ranks=4, rate_per_rank_per_s=2.0, timeout_s=1e3) == pytest.approx(0.458333, rel=1e-5)
-    # 2 ranks: one other rank, E[round] = (1 - exp(-r T)) / r; r = 1, T = 1: 0.632121 -> wait 0.316060
-    assert moe.balance_wait_s(ranks=2, rate_per_rank_per_s=1.0, timeout_s=1.0) == pytest.approx(0.316060, rel=1e-5)
+    # 4 ranks, 2 prompts/s per rank, no effective timeout: the round R waits for the last of 3 other ranks,
+    # E[R] = H_3 / 2 = (1 + 1/2 + 1/3) / 2 = 0.916667 s, E[R^2] = 2 / 2^2 x (3 - 3/4 + 1/9) = 1.180556 s^2; prompts
+    # arrive at 4 x 2 = 8/s: the opener waits R, the others the rest of it:
+    # (0.916667 + 8 x 1.180556 / 2) / (1 + 8 x 0.916667) = 5.638889 / 8.333333 = 0.676667 s
+    assert moe.balance_wait_s(ranks=4, rate_per_rank_per_s=2.0, timeout_s=1e3) == pytest.approx(0.676667, rel=1e-5)
+    # 2 ranks, r = 1, T = 1: E[R] = 1 - e^-1 = 0.632121, E[R^2] = 2 (1 - 2 e^-1) = 0.528482, lambda = 2:
+    # (0.632121 + 0.528482) / (1 + 1.264241) = 0.512579
+    assert moe.balance_wait_s(ranks=2, rate_per_rank_per_s=1.0, timeout_s=1.0) == pytest.approx(0.512579, rel=1e-5)
+    # rare prompts wait the whole timeout
+    assert moe.balance_wait_s(ranks=8, rate_per_rank_per_s=1e-9, timeout_s=2.0) == pytest.approx(2.0, rel=1e-6)
     assert moe.balance_wait_s(ranks=1, rate_per_rank_per_s=1.0, timeout_s=1.0) == 0.0
     assert moe.balance_wait_s(ranks=8, rate_per_rank_per_s=1.0, timeout_s=0.0) == 0.0
 

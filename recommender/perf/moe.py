@@ -205,21 +205,33 @@ def balance_wait_s(*, ranks: int, rate_per_rank_per_s: float, timeout_s: float) 
     """Mean extra TTFT of attention-DP prefill balancing: a prompt is held until every one of ``ranks`` attention
     ranks has a prompt to prefill, or ``timeout_s`` passes.
 
-    A round opens with the first prompt on an idle engine; each of the other ``m = ranks - 1`` ranks receives its
-    first prompt after an exponential time of rate ``r`` (Poisson arrivals per rank), so the round lasts
-    ``min(T, max of m Exp(r))``; prompts arrive uniformly over the round and wait half of it on average::
+    A round opens with the first held prompt; each of the other ``m = ranks - 1`` ranks receives its first prompt
+    after an exponential time of rate ``r`` (Poisson arrivals per rank), so the round lasts ``R = min(T, max of m
+    Exp(r))``. The opener waits all of ``R``; the prompts that arrive during it (rate ``lambda = ranks x r``) wait the
+    rest of it, so the mean over prompts is ``(E[R] + lambda E[R^2] / 2) / (1 + lambda E[R])``, with::
 
-        E[round] = integral_0^T 1 - (1 - exp(-r t))^m dt = sum_{j=1..m} C(m, j) (-1)^(j+1) (1 - exp(-j r T)) / (j r)
-        wait     = E[round] / 2                     (T -> inf: H_m / (2 r), H_m the m-th harmonic number)
-    """
+        E[R]   = integral_0^T 1 - (1 - exp(-r t))^m dt     = sum_{j=1..m} C(m, j) (-1)^(j+1) (1 - exp(-j r T)) / (j r)
+        E[R^2] = integral_0^T 2 t (1 - (1 - exp(-r t))^m) dt
+               = sum_{j=1..m} C(m, j) (-1)^(j+1) 2 (1 - exp(-j r T) (1 + j r T)) / (j r)^2
+
+    Rare prompts wait the whole timeout (``r -> 0``: ``T``); frequent ones the length-biased half round
+    ``E[R^2] / (2 E[R])``."""
     m = ranks - 1
     if m <= 0 or timeout_s <= 0:
         return 0.0
-    r = rate_per_rank_per_s
+    r, t_max = rate_per_rank_per_s, timeout_s
     if r <= 0:
-        return 0.5 * timeout_s
-    total = sum(math.comb(m, j) * (-1) ** (j + 1) * -math.expm1(-j * r * timeout_s) / (j * r) for j in range(1, m + 1))
-    return float(0.5 * min(max(total, 0.0), timeout_s))
+        return t_max
+    e1 = e2 = 0.0
+    for j in range(1, m + 1):
+        c = math.comb(m, j) * (-1) ** (j + 1)
+        x = j * r * t_max
+        e1 += c * -math.expm1(-x) / (j * r)
+        e2 += c * 2.0 * (1.0 - math.exp(-x) * (1.0 + x)) / (j * r) ** 2
+    e1 = min(max(e1, 0.0), t_max)
+    e2 = min(max(e2, 0.0), t_max * t_max)
+    lam = ranks * r
+    return float(min((e1 + lam * e2 / 2.0) / (1.0 + lam * e1), t_max))
 
 
 __all__ = ["MoeLayout", "expected_experts_touched", "busiest_rank_experts", "routed_imbalance", "extreme_z",
