@@ -16,6 +16,11 @@ B. the same groups, on every scored row (fp4 and MTP too: a front end's cost doe
    client-side TTFT includes and an engine's own timer does not), after stages C-D;
 C. per architecture, on fp4 rows without MTP, TPOT: the fp4 kernels' ``bandwidth`` efficiency in
    ``catalogs/kernel-support.yaml`` (NVFP4 on Blackwell, MXFP4 on CDNA4);
+E. the same groups, on the rows that publish a mean TTFT (178 of 740, each with its median too; the others publish
+   only the median, which the first wave does not reach), the excess of the mean over the median:
+   ``first_wave_overhead_s`` (s the first wave of a run waits on a cold server; the per-request cost of stage B is in
+   both statistics and cancels), between two passes of stage B (B, then E with B's values, then B again with E's);
+   it ships where it lowers the group's held-out TTFT mean absolute log error and MAPE on those rows against none;
 D. one per-position acceptance rate (DeepSeek-R1's MTP head on InferenceX's random-token prompts), fitted twice:
    on every MTP row's TPOT at concurrency <= 64, and on the TPOT gain of MTP / non-MTP pairs (same configuration and
    concurrency); the pair fit is written to ``catalogs/models/deepseek-v3.yaml`` ``speculative.acceptance_rate``.
@@ -66,7 +71,8 @@ from recommender.profiles import BOUNDS, EngineProfile, engine_profile, release_
 
 STAGE_A = ("moe_layer_overhead_s", "expert_bandwidth_efficiency")
 STAGE_B = ("server_request_overhead_s", "expert_compute_efficiency")
-STAGES = STAGE_A + STAGE_B
+STAGE_E = ("first_wave_overhead_s",)
+STAGES = STAGE_A + STAGE_B + STAGE_E
 #: MTP rows above this concurrency queue for KV (measured TTFT of minutes, SGLang retracting requests): their TPOT
 #: says more about preemption than about acceptance, so stage D fits on the rows at or below it
 MTP_MAX_CONC = 64
@@ -109,7 +115,8 @@ def base_profile(engine: str, gpu: str) -> EngineProfile:
     """The shipped engine profile with the GPU family's shipped parameters applied, families dropped, and the
     parameters this script fits back at their neutral defaults (so "before" is the model without them)."""
     return engine_profile(engine).for_gpu(gpu).replace(families=(), moe_layer_overhead_s=0.0, expert_bandwidth_efficiency=1.0,
-                                                       server_request_overhead_s=0.0, expert_compute_efficiency=1.0)
+                                                       server_request_overhead_s=0.0, expert_compute_efficiency=1.0,
+                                                       first_wave_overhead_s=0.0)
 
 
 Preds = dict[int, dict[str, float] | str]
@@ -202,6 +209,56 @@ def fit_stage_b(cases: Sequence[bx.Case], stage_a: dict[str, float], catalog: An
                    options={"xtol": 2e-3, "ftol": 1e-4, "maxfev": 60})
     return {"server_request_overhead_s": round(_clip("server_request_overhead_s", res.x[0]), 4),
             "expert_compute_efficiency": round(_clip("expert_compute_efficiency", res.x[1]), 4)}
+
+
+def mean_rows(cases: Sequence[bx.Case]) -> list[bx.Case]:
+    """The rows that publish a mean and a median TTFT (stage E fits the first wave's share of the mean on them)."""
+    return [c for c in cases if c.ttft_statistic == "mean" and "ttft" in c.measured
+            and bx._num(c.row.get("ttft_median_ms", "")) is not None]
+
+
+def as_median(c: bx.Case) -> bx.Case:
+    """The same row predicted for its median TTFT (the steady closed loop's)."""
+    return dataclasses.replace(c, row={**c.row, "ttft_mean_ms": ""})
+
+
+def fit_stage_e(cases: Sequence[bx.Case], fixed: dict[str, float], catalog: Any = None,
+                acceptance: float | None = None) -> dict[str, float]:
+    """Stage E on one group's rows (every other parameter ``fixed``): ``first_wave_overhead_s`` (s) from the rows that
+    publish a mean and a median TTFT, on the measured excess of the mean over the median (the first wave's share;
+    the per-request cost stage B fits is in both and cancels): minimises the mean absolute log error of
+    ``measured median + predicted (mean - median)`` against the measured mean; {} when there are none. A run's mean
+    TTFT is linear in it (``+ N / M`` of it, :func:`recommender.estimator.finite_run`), so predictions at 0 and 1 s
+    give every trial value."""
+    mc = mean_rows(cases)
+    if not mc:
+        return {}
+    key = group_of(mc[0])
+    pr, pm = Predictor(mc), Predictor([as_median(c) for c in mc])
+    p0 = pr.run({key: {**fixed, "first_wave_overhead_s": 0.0}}, catalog, acceptance)
+    p1 = pr.run({key: {**fixed, "first_wave_overhead_s": 1.0}}, catalog, acceptance)
+    med = pm.run({key: {**fixed, "first_wave_overhead_s": 0.0}}, catalog, acceptance)
+    pts = [(float(c.row["ttft_median_ms"]) / 1e3 + p0[i]["ttft"] - med[i]["ttft"], p1[i]["ttft"] - p0[i]["ttft"],
+            c.measured["ttft"]) for i, c in enumerate(mc)
+           if isinstance(p0[i], dict) and isinstance(p1[i], dict) and isinstance(med[i], dict)]
+    if not pts:
+        return {}
+    lo, hi = BOUNDS["first_wave_overhead_s"]
+    x = scalar_fit(lambda v: statistics.fmean(abs(math.log(max(a + v * b, 1e-6) / m)) for a, b, m in pts), lo, hi)
+    return {"first_wave_overhead_s": round(x, 3)}
+
+
+def fit_b_e(cases: Sequence[bx.Case], a: dict[str, float], catalog: Any = None, acceptance: float | None = None,
+            names: Sequence[str] = STAGE_B, with_e: bool = True) -> dict[str, float]:
+    """Stages B and E of one group, A fixed (``a``): B, then E over it, then B again with E's value (the first wave
+    lengthens the mean-TTFT rows B fits its per-request cost on); E left out where ``with_e`` is false."""
+    b = fit_stage_b(cases, a, catalog, acceptance, names)
+    if not with_e:
+        return b
+    e = fit_stage_e(cases, {**a, **b}, catalog, acceptance)
+    if not e:
+        return b
+    return {**fit_stage_b(cases, {**a, **e}, catalog, acceptance, names), **e}
 
 
 #: stage B's candidate parameter sets, simplest first; a group ships the one with the lowest held-out TTFT + TPOT
@@ -336,10 +393,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"absorbs the profile's error on those rows).", ""]
         acc = acc_pair
     b_lines, b_vals, b_unshipped = stage_b(cases, params, a.folds, cat, acc)
-    lines += b_lines
     for key, v in b_vals.items():
         if key not in b_unshipped:
             params.setdefault(key, {}).update(v)
+    # E over the first pass of B, then B again with E's values (module docstring)
+    e_lines, e_vals = stage_e(cases, params, a.folds, cat, acc)
+    lines += e_lines
+    for key, v in e_vals.items():
+        params.setdefault(key, {}).update(v)
+    b_lines, b_vals, b_unshipped = stage_b(cases, params, a.folds, cat, acc)
+    lines += b_lines
+    for key in {group_of(c) for c in scored(cases)}:
+        kept = {k: v for k, v in params.get(key, {}).items() if k not in STAGE_B}
+        if key in b_vals and key not in b_unshipped:
+            kept.update(b_vals[key])
+        if kept:
+            params[key] = kept
+        else:
+            params.pop(key, None)
     held_lines, held_by = held_out_all(cases, a.folds, cat, acc, params)
     lines += held_lines
     lines += ["",
@@ -365,8 +436,8 @@ def stage_b(cases: Sequence[bx.Case], params: dict[Group, dict[str, float]], fol
     out = ["", "## Stage B: the front end's cost per request and the experts' compute rate (every row, TTFT + TPOT)", "",
            "`server_request_overhead_s`: seconds each request adds to its client-timed TTFT; `expert_compute_efficiency`: "
            "the routed experts' grouped GEMMs' share of the GEMMs' compute rate (MoE prefill). Fitted per engine x family "
-           "on every scored row of the group (fp4 and MTP too; TTFT + TPOT mean absolute log error), stages A, C and D "
-           "as shipped; held out: refitted without each fold of whole configurations.", "",
+           "on every scored row of the group (fp4 and MTP too; TTFT + TPOT mean absolute log error), stages A, C, D "
+           "and E as shipped (this is B's second pass, over E); held out: refitted without each fold of whole configurations.", "",
            "| engine | family | rows | configs | server_request_overhead_s | expert_compute_efficiency | "
            "TTFT MAPE % none / fitted / held out | TPOT MAPE % none / held out | held-out TTFT MALE none / held out | "
            "shipped |", "|---|---|---:|---:|---:|---:|---|---|---|---|"]
@@ -376,7 +447,7 @@ def stage_b(cases: Sequence[bx.Case], params: dict[Group, dict[str, float]], fol
     vals: dict[Group, dict[str, float]] = {}
     unshipped: set[Group] = set()
     for key, gc in sorted(groups.items()):
-        a = {k: v for k, v in layered(params, key).items() if k in STAGE_A}
+        a = {k: v for k, v in layered(params, key).items() if k in STAGE_A + STAGE_E}
         pr = Predictor(gc)
         none = pr.run({key: a}, cat, acc)
         n0 = male(gc, none, "ttft")
@@ -415,6 +486,52 @@ def stage_b(cases: Sequence[bx.Case], params: dict[Group, dict[str, float]], fol
     return out, vals, unshipped
 
 
+def stage_e(cases: Sequence[bx.Case], params: dict[Group, dict[str, float]], folds: int, cat: Any,
+            acc: float) -> tuple[list[str], dict[Group, dict[str, float]]]:
+    """Stage E per engine x family on the rows that publish a mean TTFT (stages A-D as shipped), held out by whole
+    configuration; a group's value ships where its held-out TTFT mean absolute log error and MAPE both beat none."""
+    groups: dict[Group, list[bx.Case]] = defaultdict(list)
+    for c in mean_rows(scored(cases)):
+        groups[group_of(c)].append(c)
+    out = ["", "## Stage E: the first wave's wait on a cold server (rows that publish a mean TTFT)", "",
+           "`first_wave_overhead_s`: seconds the requests a run sends at once when it starts wait beyond their "
+           "prefills; a run of M requests at concurrency N moves its mean TTFT by N / M of it (InferenceX: M = 10 N). "
+           "Fitted per engine x family on the rows that publish a mean and a median TTFT, on the excess of the mean "
+           "over the median (mean absolute log error of measured median + predicted excess against the measured mean; "
+           "the median rows do not see it), between two passes of stage B; the errors below are of the whole "
+           "predicted mean; held out: refitted without each fold of "
+           "whole configurations.", "",
+           "| engine | family | mean-TTFT rows | configs | first_wave_overhead_s | TTFT MAPE % none / fitted / held out | "
+           "held-out TTFT MALE none / held out | shipped |", "|---|---|---:|---:|---:|---|---|---|"]
+    vals: dict[Group, dict[str, float]] = {}
+    for key, gc in sorted(groups.items()):
+        fixed = {k: v for k, v in layered(params, key).items() if k != "first_wave_overhead_s"}
+        pr = Predictor(gc)
+        none = pr.run({key: {**fixed, "first_wave_overhead_s": 0.0}}, cat, acc)
+        x = fit_stage_e(gc, fixed, cat, acc)
+        if not x:
+            continue
+        held: Preds = {}
+        for fold in folds_of(gc, folds):
+            train = [c for c in gc if c.config not in fold]
+            test_idx = [i for i, c in enumerate(gc) if c.config in fold]
+            if not test_idx:
+                continue
+            xf = fit_stage_e(train, fixed, cat, acc) if train else {}
+            tp = Predictor([gc[i] for i in test_idx]).run({key: {**fixed, "first_wave_overhead_s": 0.0, **xf}}, cat, acc)
+            held.update({test_idx[j]: p for j, p in tp.items()})
+        fitted = pr.run({key: {**fixed, **x}}, cat, acc)
+        n0, h = male(gc, none, "ttft"), male(gc, held, "ttft")
+        ok = h < n0 and mape(gc, held, "ttft") < mape(gc, none, "ttft")
+        if ok:
+            vals[key] = x
+        out.append(f"| {key[0]} | {label(key)} | {len(gc)} | {len({c.config for c in gc})} | "
+                   f"{x['first_wave_overhead_s']:.2f} s | {mape(gc, none, 'ttft'):.1f} / {mape(gc, fitted, 'ttft'):.1f} / "
+                   f"{mape(gc, held, 'ttft'):.1f} | {n0:.3f} / {h:.3f} | {'yes' if ok else 'no'} |")
+        print(out[-1], flush=True)
+    return out, vals
+
+
 def stage_b_candidate(*, held_ttft_loss: float, held_ttft_mape: float, held_tpot_mape: float, none_ttft_loss: float,
                       none_ttft_mape: float) -> tuple[bool, float]:
     """(is a candidate, its rank score) for one stage-B parameter set of a group, from its held-out errors.
@@ -434,9 +551,10 @@ def held_out_predictions(cases: Sequence[bx.Case], folds: int, cat: Any = None, 
 
     ``folds`` folds of whole configurations per engine x family (both release epochs of a family share the folds, so
     a configuration is out of every epoch's fit at once); in each fold the current releases' group is fitted first
-    (stage A on the training rows without MTP, stage B on all its training rows), then an older epoch's over it, as
-    the profile layers them; the fp4 rows and acceptance as shipped. Groups in ``shipped_b`` (``shipped_a``) refit
-    stage B (A); the others keep what the profile gives them without (``None``: every group refits it)."""
+    (stage A on the training rows without MTP, stages B and E on all its training rows), then an older epoch's over
+    it, as the profile layers them; the fp4 rows and acceptance as shipped. Groups in ``shipped_b`` (``shipped_a``)
+    refit the stage-B and -E parameters it names (stage A); the others keep what the profile gives them without
+    (``None``: every group refits every stage)."""
     cat = cat or default_catalog()
     fams: dict[tuple[str, str], list[bx.Case]] = defaultdict(list)
     for c in scored(cases):
@@ -455,7 +573,12 @@ def held_out_predictions(cases: Sequence[bx.Case], folds: int, cat: Any = None, 
                 base = stage_a_rows(tr)
                 fp = fit_group(base, start) if base and (shipped_a is None or key in shipped_a) else dict(start)
                 if tr and (shipped_b is None or key in shipped_b):
-                    fp.update(fit_stage_b(tr, fp, cat, acc, STAGE_B if shipped_b is None else shipped_b[key]))
+                    names = STAGE_B + STAGE_E if shipped_b is None else shipped_b[key]
+                    b_names = tuple(n for n in names if n in STAGE_B)
+                    if b_names:
+                        fp.update(fit_b_e(tr, fp, cat, acc, b_names, with_e="first_wave_overhead_s" in names))
+                    else:
+                        fp.update(fit_stage_e(tr, fp, cat, acc))
                 fitted[key] = fp
             preds = Predictor(test).run(fitted, cat, acc)
             held += [(c, preds[i]) for i, c in enumerate(test)]
@@ -463,7 +586,7 @@ def held_out_predictions(cases: Sequence[bx.Case], folds: int, cat: Any = None, 
 
 
 def shipped_groups(cases: Sequence[bx.Case]) -> tuple[set[Group], dict[Group, tuple[str, ...]]]:
-    """(groups whose stage A ships, groups whose stage B ships -> the stage-B parameters they ship), read from the
+    """(groups whose stage A ships, groups whose stage B or E ships -> the stage-B and -E parameters they ship), read from the
     shipped profiles: a current group's family, an older epoch's ``releases:`` override, naming the parameter."""
     a: set[Group] = set()
     b: dict[Group, tuple[str, ...]] = {}
@@ -476,8 +599,8 @@ def shipped_groups(cases: Sequence[bx.Case]) -> tuple[set[Group], dict[Group, tu
         names = dict(r.parameters if r is not None else (() if key[2] else f.parameters))
         if "moe_layer_overhead_s" in names:
             a.add(key)
-        if "server_request_overhead_s" in names:
-            b[key] = tuple(n for n in STAGE_B if n in names)
+        if "server_request_overhead_s" in names or "first_wave_overhead_s" in names:
+            b[key] = tuple(n for n in STAGE_B + STAGE_E if n in names)
     return a, b
 
 
@@ -503,7 +626,8 @@ def held_out_all(cases: Sequence[bx.Case], folds: int, cat: Any, acc: float,
     beside the same rows with the parameters this run ships, overall and by GPU / engine / parallelism; and per
     (engine profile, family) the held-out figures the profile records (:func:`held_out_by_profile`)."""
     sc = scored(cases)
-    shipped_b = {k: tuple(n for n in STAGE_B if n in v) for k, v in params.items() if "server_request_overhead_s" in v}
+    shipped_b = {k: tuple(n for n in STAGE_B + STAGE_E if n in v) for k, v in params.items()
+                 if "server_request_overhead_s" in v or "first_wave_overhead_s" in v}
     shipped_a = {k for k, v in params.items() if "moe_layer_overhead_s" in v}
     held = held_out_predictions(sc, folds, cat, acc, shipped_b, shipped_a)
     ship_preds = Predictor(sc).run(params, cat, acc)
@@ -563,7 +687,7 @@ def _with(cat: Any, arch: str, dtype: str, bandwidth: float) -> Any:
 
 
 NOTE = ("moe_layer_overhead_s, expert_bandwidth_efficiency (MoE models only), server_request_overhead_s (every model "
-        "behind this engine's HTTP server): fitted by benchmarks/fit_inferencex.py on {n} InferenceX DeepSeek-R1 rows "
+        "behind this engine's HTTP server), first_wave_overhead_s (a benchmark run's first wave): fitted by benchmarks/fit_inferencex.py on {n} InferenceX DeepSeek-R1 rows "
         "(benchmarks/results/inferencex-fit.md)")
 
 

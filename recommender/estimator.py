@@ -468,7 +468,9 @@ def finite_run(dep: Deployment, load: Load, n: float | None = None) -> RunPredic
     Small runs are far from the steady state, and above capacity such a run is transient, not unstable.
     At an infinite rate the mean TTFT is ``(N first_wave + (M - N) steady) / M``; with ``N < M / 2`` the median
     request is a steady one, so ``percentiles["ttft"]["p50"]`` is the steady closed loop's TTFT (the first wave
-    is a long tail: InferenceX's MI300X 8k:1k at concurrency 64 reads a 2.8 s mean, 0.66 s median, 27 s p99)."""
+    is a long tail: InferenceX's MI300X 8k:1k at concurrency 64 reads a 2.8 s mean, 0.66 s median, 27 s p99).
+    The first wave also waits the profile's ``first_wave_overhead_s`` ``c`` (a cold server), which delays the whole
+    run: mean TTFT ``+ N c / M``, every E2E of the first wave and the duration ``+ c``."""
     n = in_flight(dep, load) if n is None else n
     ttft, tpot, e2e = closed_at(dep, n, load.prompt_tokens, load.output_tokens)
     m = load.requests or 1
@@ -480,15 +482,18 @@ def finite_run(dep: Deployment, load: Load, n: float | None = None) -> RunPredic
     if burst:
         # the first N requests start at once: their prefills queue behind each other (first_wave_ttft_s);
         # the later M - N arrive one by one as earlier requests finish (the steady closed loop)
+        cold = dep.profile.first_wave_overhead_s
         first = first_wave_ttft_s(dep, load.prompt_tokens, int(round(n)))
         shift = n / m * (first - ttft)
         if n < m / 2:  # the median request is one of the steady M - N, not of the first wave
             pct = {"ttft": {"p50": ttft}}
-        ttft, e2e = ttft + shift, e2e + shift
+        ttft, e2e = ttft + shift + n / m * cold, e2e + shift + n / m * cold
         arrivals = 0.0
     else:
+        cold = 0.0
         arrivals = (m - 1) / rate  # type: ignore[operator]
-    duration = max(arrivals, max(m - n, 0.0) * (e2e - (shift if burst else 0.0)) / n) + e2e
+    steady_e2e = e2e - (shift + n / m * cold if burst else 0.0)
+    duration = max(arrivals, max(m - n, 0.0) * steady_e2e / n) + steady_e2e + (shift if burst else 0.0) + cold
     return RunPrediction(ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=m * load.output_tokens / duration,
                          duration_s=duration, in_flight=n, completed=m, percentiles=pct)
 
@@ -512,7 +517,8 @@ def first_wave_ttft_s(dep: Deployment, prompt_tokens: int, n: int) -> float:
 def _burst(dep: Deployment, load: Load, m: int) -> RunPrediction:
     """M requests sent at once, no client cap: the engine admits ``r`` (:func:`perf.steady.admitted`) and,
     with equal lengths, they run as ``W = ceil(M / r)`` synchronised waves, each a static batch (one
-    prefill of the wave, then its decode steps). The mean request waits ``(W - 1) / 2`` waves."""
+    prefill of the wave, then its decode steps). The mean request waits ``(W - 1) / 2`` waves, and every one the
+    profile's ``first_wave_overhead_s`` (a cold server: the whole run starts that much later)."""
     r = min(_admitted_of(dep, load) * dep.dp, m)   # every attention rank admits its own
     waves = math.ceil(m / r)
     wave = estimate(dep, Load.static(batch=r, prompt_tokens=load.prompt_tokens, output_tokens=load.output_tokens))
@@ -520,8 +526,9 @@ def _burst(dep: Deployment, load: Load, m: int) -> RunPrediction:
 
     fixed_s = StepCostModel.build(dep).request_overhead_s   # the profile's + the HTTP front end's, once per request
     wave_s = (wave.e2e_s or wave.ttft_s) - fixed_s
-    wait = (waves - 1) / 2.0 * wave_s
-    duration = waves * wave_s + fixed_s
+    cold = dep.profile.first_wave_overhead_s
+    wait = (waves - 1) / 2.0 * wave_s + cold
+    duration = waves * wave_s + fixed_s + cold
     return RunPrediction(ttft_s=wave.ttft_s + wait, tpot_s=wave.tpot_s, e2e_s=(wave.e2e_s or wave.ttft_s) + wait,
                          output_tokens_per_s=m * load.output_tokens / duration, duration_s=duration,
                          in_flight=float(m), completed=m, method="analytic burst")
@@ -546,7 +553,8 @@ def bench_run(dep: Deployment, load: Load, *, replicas: int = 1, seed: int = 0) 
 
     Without a client concurrency cap (or a cap >= the prompts) the run is simulated request by request
     (``load.simulate``: arrivals at ``rate_per_s`` with gamma gaps of shape ``burstiness``, all at once
-    at an infinite rate) and every percentile comes from the simulated requests. With a cap below the
+    at an infinite rate; the server serves from the profile's ``first_wave_overhead_s``, a cold start) and every
+    percentile comes from the simulated requests. With a cap below the
     prompts the run is the analytic finite-run transient (:func:`finite_run`) and only means are given, with
     medians equal to them (TTFT's: the steady closed loop's, where the first wave is under half the run). ITL is TPOT here (one token per step, no speculative decoding).
     Keys and units are the benchmark's (``*_ms``, ``duration`` in s, throughputs per second).
@@ -566,7 +574,8 @@ def bench_run(dep: Deployment, load: Load, *, replicas: int = 1, seed: int = 0) 
         sim_rate = rate if math.isfinite(rate) else 1e9   # all at once: arrivals 1 ns apart
         res = simulate(PoolSpec(cost=StepCostModel.build(dep), limits=dep.limits, replicas=replicas * dep.dp),
                        Traffic(rate_per_s=sim_rate, prompt=LengthDist.constant(p_tok), output=LengthDist.constant(o_tok)),
-                       n_requests=m, seed=seed, burstiness=load.burstiness)
+                       n_requests=m, seed=seed, burstiness=load.burstiness,
+                       cold_start_s=dep.profile.first_wave_overhead_s)
         dist = {"ttft": res.ttft_s, "tpot": res.tpot_s, "itl": res.tpot_s, "e2el": res.e2e_s}
         out.update({"method": "simulated", "duration": res.duration_s, "completed": res.completed, "failed": 0,
                     "total_input_tokens": res.completed * p_tok, "total_output_tokens": res.completed * o_tok,

@@ -20,6 +20,12 @@ every command takes ``--profile FILE``. Parameters (all fractions in (0, 1], tim
   engine x GPU family on InferenceX (``benchmarks/fit_inferencex.py`` stage B); added to ``request_overhead_s``
   unless the limits say the figures are the engine's own timer (``EngineLimits.engine_timer``: trtllm-bench,
   static-batch tables), so the offline rows the rest of the profile was fitted on do not see it.
+- ``first_wave_overhead_s``: fixed time (s) the first wave of a benchmark run waits before the engine serves it at
+  its steady speed: the requests a closed-loop client sends at once when the run starts (``vllm bench serve
+  --max-concurrency N --request-rate inf``) find a cold server (SGLang on MI300X reads 3-8 s of first-wave TTFT
+  beyond its prefills at concurrency 4, with 2 x N warm-up requests before the run). It moves a run's mean TTFT by
+  ``N / M`` of it and its median not at all; steady-state plans never see it. Fitted per engine x GPU family on
+  InferenceX's rows that publish a mean TTFT (``benchmarks/fit_inferencex.py`` stage B); 0 = a warm server.
 - ``prefill_step_overhead_s``: fixed time of every step that carries prefill tokens (such steps are not
   CUDA-graph captured: per-layer launches of the attention kernels, the TP collectives' latency).
 - ``gemm_m_half_tokens``: tokens in a step at which the weight GEMMs reach half of
@@ -88,6 +94,7 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "cuda_graph_bytes_per_gpu": (0.0, 10e9),
     "request_overhead_s": (0.0, 0.2),
     "server_request_overhead_s": (0.0, 0.3),
+    "first_wave_overhead_s": (0.0, 15.0),
     "prefill_step_overhead_s": (0.0, 50e-3),
     "gemm_m_half_tokens": (0.0, 4096.0),
     "moe_layer_overhead_s": (0.0, 500e-6),
@@ -193,6 +200,7 @@ class EngineProfile:
     cuda_graph_bytes_per_gpu: float = 0.5e9
     request_overhead_s: float = 0.0
     server_request_overhead_s: float = 0.0
+    first_wave_overhead_s: float = 0.0
     prefill_step_overhead_s: float = 0.0
     gemm_m_half_tokens: float = 0.0
     moe_layer_overhead_s: float = 0.0

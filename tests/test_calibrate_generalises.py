@@ -26,6 +26,7 @@ def published() -> list[Measurement]:
     return list(read_published_csv(DATA / "published.csv").measurements)
 
 
+@pytest.mark.slow  # over 20 s on 2 cores (2026-12-03 --durations)
 def test_lmdeploy_rows_fitted_without_a_configuration_predict_it_no_worse(published: list[Measurement]) -> None:
     # a user of LMDeploy starts from the shipped vLLM profile (it never saw these rows) and calibrates on two
     # of the three configurations (Llama-2-7B TP1, 13B TP1, 70B TP4 on A100-80GB), leaving one out each time

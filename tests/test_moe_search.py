@@ -60,6 +60,7 @@ def test_layout_validity_follows_the_perf_models_checks():
     assert "dense" in (layout_valid(cat.model("llama-3.1-8b"), h200, 1, 2, False) or "")
 
 
+@pytest.mark.slow  # over 20 s on 2 cores (2026-12-03 --durations)
 def test_the_dsv3_search_evaluates_dp_and_ep_candidates_and_rank1_deploys(dsv3_plan):
     plan = dsv3_plan
     layouts = {(e.candidate.dp, e.candidate.ep) for e in plan.evaluations}
@@ -86,6 +87,7 @@ def test_the_dsv3_search_evaluates_dp_and_ep_candidates_and_rank1_deploys(dsv3_p
     assert res["limits"]["nvidia.com/gpu"] == str(pool.tp * pool.data_parallel_size)
 
 
+@pytest.mark.slow  # the dsv3_plan fixture's search: 28 s on 2 cores (2026-12-03 --durations)
 def test_a_dp_engine_is_dp_load_model_ranks(dsv3_plan):
     """Sizing's figures for a DP candidate are the load model's over replicas x dp ranks, each rank's step
     model built directly (one attention rank of a tp x dp engine, perf.moe)."""
@@ -142,6 +144,7 @@ def test_rank1_with_moe_layouts_is_the_exhaustive_optimum():
     assert winner.dp > 1  # the reference's own optimum is a DP-attention engine on H200
 
 
+@pytest.mark.slow  # the dsv3_plan fixture's search: 28 s on 2 cores (2026-12-03 --durations)
 def test_plan_files_write_the_layout_only_when_set(dsv3_plan, tmp_path):
     text = dump_plan(dsv3_plan)
     back = load_plan(_write(tmp_path, text))

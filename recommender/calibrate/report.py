@@ -31,7 +31,7 @@ PROFILE_PARAMETERS = (
 OPTIONAL_PARAMETERS = ("request_overhead_s", "prefill_step_overhead_s", "gemm_m_half_tokens", "moe_layer_overhead_s",
                        "dp_balance_timeout_steps", "expert_bandwidth_efficiency", "layer_overhead_s", "fp8_gemm_efficiency_ratio",
                        "fp4_gemm_efficiency_ratio", "gemm_curve_hidden_fraction", "attention_efficiency_ratio",
-                       "server_request_overhead_s", "expert_compute_efficiency")
+                       "server_request_overhead_s", "expert_compute_efficiency", "first_wave_overhead_s")
 _DEFAULT = EngineProfile()
 
 

@@ -136,6 +136,9 @@ def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optio
     text += [f"  {c}" for c in cond]
     text.append(f"  method: {res['method']}" + (" (discrete-event simulation of every request)" if res["method"] == "simulated"
                                                else " (finite-run transient: means only)"))
+    if dep.profile.first_wave_overhead_s:
+        text.append(f"  cold start: the run's first requests wait {dep.profile.first_wave_overhead_s:.2f} s before the "
+                    "engine serves them (profile first_wave_overhead_s: a cold server)")
     text.append("")
     for key, val in res.items():
         if key in ("method", "num_prompts", "request_rate", "burstiness", "max_concurrency"):

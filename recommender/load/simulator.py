@@ -249,16 +249,19 @@ def simulate(
     burstiness: float = 1.0,
     warmup_requests: int = 0,
     sample_interval_s: float | None = None,
+    cold_start_s: float = 0.0,
 ) -> SimResult:
     """Simulate ``n_requests`` requests of ``load`` (a ``Traffic``: seeded arrivals with gamma gaps of shape
     ``burstiness``, 1 = Poisson; or a ``Replay``: its rows, the first ``n_requests`` if > 0) on the
     ``pool.replicas`` aggregated replicas of ``pool``; deterministic for a seed. ``warmup_requests`` first
     requests are left out of the latency percentiles (not out of throughput). Time series are sampled
-    every ``sample_interval_s`` (default: 1/500 of the arrival span, coarsened to keep <= 4000 points)."""
+    every ``sample_interval_s`` (default: 1/500 of the arrival span, coarsened to keep <= 4000 points).
+    ``cold_start_s``: the servers take no request before that time (s; a benchmark's cold start, the profile's
+    ``first_wave_overhead_s``): an earlier arrival is scheduled at it, its latencies counted from its arrival."""
     arr, prompts, outputs = _workload(load, n_requests, seed, burstiness)
     check_fits(pool, prompts, outputs, "replica")
     hits = tokens_in_kv(pool, PoolKind.AGGREGATED, prompts, load.shared_prefix_fraction)
-    req = Requests.new(arr, prompts, outputs, hits, hits)
+    req = Requests.new([max(a, cold_start_s) for a in arr], prompts, outputs, hits, hits)
     stats, ts = _run_pool(pool, req, list(range(len(arr))), _interval(arr, sample_interval_s))
     waits = [req.admitted[i] - arr[i] for i in range(len(arr))]
     return _result(arrival_s=arr, req=req, waits=waits, stats=stats, replicas=pool.replicas,
