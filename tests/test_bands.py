@@ -89,9 +89,11 @@ def test_the_class_rows_and_error_come_from_the_evidence_data(tmp_path):
     moe = class_from_table(table, "vllm", "hopper", "mxfp4", "moe")
     assert moe.rows + moe.ttft_rows == 9 and class_from_table(table, "vllm", "hopper", "mxfp4", "dense").rows == 0
     # the MoE TTFT prior is the widest measured MoE TTFT error (InferenceX's DeepSeek-R1 rows: the widest class
-    # sigma in the table, read here), above 0.5 (1.1-2.4 before issue 22's TTFT terms, 0.60 after the front-end cost)
+    # sigma in the table, read here), floored at 0.5: 1.1-2.4 before issue 22's TTFT terms, 0.60 after the
+    # front-end cost, 0.46 after the cold first wave (2026-12-03), so the floor holds now
     widest = max(c["ttft"]["sigma"] for c in table["classes"] if c["model_class"] == "moe" and c.get("ttft"))
-    assert prior_sigma(table, "moe", "ttft") == max(widest, PRIOR_SIGMA) > PRIOR_SIGMA
+    assert prior_sigma(table, "moe", "ttft") == max(widest, PRIOR_SIGMA)
+    assert 0.3 < widest < PRIOR_SIGMA
     assert prior_sigma(table, "dense", "ttft") >= PRIOR_SIGMA
     # hand check of the shrinkage from a table: 40 rows at 0.15 with 5 at the 0.6 prior
     p = tmp_path / "evidence.yaml"
