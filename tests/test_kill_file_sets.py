@@ -238,10 +238,15 @@ def test_killed_plot_writer_never_leaves_a_partial_image(tmp_path: Path) -> None
     out = tmp_path / "chart.png"
     rng = random.Random(23)
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    for _ in range(6):
+    for k in range(6):
         child = subprocess.Popen([sys.executable, "-c", PLOT_LOOP, str(out), str(CHAT_PLAN)], stdout=subprocess.PIPE,
                                  env=env, cwd=ROOT)
         assert child.stdout is not None and child.stdout.readline().strip() == b"ready"
+        # the last child runs until one image is complete (a slow machine may finish none in 0.4 s), then is killed
+        # at a random point of a later write
+        deadline = time.monotonic() + 120.0
+        while k == 5 and not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         time.sleep(rng.uniform(0.05, 0.4))
         child.send_signal(signal.SIGKILL)
         child.wait()
