@@ -374,9 +374,9 @@ def report(results: list[tuple[Case, dict[str, float] | str]], legacy: bool, sec
              "The date-to-date floor of these rows is about 18% TTFT / 8% TPOT.", ""]
     lines += table("all", by["all"]) + [""]
     if hby is not None:
+        how = f"{folds} folds of configurations per group" if folds > 0 else "leaving one configuration out at a time"
         lines += [f"Held out: each row predicted with its engine x GPU family's fitted MoE and front-end parameters "
-                  f"(`benchmarks/fit_inferencex.py` stages A-B) refitted without its whole configuration ({folds} folds "
-                  "of configurations per group); in sample: the shipped parameters. aiconfigurator: its point-weighted "
+                  f"(`benchmarks/fit_inferencex.py` stages A-B) refitted without its whole configuration ({how}); in sample: the shipped parameters. aiconfigurator: its point-weighted "
                   "per-cell errors on its DeepSeek-R1 cells of that GPU (`inferencex-peer-mape.csv`, 2026-07-20 dump).", ""]
     lines += summary(by, hby) + [""]
     flagged = sum(1 for c, _ in results if "closed_loop_check_ratio" in c.row["quality_flags"])
@@ -468,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write per-row predictions here")
     ap.add_argument("--limit", type=int, default=0, help="predict only the first N rows (smoke test)")
     ap.add_argument("--held-out", action="store_true", help="also the error held out by whole configuration (about 20 s)")
-    ap.add_argument("--folds", type=int, default=3, help="folds of configurations for --held-out")
+    ap.add_argument("--folds", type=int, default=3, help="folds of configurations for --held-out (0: leave one configuration "
+                    "out, about 4 min)")
     a = ap.parse_args(argv)
     cases = single_node_cases(a.csv)
     if a.limit:

@@ -23,7 +23,10 @@ E. the same groups, on the rows that publish a mean TTFT (178 of 740, each with 
    it ships where it lowers the group's held-out TTFT mean absolute log error and MAPE on those rows against none;
 D. one per-position acceptance rate (DeepSeek-R1's MTP head on InferenceX's random-token prompts), fitted twice:
    on every MTP row's TPOT at concurrency <= 64, and on the TPOT gain of MTP / non-MTP pairs (same configuration and
-   concurrency); the pair fit is written to ``catalogs/models/deepseek-v3.yaml`` ``speculative.acceptance_rate``.
+   concurrency); the pair fit is written to ``catalogs/models/deepseek-v3.yaml`` ``speculative.acceptance_rate``;
+   then per engine profile on its own MTP rows at concurrency <= 64, held out by configuration, written as
+   ``speculative.by_engine.<engine>`` where it beats the shared rate held out (:func:`stage_d_by_engine`; stages B
+   and E then predict each engine's MTP rows at its own rate).
 
 Loss: mean squared log error (``ln(pred / measured)^2``) over the rows (every date of a point is a row); stages B
 and D mean absolute log error (robust: a closed loop's queueing rows, minutes of TTFT, would otherwise set a
@@ -84,6 +87,16 @@ ENGINE = bx.ENGINE
 #: both fits neither (TPOT 24.5% / 22.6%).
 RELEASE_SPLITS: dict[tuple[str, str], str] = {("sglang", "cdna4"): "0.5.5"}
 Group = tuple[str, str, str]  # (engine, family, epoch): epoch "" = the current releases, "<0.5.5" = those before
+#: MTP per-position acceptance for a prediction: one rate for every row, or per engine profile (``"trtllm"``) with
+#: ``""`` for the engines without their own; None = the model catalog's (``estimator.default_acceptance``)
+Acceptance = float | dict[str, float] | None
+
+
+def acceptance_for(acceptance: Acceptance, c: bx.Case) -> float | None:
+    """The rate ``acceptance`` gives case ``c``'s engine (:data:`Acceptance`)."""
+    if isinstance(acceptance, dict):
+        return acceptance.get(ENGINE[c.framework], acceptance.get(""))
+    return acceptance
 
 
 def family(gpu: str) -> str:
@@ -133,13 +146,13 @@ class Predictor:
             self.points[(c.config, c.conc, group_of(c), c.ttft_statistic)].append(i)
 
     def run(self, params: dict[Group, dict[str, float]], catalog: Any = None,
-            acceptance: float | None = None) -> Preds:
+            acceptance: Acceptance = None) -> Preds:
         out: Preds = {}
         for idx in self.points.values():
             c = self.cases[idx[0]]
             key = group_of(c)
             prof = base_profile(key[0], c.gpu).replace(**layered(params, key))
-            p = bx.predict(c, profile=prof, catalog=catalog, acceptance_rate=acceptance)
+            p = bx.predict(c, profile=prof, catalog=catalog, acceptance_rate=acceptance_for(acceptance, c))
             for i in idx:
                 out[i] = p
         return out
@@ -187,7 +200,7 @@ def fit_group(cases: Sequence[bx.Case], start: dict[str, float]) -> dict[str, fl
 
 
 def fit_stage_b(cases: Sequence[bx.Case], stage_a: dict[str, float], catalog: Any = None,
-                acceptance: float | None = None, names: Sequence[str] = STAGE_B) -> dict[str, float]:
+                acceptance: Acceptance = None, names: Sequence[str] = STAGE_B) -> dict[str, float]:
     """Stage B on one group's cases, the stage-A parameters fixed: ``server_request_overhead_s`` (s) alone, minimising
     the TTFT mean absolute log error, or (``names`` = both) with ``expert_compute_efficiency``, minimising the TTFT +
     TPOT mean absolute log error (the experts' compute rate sets the MoE prefill, and a little of a large decode step)."""
@@ -223,7 +236,7 @@ def as_median(c: bx.Case) -> bx.Case:
 
 
 def fit_stage_e(cases: Sequence[bx.Case], fixed: dict[str, float], catalog: Any = None,
-                acceptance: float | None = None) -> dict[str, float]:
+                acceptance: Acceptance = None) -> dict[str, float]:
     """Stage E on one group's rows (every other parameter ``fixed``): ``first_wave_overhead_s`` (s) from the rows that
     publish a mean and a median TTFT, on the measured excess of the mean over the median (the first wave's share;
     the per-request cost stage B fits is in both and cancels): minimises the mean absolute log error of
@@ -248,7 +261,7 @@ def fit_stage_e(cases: Sequence[bx.Case], fixed: dict[str, float], catalog: Any 
     return {"first_wave_overhead_s": round(x, 3)}
 
 
-def fit_b_e(cases: Sequence[bx.Case], a: dict[str, float], catalog: Any = None, acceptance: float | None = None,
+def fit_b_e(cases: Sequence[bx.Case], a: dict[str, float], catalog: Any = None, acceptance: Acceptance = None,
             names: Sequence[str] = STAGE_B, with_e: bool = True) -> dict[str, float]:
     """Stages B and E of one group, A fixed (``a``): B, then E over it, then B again with E's value (the first wave
     lengthens the mean-TTFT rows B fits its per-request cost on); E left out where ``with_e`` is false."""
@@ -266,7 +279,7 @@ def fit_b_e(cases: Sequence[bx.Case], a: dict[str, float], catalog: Any = None, 
 STAGE_B_VARIANTS: tuple[tuple[str, ...], ...] = (("server_request_overhead_s",), STAGE_B)
 
 
-def fit_all(cases: Sequence[bx.Case], catalog: Any = None, acceptance: float | None = None) -> dict[str, float]:
+def fit_all(cases: Sequence[bx.Case], catalog: Any = None, acceptance: Acceptance = None) -> dict[str, float]:
     """Stages A (on the rows without MTP) and B (on every row) of one group: what ships for it."""
     base = stage_a_rows(cases)
     a = fit_group(base, {}) if base else {}
@@ -283,7 +296,10 @@ def scored(cases: Sequence[bx.Case]) -> list[bx.Case]:
 
 
 def folds_of(cases: Sequence[bx.Case], k: int) -> list[set[tuple[Any, ...]]]:
+    """The cases' configurations dealt round-robin into ``k`` folds; ``k`` = 0: one fold per configuration (leave one
+    configuration out)."""
     configs = sorted({c.config for c in cases}, key=str)
+    k = k if k > 0 else len(configs)
     return [set(configs[i::k]) for i in range(k)]
 
 
@@ -294,7 +310,7 @@ def scalar_fit(loss: Callable[[float], float], lo: float, hi: float) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-write", action="store_true")
-    ap.add_argument("--folds", type=int, default=3)
+    ap.add_argument("--folds", type=int, default=3, help="folds of configurations per group (0: leave one out)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "inferencex-fit.md")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -392,6 +408,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"This pair fit is the shipped default (the gain is what MTP changes; the absolute fit above also "
                   f"absorbs the profile's error on those rows).", ""]
         acc = acc_pair
+    d_lines, eng_acc = stage_d_by_engine(cases, params, cat, acc, a.folds)
+    lines += d_lines
+    shared_acc, acc = acc, {"": acc, **{eng: v["acceptance_rate"] for eng, v in eng_acc.items()}}
     b_lines, b_vals, b_unshipped = stage_b(cases, params, a.folds, cat, acc)
     for key, v in b_vals.items():
         if key not in b_unshipped:
@@ -421,13 +440,58 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows: dict[Group, int] = defaultdict(int)
         for c in scored(cases):
             rows[group_of(c)] += 1
-        write(params, effs, acc, rows, unshipped, held_by)
+        write(params, effs, shared_acc, rows, unshipped, held_by, eng_acc)
     del fitted_all
     return 0
 
 
+def stage_d_by_engine(cases: Sequence[bx.Case], params: dict[Group, dict[str, float]], cat: Any, shared: float,
+                      folds: int) -> tuple[list[str], dict[str, dict[str, float]]]:
+    """Stage D per engine profile: the acceptance rate its own MTP rows at concurrency <= :data:`MTP_MAX_CONC` fit (TPOT
+    mean absolute log error), held out by whole configuration (refitted without each of ``folds`` folds of the engine's
+    MTP configurations, predicting the fold). An engine's rate ships where its held-out TPOT error, both the loss and
+    the MAPE, beats the shared pair fit ``shared`` on the same rows: the engines verify drafts their own way (a
+    different verifier, draft loop and sampling), so one rate for all of them is the engines' average, not each
+    one's. Returns the report lines and engine -> {acceptance_rate, rows, configurations, held-out TPOT MAPE % of
+    the shared rate and of the engine's}."""
+    mc = [c for c in scored(cases) if c.mtp and c.conc <= MTP_MAX_CONC and "tpot" in c.measured]
+    lines = ["", "### Per engine (its own MTP rows at concurrency <= 64, TPOT; held out by configuration)", "",
+             "| engine | rows | configs | acceptance | TPOT MAPE % shared / fitted / held out | held-out TPOT MALE shared / "
+             "fitted | shipped |", "|---|---:|---:|---:|---|---|---|"]
+    out: dict[str, dict[str, float]] = {}
+    for eng in sorted({ENGINE[c.framework] for c in mc}):
+        ec = [c for c in mc if ENGINE[c.framework] == eng]
+
+        def fit(cs: Sequence[bx.Case]) -> float:
+            pr = Predictor(cs)
+            return round(scalar_fit(lambda x: male(cs, pr.run(params, cat, x), "tpot"), 0.2, 1.0), 3)
+
+        rate = fit(ec)
+        pr = Predictor(ec)
+        base, fitted = pr.run(params, cat, shared), pr.run(params, cat, rate)
+        held: Preds = {}
+        for fold in folds_of(ec, folds):
+            train = [c for c in ec if c.config not in fold]
+            test_idx = [i for i, c in enumerate(ec) if c.config in fold]
+            if not train or not test_idx:
+                continue
+            tp = Predictor([ec[i] for i in test_idx]).run(params, cat, fit(train))
+            held.update({test_idx[j]: p for j, p in tp.items()})
+        ok = len(held) == len(ec) and male(ec, held, "tpot") < male(ec, base, "tpot") and mape(ec, held, "tpot") < mape(ec, base, "tpot")
+        nconf = len({c.config for c in ec})
+        if ok:
+            out[eng] = {"acceptance_rate": rate, "rows": len(ec), "configurations": nconf,
+                        "shared_tpot_mape_pct": round(mape(ec, base, "tpot"), 1),
+                        "held_out_tpot_mape_pct": round(mape(ec, held, "tpot"), 1)}
+        lines.append(f"| {eng} | {len(ec)} | {nconf} | {rate:.3f} | {mape(ec, base, 'tpot'):.1f} / {mape(ec, fitted, 'tpot'):.1f}"
+                     f" / {mape(ec, held, 'tpot') if len(held) == len(ec) else math.nan:.1f} | {male(ec, base, 'tpot'):.3f} / "
+                     f"{male(ec, held, 'tpot') if len(held) == len(ec) else math.nan:.3f} | {'yes' if ok else 'no'} |")
+        print(lines[-1], flush=True)
+    return lines + [""], out
+
+
 def stage_b(cases: Sequence[bx.Case], params: dict[Group, dict[str, float]], folds: int, cat: Any,
-            acc: float) -> tuple[list[str], dict[Group, dict[str, float]], set[Group]]:
+            acc: Acceptance) -> tuple[list[str], dict[Group, dict[str, float]], set[Group]]:
     """Stage B per engine x family on every scored row (the shipped stage A, C and D fixed), held out by whole
     configuration; a group's value ships where its held-out TTFT mean absolute log error and MAPE both beat none."""
     groups: dict[Group, list[bx.Case]] = defaultdict(list)
@@ -487,7 +551,7 @@ def stage_b(cases: Sequence[bx.Case], params: dict[Group, dict[str, float]], fol
 
 
 def stage_e(cases: Sequence[bx.Case], params: dict[Group, dict[str, float]], folds: int, cat: Any,
-            acc: float) -> tuple[list[str], dict[Group, dict[str, float]]]:
+            acc: Acceptance) -> tuple[list[str], dict[Group, dict[str, float]]]:
     """Stage E per engine x family on the rows that publish a mean TTFT (stages A-D as shipped), held out by whole
     configuration; a group's value ships where its held-out TTFT mean absolute log error and MAPE both beat none."""
     groups: dict[Group, list[bx.Case]] = defaultdict(list)
@@ -544,7 +608,7 @@ def stage_b_candidate(*, held_ttft_loss: float, held_ttft_mape: float, held_tpot
     return ok, held_ttft_mape + held_tpot_mape
 
 
-def held_out_predictions(cases: Sequence[bx.Case], folds: int, cat: Any = None, acc: float | None = None,
+def held_out_predictions(cases: Sequence[bx.Case], folds: int, cat: Any = None, acc: Acceptance = None,
                          shipped_b: dict[Group, tuple[str, ...]] | None = None,
                          shipped_a: set[Group] | None = None) -> list[tuple[bx.Case, dict[str, float] | str]]:
     """Every scored row predicted with its group's stage-A and stage-B parameters fitted WITHOUT its configuration.
@@ -620,7 +684,7 @@ def error_table(pairs: Sequence[tuple[bx.Case, dict[str, float] | str]], title: 
     return out
 
 
-def held_out_all(cases: Sequence[bx.Case], folds: int, cat: Any, acc: float,
+def held_out_all(cases: Sequence[bx.Case], folds: int, cat: Any, acc: Acceptance,
                  params: dict[Group, dict[str, float]]) -> tuple[list[str], dict[tuple[str, str], dict[str, float]]]:
     """Every scored row predicted with parameters fitted WITHOUT its configuration (:func:`held_out_predictions`),
     beside the same rows with the parameters this run ships, overall and by GPU / engine / parallelism; and per
@@ -761,7 +825,8 @@ def _releases_text(rel: Sequence[tuple[str, int, dict[str, float]]]) -> str:
 
 def write(params: dict[Group, dict[str, float]], effs: dict[tuple[str, str], float], acc: float,
           rows: dict[Group, int], unshipped: set[Group] | None = None,
-          held: dict[tuple[str, str], dict[str, float]] | None = None) -> None:
+          held: dict[tuple[str, str], dict[str, float]] | None = None,
+          eng_acc: dict[str, dict[str, float]] | None = None) -> None:
     """Merge the fits into the profiles, the kernel table and the model catalog (text edits keep the comments)."""
     by_engine: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     releases: dict[str, dict[str, list[tuple[str, int, dict[str, float]]]]] = defaultdict(lambda: defaultdict(list))
@@ -786,7 +851,26 @@ def write(params: dict[Group, dict[str, float]], effs: dict[tuple[str, str], flo
     mpath = ROOT / "catalogs" / "models" / "deepseek-v3.yaml"
     mt = mpath.read_text()
     mt = re.sub(r"(\n  acceptance_rate: )[0-9.]+", rf"\g<1>{acc:.3f}", mt, count=1)
-    mpath.write_text(mt)
+    mpath.write_text(merge_by_engine(mt, eng_acc or {}))
+
+
+def merge_by_engine(text: str, eng_acc: dict[str, dict[str, float]]) -> str:
+    """The model file's ``speculative.by_engine`` block (the last block of ``speculative:``) rewritten from stage D's
+    per-engine rates (:func:`stage_d_by_engine`); dropped where none ships."""
+    text = re.sub(r"\n  by_engine:\n(    .*\n)*", "\n", text if text.endswith("\n") else text + "\n")
+    text = text.rstrip("\n") + "\n"
+    if not eng_acc:
+        return text
+    block = ["  by_engine:",
+             "    # Per engine profile where its own MTP rows fit a rate that beats the shared one held out by configuration",
+             "    # (benchmarks/fit_inferencex.py stage D, benchmarks/results/inferencex-fit.md): `recommend estimate --engine`",
+             "    # and the InferenceX predictions use it; vLLM plans use acceptance_rate above."]
+    for eng, v in sorted(eng_acc.items()):
+        block.append(f"    {eng}: {{acceptance_rate: {v['acceptance_rate']:.3f}, rows: {int(v['rows'])}, configurations: "
+                     f"{int(v['configurations'])}, held_out_tpot_mape_pct: {v['held_out_tpot_mape_pct']:.1f}, "
+                     f"shared_rate_tpot_mape_pct: {v['shared_tpot_mape_pct']:.1f}, source: \"fitted on InferenceX DeepSeek-R1 "
+                     f"{eng} MTP rows (benchmarks/fit_inferencex.py stage D)\"}}")
+    return text + "\n".join(block) + "\n"
 
 
 if __name__ == "__main__":

@@ -136,11 +136,17 @@ MTP_METHODS = ("mtp", "deepseek_mtp")
 FALLBACK_ACCEPTANCE_RATE = 0.7
 
 
-def default_acceptance(catalog: Catalog, model: ModelArch) -> tuple[float, str]:
-    """(per-position acceptance rate, its source): the model catalog's ``speculative.acceptance_rate`` (fitted on
-    measurements, with its source), else :data:`FALLBACK_ACCEPTANCE_RATE`."""
+def default_acceptance(catalog: Catalog, model: ModelArch, engine: str | None = None) -> tuple[float, str]:
+    """(per-position acceptance rate, its source): the model catalog's ``speculative.by_engine.<engine>`` where that
+    engine's verifier was measured on its own (``engine``: a profile name such as ``trtllm``), else its
+    ``speculative.acceptance_rate`` (fitted on measurements, with its source), else :data:`FALLBACK_ACCEPTANCE_RATE`."""
     doc = catalog.model_meta.get(model.id, {}).get("speculative") or {}
-    if isinstance(doc, dict) and isinstance(doc.get("acceptance_rate"), (int, float)):
+    if not isinstance(doc, dict):
+        return FALLBACK_ACCEPTANCE_RATE, "fallback (no measured acceptance for this model)"
+    per = (doc.get("by_engine") or {}).get(engine) if engine and isinstance(doc.get("by_engine"), dict) else None
+    if isinstance(per, dict) and isinstance(per.get("acceptance_rate"), (int, float)):
+        return float(per["acceptance_rate"]), str(per.get("source", f"catalogs/models/{model.id}.yaml ({engine})"))
+    if isinstance(doc.get("acceptance_rate"), (int, float)):
         return float(doc["acceptance_rate"]), str(doc.get("source", f"catalogs/models/{model.id}.yaml"))
     return FALLBACK_ACCEPTANCE_RATE, "fallback (no measured acceptance for this model)"
 
@@ -155,10 +161,11 @@ def mtp_spec(model: ModelArch, num_speculative_tokens: int, catalog: Catalog | N
 
 
 def parse_speculative_config(text: str | None, model: ModelArch, *, acceptance_rate: float | None = None,
-                             catalog: Catalog | None = None) -> SpecDecode | None:
+                             catalog: Catalog | None = None, engine: str | None = None) -> SpecDecode | None:
     """``--speculative-config`` JSON as vLLM 0.33 takes it (``{"method": "mtp", "num_speculative_tokens": k}``) ->
     :class:`SpecDecode`, or None without it. ``num_speculative_tokens`` defaults to the model's MTP layer count
-    (vLLM's rule); the acceptance rate to :func:`default_acceptance`. One-line errors for anything else."""
+    (vLLM's rule); the acceptance rate to :func:`default_acceptance` (``engine``'s own where measured). One-line errors
+    for anything else."""
     import json
 
     from recommender.perf.speculative import MAX_SPECULATIVE_TOKENS
@@ -191,7 +198,7 @@ def parse_speculative_config(text: str | None, model: ModelArch, *, acceptance_r
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SPECULATIVE_TOKENS:
         raise ConfigError(f"--speculative-config num_speculative_tokens {k!r}: an integer from 1 to {MAX_SPECULATIVE_TOKENS}")
     if acceptance_rate is None:
-        a, source = default_acceptance(catalog or default_catalog(), model)
+        a, source = default_acceptance(catalog or default_catalog(), model, engine)
     else:
         a, source = acceptance_rate, "--acceptance-rate"
     return SpecDecode(num_speculative_tokens=k, acceptance_rate=a, acceptance_source=source)
@@ -297,8 +304,9 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
         raise ConfigError(f"--kv-dtype {kd!r}: valid dtypes are {', '.join(KV_DTYPES)}")
     check_parallelism(model, gpu, req.tp)
     check_layout(model, gpu.id, gpu.interconnect.gpus_per_domain, tp=req.tp, dp=req.dp, ep=req.ep)
-    spec = parse_speculative_config(req.speculative_config, model, acceptance_rate=req.acceptance_rate, catalog=cat)
     prof = profile or resolve_profile(req.engine, req.profile_file)
+    spec = parse_speculative_config(req.speculative_config, model, acceptance_rate=req.acceptance_rate, catalog=cat,
+                                    engine=prof.engine)
     if prof.engine == "vllm":
         check_vllm_runs(cat, gpu, weight_dtype=wd, kv_dtype=kd)
     if req.batch is not None and req.concurrency is not None:

@@ -45,20 +45,32 @@ def test_experts_touched_by_hand() -> None:
 
 def test_busiest_rank_by_hand() -> None:
     # 32 tokens over 8 EP ranks of 32 experts: 0.96875^32 = exp(32 ln 0.96875) = 0.362062, p = 0.637938;
-    # mean 32 p = 20.414, sd sqrt(32 p (1-p)) = 2.7187, z = sqrt(2 ln 8) = 2.03933 -> 20.414 + 5.544 = 25.958
-    assert moe.extreme_z(8) == pytest.approx(2.03933, abs=1e-5)
-    assert moe.busiest_rank_experts(256, 8, 32, 8) == pytest.approx(25.958, abs=0.01)
+    # mean 32 p = 20.414, sd sqrt(32 p (1-p)) = 2.7187, z(8) = E[max of 8 standard normals] = 1.42360 (Harter's
+    # tables of normal order statistics, 1961) -> 20.414 + 3.870 = 24.284
+    assert moe.extreme_z(8) == pytest.approx(1.42360, abs=1e-5)
+    assert moe.busiest_rank_experts(256, 8, 32, 8) == pytest.approx(24.284, abs=0.01)
     # a prefill-sized step touches every expert of every rank
     assert moe.busiest_rank_experts(256, 8, 4096, 8) == pytest.approx(32.0)
     # one rank: no imbalance, the expectation itself
     assert moe.busiest_rank_experts(256, 8, 2, 1) == pytest.approx(15.75)
 
 
+def test_extreme_z_is_the_expected_maximum_of_normal_draws() -> None:
+    # closed forms: E[max of 2] = 1 / sqrt(pi), E[max of 3] = 3 / (2 sqrt(pi)); 4 and 16 from Harter (1961): 1.02938,
+    # 1.76599; the sqrt(2 ln G) asymptote it replaced is 43% high at G = 8 and still 33% high at G = 16
+    assert moe.extreme_z(1) == 0.0
+    assert moe.extreme_z(2) == pytest.approx(1.0 / math.sqrt(math.pi), abs=1e-9)
+    assert moe.extreme_z(3) == pytest.approx(1.5 / math.sqrt(math.pi), abs=1e-9)
+    assert moe.extreme_z(4) == pytest.approx(1.02938, abs=1e-5)
+    assert moe.extreme_z(16) == pytest.approx(1.76599, abs=1e-5)
+    assert math.sqrt(2 * math.log(16)) / moe.extreme_z(16) == pytest.approx(1.333, abs=1e-3)
+
+
 def test_remote_ranks_and_imbalance_by_hand() -> None:
     # a token's 8 experts over 8 ranks: 7 x (1 - (7/8)^8) = 7 x (1 - 0.343609) = 4.59474 other ranks
     assert moe.remote_ranks_per_token(8, 8) == pytest.approx(4.59474, abs=1e-5)
-    # 1000 tokens x 8 over 8 ranks: mean 1000, sd sqrt(8000 x 1/8 x 7/8) = 29.58; busiest 1000 + 2.0393 x 29.58
-    assert moe.routed_imbalance(1000, 8, 8) == pytest.approx(1.0 + 2.03933 * 29.5804 / 1000, rel=1e-4)
+    # 1000 tokens x 8 over 8 ranks: mean 1000, sd sqrt(8000 x 1/8 x 7/8) = 29.58; busiest 1000 + 1.4236 x 29.58
+    assert moe.routed_imbalance(1000, 8, 8) == pytest.approx(1.0 + 1.42360 * 29.5804 / 1000, rel=1e-4)
     assert moe.routed_imbalance(1000, 8, 1) == 1.0
 
 

@@ -24,7 +24,7 @@ Expert weight read of one step whose ``T`` tokens per attention rank are routed 
     EP:        busiest rank's experts = min(E_local, E_local p + z(G) sqrt(E_local p (1 - p)))
                bytes per GPU = busiest x expert_bytes
     no EP:     bytes per GPU = touched x expert_bytes / G
-    z(G)       = sqrt(2 ln G)                           (expected maximum of G normal draws, G > 1; z(1) = 0)
+    z(G)       = E[max of G standard normal draws]     (:func:`extreme_z`: 1.03 for G = 4, 1.42 for 8; z(1) = 0)
 
 so a prefill step (``T_g`` in the thousands) reads every expert: 84 GB per GPU for DeepSeek-R1 fp8 on 8 GPUs, a
 floor its FLOPs term alone misses. Routed-expert FLOPs follow the busiest rank's token share (EP only)::
@@ -47,6 +47,7 @@ profile's ``allreduce_bandwidth_efficiency``; ``latency`` the profile's ``allred
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -63,9 +64,21 @@ def expected_experts_touched(num_experts: int, top_k: int, tokens: float) -> flo
     return float(num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens))
 
 
+@functools.lru_cache(maxsize=256)
 def extreme_z(ranks: int) -> float:
-    """``sqrt(2 ln G)``: how many standard deviations the largest of ``G`` draws sits above the mean (0 for G = 1)."""
-    return math.sqrt(2.0 * math.log(ranks)) if ranks > 1 else 0.0
+    """How many standard deviations the largest of ``G`` independent normal draws sits above the mean, on average:
+    ``E[max] = integral x G phi(x) Phi(x)^(G-1) dx`` (0 for G = 1; 1 / sqrt(pi) = 0.5642 for G = 2, 1.0294 for 4,
+    1.4236 for 8, 1.7660 for 16). Midpoint rule over [-10, 10] in steps of 1/200 (error < 1e-9 to G = 4096).
+    ``sqrt(2 ln G)``, the large-G asymptote, overstates it at the G of one node (2.04 for 8: +43%)."""
+    if ranks <= 1:
+        return 0.0
+    h, total = 0.005, 0.0
+    for i in range(4000):
+        x = -10.0 + (i + 0.5) * h
+        pdf = math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+        cdf = 0.5 * math.erfc(-x / math.sqrt(2.0))
+        total += x * ranks * pdf * cdf ** (ranks - 1)
+    return total * h
 
 
 def busiest_rank_experts(num_experts: int, top_k: int, tokens: float, ranks: int) -> float:

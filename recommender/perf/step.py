@@ -344,8 +344,7 @@ class StepCostModel:
             return self.dense_weight_bytes_per_gpu
         if self.moe is not None:
             return self.dense_weight_bytes_per_gpu + self.moe.expert_bytes_read_per_gpu(max(new_tokens, 0))
-        e, k = self.num_experts, self.experts_top_k
-        touched = e * (1.0 - (1.0 - k / e) ** max(new_tokens, 0))
+        touched = moe_mod.expected_experts_touched(self.num_experts, self.experts_top_k, max(new_tokens, 0))
         return self.dense_weight_bytes_per_gpu + self.num_moe_layers * touched * self.expert_bytes_per_gpu
 
     def parts(self, new_tokens: int, kv_read_bytes: float, attention_flops: float, floor: bool = False) -> dict[str, float]:
@@ -394,8 +393,8 @@ class StepCostModel:
         dense = self.linear_flops_per_token - self.routed_flops_per_token
         out = (t + r * self.gemm_m_half_tokens) * dense
         if self.routed_flops_per_token and self.experts_top_k:
-            e, k = self.num_experts, self.experts_top_k
-            touched = e * (1.0 - (1.0 - k / e) ** t)
+            k = self.experts_top_k
+            touched = moe_mod.expected_experts_touched(self.num_experts, k, t)
             out += (t + r * touched * self.gemm_m_half_tokens / k) * self.routed_flops_per_token / self.expert_compute_efficiency
         return out
 

@@ -1,0 +1,112 @@
+"""MTP acceptance per engine (issue 22): ``speculative.by_engine`` of a model file, read by
+``estimator.default_acceptance`` and written by ``benchmarks/fit_inferencex.py`` stage D."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from recommender.catalog import default_catalog
+from recommender.estimator import (FALLBACK_ACCEPTANCE_RATE, EstimateRequest, default_acceptance, estimate_request,
+                                   parse_speculative_config)
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_FILE = ROOT / "catalogs" / "models" / "deepseek-v3.yaml"
+
+
+def _spec_doc() -> dict:
+    return yaml.safe_load(MODEL_FILE.read_text())["speculative"]
+
+
+def _fit_module():
+    if "fit_inferencex" not in sys.modules:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        spec = importlib.util.spec_from_file_location("fit_inferencex", ROOT / "benchmarks" / "fit_inferencex.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["fit_inferencex"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["fit_inferencex"]
+
+
+def _with_meta(speculative: object):
+    cat = default_catalog()
+    meta = {**cat.model_meta, "deepseek-v3": {**cat.model_meta["deepseek-v3"], "speculative": speculative}}
+    return dataclasses.replace(cat, model_meta=meta)
+
+
+def test_the_shipped_trtllm_rate_is_its_own_and_vllm_keeps_the_shared_pair_fit():
+    doc = _spec_doc()
+    cat = default_catalog()
+    model = cat.models["deepseek-v3"]
+    trt = doc["by_engine"]["trtllm"]
+    # the file's own figures: the engine's rate beat the shared one held out by configuration
+    assert trt["held_out_tpot_mape_pct"] < trt["shared_rate_tpot_mape_pct"]
+    assert 0.2 <= trt["acceptance_rate"] <= 1.0 and trt["acceptance_rate"] != doc["acceptance_rate"]
+    a, source = default_acceptance(cat, model, "trtllm")
+    assert a == pytest.approx(trt["acceptance_rate"]) and "trtllm" in source
+    for engine in (None, "vllm", "no-such-engine"):
+        assert default_acceptance(cat, model, engine)[0] == pytest.approx(doc["acceptance_rate"])
+
+
+def test_the_estimate_of_an_engine_runs_its_verifier_at_its_own_rate():
+    """k = 3 drafts at the trtllm rate a: a verify step emits 1 + a + a^2 + a^3 tokens (speculative.py)."""
+    a = _spec_doc()["by_engine"]["trtllm"]["acceptance_rate"]
+    kw = dict(model="deepseek-v3", gpu="b200", tp=8, weight_dtype="fp8", kv_dtype="fp8", concurrency="8",
+              prompt_tokens=1000, output_tokens=1000, speculative_config='{"method": "mtp", "num_speculative_tokens": 3}')
+    dep, _, _ = estimate_request(EstimateRequest(engine="trtllm", **kw))
+    assert dep.spec is not None and dep.spec.acceptance_rate == pytest.approx(a)
+    assert dep.spec.tokens_per_step == pytest.approx(1 + a + a**2 + a**3)
+    vdep, _, _ = estimate_request(EstimateRequest(engine="vllm", **kw))
+    assert vdep.spec is not None and vdep.spec.acceptance_rate == pytest.approx(_spec_doc()["acceptance_rate"])
+    # --acceptance-rate still wins over every catalog value
+    odep, _, _ = estimate_request(EstimateRequest(engine="trtllm", acceptance_rate=0.5, **kw))
+    assert odep.spec is not None and odep.spec.acceptance_rate == 0.5 and odep.spec.acceptance_source == "--acceptance-rate"
+
+
+def test_lookup_falls_back_per_level():
+    model = default_catalog().models["deepseek-v3"]
+    only_shared = _with_meta({"acceptance_rate": 0.61, "source": "s"})
+    assert default_acceptance(only_shared, model, "trtllm") == (0.61, "s")
+    per = _with_meta({"acceptance_rate": 0.61, "by_engine": {"sglang": {"acceptance_rate": 0.5}}})
+    assert default_acceptance(per, model, "sglang")[0] == 0.5 and default_acceptance(per, model, "trtllm")[0] == 0.61
+    # malformed entries are skipped, never raised
+    bad = _with_meta({"acceptance_rate": 0.61, "by_engine": {"sglang": "fast"}})
+    assert default_acceptance(bad, model, "sglang")[0] == 0.61
+    assert default_acceptance(_with_meta("x"), model, "sglang")[0] == FALLBACK_ACCEPTANCE_RATE
+    spec = parse_speculative_config('{"method": "mtp"}', model, catalog=per, engine="sglang")
+    assert spec is not None and spec.acceptance_rate == 0.5 and spec.num_speculative_tokens == model.mtp_layers
+
+
+def test_the_fit_rewrites_the_block_in_place_and_drops_it_when_none_ships():
+    fx = _fit_module()
+    text = MODEL_FILE.read_text()
+    without = fx.merge_by_engine(text, {})
+    assert "by_engine" not in without and yaml.safe_load(without)["speculative"]["acceptance_rate"] == _spec_doc()["acceptance_rate"]
+    row = {"acceptance_rate": 0.7, "rows": 17, "configurations": 8, "held_out_tpot_mape_pct": 11.3, "shared_tpot_mape_pct": 25.2}
+    once = fx.merge_by_engine(without, {"atom": row})
+    twice = fx.merge_by_engine(once, {"atom": row})
+    assert once == twice
+    doc = yaml.safe_load(twice)
+    assert doc["speculative"]["by_engine"] == {"atom": {"acceptance_rate": 0.7, "rows": 17, "configurations": 8,
+                                                         "held_out_tpot_mape_pct": 11.3, "shared_rate_tpot_mape_pct": 25.2,
+                                                         "source": "fitted on InferenceX DeepSeek-R1 atom MTP rows "
+                                                                   "(benchmarks/fit_inferencex.py stage D)"}}
+    # every other key of the file is untouched
+    assert {k: v for k, v in doc.items() if k != "speculative"} == {k: v for k, v in yaml.safe_load(text).items() if k != "speculative"}
+
+
+def test_a_case_gets_its_engines_rate():
+    fx = _fit_module()
+    import bench_inferencex as bx
+
+    cases = bx.single_node_cases(bx.DEFAULT_CSV)
+    trt = next(c for c in cases if c.framework == "trt" and c.mtp)
+    sgl = next(c for c in cases if c.framework == "sglang" and c.mtp)
+    acc = {"": 0.568, "trtllm": 0.7}
+    assert fx.acceptance_for(acc, trt) == 0.7 and fx.acceptance_for(acc, sgl) == 0.568
+    assert fx.acceptance_for(0.6, trt) == 0.6 and fx.acceptance_for(None, trt) is None
