@@ -303,6 +303,22 @@ def folds_of(cases: Sequence[bx.Case], k: int) -> list[set[tuple[Any, ...]]]:
     return [set(configs[i::k]) for i in range(k)]
 
 
+def held_out_folds(cases: Sequence[bx.Case], folds: int, predict: Callable[[list[bx.Case], list[bx.Case]], Preds],
+                   need_train: bool = True) -> Preds:
+    """Every case predicted by ``predict(train, test)``, ``train`` = the cases outside its fold of whole configurations
+    (:func:`folds_of`): case index -> prediction. A fold with no training case is skipped unless ``need_train`` is
+    False."""
+    held: Preds = {}
+    for fold in folds_of(cases, folds):
+        train = [c for c in cases if c.config not in fold]
+        test_idx = [i for i, c in enumerate(cases) if c.config in fold]
+        if not test_idx or (need_train and not train):
+            continue
+        tp = predict(train, [cases[i] for i in test_idx])
+        held.update({test_idx[j]: p for j, p in tp.items()})
+    return held
+
+
 def scalar_fit(loss: Callable[[float], float], lo: float, hi: float) -> float:
     return float(minimize_scalar(loss, bounds=(lo, hi), method="bounded", options={"xatol": 5e-3}).x)
 
@@ -333,15 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pr = Predictor(gc)
         # "before" = without this group's fit: an older epoch runs its family's current parameters
         before, after = pr.run({k: v for k, v in params.items() if k == current(key) != key}), pr.run({**params, key: fitted})
-        held: Preds = {}
-        for fold in folds_of(gc, a.folds):
-            train = [c for c in gc if c.config not in fold]
-            test_idx = [i for i, c in enumerate(gc) if c.config in fold]
-            if not train or not test_idx:
-                continue
-            fp = fit_group(train, {})
-            tp = Predictor([gc[i] for i in test_idx]).run({**params, key: fp})
-            held.update({test_idx[j]: p for j, p in tp.items()})
+        held = held_out_folds(gc, a.folds, lambda train, test: Predictor(test).run({**params, key: fit_group(train, {})}))
         nconf = len({c.config for c in gc})
         # ship a group's stage-A parameters only where they lower the held-out loss the fit minimises (TPOT MSLE),
         # as fit_profiles.py keeps a fit only where it lowers the held-out error
@@ -469,14 +477,7 @@ def stage_d_by_engine(cases: Sequence[bx.Case], params: dict[Group, dict[str, fl
         rate = fit(ec)
         pr = Predictor(ec)
         base, fitted = pr.run(params, cat, shared), pr.run(params, cat, rate)
-        held: Preds = {}
-        for fold in folds_of(ec, folds):
-            train = [c for c in ec if c.config not in fold]
-            test_idx = [i for i, c in enumerate(ec) if c.config in fold]
-            if not train or not test_idx:
-                continue
-            tp = Predictor([ec[i] for i in test_idx]).run(params, cat, fit(train))
-            held.update({test_idx[j]: p for j, p in tp.items()})
+        held = held_out_folds(ec, folds, lambda train, test: Predictor(test).run(params, cat, fit(train)))
         ok = len(held) == len(ec) and male(ec, held, "tpot") < male(ec, base, "tpot") and mape(ec, held, "tpot") < mape(ec, base, "tpot")
         nconf = len({c.config for c in ec})
         if ok:
@@ -518,15 +519,8 @@ def stage_b(cases: Sequence[bx.Case], params: dict[Group, dict[str, float]], fol
         best: tuple[float, dict[str, float], Preds, Preds] | None = None
         for names in STAGE_B_VARIANTS:
             x = fit_stage_b(gc, a, cat, acc, names)
-            held: Preds = {}
-            for fold in folds_of(gc, folds):
-                train = [c for c in gc if c.config not in fold]
-                test_idx = [i for i, c in enumerate(gc) if c.config in fold]
-                if not train or not test_idx:
-                    continue
-                xf = fit_stage_b(train, a, cat, acc, names)
-                tp = Predictor([gc[i] for i in test_idx]).run({key: {**a, **xf}}, cat, acc)
-                held.update({test_idx[j]: p for j, p in tp.items()})
+            held = held_out_folds(gc, folds, lambda train, test: Predictor(test).run(
+                {key: {**a, **fit_stage_b(train, a, cat, acc, names)}}, cat, acc))
             fitted = pr.run({key: {**a, **x}}, cat, acc)
             h, hm = male(gc, held, "ttft"), mape(gc, held, "ttft")
             ok, score = stage_b_candidate(held_ttft_loss=h, held_ttft_mape=hm, held_tpot_mape=mape(gc, held, "tpot"),
@@ -575,15 +569,9 @@ def stage_e(cases: Sequence[bx.Case], params: dict[Group, dict[str, float]], fol
         x = fit_stage_e(gc, fixed, cat, acc)
         if not x:
             continue
-        held: Preds = {}
-        for fold in folds_of(gc, folds):
-            train = [c for c in gc if c.config not in fold]
-            test_idx = [i for i, c in enumerate(gc) if c.config in fold]
-            if not test_idx:
-                continue
-            xf = fit_stage_e(train, fixed, cat, acc) if train else {}
-            tp = Predictor([gc[i] for i in test_idx]).run({key: {**fixed, "first_wave_overhead_s": 0.0, **xf}}, cat, acc)
-            held.update({test_idx[j]: p for j, p in tp.items()})
+        held = held_out_folds(gc, folds, lambda train, test: Predictor(test).run(
+            {key: {**fixed, "first_wave_overhead_s": 0.0, **(fit_stage_e(train, fixed, cat, acc) if train else {})}}, cat, acc),
+            need_train=False)
         fitted = pr.run({key: {**fixed, **x}}, cat, acc)
         n0, h = male(gc, none, "ttft"), male(gc, held, "ttft")
         ok = h < n0 and mape(gc, held, "ttft") < mape(gc, none, "ttft")

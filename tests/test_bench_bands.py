@@ -5,7 +5,6 @@ rows and checks the shipped ``catalogs/evidence.yaml`` is what it writes (rerun 
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 import subprocess
@@ -15,20 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bench_module import benchmark
 from recommender.search.bands import PRIOR_SIGMA, Z90, class_from_table, class_sigma
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench():
-    if "bench_bands" not in sys.modules:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        spec = importlib.util.spec_from_file_location("bench_bands", ROOT / "benchmarks" / "bench_bands.py")
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["bench_bands"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["bench_bands"]
+    return benchmark("bench_bands")
 
 
 def _rows(sigma: float, configs: int, per: int, seed: int = 1, engine: str = "vllm", metric: str = "tpot"):

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from bench_module import benchmark
 from recommender.catalog import default_catalog
 from recommender.estimator import (FALLBACK_ACCEPTANCE_RATE, EstimateRequest, default_acceptance, estimate_request,
                                    parse_speculative_config)
@@ -23,14 +22,7 @@ def _spec_doc() -> dict:
 
 
 def _fit_module():
-    if "fit_inferencex" not in sys.modules:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        spec = importlib.util.spec_from_file_location("fit_inferencex", ROOT / "benchmarks" / "fit_inferencex.py")
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["fit_inferencex"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["fit_inferencex"]
+    return benchmark("fit_inferencex")
 
 
 def _with_meta(speculative: object):
