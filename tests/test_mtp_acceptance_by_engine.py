@@ -102,3 +102,29 @@ def test_a_case_gets_its_engines_rate():
     acc = {"": 0.568, "trtllm": 0.7}
     assert fx.acceptance_for(acc, trt) == 0.7 and fx.acceptance_for(acc, sgl) == 0.568
     assert fx.acceptance_for(0.6, trt) == 0.6 and fx.acceptance_for(None, trt) is None
+
+
+def test_held_out_folds_leave_whole_configurations_out():
+    """``folds_of(k)`` deals configurations round-robin; ``k = 0`` is one fold per configuration (leave one out), and
+    ``held_out_folds`` predicts every case from a fit that never saw its configuration."""
+    fx = _fit_module()
+    import bench_inferencex as bx
+
+    cases = [c for c in bx.single_node_cases(bx.DEFAULT_CSV) if c.gpu == "h200" and c.framework == "trt"]
+    configs = {c.config for c in cases}
+    loo = fx.folds_of(cases, 0)
+    assert len(loo) == len(configs) and all(len(f) == 1 for f in loo) and set().union(*loo) == configs
+    three = fx.folds_of(cases, 3)
+    assert len(three) == 3 and set().union(*three) == configs and sum(len(f) for f in three) == len(configs)
+
+    seen: list[tuple[set, set]] = []
+
+    def predict(train, test):
+        seen.append(({c.config for c in train}, {c.config for c in test}))
+        return {j: {"tpot": 1.0} for j in range(len(test))}
+
+    held = fx.held_out_folds(cases, 0, predict)
+    assert sorted(held) == list(range(len(cases)))
+    assert len(seen) == len(configs)
+    for train, test in seen:
+        assert len(test) == 1 and not (train & test) and train | test == configs
