@@ -46,7 +46,7 @@ def estimate_cmd(
     data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp", help="vLLM's attention data-parallel ranks per engine (each TP --tp; MoE layers span tp x dp GPUs)."),
     enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", "-ep", help="Experts split whole over the engine's tp x dp GPUs (vLLM's flag; MoE models)."),
     speculative_config: Optional[str] = typer.Option(None, "--speculative-config", "-sc", help='vLLM\'s JSON, e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' (k defaults to the model\'s MTP layers).'),
-    acceptance_rate: Optional[float] = typer.Option(None, "--acceptance-rate", help="Per-position draft acceptance in (0, 1] (default: the model catalog's fitted value)."),
+    acceptance_rate: Optional[float] = typer.Option(None, "--acceptance-rate", help="Per-position draft acceptance in (0, 1] (default: the model catalog's fitted value, the engine's own where measured)."),
     fmt_name: Annotated[str, options.format_option(options.TextOrJson)] = "text",
     wide: options.Wide = False,
 ) -> None:
