@@ -70,6 +70,7 @@ from scipy.optimize import minimize, minimize_scalar  # noqa: E402
 
 import bench_inferencex as bx  # noqa: E402
 from recommender.catalog import default_catalog  # noqa: E402
+from recommender.estimator import default_acceptance  # noqa: E402
 from recommender.profiles import BOUNDS, EngineProfile, engine_profile, release_key  # noqa: E402
 
 STAGE_A = ("moe_layer_overhead_s", "expert_bandwidth_efficiency")
@@ -596,28 +597,66 @@ def stage_b_candidate(*, held_ttft_loss: float, held_ttft_mape: float, held_tpot
     return ok, held_ttft_mape + held_tpot_mape
 
 
+def acceptances(cat: Any, acc: Acceptance) -> dict[str, float]:
+    """``acc`` as engine -> rate with ``""`` the shared one; None = the model catalog's (the shared rate and every
+    ``speculative.by_engine`` entry); a float = that rate for every engine."""
+    if isinstance(acc, dict):
+        return dict(acc)
+    if acc is not None:
+        return {"": acc}
+    model = cat.models[bx.MODEL]
+    doc = cat.model_meta.get(bx.MODEL, {}).get("speculative") or {}
+    own = doc.get("by_engine") if isinstance(doc, dict) and isinstance(doc.get("by_engine"), dict) else {}
+    return {"": default_acceptance(cat, model)[0], **{e: default_acceptance(cat, model, e)[0] for e in own}}
+
+
+def fit_rate(cases: Sequence[bx.Case], cat: Any, params: dict[Group, dict[str, float]] | None) -> float:
+    """Stage D's fit of one engine's acceptance on its MTP ``cases`` (TPOT mean absolute log error), the other
+    parameters ``params`` (None: the shipped profiles)."""
+    if params is None:
+        def run(x: float) -> Preds:
+            return {i: bx.predict(c, catalog=cat, acceptance_rate=x) for i, c in enumerate(cases)}
+    else:
+        pr = Predictor(cases)
+
+        def run(x: float) -> Preds:
+            return pr.run(params, cat, x)
+    return round(scalar_fit(lambda x: male(cases, run(x), "tpot"), 0.2, 1.0), 3)
+
+
 def held_out_predictions(cases: Sequence[bx.Case], folds: int, cat: Any = None, acc: Acceptance = None,
                          shipped_b: dict[Group, tuple[str, ...]] | None = None,
-                         shipped_a: set[Group] | None = None) -> list[tuple[bx.Case, dict[str, float] | str]]:
+                         shipped_a: set[Group] | None = None,
+                         params: dict[Group, dict[str, float]] | None = None) -> list[tuple[bx.Case, dict[str, float] | str]]:
     """Every scored row predicted with its group's stage-A and stage-B parameters fitted WITHOUT its configuration.
 
     ``folds`` folds of whole configurations per engine x family (both release epochs of a family share the folds, so
     a configuration is out of every epoch's fit at once); in each fold the current releases' group is fitted first
     (stage A on the training rows without MTP, stages B and E on all its training rows), then an older epoch's over
-    it, as the profile layers them; the fp4 rows and acceptance as shipped. Groups in ``shipped_b`` (``shipped_a``)
-    refit the stage-B and -E parameters it names (stage A); the others keep what the profile gives them without
-    (``None``: every group refits every stage)."""
+    it, as the profile layers them; the fp4 rows as shipped. An engine with its own MTP acceptance
+    (:func:`acceptances`) refits it per fold on its MTP rows at concurrency <= :data:`MTP_MAX_CONC` outside the fold
+    (:func:`fit_rate`, every other parameter as ``params``, None: shipped), the shared rate where it has none there;
+    the shared rate is the shipped one.
+    Groups in ``shipped_b`` (``shipped_a``) refit the stage-B and -E parameters it names (stage A); the others keep
+    what the profile gives them without (``None``: every group refits every stage)."""
     cat = cat or default_catalog()
+    rates = acceptances(cat, acc)
+    mtp = [c for c in scored(cases) if c.mtp and c.conc <= MTP_MAX_CONC and "tpot" in c.measured]
     fams: dict[tuple[str, str], list[bx.Case]] = defaultdict(list)
     for c in scored(cases):
         fams[group_of(c)[:2]].append(c)
     held: list[tuple[bx.Case, dict[str, float] | str]] = []
-    for _fam, fc in sorted(fams.items()):
+    for fam, fc in sorted(fams.items()):
         for fold in folds_of(fc, folds):
             train = [c for c in fc if c.config not in fold]
             test = [c for c in fc if c.config in fold]
             if not test:
                 continue
+            fold_acc: Acceptance = rates
+            own = [c for c in mtp if ENGINE[c.framework] == fam[0] and c.config not in fold]
+            if fam[0] in rates:  # without any of its MTP rows outside the fold, the engine gets the shared rate
+                fold_acc = ({**rates, fam[0]: fit_rate(own, cat, params)} if own
+                            else {k: v for k, v in rates.items() if k != fam[0]})
             fitted: dict[Group, dict[str, float]] = {}
             for key in sorted({group_of(c) for c in fc}):
                 tr = [c for c in train if group_of(c) == key]
@@ -628,11 +667,11 @@ def held_out_predictions(cases: Sequence[bx.Case], folds: int, cat: Any = None, 
                     names = STAGE_B + STAGE_E if shipped_b is None else shipped_b[key]
                     b_names = tuple(n for n in names if n in STAGE_B)
                     if b_names:
-                        fp.update(fit_b_e(tr, fp, cat, acc, b_names, with_e="first_wave_overhead_s" in names))
+                        fp.update(fit_b_e(tr, fp, cat, fold_acc, b_names, with_e="first_wave_overhead_s" in names))
                     else:
-                        fp.update(fit_stage_e(tr, fp, cat, acc))
+                        fp.update(fit_stage_e(tr, fp, cat, fold_acc))
                 fitted[key] = fp
-            preds = Predictor(test).run(fitted, cat, acc)
+            preds = Predictor(test).run(fitted, cat, fold_acc)
             held += [(c, preds[i]) for i, c in enumerate(test)]
     return held
 
@@ -681,7 +720,7 @@ def held_out_all(cases: Sequence[bx.Case], folds: int, cat: Any, acc: Acceptance
     shipped_b = {k: tuple(n for n in STAGE_B + STAGE_E if n in v) for k, v in params.items()
                  if "server_request_overhead_s" in v or "first_wave_overhead_s" in v}
     shipped_a = {k for k, v in params.items() if "moe_layer_overhead_s" in v}
-    held = held_out_predictions(sc, folds, cat, acc, shipped_b, shipped_a)
+    held = held_out_predictions(sc, folds, cat, acc, shipped_b, shipped_a, params)
     ship_preds = Predictor(sc).run(params, cat, acc)
     ins = [(c, ship_preds[i]) for i, c in enumerate(sc)]
     out = ["", "## Every row, held out by configuration", "",

@@ -94,7 +94,7 @@ def test_the_fit_rewrites_the_block_in_place_and_drops_it_when_none_ships():
 
 def test_a_case_gets_its_engines_rate():
     fx = _fit_module()
-    import bench_inferencex as bx
+    bx = fx.bx
 
     cases = bx.single_node_cases(bx.DEFAULT_CSV)
     trt = next(c for c in cases if c.framework == "trt" and c.mtp)
@@ -108,7 +108,7 @@ def test_held_out_folds_leave_whole_configurations_out():
     """``folds_of(k)`` deals configurations round-robin; ``k = 0`` is one fold per configuration (leave one out), and
     ``held_out_folds`` predicts every case from a fit that never saw its configuration."""
     fx = _fit_module()
-    import bench_inferencex as bx
+    bx = fx.bx
 
     cases = [c for c in bx.single_node_cases(bx.DEFAULT_CSV) if c.gpu == "h200" and c.framework == "trt"]
     configs = {c.config for c in cases}
@@ -128,3 +128,44 @@ def test_held_out_folds_leave_whole_configurations_out():
     assert len(seen) == len(configs)
     for train, test in seen:
         assert len(test) == 1 and not (train & test) and train | test == configs
+
+
+def test_held_out_rows_run_at_a_rate_fitted_without_their_configuration(monkeypatch):
+    """An engine with its own acceptance refits it per fold on its MTP rows outside the fold (no stage A or B refit
+    here: ``shipped_a`` / ``shipped_b`` empty), and the fold's rows are predicted at that rate."""
+    fx = _fit_module()
+    bx = fx.bx
+
+    cases = fx.scored([c for c in bx.single_node_cases(bx.DEFAULT_CSV) if c.gpu == "h200" and c.framework == "trt"])
+    calls: list[set] = []
+
+    def fake_fit(rows, cat, params):
+        calls.append({c.config for c in rows})
+        return 0.5 + 0.01 * len(calls)
+
+    used: list[tuple[float | None, object]] = []
+    real = bx.predict
+
+    def spy(c, **kw):
+        used.append((kw.get("acceptance_rate"), c.config))
+        return real(c, **kw)
+
+    monkeypatch.setattr(fx, "fit_rate", fake_fit)
+    monkeypatch.setattr(bx, "predict", spy)
+    held = fx.held_out_predictions(cases, 0, None, None, {}, set())
+    assert len(held) == len(cases)
+    mtp_configs = {c.config for c in cases if c.mtp and c.conc <= fx.MTP_MAX_CONC}
+    # H200 TensorRT-LLM has one such configuration: held out, its engine has no MTP row left and gets the shared rate
+    assert len(mtp_configs) == 1
+    folds = [next(iter(f)) for f in fx.folds_of(cases, 0)]
+    refit = [cfg for cfg in folds if mtp_configs - {cfg}]
+    assert len(calls) == len(refit) == len(folds) - 1
+    for i, (config, trained) in enumerate(zip(refit, calls)):
+        assert config not in trained and trained == mtp_configs - {config}
+        # the fold's MTP rows ran at this fold's rate, 0.5 + 0.01 (i + 1)
+        rates = {a for a, cfg in used if cfg == config and a is not None}
+        if any(c.mtp for c in cases if c.config == config):
+            assert len(rates) == 1 and rates.pop() == pytest.approx(0.5 + 0.01 * (i + 1))
+    (alone,) = mtp_configs
+    shared = default_acceptance(default_catalog(), default_catalog().models["deepseek-v3"])[0]
+    assert {a for a, cfg in used if cfg == alone} == {shared}
