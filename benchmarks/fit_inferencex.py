@@ -70,7 +70,7 @@ from scipy.optimize import minimize, minimize_scalar  # noqa: E402
 
 import bench_inferencex as bx  # noqa: E402
 from recommender.catalog import default_catalog  # noqa: E402
-from recommender.estimator import default_acceptance  # noqa: E402
+from recommender.estimator import acceptance_by_engine, default_acceptance  # noqa: E402
 from recommender.profiles import BOUNDS, EngineProfile, engine_profile, release_key  # noqa: E402
 
 STAGE_A = ("moe_layer_overhead_s", "expert_bandwidth_efficiency")
@@ -296,6 +296,11 @@ def scored(cases: Sequence[bx.Case]) -> list[bx.Case]:
     return [c for c in cases if "closed_loop_check_ratio" not in c.row["quality_flags"]]
 
 
+def mtp_rows(cases: Sequence[bx.Case]) -> list[bx.Case]:
+    """The scored MTP rows stage D fits acceptance on: concurrency <= :data:`MTP_MAX_CONC`, with a TPOT."""
+    return [c for c in scored(cases) if c.mtp and c.conc <= MTP_MAX_CONC and "tpot" in c.measured]
+
+
 def folds_of(cases: Sequence[bx.Case], k: int) -> list[set[tuple[Any, ...]]]:
     """The cases' configurations dealt round-robin into ``k`` folds; ``k`` = 0: one fold per configuration (leave one
     configuration out)."""
@@ -463,22 +468,17 @@ def stage_d_by_engine(cases: Sequence[bx.Case], params: dict[Group, dict[str, fl
     different verifier, draft loop and sampling), so one rate for all of them is the engines' average, not each
     one's. Returns the report lines and engine -> {acceptance_rate, rows, configurations, held-out TPOT MAPE % of
     the shared rate and of the engine's}."""
-    mc = [c for c in scored(cases) if c.mtp and c.conc <= MTP_MAX_CONC and "tpot" in c.measured]
+    mc = mtp_rows(cases)
     lines = ["", "### Per engine (its own MTP rows at concurrency <= 64, TPOT; held out by configuration)", "",
              "| engine | rows | configs | acceptance | TPOT MAPE % shared / fitted / held out | held-out TPOT MALE shared / "
              "fitted | shipped |", "|---|---:|---:|---:|---|---|---|"]
     out: dict[str, dict[str, float]] = {}
     for eng in sorted({ENGINE[c.framework] for c in mc}):
         ec = [c for c in mc if ENGINE[c.framework] == eng]
-
-        def fit(cs: Sequence[bx.Case]) -> float:
-            pr = Predictor(cs)
-            return round(scalar_fit(lambda x: male(cs, pr.run(params, cat, x), "tpot"), 0.2, 1.0), 3)
-
-        rate = fit(ec)
+        rate = fit_rate(ec, cat, params)
         pr = Predictor(ec)
         base, fitted = pr.run(params, cat, shared), pr.run(params, cat, rate)
-        held = held_out_folds(ec, folds, lambda train, test: Predictor(test).run(params, cat, fit(train)))
+        held = held_out_folds(ec, folds, lambda train, test: Predictor(test).run(params, cat, fit_rate(train, cat, params)))
         ok = len(held) == len(ec) and male(ec, held, "tpot") < male(ec, base, "tpot") and mape(ec, held, "tpot") < mape(ec, base, "tpot")
         nconf = len({c.config for c in ec})
         if ok:
@@ -605,9 +605,7 @@ def acceptances(cat: Any, acc: Acceptance) -> dict[str, float]:
     if acc is not None:
         return {"": acc}
     model = cat.models[bx.MODEL]
-    doc = cat.model_meta.get(bx.MODEL, {}).get("speculative") or {}
-    own = doc.get("by_engine") if isinstance(doc, dict) and isinstance(doc.get("by_engine"), dict) else {}
-    return {"": default_acceptance(cat, model)[0], **{e: default_acceptance(cat, model, e)[0] for e in own}}
+    return {"": default_acceptance(cat, model)[0], **{e: a for e, (a, _) in acceptance_by_engine(cat, model).items()}}
 
 
 def fit_rate(cases: Sequence[bx.Case], cat: Any, params: dict[Group, dict[str, float]] | None) -> float:
@@ -641,7 +639,7 @@ def held_out_predictions(cases: Sequence[bx.Case], folds: int, cat: Any = None, 
     what the profile gives them without (``None``: every group refits every stage)."""
     cat = cat or default_catalog()
     rates = acceptances(cat, acc)
-    mtp = [c for c in scored(cases) if c.mtp and c.conc <= MTP_MAX_CONC and "tpot" in c.measured]
+    mtp = mtp_rows(cases)
     fams: dict[tuple[str, str], list[bx.Case]] = defaultdict(list)
     for c in scored(cases):
         fams[group_of(c)[:2]].append(c)
@@ -653,8 +651,8 @@ def held_out_predictions(cases: Sequence[bx.Case], folds: int, cat: Any = None, 
             if not test:
                 continue
             fold_acc: Acceptance = rates
-            own = [c for c in mtp if ENGINE[c.framework] == fam[0] and c.config not in fold]
             if fam[0] in rates:  # without any of its MTP rows outside the fold, the engine gets the shared rate
+                own = [c for c in mtp if ENGINE[c.framework] == fam[0] and c.config not in fold]
                 fold_acc = ({**rates, fam[0]: fit_rate(own, cat, params)} if own
                             else {k: v for k, v in rates.items() if k != fam[0]})
             fitted: dict[Group, dict[str, float]] = {}

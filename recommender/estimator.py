@@ -136,17 +136,26 @@ MTP_METHODS = ("mtp", "deepseek_mtp")
 FALLBACK_ACCEPTANCE_RATE = 0.7
 
 
-def default_acceptance(catalog: Catalog, model: ModelArch, engine: str | None = None) -> tuple[float, str]:
-    """(per-position acceptance rate, its source): the model catalog's ``speculative.by_engine.<engine>`` where that
-    engine's verifier was measured on its own (``engine``: a profile name such as ``trtllm``), else its
-    ``speculative.acceptance_rate`` (fitted on measurements, with its source), else :data:`FALLBACK_ACCEPTANCE_RATE`."""
+def acceptance_by_engine(catalog: Catalog, model: ModelArch) -> dict[str, tuple[float, str]]:
+    """Engine profile name -> (per-position acceptance rate, its source) for the engines the model catalog's
+    ``speculative.by_engine`` measured on their own (malformed entries skipped)."""
     doc = catalog.model_meta.get(model.id, {}).get("speculative") or {}
-    if not isinstance(doc, dict):
-        return FALLBACK_ACCEPTANCE_RATE, "fallback (no measured acceptance for this model)"
-    per = (doc.get("by_engine") or {}).get(engine) if engine and isinstance(doc.get("by_engine"), dict) else None
-    if isinstance(per, dict) and isinstance(per.get("acceptance_rate"), (int, float)):
-        return float(per["acceptance_rate"]), str(per.get("source", f"catalogs/models/{model.id}.yaml ({engine})"))
-    if isinstance(doc.get("acceptance_rate"), (int, float)):
+    per = doc.get("by_engine") if isinstance(doc, dict) else None
+    if not isinstance(per, dict):
+        return {}
+    return {str(e): (float(v["acceptance_rate"]), str(v.get("source", f"catalogs/models/{model.id}.yaml ({e})")))
+            for e, v in per.items() if isinstance(v, dict) and isinstance(v.get("acceptance_rate"), (int, float))}
+
+
+def default_acceptance(catalog: Catalog, model: ModelArch, engine: str | None = None) -> tuple[float, str]:
+    """(per-position acceptance rate, its source): ``engine``'s own (:func:`acceptance_by_engine`; ``engine`` a profile
+    name such as ``trtllm``) where measured, else the model catalog's ``speculative.acceptance_rate`` (fitted on
+    measurements, with its source), else :data:`FALLBACK_ACCEPTANCE_RATE`."""
+    own = acceptance_by_engine(catalog, model).get(engine) if engine else None
+    if own is not None:
+        return own
+    doc = catalog.model_meta.get(model.id, {}).get("speculative") or {}
+    if isinstance(doc, dict) and isinstance(doc.get("acceptance_rate"), (int, float)):
         return float(doc["acceptance_rate"]), str(doc.get("source", f"catalogs/models/{model.id}.yaml"))
     return FALLBACK_ACCEPTANCE_RATE, "fallback (no measured acceptance for this model)"
 

@@ -10,7 +10,7 @@ import yaml
 
 from bench_module import benchmark
 from recommender.catalog import default_catalog
-from recommender.estimator import (FALLBACK_ACCEPTANCE_RATE, EstimateRequest, default_acceptance, estimate_request,
+from recommender.estimator import (FALLBACK_ACCEPTANCE_RATE, acceptance_by_engine, EstimateRequest, default_acceptance, estimate_request,
                                    parse_speculative_config)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +39,7 @@ def test_the_shipped_trtllm_rate_is_its_own_and_vllm_keeps_the_shared_pair_fit()
     # the file's own figures: the engine's rate beat the shared one held out by configuration
     assert trt["held_out_tpot_mape_pct"] < trt["shared_rate_tpot_mape_pct"]
     assert 0.2 <= trt["acceptance_rate"] <= 1.0 and trt["acceptance_rate"] != doc["acceptance_rate"]
+    assert {e: a for e, (a, _) in acceptance_by_engine(cat, model).items()} == {e: v["acceptance_rate"] for e, v in doc["by_engine"].items()}
     a, source = default_acceptance(cat, model, "trtllm")
     assert a == pytest.approx(trt["acceptance_rate"]) and "trtllm" in source
     for engine in (None, "vllm", "no-such-engine"):
@@ -68,7 +69,7 @@ def test_lookup_falls_back_per_level():
     assert default_acceptance(per, model, "sglang")[0] == 0.5 and default_acceptance(per, model, "trtllm")[0] == 0.61
     # malformed entries are skipped, never raised
     bad = _with_meta({"acceptance_rate": 0.61, "by_engine": {"sglang": "fast"}})
-    assert default_acceptance(bad, model, "sglang")[0] == 0.61
+    assert default_acceptance(bad, model, "sglang")[0] == 0.61 and acceptance_by_engine(bad, model) == {}
     assert default_acceptance(_with_meta("x"), model, "sglang")[0] == FALLBACK_ACCEPTANCE_RATE
     spec = parse_speculative_config('{"method": "mtp"}', model, catalog=per, engine="sglang")
     assert spec is not None and spec.acceptance_rate == 0.5 and spec.num_speculative_tokens == model.mtp_layers
