@@ -121,11 +121,11 @@ def build_deployment(*, model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, 
                      spec: SpecDecode | None = None) -> Deployment:
     """THE way to build a :class:`Deployment` (estimate, calibrate, simulate, search, replan).
 
-    ``limits`` default to vLLM's for the GPU; the profile is specialised to the GPU's family
-    (:meth:`EngineProfile.for_gpu`: the family's fitted parameters where it has measurements, else
-    the engine profile)."""
+    ``limits`` default to vLLM's for the GPU; the profile is specialised to the GPU's family and the model
+    (:meth:`EngineProfile.for_gpu`: the family's fitted parameters where it has measurements, else the engine
+    profile; then the family's override for this model, where a calibration of one configuration wrote one)."""
     return Deployment(model=model, gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                      profile=profile.for_gpu(gpu.id), limits=limits if limits is not None else default_limits(gpu),
+                      profile=profile.for_gpu(gpu.id, model.id), limits=limits if limits is not None else default_limits(gpu),
                       gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
                       max_model_len=max_model_len, dp=dp, ep=ep, spec=spec)
 

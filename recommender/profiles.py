@@ -131,6 +131,22 @@ class ReleaseFit:
 
 
 @dataclass(frozen=True)
+class ModelFit:
+    """Parameters fitted on one model's measurements of a single configuration on one GPU family (``recommend
+    calibrate`` on the results of one run): overrides of the family's, for that model only. One configuration cannot
+    tell bandwidth, per-step overhead and collectives apart, so what its fit says holds for the model it measured, not
+    for the engine's other models on the family (``docs/accuracy.md``, "`calibrate` that generalises")."""
+
+    model: str
+    rows: int
+    parameters: tuple[tuple[str, float], ...]
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "source": self.source, "parameters": dict(self.parameters)}
+
+
+@dataclass(frozen=True)
 class FamilyFit:
     """Parameters fitted on one GPU family's measurements (overrides of the engine profile)."""
 
@@ -142,6 +158,8 @@ class FamilyFit:
     #: MoE rows' error held out by whole configuration (``benchmarks/fit_inferencex.py``: rows, configurations,
     #: ttft_mape_pct, tpot_mape_pct, output_tput_mape_pct), every release epoch of the family; () = not measured
     held_out_inferencex: tuple[tuple[str, float], ...] = ()
+    #: per-model overrides of these parameters (:class:`ModelFit`), by catalog model id
+    models: tuple[ModelFit, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"rows": self.rows, "source": self.source, "parameters": dict(self.parameters)}
@@ -149,7 +167,13 @@ class FamilyFit:
             d["releases"] = [r.to_dict() for r in self.releases]
         if self.held_out_inferencex:
             d["held_out_inferencex"] = dict(self.held_out_inferencex)
+        if self.models:
+            d["models"] = {m.model: m.to_dict() for m in self.models}
         return d
+
+    def model_fit(self, model_id: str) -> ModelFit | None:
+        """The override for ``model_id`` (a catalog model id), or None."""
+        return next((m for m in self.models if m.model == model_id), None) if model_id else None
 
     def release_fit(self, release: str) -> ReleaseFit | None:
         """The override for an engine ``release`` (the one with the lowest ``before`` above it), or None: a
@@ -250,12 +274,14 @@ class EngineProfile:
                                median_ape_pct=float(d.get("median_ape_pct") or 0.0),
                                p90_ape_pct=float(d.get("p90_ape_pct") or 0.0))
 
-    def for_gpu(self, gpu_id: str) -> "EngineProfile":
-        """This profile with the GPU family's fitted parameters, or itself when the family has none."""
+    def for_gpu(self, gpu_id: str, model_id: str = "") -> "EngineProfile":
+        """This profile with the GPU family's fitted parameters, then the family's override for ``model_id``
+        (:class:`ModelFit`) where it has one; itself when the family has none."""
         f = self.family_fit(gpu_id)
         if f is None:
             return self
-        kw: dict[str, Any] = dict(f.parameters)
+        m = f.model_fit(model_id)
+        kw: dict[str, Any] = {**dict(f.parameters), **(dict(m.parameters) if m is not None else {})}
         return dataclasses.replace(self, family=f.family, **kw)
 
     def for_release(self, gpu_id: str, release: str) -> "EngineProfile":
@@ -295,7 +321,9 @@ def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
         fp = dict(fd.get("parameters") or {})
         fams.append(FamilyFit(str(fam), int(fd.get("rows") or 0), _checked(fp, known, f"{where}: families.{fam}"),
                               str(fd.get("source") or ""), _releases(fd.get("releases"), known, f"{where}: families.{fam}"),
-                              _figures(fd.get("held_out_inferencex"), f"{where}: families.{fam}.held_out_inferencex")))
+                              models=_models(fd.get("models"), known, f"{where}: families.{fam}"),
+                              held_out_inferencex=_figures(fd.get("held_out_inferencex"),
+                                                           f"{where}: families.{fam}.held_out_inferencex")))
     values: dict[str, Any] = {k: float(v) for k, v in params.items()}
     return EngineProfile(engine=str(doc.get("engine", "vllm")), source=str(doc.get("source", where)),
                          fit=doc.get("fit") or {}, families=tuple(fams), **values)
@@ -334,6 +362,17 @@ def _releases(doc: Any, known: set[str], where: str) -> tuple[ReleaseFit, ...]:
                               _checked(dict(rd.get("parameters") or {}), known, f"{where}.releases[{i}]"),
                               str(rd.get("source") or "")))
     return tuple(out)
+
+
+def _models(doc: Any, known: set[str], where: str) -> tuple[ModelFit, ...]:
+    """``models:`` of a family: a mapping of catalog model id -> ``{rows, source, parameters}``."""
+    if doc is None:
+        return ()
+    if not isinstance(doc, Mapping) or not all(isinstance(v, Mapping) for v in doc.values()):
+        raise ConfigError(f"profile {where}.models must map model ids to mappings with rows and parameters")
+    return tuple(ModelFit(str(mid), int(md.get("rows") or 0),
+                          _checked(dict(md.get("parameters") or {}), known, f"{where}.models.{mid}"),
+                          str(md.get("source") or "")) for mid, md in sorted(doc.items()))
 
 
 def load_profile(path: str | Path) -> EngineProfile:

@@ -16,7 +16,8 @@ from recommender.calibrate.report import fit_summary, profile_document, write_pr
 from recommender.catalog import Catalog, default_catalog
 from recommender.errors import CalibrationError
 from recommender.perf.step import default_limits
-from recommender.profiles import FIT_PARAMETERS, SHAPE_PARAMETERS, EngineProfile, FamilyFit, resolve_profile
+from recommender.profiles import (FIT_PARAMETERS, SHAPE_PARAMETERS, EngineProfile, FamilyFit, ModelFit, gpu_family,
+                                  resolve_profile)
 
 HELD_OUT_KEYS = ("source", "file", "model", "gpu", "config", "quantity", "row")
 #: Folds of the held-out estimate (leave-one-group-out with more groups are dealt into this many).
@@ -99,12 +100,13 @@ class UserFit:
 
 def user_base(ms: list[Measurement], start: EngineProfile) -> EngineProfile:
     """The start profile as the user's rows see it: with their GPU family's parameters where all rows share one
-    family (an MI300X user starts from the ``cdna3`` fit, not the NVIDIA-fitted engine values); the start's
-    other families stay, for other GPUs."""
+    family (an MI300X user starts from the ``cdna3`` fit, not the NVIDIA-fitted engine values), and the family's
+    override for their model where all rows are of one model; the start's other families stay, for other GPUs."""
     fams = {m.group("family") for m in ms}
     if len(fams) != 1:
         return start
-    spec = start.for_gpu(ms[0].gpu)
+    models = {m.model for m in ms}
+    spec = start.for_gpu(ms[0].gpu, ms[0].model if len(models) == 1 else "")
     return spec.replace(family="", families=tuple(f for f in start.families if f.family != spec.family))
 
 
@@ -138,7 +140,9 @@ def fit_user_rows(ms: list[Measurement], start: EngineProfile, parameters: tuple
     the start profile only if it generalises: k-fold by configuration over the user's rows (every
     configuration predicted by a fit that did not see it) must give a lower median error than the start
     profile on the same rows. Rows spanning GPU families then get per-family fits (kept only where they help
-    held out). Without ``check`` the fit is kept unconditionally."""
+    held out). A kept fit of rows of one configuration is written as the family's override for that model
+    (:func:`model_scoped`; ``result.scope_model``), not as the profile's own values. Without ``check`` the fit is
+    kept unconditionally."""
     cat = catalog or default_catalog()
     fams = sorted({m.group("family") for m in ms})
     if len(fams) >= 2:
@@ -160,7 +164,27 @@ def fit_user_rows(ms: list[Measurement], start: EngineProfile, parameters: tuple
             res = dataclasses.replace(res, profile=base.replace(engine=start.engine, source=res.profile.source),
                                       fitted=(), after=res.before, after_by_source=res.before_by_source)
     res = dataclasses.replace(res, profile=res.profile.replace(families=base.families))
+    if one_config and kept and res.fitted and gpu_family(ms[0].gpu):
+        res = dataclasses.replace(res, profile=model_scoped(ms, start, res), scope_gpu=ms[0].gpu, scope_model=ms[0].model)
     return UserFit(result=res, check=h, kept=kept, base=base, opts=opts)
+
+
+def model_scoped(ms: list[Measurement], start: EngineProfile, res: FitResult) -> EngineProfile:
+    """The start profile with ``res``'s fitted parameters written as its GPU family's override for the rows' one
+    model (:class:`~recommender.profiles.ModelFit`), replacing an earlier one for that model; everything else stays
+    the start's. Rows of one configuration fit bandwidth, per-step overhead and collectives as a trade-off that holds
+    for what was measured: applied to the engine's other models they made them worse (``benchmarks/bench_accuracy.py``,
+    the user's case: LMDeploy 10.3 -> 15.1%, vLLM 26.9 -> 24.8% median but p90 35.4 -> 42.0%)."""
+    fam = gpu_family(ms[0].gpu)
+    values = {n: float(getattr(res.profile, n)) for n in res.fitted}
+    mf = ModelFit(ms[0].model, len(ms), tuple(sorted(values.items())),
+                  f"recommend calibrate: {len(ms)} rows of one configuration ({ms[0].group('config')})")
+    by_family = {f.family: f for f in start.families}
+    old = by_family.get(fam) or FamilyFit(fam, 0, ())
+    by_family[fam] = dataclasses.replace(old, models=tuple(sorted((*(m for m in old.models if m.model != mf.model), mf),
+                                                                  key=lambda m: m.model)))
+    return start.replace(families=tuple(by_family[k] for k in sorted(by_family)), source=res.profile.source,
+                         fit=res.profile.fit)
 
 
 def _fit_per_family(ms: list[Measurement], start: EngineProfile, parameters: tuple[str, ...], cat: Catalog,
@@ -177,18 +201,21 @@ def _fit_per_family(ms: list[Measurement], start: EngineProfile, parameters: tup
         fits.append(uf.result)
         eng = uf.check.before["all"] if uf.check is not None else None
         got = uf.check.after["all"] if uf.check is not None else None
-        fitted = {n: float(getattr(uf.result.profile, n)) for n in uf.result.fitted}
+        fitted = {n: float(getattr(uf.result.values, n)) for n in uf.result.fitted}
         reports.append(FamilyReport(fam, len(rows), family_sigma(len(rows)), f"{uf.check.folds} by {uf.check.by}"
                                     if uf.check is not None else "-", eng, got, fitted, uf.kept and bool(fitted),
                                     "" if uf.kept else "held out, the fit is no better than the start profile"))
-        if uf.kept and fitted and fam:
+        if uf.kept and fitted and fam and uf.result.scope_model:   # one configuration: that model's override
+            by_family[fam] = next(f for f in uf.result.profile.families if f.family == fam)
+        elif uf.kept and fitted and fam:
             old = by_family.get(fam)
             params = dict(old.parameters) if old is not None else {}
             params.update(fitted)
             src = (f"recommend calibrate: {len(rows)} {fam} rows; held out "
                    f"{got.median_ape:.1f}% vs the start profile's {eng.median_ape:.1f}%" if got and eng else
                    f"recommend calibrate: {len(rows)} {fam} rows")
-            by_family[fam] = FamilyFit(fam, len(rows), tuple(sorted(params.items())), src)
+            by_family[fam] = FamilyFit(fam, len(rows), tuple(sorted(params.items())), src,
+                                       models=old.models if old is not None else ())
     prof = start.replace(families=tuple(by_family[k] for k in sorted(by_family)))
     whole = fit_profile(ms, start, FitOptions(parameters=()), cat, engine=start.engine)   # before-errors only
     after = [predict(m, prof, cat) for m in ms]

@@ -146,9 +146,18 @@ class FitResult:
     predictions: tuple[tuple[str, float, float, float], ...] = ()   # (id, measured, before, after)
     unconstrained_reasons: Mapping[str, str] = field(default_factory=dict)
     held_out: tuple[HeldOut, ...] = ()
+    #: where the fit is written as a model's override (:class:`~recommender.profiles.ModelFit`: rows of one
+    #: configuration): a GPU of the family and the model id; "" = the profile's own parameters are the fit
+    scope_gpu: str = ""
+    scope_model: str = ""
 
     def with_held_out(self, *h: HeldOut) -> "FitResult":
         return dataclasses.replace(self, held_out=self.held_out + tuple(h))
+
+    @property
+    def values(self) -> EngineProfile:
+        """The profile as the fitted rows see it: ``profile``, or its override for ``scope_model`` applied."""
+        return self.profile.for_gpu(self.scope_gpu, self.scope_model) if self.scope_model else self.profile
 
 
 # -- the engine -----------------------------------------------------------------------------------

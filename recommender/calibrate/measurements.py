@@ -282,7 +282,7 @@ def _run_level(dep: Deployment, m: Measurement, n: float | None = None) -> float
 
 
 def _with_profile(d: Deployment, profile: EngineProfile) -> Deployment:
-    p = profile.for_gpu(d.gpu.id)
+    p = profile.for_gpu(d.gpu.id, d.model.id)
     return d if d.profile is p else dataclasses.replace(d, profile=p)
 
 

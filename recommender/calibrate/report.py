@@ -163,7 +163,7 @@ def parameter_table(res: FitResult) -> str:
         status = "fitted" if n in res.fitted else "unconstrained: kept"
         if n in res.at_bound:
             status += ", at bound"
-        rows.append([n, _fmt_param(n, getattr(res.start, n)), _fmt_param(n, getattr(res.profile, n)),
+        rows.append([n, _fmt_param(n, getattr(res.start, n)), _fmt_param(n, getattr(res.values, n)),
                      "-" if se is None else f"x/ {math.exp(min(se, 50)):.3g}", status])
     return tabulate(rows, headers=["parameter", "start", "fitted", "1-sigma factor", ""], tablefmt="github")
 
@@ -186,6 +186,10 @@ def render_text(res: FitResult, out_path: str | None = None, files: Sequence[str
     if conditions:
         lines += ["", "Engine conditions the rows were predicted under"] + [f"  {c}" for c in conditions]
     lines += ["", "Parameters", parameter_table(res)]
+    if res.scope_model:
+        lines.append(f"Written as the {res.values.family} family's override for {res.scope_model} only: rows of one "
+                     "configuration cannot tell bandwidth, overheads and collectives apart, so other models keep the "
+                     "start profile's values.")
     if res.unconstrained:
         lines.append("Unconstrained by these data (kept at the start value):")
         lines += [f"  {n}: {res.unconstrained_reasons.get(n, '')}" for n in res.unconstrained]

@@ -96,8 +96,8 @@ def pool_step_costs(plan: Plan, workload: Workload, *, profile: EngineProfile,
         gpu = catalog.gpu(p.gpu)
         limits = _limits(p, max_len)
         wd, kd = p.weight_dtype, p.kv_dtype
-        # the GPU family's fitted parameters, as the search applied them (EngineProfile.for_gpu)
-        dep = Deployment(model, gpu, p.tp, wd, kd, profile.for_gpu(gpu.id), limits, p.gpu_memory_utilization,
+        # the GPU family's (and model's) fitted parameters, as the search applied them (EngineProfile.for_gpu)
+        dep = Deployment(model, gpu, p.tp, wd, kd, profile.for_gpu(gpu.id, model.id), limits, p.gpu_memory_utilization,
                          p.cuda_graphs, max_len, dp=p.data_parallel_size, ep=p.enable_expert_parallel,
                          spec=mtp_spec(model, p.num_speculative_tokens, catalog))
         if not dep.memory().fits:

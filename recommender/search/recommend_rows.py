@@ -78,8 +78,10 @@ def pd_saving(ev: Evaluation, best_aggregated_usd_per_million: float | None) -> 
     return 1.0 - ev.usd_per_million_tokens / best_aggregated_usd_per_million
 
 
-def measured_rows(profile: EngineProfile, gpu_id: str, *, moe: bool = False) -> tuple[str, int]:
-    """(family, measured rows behind the profile on that family), the rows the README's per-profile table
+def measured_rows(profile: EngineProfile, gpu_id: str, *, moe: bool = False, model_id: str = "") -> tuple[str, int]:
+    """(family, measured rows behind the profile on that family): where the family holds an override for ``model_id``
+    (``recommend calibrate`` on one configuration of that model: :class:`~recommender.profiles.ModelFit`), the
+    rows of that override, the measurements of this very model; else the rows the README's per-profile table
     (``benchmarks/profile_evidence.py``) lists: for a MoE model the family's InferenceX rows
     (``families.<f>.held_out_inferencex.rows``), for a dense one the engine fit's rows on the family
     (``fit.held_out_by_config.by_family.<f>.rows``); where the profile records neither, the family fit's rows
@@ -87,6 +89,9 @@ def measured_rows(profile: EngineProfile, gpu_id: str, *, moe: bool = False) -> 
     written by ``recommend calibrate``), else (older profiles) the engine fit's rows on GPUs of the same family (the fit's
     held-out report ``by: gpu``, ``per_group.<gpu>.start.n``). Family = the GPU's catalog architecture."""
     fit = profile.family_fit(gpu_id)
+    own = fit.model_fit(model_id) if fit is not None else None
+    if fit is not None and own is not None:
+        return fit.family, own.rows
     recorded = dict(fit.held_out_inferencex).get("rows") if moe and fit is not None else None
     if recorded is None and not moe:
         dense = profile.held_out_evidence(gpu_id)
@@ -112,8 +117,10 @@ def measured_rows(profile: EngineProfile, gpu_id: str, *, moe: bool = False) -> 
 
 def evidence_of(ctx: SearchContext, ev: Evaluation) -> Evidence:
     """The efficiency profile behind a plan and, per pool GPU, its family and the measured rows behind it."""
-    moe = getattr(getattr(ctx, "model", None), "moe", None) is not None  # a MoE model: its InferenceX rows
-    pools = tuple(PoolEvidence(p.gpu, *measured_rows(ctx.profile, p.gpu, moe=moe)) for p in ev.pools)
+    model = getattr(ctx, "model", None)
+    moe = getattr(model, "moe", None) is not None  # a MoE model: its InferenceX rows
+    mid = str(getattr(model, "id", "") or "")
+    pools = tuple(PoolEvidence(p.gpu, *measured_rows(ctx.profile, p.gpu, moe=moe, model_id=mid)) for p in ev.pools)
     return Evidence(profile=ctx.profile.source or ctx.profile.engine, engine=ctx.profile.engine,
                     measured=bool(pools) and all(p.measured_rows > 0 for p in pools), error_band=evidence_band(ctx),
                     pools=pools)
