@@ -238,7 +238,7 @@ def predict(c: Case, legacy: bool = False, profile: Any = None, catalog: Any = N
 
     seqs, tokens = _limits(c)
     if profile is None and not legacy:
-        profile = engine_profile(ENGINE[c.framework]).for_release(c.gpu, c.release)
+        profile = engine_profile(ENGINE[c.framework]).for_release(c.gpu, c.release, MODEL)
     kw: dict[str, Any] = dict(model=MODEL, gpu=c.gpu, tp=c.tp * c.dp if legacy else c.tp, weight_dtype=c.weight_dtype,
                               kv_dtype=c.kv_dtype, prompt_tokens=c.prompt_tokens, output_tokens=c.output_tokens,
                               engine=ENGINE[c.framework], gpu_memory_utilization=0.9,

@@ -36,8 +36,10 @@ Held out: the configurations (GPU, engine, parallelism, MTP, dtype, ISL/OSL: eve
 are split into ``--folds`` folds; stages A-B are refitted without each fold and predict it.
 Writes the stage-A and stage-B parameters into ``families:`` of ``catalogs/profiles/{sglang,atom,trtllm}.yaml``
 (an older release epoch's as the family's ``releases:`` list; each family's held-out figures, every epoch of it, as
-``held_out_inferencex``: rows, configurations, TTFT / TPOT / output throughput MAPE; merged into what is there: stage A touches MoE models only; stage B every model served by that engine on that
-family, behind its HTTP server: not the offline rows of ``published.csv``, timed by the engine), the
+``held_out_inferencex``: rows, configurations, TTFT / TPOT / output throughput MAPE; merged into what is there: the
+routed experts' terms, :data:`MODEL_STAGES`, as the family's override for DeepSeek-V3 / R1 (``models: deepseek-v3``), not
+for every MoE model on the family; the front end's and the first wave's costs for every model served by that engine
+on that family, behind its HTTP server: not the offline rows of ``published.csv``, timed by the engine), the
 ``efficiency:`` rows and the acceptance rate, unless ``--no-write``. A group's stage-B value ships only where it
 lowers that group's held-out TTFT error against none, both the loss (mean absolute log error) and the MAPE; of the
 two candidate sets (the front end's cost alone, or with the experts' compute rate) the one with the lower held-out
@@ -80,6 +82,12 @@ STAGE_A = ("moe_layer_overhead_s", "expert_bandwidth_efficiency")
 STAGE_B = ("server_request_overhead_s", "expert_compute_efficiency")
 STAGE_E = ("first_wave_overhead_s",)
 STAGES = STAGE_A + STAGE_B + STAGE_E
+#: the parameters that describe DeepSeek-R1's routed experts: written as the family's override for that model
+#: (``families.<family>.models.deepseek-v3``, :class:`recommender.profiles.ModelFit`), not for every MoE model of the
+#: family: on TensorRT-LLM's 90 Mixtral rows on Hopper (``published.csv``, trtllm-bench) they raised the median error
+#: 5.1 -> 15.9% (8 experts top-2 are not 256 fine-grained experts top-8). The front end's and the first wave's costs
+#: are the engine's on the family, for every model.
+MODEL_STAGES = ("moe_layer_overhead_s", "expert_bandwidth_efficiency", "expert_compute_efficiency")
 #: MTP rows above this concurrency queue for KV (measured TTFT of minutes, SGLang retracting requests): their TPOT
 #: says more about preemption than about acceptance, so stage D fits on the rows at or below it
 MTP_MAX_CONC = 64
@@ -745,7 +753,9 @@ def shipped_groups(cases: Sequence[bx.Case]) -> tuple[set[Group], dict[Group, tu
         if f is None:
             continue
         r = f.release_fit(c.release) if key[2] else None
-        names = dict(r.parameters if r is not None else (() if key[2] else f.parameters))
+        m = f.model_fit(bx.MODEL)
+        current_names = {**dict(f.parameters), **(dict(m.parameters) if m is not None else {})}
+        names = dict(r.parameters) if r is not None else ({} if key[2] else current_names)
         if "moe_layer_overhead_s" in names:
             a.add(key)
         if "server_request_overhead_s" in names or "first_wave_overhead_s" in names:
@@ -842,9 +852,11 @@ def _with(cat: Any, arch: str, dtype: str, bandwidth: float) -> Any:
     return dataclasses.replace(cat, gpus=gpus)
 
 
-NOTE = ("moe_layer_overhead_s, expert_bandwidth_efficiency (MoE models only), server_request_overhead_s (every model "
-        "behind this engine's HTTP server), first_wave_overhead_s (a benchmark run's first wave): fitted by benchmarks/fit_inferencex.py on {n} InferenceX DeepSeek-R1 rows "
-        "(benchmarks/results/inferencex-fit.md)")
+NOTE = ("server_request_overhead_s (every model behind this engine's HTTP server), first_wave_overhead_s (a benchmark "
+        "run's first wave); the routed experts' terms for DeepSeek-V3 / R1 under models: fitted by benchmarks/fit_inferencex.py "
+        "on {n} InferenceX DeepSeek-R1 rows (benchmarks/results/inferencex-fit.md)")
+MODEL_NOTE = ("moe_layer_overhead_s, expert_bandwidth_efficiency, expert_compute_efficiency of DeepSeek-R1's routed experts "
+              "(256 experts, top 8): fitted by benchmarks/fit_inferencex.py on {n} InferenceX rows (benchmarks/results/inferencex-fit.md)")
 
 
 def merge_families(text: str, fams: dict[str, dict[str, float]], rows: dict[str, int], drop: set[str] | None = None,
@@ -869,24 +881,35 @@ def merge_families(text: str, fams: dict[str, dict[str, float]], rows: dict[str,
     if "families:" not in text:
         text = text.rstrip("\n") + "\nfamilies:\n"
     for fam, p in sorted(fams.items()):
-        vals = {k: float(v) for k, v in p.items() if k in STAGES}
+        vals = {k: float(v) for k, v in p.items() if k in STAGES and k not in MODEL_STAGES}
+        model = _model_text(rows.get(fam, 0), {k: float(v) for k, v in p.items() if k in MODEL_STAGES})
         note = NOTE.format(n=rows.get(fam, 0))
         if fam in have:
             block = re.search(rf"\n  {fam}:\n(?:    .*\n|      .*\n)*", text)
             assert block is not None
             b = re.sub(r"\n    releases:\n(?:    - .*\n|      .*\n)*", "\n", block.group(0))
+            b = re.sub(r"\n    models:\n(?:      .*\n)*", "\n", b)
             for k in STAGES:
                 b = re.sub(rf"\n      {k}: .*", "", b)
             b = re.sub(r"\n    moe_source: .*", "", b)
             b = b.replace("\n    parameters:\n", "\n    parameters:\n" + "".join(f"      {k}: {v:.6g}\n" for k, v in vals.items()), 1)
             b = b.replace("\n    parameters:\n", f"\n    moe_source: {yaml.safe_dump(note, width=10**6).strip()}\n    parameters:\n", 1)
-            text = text.replace(block.group(0), b.rstrip("\n") + "\n" + _releases_text(releases.get(fam, [])))
+            text = text.replace(block.group(0), b.rstrip("\n") + "\n" + _releases_text(releases.get(fam, [])) + model)
         else:
             add = (f"  {fam}:\n    rows: {rows.get(fam, 0)}\n    source: {yaml.safe_dump(note, width=10**6).strip()}\n"
                    "    parameters:\n" + "".join(f"      {k}: {v:.6g}\n" for k, v in vals.items())
-                   + _releases_text(releases.get(fam, [])))
+                   + _releases_text(releases.get(fam, [])) + model)
             text = text.replace("\nfamilies:\n", "\nfamilies:\n" + add, 1)
     return text
+
+
+def _model_text(n: int, vals: dict[str, float]) -> str:
+    """A family block's ``models:`` entry for DeepSeek-R1's expert parameters (:data:`MODEL_STAGES`), "" for none."""
+    if not vals:
+        return ""
+    note = MODEL_NOTE.format(n=n)
+    return (f"    models:\n      {bx.MODEL}:\n        rows: {n}\n        source: {yaml.safe_dump(note, width=10**6).strip()}\n"
+            "        parameters:\n" + "".join(f"          {k}: {v:.6g}\n" for k, v in vals.items()))
 
 
 def merge_held_out(text: str, held: dict[str, dict[str, float]]) -> str:

@@ -284,15 +284,18 @@ class EngineProfile:
         kw: dict[str, Any] = {**dict(f.parameters), **(dict(m.parameters) if m is not None else {})}
         return dataclasses.replace(self, family=f.family, **kw)
 
-    def for_release(self, gpu_id: str, release: str) -> "EngineProfile":
-        """This profile on ``gpu_id`` as engine ``release`` ran it: the family's parameters, then the family's
-        override for releases older than its ``before`` (:meth:`FamilyFit.release_fit`). The result has no
-        ``families`` left (it is fully specialised: a later :meth:`for_gpu` leaves it as it is)."""
+    def for_release(self, gpu_id: str, release: str, model_id: str = "") -> "EngineProfile":
+        """This profile on ``gpu_id`` as engine ``release`` ran it: the family's parameters, its override for
+        ``model_id`` (:class:`ModelFit`), then the family's override for releases older than its ``before``
+        (:meth:`FamilyFit.release_fit`). The result has no ``families`` left (it is fully specialised: a later
+        :meth:`for_gpu` leaves it as it is)."""
         f = self.family_fit(gpu_id)
         if f is None:
             return self
         r = f.release_fit(release)
-        kw: dict[str, Any] = {**dict(f.parameters), **(dict(r.parameters) if r is not None else {})}
+        m = f.model_fit(model_id)
+        kw: dict[str, Any] = {**dict(f.parameters), **(dict(m.parameters) if m is not None else {}),
+                              **(dict(r.parameters) if r is not None else {})}
         return dataclasses.replace(self, family=f.family, families=(), **kw)
 
 

@@ -87,10 +87,13 @@ def test_the_shipped_sglang_profile_splits_mi355x_at_0_5_5() -> None:
     sg = engine_profile("sglang")
     f = sg.family_fit("mi355x")
     assert f is not None and [r.before for r in f.releases] == ["0.5.5"]
-    old, new = sg.for_release("mi355x", "0.5.2"), sg.for_release("mi355x", "0.5.9")
+    old, new = sg.for_release("mi355x", "0.5.2", "deepseek-v3"), sg.for_release("mi355x", "0.5.9", "deepseek-v3")
     # the older kernels: a slower expert stream (the fit's direction, 26% slower steps than one set predicts)
     assert old.expert_bandwidth_efficiency < new.expert_bandwidth_efficiency
-    assert new == sg.for_gpu("mi355x").replace(families=())
+    assert new == sg.for_gpu("mi355x", "deepseek-v3").replace(families=())
+    # the routed experts' terms are DeepSeek-R1's (its model override), not every MoE model's on the family
+    assert sg.for_gpu("mi355x", "mixtral-8x7b").moe_layer_overhead_s == sg.moe_layer_overhead_s == 0.0
+    assert new.moe_layer_overhead_s > 0.0
 
 
 def test_inferencex_rows_name_their_release() -> None:
@@ -116,12 +119,17 @@ def test_fit_inferencex_writes_and_rewrites_a_release_list(tmp_path: Path) -> No
     twice = fx.merge_families(once, fam, {"cdna4": 10}, None, {"cdna4": [("0.5.5", 6, {"expert_bandwidth_efficiency": 0.5})]})
     p = tmp_path / "p.yaml"
     p.write_text(once)
-    assert load_profile(p).for_release("mi355x", "0.5.2").moe_layer_overhead_s == 2e-4
+    assert load_profile(p).for_release("mi355x", "0.5.2", fx.bx.MODEL).moe_layer_overhead_s == 2e-4
     p.write_text(twice)  # the second run replaces the list, it does not append a second one
     prof = load_profile(p)
     assert twice.count("releases:") == 1
-    assert prof.for_release("mi355x", "0.5.2").expert_bandwidth_efficiency == 0.5
-    assert prof.for_release("mi355x", "0.5.2").moe_layer_overhead_s == 1e-4
+    assert prof.for_release("mi355x", "0.5.2", fx.bx.MODEL).expert_bandwidth_efficiency == 0.5
+    assert prof.for_release("mi355x", "0.5.2", fx.bx.MODEL).moe_layer_overhead_s == 1e-4
+    # the current releases' expert terms are written as DeepSeek-R1's override, not the family's own
+    f = prof.family_fit("mi355x")
+    assert f is not None and "moe_layer_overhead_s" not in dict(f.parameters)
+    assert dict(f.model_fit(fx.bx.MODEL).parameters) == {"moe_layer_overhead_s": 1e-4, "expert_bandwidth_efficiency": 0.9}
+    assert twice.count("\n    models:\n") == 1
 
 
 def test_sglang_blackwell_rows_poll_as_their_launch_scripts_say() -> None:
