@@ -86,3 +86,50 @@ def test_several_configurations_still_fit_engine_wide(lmdeploy: list[Measurement
     assert uf.result.scope_model == ""
     fam = uf.result.profile.family_fit("a100-80gb")
     assert fam is None or not fam.models
+
+
+@pytest.mark.slow  # two calibrations of 60 rows each
+def test_calibrating_again_replaces_that_models_override_and_keeps_the_others(lmdeploy: list[Measurement]):
+    start = engine_profile("vllm")
+    big = [m for m in lmdeploy if m.group("config") == "llama-2-70b/a100-80gb/tp4"]
+    small = [m for m in lmdeploy if m.group("config") == "llama-2-7b/a100-80gb/tp1"]
+    first = fit_user_rows(big, start).result.profile
+    second = fit_user_rows(small, first).result.profile
+    again = fit_user_rows(big, second).result.profile
+    amp = again.family_fit("a100-80gb")
+    assert amp is not None and sorted(m.model for m in amp.models) == ["llama-2-70b", "llama-2-7b"]
+    # the 7B override survives a second calibration of the 70B; the 70B one is replaced, not duplicated
+    assert amp.model_fit("llama-2-7b") == second.family_fit("a100-80gb").model_fit("llama-2-7b")  # type: ignore[union-attr]
+    assert amp.model_fit("llama-2-70b").rows == 60  # type: ignore[union-attr]
+    # the second 70B fit starts from the first one's values (user_base applies the model's override) and ends there
+    a, b = first.for_gpu("a100-80gb", "llama-2-70b"), again.for_gpu("a100-80gb", "llama-2-70b")
+    assert b.hbm_bandwidth_efficiency == pytest.approx(a.hbm_bandwidth_efficiency, rel=0.05)
+
+
+def test_a_rejected_fit_of_one_configuration_writes_the_start_profile_unchanged(lmdeploy: list[Measurement],
+                                                                               monkeypatch: pytest.MonkeyPatch):
+    """The k-fold check says no (forced here): the written profile is the start's, not the start lifted to the rows'
+    family and model (which every other model of the family would then read)."""
+    import types
+
+    import recommender.calibrate.api as api
+
+    def no_better(*_a, **_k):
+        stats = types.SimpleNamespace(median_ape=10.0)
+        return types.SimpleNamespace(before={"all": stats}, after={"all": stats}, folds=5, by="row")
+
+    monkeypatch.setattr(api, "held_out", no_better)
+    # a start with an ampere family and an earlier override for the 70B: lifted to the engine level, the 70B's
+    # compute efficiency would reach the 7B and 13B too
+    from recommender.profiles import FamilyFit, ModelFit
+
+    vllm = engine_profile("vllm")
+    amp = FamilyFit("ampere", 10, (("hbm_bandwidth_efficiency", 0.7),),
+                    models=(ModelFit("llama-2-70b", 5, (("compute_efficiency", 0.6),)),))
+    start = vllm.replace(families=(*vllm.families, amp))
+    train = [m for m in lmdeploy if m.group("config") == "llama-2-70b/a100-80gb/tp4"]
+    uf = api.fit_user_rows(train, start)
+    assert not uf.kept and uf.result.fitted == ()
+    assert uf.result.profile.replace(source="") == start.replace(source="")
+    other = [m for m in lmdeploy if m.model != "llama-2-70b"][:20]
+    assert [predict(m, uf.result.profile) for m in other] == [predict(m, start) for m in other]

@@ -164,8 +164,11 @@ def fit_user_rows(ms: list[Measurement], start: EngineProfile, parameters: tuple
             res = dataclasses.replace(res, profile=base.replace(engine=start.engine, source=res.profile.source),
                                       fitted=(), after=res.before, after_by_source=res.before_by_source)
     res = dataclasses.replace(res, profile=res.profile.replace(families=base.families))
-    if one_config and kept and res.fitted and gpu_family(ms[0].gpu):
-        res = dataclasses.replace(res, profile=model_scoped(ms, start, res), scope_gpu=ms[0].gpu, scope_model=ms[0].model)
+    if one_config and gpu_family(ms[0].gpu):
+        # rows of one configuration: a kept fit is the model's override; without one the start stays exactly as it
+        # was (``base`` lifts the family's and the model's values to the engine level, which other models would read)
+        prof = model_scoped(ms, start, res) if kept and res.fitted else start.replace(source=res.profile.source)
+        res = dataclasses.replace(res, profile=prof, scope_gpu=ms[0].gpu, scope_model=ms[0].model)
     return UserFit(result=res, check=h, kept=kept, base=base, opts=opts)
 
 

@@ -186,7 +186,7 @@ def render_text(res: FitResult, out_path: str | None = None, files: Sequence[str
     if conditions:
         lines += ["", "Engine conditions the rows were predicted under"] + [f"  {c}" for c in conditions]
     lines += ["", "Parameters", parameter_table(res)]
-    if res.scope_model:
+    if res.scope_model and res.fitted:
         lines.append(f"Written as the {res.values.family} family's override for {res.scope_model} only: rows of one "
                      "configuration cannot tell bandwidth, overheads and collectives apart, so other models keep the "
                      "start profile's values.")
