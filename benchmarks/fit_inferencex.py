@@ -179,6 +179,12 @@ HUBER_LOG_DELTA = 0.16
 CONFIG_VARIANCE_RATIO = 0.78
 
 
+def log_errors(cases: Sequence[bx.Case], preds: Preds, metric: str) -> list[tuple[bx.Case, float]]:
+    """(case, ``ln(pred / measured)``) for every case with a prediction and a measured ``metric``."""
+    return [(c, math.log(p[metric] / c.measured[metric])) for i, c in enumerate(cases)
+            if isinstance(p := preds[i], dict) and metric in c.measured and p[metric] > 0]
+
+
 def huber(x: float, delta: float = HUBER_LOG_DELTA) -> float:
     """``x^2`` within ``delta`` of 0, ``2 delta |x| - delta^2`` beyond (continuous, with a continuous slope)."""
     a = abs(x)
@@ -197,10 +203,8 @@ def robust_log_loss(cases: Sequence[bx.Case], preds: Preds, metric: str) -> floa
     ``n / (1 + rho n)``: nearly one per configuration from a few rows on, where a plain mean over rows let a
     configuration measured on 30 dates outweigh 15 measured once."""
     by: dict[tuple[Any, ...], list[float]] = defaultdict(list)
-    for i, c in enumerate(cases):
-        p = preds[i]
-        if isinstance(p, dict) and metric in c.measured and p[metric] > 0:
-            by[c.config].append(huber(math.log(p[metric] / c.measured[metric])))
+    for c, e in log_errors(cases, preds, metric):
+        by[c.config].append(huber(e))
     if not by:
         return math.inf
     w = {k: len(v) / (1.0 + CONFIG_VARIANCE_RATIO * len(v)) for k, v in by.items()}
@@ -214,12 +218,9 @@ def log_residual_components(cases: Sequence[bx.Case], preds: Preds, metric: str)
     ``between_config`` (sd of the configurations' means), and the row and configuration counts."""
     pts: dict[tuple[Any, ...], list[float]] = defaultdict(list)
     cfg: dict[tuple[Any, ...], list[float]] = defaultdict(list)
-    for i, c in enumerate(cases):
-        p = preds[i]
-        if isinstance(p, dict) and metric in c.measured and p[metric] > 0:
-            e = math.log(p[metric] / c.measured[metric])
-            pts[(c.config, c.conc)].append(e)
-            cfg[c.config].append(e)
+    for c, e in log_errors(cases, preds, metric):
+        pts[(c.config, c.conc)].append(e)
+        cfg[c.config].append(e)
 
     def spread(groups: dict[tuple[Any, ...], list[float]]) -> tuple[float, int]:
         dev = [x - statistics.fmean(v) for v in groups.values() if len(v) > 1 for x in v]
@@ -235,8 +236,7 @@ def log_residual_components(cases: Sequence[bx.Case], preds: Preds, metric: str)
 
 def male(cases: Sequence[bx.Case], preds: Preds, metric: str) -> float:
     """Mean absolute log error (stage D: robust to the few rows whose TPOT other terms miss)."""
-    errs = [abs(math.log(p[metric] / c.measured[metric])) for i, c in enumerate(cases)
-            if isinstance(p := preds[i], dict) and metric in c.measured and p[metric] > 0]
+    errs = [abs(e) for _, e in log_errors(cases, preds, metric)]
     return statistics.fmean(errs) if errs else math.inf
 
 
