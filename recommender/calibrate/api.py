@@ -140,7 +140,8 @@ def fit_user_rows(ms: list[Measurement], start: EngineProfile, parameters: tuple
     the start profile only if it generalises: k-fold by configuration over the user's rows (every
     configuration predicted by a fit that did not see it) must give a lower median error than the start
     profile on the same rows. Rows spanning GPU families then get per-family fits (kept only where they help
-    held out). A kept fit of rows of one configuration is written as the family's override for that model
+    held out). A kept fit of rows of one GPU family is written into that family's block (:func:`family_scoped`;
+    ``result.scope_gpu``), of rows of one configuration as the family's override for that model
     (:func:`model_scoped`; ``result.scope_model``), not as the profile's own values. Without ``check`` the fit is
     kept unconditionally."""
     cat = catalog or default_catalog()
@@ -164,11 +165,15 @@ def fit_user_rows(ms: list[Measurement], start: EngineProfile, parameters: tuple
             res = dataclasses.replace(res, profile=base.replace(engine=start.engine, source=res.profile.source),
                                       fitted=(), after=res.before, after_by_source=res.before_by_source)
     res = dataclasses.replace(res, profile=res.profile.replace(families=base.families))
-    if one_config and gpu_family(ms[0].gpu):
-        # rows of one configuration: a kept fit is the model's override; without one the start stays exactly as it
-        # was (``base`` lifts the family's and the model's values to the engine level, which other models would read)
-        prof = model_scoped(ms, start, res) if kept and res.fitted else start.replace(source=res.profile.source)
-        res = dataclasses.replace(res, profile=prof, scope_gpu=ms[0].gpu, scope_model=ms[0].model)
+    if gpu_family(ms[0].gpu):
+        # a kept fit is the family's (rows of one configuration: the model's override); without one the start stays
+        # exactly as it was (``base`` lifts the family's and the model's values to the engine level, which the
+        # other families and models would read)
+        if not (kept and res.fitted):
+            prof = start.replace(source=res.profile.source)
+        else:
+            prof = model_scoped(ms, start, res) if one_config else family_scoped(ms, start, res)
+        res = dataclasses.replace(res, profile=prof, scope_gpu=ms[0].gpu, scope_model=ms[0].model if one_config else "")
     return UserFit(result=res, check=h, kept=kept, base=base, opts=opts)
 
 
@@ -186,6 +191,33 @@ def model_scoped(ms: list[Measurement], start: EngineProfile, res: FitResult) ->
     old = by_family.get(fam) or FamilyFit(fam, 0, ())
     by_family[fam] = dataclasses.replace(old, models=tuple(sorted((*(m for m in old.models if m.model != mf.model), mf),
                                                                   key=lambda m: m.model)))
+    return start.replace(families=tuple(by_family[k] for k in sorted(by_family)), source=res.profile.source,
+                         fit=res.profile.fit)
+
+
+def family_scoped(ms: list[Measurement], start: EngineProfile, res: FitResult, source: str = "") -> EngineProfile:
+    """The start profile with ``res``'s fitted parameters written into the block of the rows' one GPU family
+    (rows of two or more configurations); the engine-level values, the other families and this family's other
+    parameters, release epochs and evidence stay the start's. A model the rows measured loses its override where the
+    fit saw it without one (rows of several models: ``user_base`` applies none) and keeps only the parameters
+    not fitted where the fit saw it with one (rows of one model); other models keep theirs. Written as the
+    engine's own values, a fit of MI300X rows would have become every family's without a block of its own."""
+    fam = gpu_family(ms[0].gpu)
+    values = {n: float(getattr(res.profile, n)) for n in res.fitted}
+    measured = {m.model for m in ms}
+    by_family = {f.family: f for f in start.families}
+    old = by_family.get(fam) or FamilyFit(fam, 0, ())
+    models: list[ModelFit] = []
+    for mf in old.models:
+        left = tuple((k, v) for k, v in mf.parameters if k not in values)
+        if mf.model not in measured:
+            models.append(mf)
+        elif len(measured) == 1 and left:
+            models.append(dataclasses.replace(mf, parameters=left))
+    n_cfg = len({m.group("config") for m in ms})
+    by_family[fam] = dataclasses.replace(
+        old, rows=len(ms), parameters=tuple(sorted({**dict(old.parameters), **values}.items())), models=tuple(models),
+        source=source or f"recommend calibrate: {len(ms)} {fam} rows of {n_cfg} configurations")
     return start.replace(families=tuple(by_family[k] for k in sorted(by_family)), source=res.profile.source,
                          fit=res.profile.fit)
 
@@ -208,17 +240,12 @@ def _fit_per_family(ms: list[Measurement], start: EngineProfile, parameters: tup
         reports.append(FamilyReport(fam, len(rows), family_sigma(len(rows)), f"{uf.check.folds} by {uf.check.by}"
                                     if uf.check is not None else "-", eng, got, fitted, uf.kept and bool(fitted),
                                     "" if uf.kept else "held out, the fit is no better than the start profile"))
-        if uf.kept and fitted and fam and uf.result.scope_model:   # one configuration: that model's override
-            by_family[fam] = next(f for f in uf.result.profile.families if f.family == fam)
-        elif uf.kept and fitted and fam:
-            old = by_family.get(fam)
-            params = dict(old.parameters) if old is not None else {}
-            params.update(fitted)
-            src = (f"recommend calibrate: {len(rows)} {fam} rows; held out "
-                   f"{got.median_ape:.1f}% vs the start profile's {eng.median_ape:.1f}%" if got and eng else
-                   f"recommend calibrate: {len(rows)} {fam} rows")
-            by_family[fam] = FamilyFit(fam, len(rows), tuple(sorted(params.items())), src,
-                                       models=old.models if old is not None else ())
+        if uf.kept and fitted and fam:   # the family's block as fit_user_rows wrote it (one configuration: the model's)
+            block = next(f for f in uf.result.profile.families if f.family == fam)
+            if not uf.result.scope_model and got and eng:
+                block = dataclasses.replace(block, source=f"recommend calibrate: {len(rows)} {fam} rows; held out "
+                                            f"{got.median_ape:.1f}% vs the start profile's {eng.median_ape:.1f}%")
+            by_family[fam] = block
     prof = start.replace(families=tuple(by_family[k] for k in sorted(by_family)))
     whole = fit_profile(ms, start, FitOptions(parameters=()), cat, engine=start.engine)   # before-errors only
     after = [predict(m, prof, cat) for m in ms]

@@ -146,8 +146,9 @@ class FitResult:
     predictions: tuple[tuple[str, float, float, float], ...] = ()   # (id, measured, before, after)
     unconstrained_reasons: Mapping[str, str] = field(default_factory=dict)
     held_out: tuple[HeldOut, ...] = ()
-    #: where the fit is written as a model's override (:class:`~recommender.profiles.ModelFit`: rows of one
-    #: configuration): a GPU of the family and the model id; "" = the profile's own parameters are the fit
+    #: where the fit is written: a GPU of the family whose block holds it (rows of one GPU family), and the model id
+    #: where it is that model's override (:class:`~recommender.profiles.ModelFit`: rows of one configuration);
+    #: "" = the profile's own parameters are the fit
     scope_gpu: str = ""
     scope_model: str = ""
 
@@ -156,8 +157,9 @@ class FitResult:
 
     @property
     def values(self) -> EngineProfile:
-        """The profile as the fitted rows see it: ``profile``, or its override for ``scope_model`` applied."""
-        return self.profile.for_gpu(self.scope_gpu, self.scope_model) if self.scope_model else self.profile
+        """The profile as the fitted rows see it: ``profile`` with the family of ``scope_gpu`` and the override for
+        ``scope_model`` applied."""
+        return self.profile.for_gpu(self.scope_gpu, self.scope_model) if self.scope_gpu else self.profile
 
 
 # -- the engine -----------------------------------------------------------------------------------

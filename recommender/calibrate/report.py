@@ -190,6 +190,9 @@ def render_text(res: FitResult, out_path: str | None = None, files: Sequence[str
         lines.append(f"Written as the {res.values.family} family's override for {res.scope_model} only: rows of one "
                      "configuration cannot tell bandwidth, overheads and collectives apart, so other models keep the "
                      "start profile's values.")
+    elif res.scope_gpu and res.fitted:
+        lines.append(f"Written as the {res.values.family} family's parameters: GPUs of other families keep the start "
+                     "profile's values.")
     if res.unconstrained:
         lines.append("Unconstrained by these data (kept at the start value):")
         lines += [f"  {n}: {res.unconstrained_reasons.get(n, '')}" for n in res.unconstrained]
