@@ -523,8 +523,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         for c in scored(cases):
             rows[group_of(c)] += 1
         write(params, effs, shared_acc, rows, unshipped, held_by, eng_acc)
+        record_shipped_held_out(cases, a.folds)
     del fitted_all
     return 0
+
+
+def record_shipped_held_out(cases: Sequence[bx.Case], folds: int) -> None:
+    """Rewrite each profile family's ``held_out_inferencex`` from the files as written: the same held-out run with
+    the shipped (rounded) parameters, kernel table and acceptance read back, as ``bench_inferencex.py --held-out``
+    and ``readme_figures.py`` compute it (the run's own unrounded values moved a figure by 0.1)."""
+    from recommender.catalog import default_catalog, default_kernel_support
+    from recommender.profiles import engine_profile
+
+    for cached in (engine_profile, default_catalog, default_kernel_support):
+        cached.cache_clear()
+    sc = scored(cases)
+    shipped_a, shipped_b = shipped_groups(sc)
+    held = held_out_by_profile(held_out_predictions(sc, folds, None, None, shipped_b, shipped_a))
+    for eng in sorted({e for e, _ in held}):
+        path = ROOT / "catalogs" / "profiles" / f"{eng}.yaml"
+        path.write_text(merge_held_out(path.read_text(), {f: v for (e, f), v in held.items() if e == eng}))
 
 
 def stage_d_by_engine(cases: Sequence[bx.Case], params: dict[Group, dict[str, float]], cat: Any, shared: float,

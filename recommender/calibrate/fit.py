@@ -146,6 +146,9 @@ class FitResult:
     predictions: tuple[tuple[str, float, float, float], ...] = ()   # (id, measured, before, after)
     unconstrained_reasons: Mapping[str, str] = field(default_factory=dict)
     held_out: tuple[HeldOut, ...] = ()
+    #: the objective at the solution (``least_squares``' cost: half the sum of the robust loss of the residuals,
+    #: the anchor's included); NaN when nothing was fitted. Fits of the same rows from other starts compare by it.
+    cost: float = field(default=math.nan, compare=False)
     #: where the fit is written: a GPU of the family whose block holds it (rows of one GPU family), and the model id
     #: where it is that model's override (:class:`~recommender.profiles.ModelFit`: rows of one configuration);
     #: "" = the profile's own parameters are the fit
@@ -271,13 +274,15 @@ def _log_se(prob: _Problem, u: np.ndarray, opts: FitOptions) -> tuple[np.ndarray
     return se, sv, sigma
 
 
-def _solve(prob: _Problem, opts: FitOptions) -> np.ndarray:
+def _solve(prob: _Problem, opts: FitOptions) -> tuple[np.ndarray, float]:
+    """(the solution, its objective: scipy's ``least_squares`` cost, half the sum of the robust loss of the residuals,
+    the prior's included)."""
     if not prob.names:
-        return np.zeros(0)
+        return np.zeros(0), math.nan
     lo, hi = prob.bounds()
     res = least_squares(prob.residuals, prob.start(), bounds=(lo, hi), loss=opts.loss, f_scale=opts.f_scale,
                         diff_step=1e-3, max_nfev=opts.max_nfev, x_scale="jac", method="trf")
-    return res.x
+    return res.x, float(res.cost)
 
 
 def fit_profile(ms: Sequence[Measurement], start: EngineProfile, opts: FitOptions | None = None,
@@ -307,9 +312,10 @@ def fit_profile(ms: Sequence[Measurement], start: EngineProfile, opts: FitOption
                     why[n] = (f"per-step latency seen only amortised over large batches ({n_small} rows at "
                               f"<= {SMALL_BATCH} sequences, {opts.min_small_batch_rows} needed)")
         free = [n for n in free if n not in why]
+    cost = math.nan
     for _ in range(len(opts.parameters) + 1):
         prob = _Problem(ms, start, free, opts, cat)
-        u = _solve(prob, opts)
+        u, cost = _solve(prob, opts)
         if not opts.detect_unconstrained or not free:
             break
         se, _, _ = _log_se(prob, u, opts)
@@ -331,7 +337,7 @@ def fit_profile(ms: Sequence[Measurement], start: EngineProfile, opts: FitOption
         profile=prof, start=start, fitted=tuple(free), unconstrained=tuple(why), at_bound=at_bound,
         unconstrained_reasons=dict(why),
         log_standard_errors={n: float(s) for n, s in zip(free, se)},
-        singular_values=tuple(float(x) for x in sv), residual_scale=sigma,
+        singular_values=tuple(float(x) for x in sv), residual_scale=sigma, cost=cost if free else math.nan,
         before=summarize(ms, before.tolist()), after=summarize(ms, after.tolist()),
         before_by_source=summarize(ms, before.tolist(), "source"), after_by_source=summarize(ms, after.tolist(), "source"),
         n_rows=len(ms),
