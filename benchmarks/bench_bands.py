@@ -133,18 +133,21 @@ def published_rows(folds: int) -> list[Row]:
     return out
 
 
-def inferencex_rows(folds: int = 3) -> list[Row]:
+def inferencex_rows(folds: int = 3, held: Sequence[tuple[Any, Any]] | None = None) -> list[Row]:
     """InferenceX DeepSeek-R1 single-node rows, stage-A and stage-B parameters refitted without each fold of
-    configurations (``fit_inferencex.held_out_predictions``; stage B only for the groups that ship it)."""
+    configurations (``fit_inferencex.held_out_predictions``; stage B only for the groups that ship it), or
+    ``held``: those (case, prediction) pairs already computed."""
     import bench_inferencex as bx
     import fit_inferencex as fx
 
     from recommender.catalog import default_catalog
 
     cases = fx.scored(bx.single_node_cases(bx.DEFAULT_CSV))
-    shipped_a, shipped_b = fx.shipped_groups(cases)
+    if held is None:
+        shipped_a, shipped_b = fx.shipped_groups(cases)
+        held = fx.held_out_predictions(cases, folds, default_catalog(), None, shipped_b, shipped_a)
     out: list[Row] = []
-    for c, p in fx.held_out_predictions(cases, folds, default_catalog(), None, shipped_b, shipped_a):
+    for c, p in held:
         if isinstance(p, str):
             continue
         key = fx.group_of(c)
