@@ -99,11 +99,7 @@ def fit_pipeline(engine: str, ms: list[Measurement], extra: list[Measurement], p
     per-family stage. ``benchmarks/bench_accuracy.py`` runs it on the training folds of its held-out splits,
     so a held-out figure is the error of exactly this procedure on rows it did not see."""
     opts = FitOptions(parameters=VLLM_PARAMETERS if prior is not None else ENGINE_PARAMETERS)
-    if prior is not None:
-        start = prior.replace(engine=engine, source="start: the trtllm fit", families=())
-        prof = fit_profile(ms, start, opts, engine=engine).profile if ms else start
-    else:
-        prof = fit_engine_rows(engine, ms, opts).profile if ms else fit_start(engine)
+    prof = engine_fit(engine, ms, prior, opts).profile if ms else start_of(engine, prior)
     if families:
         prof, _ = family_stage(engine, prof, ms, extra, csv_name, verbose=False)
     return prof
@@ -185,6 +181,20 @@ def fit_engine_rows(engine: str, ms: list[Measurement], opts: FitOptions, source
     return min(fits, key=lambda r: (r.cost if r.cost == r.cost else math.inf))
 
 
+def start_of(engine: str, prior: EngineProfile | None) -> EngineProfile:
+    """Where an engine fit starts: ``prior``'s physics (vLLM on the trtllm fit), else :func:`fit_start`."""
+    return (prior.replace(engine=engine, source="start: the trtllm fit", families=()) if prior is not None
+            else fit_start(engine))
+
+
+def engine_fit(engine: str, ms: list[Measurement], prior: EngineProfile | None, opts: FitOptions,
+               source: str = "") -> FitResult:
+    """The engine fit of ``ms``: from ``prior`` where given, else from each of :data:`START_COMPUTE_EFFICIENCIES`."""
+    if prior is not None:
+        return fit_profile(ms, start_of(engine, prior), opts, engine=engine, source=source)
+    return fit_engine_rows(engine, ms, opts, source)
+
+
 #: Engine-level parameters that describe how the engine is configured, not fitted on these rows: kept from the
 #: profile file as it was (TensorRT-LLM's ``dp_balance_timeout_steps`` = 60, InferenceX's ``attention_dp_config``).
 CARRIED = ("dp_balance_timeout_steps",)
@@ -227,12 +237,8 @@ def fit_engine(engine: str, ms: list[Measurement], prior: EngineProfile | None, 
     src = sorted({m.source for m in ms})
     source = (f"fitted by benchmarks/fit_profiles.py on tests/data/measurements/published.csv "
               f"({'+'.join(src)}, {len(ms)} rows)" + (" on the trtllm fit's physics" if prior else ""))
-    if prior is not None:
-        start = prior.replace(engine=engine, source="start: the trtllm fit", families=())
-        res = fit_profile(ms, start, opts, engine=engine, source=source)
-    else:   # the held-out splits below start where the kept fit did
-        res = fit_engine_rows(engine, ms, opts, source)
-        start = res.start
+    res = engine_fit(engine, ms, prior, opts, source)
+    start = res.start   # the held-out splits below start where the kept fit did
     hos: list[HeldOut] = []
     for by in ("source", "model", "gpu") if not quick else ("model",):
         if len({m.group(by) for m in ms}) >= 2:

@@ -187,15 +187,25 @@ def model_scoped(ms: list[Measurement], start: EngineProfile, res: FitResult) ->
     values = {n: float(getattr(res.profile, n)) for n in res.fitted}
     mf = ModelFit(ms[0].model, len(ms), tuple(sorted(values.items())),
                   f"recommend calibrate: {len(ms)} rows of one configuration ({ms[0].group('config')})")
-    by_family = {f.family: f for f in start.families}
-    old = by_family.get(fam) or FamilyFit(fam, 0, ())
-    by_family[fam] = dataclasses.replace(old, models=tuple(sorted((*(m for m in old.models if m.model != mf.model), mf),
-                                                                  key=lambda m: m.model)))
-    return start.replace(families=tuple(by_family[k] for k in sorted(by_family)), source=res.profile.source,
-                         fit=res.profile.fit)
+    old = _family_block(start, fam)
+    block = dataclasses.replace(old, models=tuple(sorted((*(m for m in old.models if m.model != mf.model), mf),
+                                                         key=lambda m: m.model)))
+    return _with_block(start, block, res)
 
 
-def family_scoped(ms: list[Measurement], start: EngineProfile, res: FitResult, source: str = "") -> EngineProfile:
+def _family_block(start: EngineProfile, fam: str) -> FamilyFit:
+    """``start``'s block for GPU family ``fam``, or an empty one."""
+    return next((f for f in start.families if f.family == fam), None) or FamilyFit(fam, 0, ())
+
+
+def _with_block(start: EngineProfile, block: FamilyFit, res: FitResult) -> EngineProfile:
+    """``start`` with ``block`` in place of its family's block (families in name order), and ``res``'s source and
+    fit record."""
+    fams = {f.family: f for f in start.families} | {block.family: block}
+    return start.replace(families=tuple(fams[k] for k in sorted(fams)), source=res.profile.source, fit=res.profile.fit)
+
+
+def family_scoped(ms: list[Measurement], start: EngineProfile, res: FitResult) -> EngineProfile:
     """The start profile with ``res``'s fitted parameters written into the block of the rows' one GPU family
     (rows of two or more configurations); the engine-level values, the other families and this family's other
     parameters, release epochs and evidence stay the start's. A model the rows measured loses its override where the
@@ -205,8 +215,7 @@ def family_scoped(ms: list[Measurement], start: EngineProfile, res: FitResult, s
     fam = gpu_family(ms[0].gpu)
     values = {n: float(getattr(res.profile, n)) for n in res.fitted}
     measured = {m.model for m in ms}
-    by_family = {f.family: f for f in start.families}
-    old = by_family.get(fam) or FamilyFit(fam, 0, ())
+    old = _family_block(start, fam)
     models: list[ModelFit] = []
     for mf in old.models:
         left = tuple((k, v) for k, v in mf.parameters if k not in values)
@@ -215,11 +224,10 @@ def family_scoped(ms: list[Measurement], start: EngineProfile, res: FitResult, s
         elif len(measured) == 1 and left:
             models.append(dataclasses.replace(mf, parameters=left))
     n_cfg = len({m.group("config") for m in ms})
-    by_family[fam] = dataclasses.replace(
+    block = dataclasses.replace(
         old, rows=len(ms), parameters=tuple(sorted({**dict(old.parameters), **values}.items())), models=tuple(models),
-        source=source or f"recommend calibrate: {len(ms)} {fam} rows of {n_cfg} configurations")
-    return start.replace(families=tuple(by_family[k] for k in sorted(by_family)), source=res.profile.source,
-                         fit=res.profile.fit)
+        source=f"recommend calibrate: {len(ms)} {fam} rows of {n_cfg} configurations")
+    return _with_block(start, block, res)
 
 
 def _fit_per_family(ms: list[Measurement], start: EngineProfile, parameters: tuple[str, ...], cat: Catalog,
