@@ -132,18 +132,9 @@ shared_prefix_fraction: 0.3
 """
 
 
-#: Known bug (found 2026-12-06, after the profiles' refit): for an offline job the bound converts $/h to $/M tokens at
-#: the job's deadline rate (``usd_per_hour_to_objective``), while an evaluation whose replicas were rounded up serves
-#: faster than that rate and prices its tokens at its own: pd-a100-80gb-tp1-int4-kvfp8-s16-b2048-d-a100-80gb-tp2
-#: evaluates to 0.99839 ($183.48/h, 6 + 63 replicas) under a bound of 1.00039 ($180.04/h, 5 + 63). Strict: it fails
-#: once the bound is fixed, so the mark comes off with the fix.
-OFFLINE_RATE_BUG = pytest.mark.xfail(strict=True, reason="offline-job bound priced at the deadline rate, evaluation at its "
-                                     "own faster rate (see OFFLINE_RATE_BUG)")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("source", ["batch-summarization", "code-completion", "chat",
-                                    pytest.param(DECODE_HEAVY_JOB, marks=OFFLINE_RATE_BUG), PREFILL_HEAVY_JOB,
+                                    DECODE_HEAVY_JOB, PREFILL_HEAVY_JOB,
                                     "../benchmarks/workloads/tight-tpot-70b"],
                          ids=["batch-summarization", "code-completion", "chat", "decode-heavy-job", "prefill-heavy-job",
                               "tight-tpot-70b"])
