@@ -171,6 +171,33 @@ def test_bounds_never_exceed_random_evaluations_of_the_full_space(source: str, t
     assert checked > 50
 
 
+def test_decode_bound_holds_where_the_load_model_prices_the_step_below_the_slot_cap(tmp_path) -> None:
+    # Found by the random-evaluation test above (2026-12-06): this P/D pair's decode pool (A100 TP2 int4, 16
+    # sequences) sustains 0.4502 req/s per replica in the load model, whose step holds at most c - 1 = 15 decoders,
+    # against 16 / decode_step_s(16) / E[O - 1] = 0.4440; priced at a step of 15 the bound is 16 / 0.02300 / 1498.8
+    # = 0.4641 (measured here rather than restated: the bound's decode term must exceed the pool's saturation)
+    from recommender.search.evaluate import evaluate
+    from recommender.search.shapes import usd_per_hour_to_objective
+    from recommender.sizing import Candidate
+    from recommender.workload import load_workload
+
+    path = tmp_path / "job.yaml"
+    path.write_text(DECODE_HEAVY_JOB)
+    ctx = build_context(load_workload(path), load_search_policy(), engine_profile("vllm"), default_catalog())
+    ch = space_choices(ctx)
+    bounds, k = Bounds(ctx, ch.max_num_seqs, ch.budgets), usd_per_hour_to_objective(ctx)
+    c = Candidate("a100-80gb", 1, "int4", "fp8", 16, 2048, True, "a100-80gb", 2)
+    b, ev = bounds.of(c), evaluate(ctx, c)
+    assert b is not None and ev.feasible
+    decode = next(p for p in ev.pools if p.role == "decode")
+    per_replica_req_s = ctx.workload.effective_rate_per_s / ev.utilisation / decode.replicas
+    cost = bounds.generous_cost("a100-80gb", 2, "int4", "fp8")
+    inp = bounds._both
+    at_cap = 16 / cost.decode_step_s(16, int(inp.mean_ctx)) / (inp.E_O - 1.0)
+    assert per_replica_req_s > at_cap * 1.01  # the load model exceeds what a step of 16 would allow
+    assert b.usd_per_hour * k <= ev.objectives[0]
+
+
 def test_rank_one_and_front_equal_exhaustive_on_a_tiny_full_space(tiny_truth):
     ctx = _ctx(CHAT, TINY)
     res = shape_search(ctx, space_choices(ctx), max_evaluations=10_000)
