@@ -4,9 +4,9 @@ An offline job prices its tokens at the pools' saturation rate (``recommender.si
 saturation``), so its bound holds only if each pool's throughput bound is at least what the load model sustains
 (``recommender.search.bounds``). The random-evaluation test in ``test_search_shapes.py`` checks fixed jobs; this
 draws the job: model, prompt and output means and spreads, and the deadline. Found by that test on 2026-12-06: a
-decode pool at 16 sequences ran 1.4% past ``16 / decode_step_s(16)`` because the load model prices its step at
-the batch a decoder sees, at most ``c - 1`` decoders a step. With the bound's step at ``c`` this test falsifies it
-too (40 jobs, 2026-12-06: Qwen3-30B-A3B, 64-token prompts, 1,038 output tokens, A100-40GB TP2 x DP2 bf16 at 16
+pool at 16 sequences ran past ``16 / decode_step_s(16)`` because the load model prices its step at the batch a
+decoder sees, at most ``c - 1`` decoders a step (then in every pool; now where a slot prefills). With the bound's
+step at ``c`` this test falsifies it too (40 jobs, 2026-12-06: Qwen3-30B-A3B, 64-token prompts, 1,038 output tokens, A100-40GB TP2 x DP2 bf16 at 16
 sequences, evaluation 0.95066 under a bound of 0.95097); at ``c - 1`` it passes (80 s)."""
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ its service in the prefill lane ``S(P) = D(P) + max(Pc / C, 1 / k) T_d0``: each 
 
 Fixed point in step time, solved for ``x`` (decoders per step, step-averaged) by safeguarded secant:
 prefill adds ``lam E[D]`` seconds per second on top of the decode steps, so
-``x = lam (E[O] - 1) T_d0 / (1 - lam E[D])``. ``step_s`` is not affine in the batch: convex where the weight
+``x = lam (E[O] - 1) T_d0 / (1 - lam E[D])``, with ``T_d0`` the step of ``b = min(x, c - 1)`` decoders where a slot
+prefills and ``min(x, c)`` in a decode pool (its prefill is the last prompt token's step; at ``c - 1`` a P/D decode
+pool read 1.4% past the ceiling ``c / step(c)`` at saturation). ``step_s`` is not affine in the batch: convex where the weight
 GEMMs turn compute-bound (flat to ~10 sequences on A100 TP8 int8, to ~4 on TP4 int4, then 0.5-1 ms a sequence),
 concave where their efficiency saturates; so where the average below differs from the step at the mean by over
 0.1%, the fixed point is solved again with ``T_d0 = E[dstep(B)]``, ``B`` gamma with mean ``b`` and variance
@@ -580,7 +582,8 @@ def solve_pool(
     c = slots.c
     if c < 1:
         return PoolSolution(False, math.inf, 0.0, math.inf, "kv_cache", 0.0)
-    steps = StepModel(cost, limits, cs, inp, lam, kind is not PoolKind.PREFILL and inp.E_O > 1.0, c)
+    steps = StepModel(cost, limits, cs, inp, lam, kind is not PoolKind.PREFILL and inp.E_O > 1.0, c,
+                      prefill_slot=kind is not PoolKind.DECODE)
     if steps.decodes:
         s, ok = least_root(steps.evaluate, steps.broken, float(c))
     else:

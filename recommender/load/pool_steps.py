@@ -21,8 +21,8 @@ _SEEN_U = (np.arange(SEEN_NODES) + 0.5) / SEEN_NODES
 
 
 class StepIterate(NamedTuple):  # NamedTuples here: built ~20 times per solve; a frozen dataclass builds 4x slower
-    """The step-time model at ``x`` decoders per step (step-averaged): ``b = min(x, c - 1)`` decoders in a
-    step, the decode-only step ``t_d0`` (s), ``C`` tokens left for prefill, a prompt's own prefill time per
+    """The step-time model at ``x`` decoders per step (step-averaged): ``b = min(x, b_max)`` decoders in a
+    step (``b_max``: ``c - 1`` where a slot prefills, ``c`` in a decode pool), the decode-only step ``t_d0`` (s), ``C`` tokens left for prefill, a prompt's own prefill time per
     point (``own``; None when every prompt takes one step and only the mean ``E_own`` is needed) over
     ``n`` chunk steps (mean ``E_n``), the prefill work on top of decode steps ``m = lam E[D]`` with
     ``E_delta = E[D]``, and the next iterate ``x_new = lam (E[O] - 1) T_d0 / (1 - m)``."""
@@ -83,16 +83,20 @@ def _grid_costs(cs: CostSummary, inp: PoolInputs) -> tuple[np.ndarray, np.ndarra
 class StepModel:
     """Step times of one replica at arrival rate ``lam`` (module docstring, "Steps" and "Fixed point")."""
 
-    __slots__ = ("step", "chunk_cost", "inp", "lam", "decodes", "c", "budget", "chunked", "kv_d", "fl_d", "pkv", "pfl",
+    __slots__ = ("step", "chunk_cost", "inp", "lam", "decodes", "c", "b_max", "budget", "chunked", "kv_d", "fl_d", "pkv", "pfl",
                  "E_Om1", "ref_hit", "slopes", "g_kv", "g_fl", "g_basis", "q", "draft", "index")
 
     def __init__(
-        self, cost: StepCost, limits: Limits, cs: CostSummary, inp: PoolInputs, lam: float, decodes: bool, c: int
+        self, cost: StepCost, limits: Limits, cs: CostSummary, inp: PoolInputs, lam: float, decodes: bool, c: int,
+        prefill_slot: bool = True,
     ) -> None:
         # The model evaluates mean (fractional) batches; step_s is arithmetic in new_tokens for every cost model.
         self.step = cast("Callable[[float, float, float], float]", cost.step_s)
         self.chunk_cost = cost.prefill_chunk_cost
         self.inp, self.lam, self.decodes, self.c = inp, lam, decodes, c
+        # decoders a step holds at most: c - 1 where a slot prefills (aggregated), all c in a decode pool (its
+        # "prefill" is the last prompt token's one-token step)
+        self.b_max = c - 1.0 if prefill_slot else float(c)
         self.budget = int(limits.max_num_batched_tokens)
         self.chunked = bool(limits.chunked_prefill)
         if inp.mean_ctx >= cs.decode_affine_from_tokens:
@@ -206,7 +210,7 @@ class StepModel:
         """The step-time model at ``x`` decoders per step; ``arrays``: per-point prefill times and fresh
         slopes (the slopes are otherwise those of the first evaluation)."""
         inp = self.inp
-        b = min(x, self.c - 1.0)
+        b = min(x, self.b_max)
         t_d0 = self.mean_dstep(b)
         C = max(1.0, self.budget - b * self.q)
         kv_c, fl_c = self.chunk_cost(int(C), int(self.ref_hit + max(0.0, (inp.E_Pc - C) / 2.0)))

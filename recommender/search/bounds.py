@@ -11,9 +11,9 @@ Throughput of one replica (requests/s), ``u = max_utilisation``:
 
 * decode: ``b`` decoders are at most the slots ``c = min(max_num_seqs, budget, u x kv_capacity_tokens / held)``
   and the load model prices their step at the batch a decoder sees, which near the cap lies between ``c - 1``
-  (its step model holds at most ``c - 1`` decoders, ``recommender.load.pool_steps``) and ``c``, so
-  ``lam x (E[O] - 1) <= c / decode_step_s(max(1, c - 1), mean_ctx)`` (with ``c`` in the step, an offline
-  decode-heavy job's P/D pair on A100 int4 at 16 sequences sustained 1.4% more than the bound);
+  (an aggregated pool's step model holds at most ``c - 1`` decoders, a slot prefilling;
+  ``recommender.load.pool_steps``) and ``c``, so ``lam x (E[O] - 1) <= c / decode_step_s(max(1, c - 1), mean_ctx)``
+  (with ``c`` in the step, Qwen3-30B-A3B on L4 TP2 EP at 16 sequences sustained 0.4% more than the bound);
 * busy time: a step takes ``gemm + attention + allreduce + overhead`` (``StepCostModel.step_s``), each term
   at least its share of the request's work, and ``sum max(a, b) >= max(sum a, sum b)`` over the steps. A
   request computes ``T = Pc + O - 1`` tokens in at least ``S = max((O - 1) / max_num_seqs, T / budget)``
@@ -408,7 +408,7 @@ class Bounds:
             c = max(1.0, min(float(seqs), float(budget), u * cost.kv_capacity_tokens / held))
             b = max(1, int(c))
             # the load model prices a step at the batch a decoder sees, which near the slot cap ``c`` lies between
-            # ``c - 1`` (its step model holds at most ``c - 1`` decoders a step) and ``c``: b decoders, a step of b - 1
+            # ``c - 1`` (an aggregated pool's step holds at most ``c - 1`` decoders) and ``c``: b decoders, a step of b - 1
             lam = min(lam, b / cost.decode_step_s(max(1, b - 1), int(inp.mean_ctx)) / (inp.E_O - 1.0))
         busy_s = self._busy_s_per_request(cost, seqs, budget, prefills, decodes)
         if busy_s > 0:  # the load model's prefill lane fits a prompt's cost on a grid: up to ~7% below it
