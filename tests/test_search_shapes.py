@@ -183,7 +183,7 @@ def test_decode_pool_capacity_stays_under_c_over_the_step_of_c(tmp_path) -> None
     # A decode pool's step holds at most c sequences, so one replica serves at most c / decode_step_s(c, ctx)
     # tokens/s: 16 / 0.024044 s = 665 tokens/s, / E[O - 1] = 1498.8 -> 0.4440 req/s (A100 TP2 int4, the
     # decode-heavy job). The load model capped a step at c - 1 decoders in every pool, as if a slot prefilled;
-    # in a decode pool (its "prefill" is one token) that read 0.4502 req/s at saturation, past the ceiling.
+    # in a decode pool (its "prefill" is one token) that read 0.4518 req/s at saturation, past the ceiling.
     from recommender.load import PoolSpec
     from recommender.load.capacity import saturation_rate_per_s
     from recommender.sizing import Candidate, pd_limits
