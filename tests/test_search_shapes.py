@@ -141,42 +141,14 @@ shared_prefix_fraction: 0.3
 def test_bounds_never_exceed_random_evaluations_of_the_full_space(source: str, tmp_path) -> None:
     # the search evaluates what its bounds rank first; here 150 combos drawn uniformly from the whole default
     # space (every GPU, dtype, TP, P/D pair and engine limits) must lie above their bounds as well
-    import random
     from pathlib import Path
 
-    from recommender.search.evaluate import evaluate
-    from recommender.search.shapes import _combos, shapes, usd_per_hour_to_objective
-    from recommender.workload import load_workload
+    from bound_checks import context_of, random_bound_checks
 
-    if "\n" in source:
-        path = tmp_path / "job.yaml"
-        path.write_text(source)
-    else:
-        path = Path(__file__).resolve().parents[1] / "examples" / f"{source}.yaml"
-    ctx = build_context(load_workload(path), load_search_policy(), engine_profile("vllm"), default_catalog())
-    ch = space_choices(ctx)
-    bounds, k = Bounds(ctx, ch.max_num_seqs, ch.budgets), usd_per_hour_to_objective(ctx)
-    candidates = [s for s in shapes(ctx, ch) if bounds.of(s) is not None]
-    rng = random.Random(1)
-    checked = 0
-    for _ in range(400 if "tight" in source else 150):  # a 10 ms TPOT leaves ~1 in 4 combos feasible
-        c = rng.choice(_combos(ch, rng.choice(candidates)))
-        b = bounds.of(c)
-        ev = evaluate(ctx, c)
-        if b is None or not ev.feasible:
-            continue
-        assert b.usd_per_hour * k <= ev.objectives[0] * (1 + 1e-9), c.key
-        assert all(lb <= lat * (1 + 1e-9) for lb, lat in zip(b.latencies_s, ev.objectives[1:])), c.key
-        checked += 1
-    assert checked > 50
-
-
-def _offline_ctx(tmp_path, job: str):
-    from recommender.workload import load_workload
-
-    path = tmp_path / "job.yaml"
-    path.write_text(job)
-    return build_context(load_workload(path), load_search_policy(), engine_profile("vllm"), default_catalog())
+    job = source if "\n" in source else Path(__file__).resolve().parents[1] / "examples" / f"{source}.yaml"
+    ctx = context_of(tmp_path, job)
+    # a 10 ms TPOT leaves ~1 in 4 combos feasible
+    assert random_bound_checks(ctx, 400 if "tight" in ctx.workload.name else 150, seed=1) > 50
 
 
 def test_decode_pool_capacity_stays_under_c_over_the_step_of_c(tmp_path) -> None:
@@ -188,7 +160,9 @@ def test_decode_pool_capacity_stays_under_c_over_the_step_of_c(tmp_path) -> None
     from recommender.load.capacity import saturation_rate_per_s
     from recommender.sizing import Candidate, pd_limits
 
-    ctx = _offline_ctx(tmp_path, DECODE_HEAVY_JOB)
+    from bound_checks import context_of
+
+    ctx = context_of(tmp_path, DECODE_HEAVY_JOB)
     c = Candidate("a100-80gb", 1, "int4", "fp8", 16, 2048, True, "a100-80gb", 2)
     p_lim, d_lim = pd_limits(c, ctx.workload.max_model_len, ctx.workload.prefix_caching)
     p_cost = ctx.cost_model("a100-80gb", 1, "int4", "fp8", p_lim)[0]
@@ -212,7 +186,9 @@ def test_cost_bound_holds_where_the_load_model_runs_past_c_over_the_step_of_c(tm
     from recommender.search.shapes import usd_per_hour_to_objective
     from recommender.sizing import Candidate
 
-    ctx = _offline_ctx(tmp_path, DECODE_HEAVY_JOB.replace("llama-3.1-70b", "qwen3-30b-a3b"))
+    from bound_checks import context_of
+
+    ctx = context_of(tmp_path, DECODE_HEAVY_JOB.replace("llama-3.1-70b", "qwen3-30b-a3b"))
     ch = space_choices(ctx)
     bounds, k = Bounds(ctx, ch.max_num_seqs, ch.budgets), usd_per_hour_to_objective(ctx)
     c = Candidate("l4", 2, "fp8", "bf16", 16, 4096, False, ep=True)
