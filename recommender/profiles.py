@@ -191,8 +191,12 @@ def gpu_family(gpu_id: str) -> str:
     from recommender.catalog import default_catalog
     from recommender.errors import RecommenderError
 
+    cat = default_catalog()
+    known = cat.gpus.get(gpu_id)  # an id (the search's case): no name lookup
+    if known is not None:
+        return known.arch
     try:
-        return default_catalog().gpu(gpu_id).arch
+        return cat.gpu(gpu_id).arch
     except RecommenderError:
         return ""
 

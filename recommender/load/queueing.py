@@ -92,6 +92,8 @@ def least_root(evaluate: Callable[[float], T], broken: Callable[[T], bool], cap:
         elif abs(h) <= rtol * max(1.0, x):
             return s, True
         elif h > 0.0:
+            if x >= cap:  # still below the line at the cap: no root in [0, cap] (every later iterate is the cap)
+                return s, False
             x_new = x + h * (x - lo) / (h_lo - h) if h < h_lo else math.nan
             lo, h_lo = x, h
             if h_hi is None and math.isfinite(hi) and (not math.isfinite(x_new) or x_new >= hi):

@@ -101,12 +101,20 @@ def price_thresholds(ctx: SearchContext, first: Evaluation, *, complete: bool = 
     others = [e for e in ctx.evaluator if e.feasible and e.candidate.key != first.candidate.key]
     measured_first = ctx.policy.prefer_measured and evidence_of(ctx, first).measured
     band = evidence_band(ctx)
+    measured: dict[tuple[str, ...], bool] = {}  # per pool GPUs: whether the plan is measured (evidence_of)
+
+    def unmeasured(e: Evaluation) -> bool:
+        key = tuple(p.gpu for p in e.pools)
+        if key not in measured:
+            measured[key] = evidence_of(ctx, e).measured
+        return not measured[key]
+
     for gpu in dict.fromkeys(p.gpu for p in first.pools):
         a1, b1 = gpu_share(first, gpu)
         best: tuple[float, str] | None = None
         for e in others:
             aj, bj = gpu_share(e, gpu)
-            m = 1.0 + band if measured_first and not evidence_of(ctx, e).measured else 1.0
+            m = 1.0 + band if measured_first and unmeasured(e) else 1.0
             aj, bj = aj * m, bj * m
             if b1 <= bj or aj + bj < a1 + b1 - 1e-12:
                 continue  # never overtakes as the price rises, or cheaper already (ranked below by evidence)
