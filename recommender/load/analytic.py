@@ -23,7 +23,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from recommender.load.link import solve_link
-from recommender.load.percentiles import QUANTILES, LazyPercentiles, Percentiles
+from recommender.load.percentiles import QUANTILES, IdentityCache, LazyPercentiles, Percentiles
 from recommender.load.pool import PoolSolution, solve_pool
 from recommender.load.pool_inputs import PoolInputs, pool_inputs_of
 from recommender.load.summaries import _mean, qmc_exponentials, qmc_points
@@ -68,14 +68,30 @@ def _summary(values: np.ndarray, mean: float) -> Percentiles:
     return Percentiles(float(mean), *(float(s[min(k, int(round(q * k)))]) for q in QUANTILES))
 
 
+#: solved replicas and results, keyed on the cost model (identity), limits, replicas and traffic: the sizer asks
+#: the same question again (a P/D prefill pool for every decode replica count it tries; the final pricing run
+#: where the replica search already ran it), and a result is immutable (its percentiles computed once)
+_solved = IdentityCache(512)
+_analyzed = IdentityCache(512)
+
+
+def _key(pool: PoolSpec, traffic: Traffic) -> tuple[object, ...]:
+    return (pool.cost, pool.limits, int(pool.replicas), float(traffic.rate_per_s), traffic.prompt, traffic.output,
+            float(traffic.shared_prefix_fraction))
+
+
 def _solve(pool: PoolSpec, traffic: Traffic, kind: PoolKind) -> tuple[PoolInputs, PoolSolution]:
     """One replica of ``pool`` serving its round-robin share of ``traffic``: rate ``lam / R`` with
     Erlang-R gaps (``ca2 = 1 / R``)."""
-    inp = pool_inputs_of(pool, traffic, kind)
-    replicas = pool.replicas
-    sol = solve_pool(pool.cost, pool.limits, rate_per_s=traffic.rate_per_s / replicas, inputs=inp, ca2=1.0 / replicas,
-                     kind=kind)
-    return inp, sol
+
+    def make() -> tuple[PoolInputs, PoolSolution]:
+        inp = pool_inputs_of(pool, traffic, kind)
+        replicas = pool.replicas
+        sol = solve_pool(pool.cost, pool.limits, rate_per_s=traffic.rate_per_s / replicas, inputs=inp,
+                         ca2=1.0 / replicas, kind=kind)
+        return inp, sol
+
+    return _solved.get((*_key(pool, traffic), kind.value), make)
 
 
 def _unstable(
@@ -148,6 +164,10 @@ def analyze(pool: PoolSpec, traffic: Traffic, /) -> LoadResult:
     identical replicas of ``pool``, each of which prefills and decodes (formulas: ``recommender.load.pool``)."""
     if not isinstance(pool, PoolSpec) or not isinstance(traffic, Traffic):
         raise TypeError("analyze(pool: PoolSpec, traffic: Traffic) takes a PoolSpec and a Traffic")
+    return _analyzed.get(_key(pool, traffic), lambda: _analyze(pool, traffic))
+
+
+def _analyze(pool: PoolSpec, traffic: Traffic) -> LoadResult:
     arrival_rate_per_s = traffic.rate_per_s
     inp, sol = _solve(pool, traffic, PoolKind.AGGREGATED)
     if not sol.stable:
