@@ -143,3 +143,20 @@ def test_mla_decode_attends_the_latent_with_absorbed_projections_and_prefill_doe
     assert decode_fl == pytest.approx(1_000 * 61 * 278_528)
     dense = cost("llama-3.1-8b", "h100-sxm", 1, EngineProfile())      # no MLA: decode and prefill pairs cost the same
     assert dense.decode_seq_cost(1_000)[1] == pytest.approx(1_000 * dense.attn_flops_per_pair_full)
+
+
+@pytest.mark.parametrize("model,gpu,tp,dtype", [("llama-3.1-8b", "l4", 1, "bf16"), ("llama-3.1-70b", "h100-sxm", 4, "fp8"),
+                                                 ("llama-3.1-70b", "a100-80gb", 8, "int4"), ("qwen3-30b-a3b", "h100-sxm", 2, "bf16")])
+def test_step_s_fast_path_gives_the_general_paths_floats(model: str, gpu: str, tp: int, dtype: str) -> None:
+    """A dense model's ``step_s`` runs its token-independent terms precomputed (``_dense_terms``); it must give
+    the very floats the general path (weight read, GEMM curve, ring all-reduce as separate terms) gives, on
+    decode, prefill and mixed steps, fractional token counts (the load model's mean batches) included. A MoE
+    model has no fast path."""
+    fast = cost(model, gpu, tp, engine_profile("vllm"), dtype)
+    general = StepCostModel(**{f: getattr(fast, f) for f in fast.__dataclass_fields__})
+    general.__dict__["_dense_terms"] = None  # the cached property, forced off
+    assert (fast._dense_terms is None) == (model == "qwen3-30b-a3b")
+    for tokens in (0, 1, 7.5, 64, 300.25, 2048, 8192):
+        for kv, fl in ((0.0, 0.0), (3.2e8, 1.1e10), (6.4e9, 9.9e12)):
+            for prefill in (False, True):
+                assert fast.step_s(tokens, kv, fl, prefill) == general.step_s(tokens, kv, fl, prefill)  # type: ignore[arg-type]

@@ -53,6 +53,7 @@ attention rank per model); with MTP (``Deployment.spec``) ``decode_step_s`` is p
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -433,9 +434,33 @@ class StepCostModel:
         return self.allreduces_per_layer * self.num_layers * (self.allreduce_latency_s + 2 * (self.tp - 1) / self.tp
                                       * new_tokens * self.hidden_size * 2.0 / self.allreduce_bytes_per_s)
 
+    @cached_property
+    def _dense_terms(self) -> tuple[float, float, float, float] | None:
+        """For a model without routed experts, the token-independent parts of :meth:`step_s`, computed as its
+        general path computes them (so both give the same floats): the weight read ``w_s`` (s), the memory knee
+        ``M_mem`` (tokens, :meth:`gemm_curve_factor`), the ring's ``2 (n - 1) / n`` and ``a x layers`` of
+        :meth:`allreduce_s` (the search and the simulator call ``step_s`` ~10^5-10^6 times a run)."""
+        if self.num_experts or self.moe is not None or self.routed_flops_per_token:
+            return None
+        w_s = self.dense_weight_bytes_per_gpu / (self.hbm_bytes_per_s * self.weight_stream_efficiency)
+        lin = self.linear_flops_per_token
+        m_mem = w_s * self.group_flops_per_s / lin if lin else 0.0
+        return w_s, m_mem, 2 * (self.tp - 1) / self.tp, float(self.allreduces_per_layer * self.num_layers)
+
     def step_s(self, new_tokens: int, kv_read_bytes: float, attention_flops: float, prefill: bool = False) -> float:
         """Wall time of one step (see module docstring); ``prefill``: the step carries prefill tokens."""
         bw, comp = self.hbm_bytes_per_s, self.group_flops_per_s
+        dense = self._dense_terms
+        if dense is not None:  # the terms below, inlined (same operations in the same order)
+            w_s, m_mem, ring, n_ar = dense
+            t = max(new_tokens, 0)
+            r = 1.0 - self.gemm_curve_hidden * m_mem / (t + m_mem) if t + m_mem > 0 else 1.0
+            lin = (t + r * self.gemm_m_half_tokens) * self.linear_flops_per_token
+            ar = (n_ar * (self.allreduce_latency_s + ring * new_tokens * self.hidden_size * 2.0 / self.allreduce_bytes_per_s)
+                  if self.tp > 1 else 0.0)
+            return (max(w_s, lin / comp) + max(kv_read_bytes / self.tp / bw, attention_flops / (comp * self.attention_ratio))
+                    + ar + (self.overhead_s + (self.prefill_step_overhead_s if prefill else 0.0))
+                    + new_tokens * self.pp_hop_s_per_token)
         if self.moe is None and self.weight_stream_efficiency == 1.0 and self.expert_bandwidth_efficiency == 1.0:
             w_s = self.weight_bytes_read_per_gpu(new_tokens) / bw   # the common case, kept cheap (the simulator's loop)
             lin = self.gemm_effective_flops(new_tokens, w_s)
