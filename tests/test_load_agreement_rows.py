@@ -25,7 +25,7 @@ from recommender.catalog import default_catalog
 from recommender.load import PoolSpec, Traffic, analyze, simulate
 from recommender.load.pool_inputs import pool_inputs_of
 from recommender.load.pool_steps import StepModel
-from recommender.load.queueing import renewal_count
+from recommender.load.queueing import _renewal_sum, renewal_count, renewal_count_erlang
 from recommender.load.summaries import cost_summary
 from recommender.load.topology import PoolKind
 from recommender.perf.step import EngineLimits
@@ -81,6 +81,27 @@ def test_renewal_count_of_erlang_2_gaps() -> None:
     assert renewal_count(rw, 1.0) == pytest.approx(rw)
     # nearly periodic gaps (shape 18): within the first gap the count is the chance that one gap has passed
     assert renewal_count(np.array([0.5]), 18.0)[0] < 0.02
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5, 7, 8, 12, 16])
+def test_erlang_renewal_closed_form_is_the_gamma_series(k: int) -> None:
+    """Integer shapes (round-robin over k replicas) take the closed form ``renewal_count_erlang`` (poles of the
+    transform at ``mu (e^{2 pi i j / k} - 1)``): it must equal ``sum_j P(j k, k rw)`` (here summed to 1e-16, 300
+    terms) to 1e-9 relative wherever the count is over 1e-12 (below 1e-6 the series is kept: the closed form's
+    O(1) terms cancel there), never negative; at k = 2 it is the hand-integrated ``rw - 1/4 + e^{-4 rw} / 4``."""
+    from scipy.special import gammainc
+
+    rw = np.concatenate([[0.0, 1e-8, 1e-4, 0.01], np.linspace(0.02, 4.0, 200)])
+    x = k * rw
+    exact = sum(gammainc(j * k, x) for j in range(1, 300))
+    got = renewal_count(rw, float(k))
+    big = exact > 1e-12
+    assert np.all(got >= 0.0)
+    assert np.all(np.abs(got[big] / exact[big] - 1.0) < 1e-9)
+    assert np.all(np.abs(got[~big]) < 1e-11)
+    if k == 2:
+        assert renewal_count_erlang(rw, 2) == pytest.approx(rw - 0.25 + 0.25 * np.exp(-4.0 * rw), rel=1e-13, abs=1e-15)
+    assert _renewal_sum(x, float(k)) == pytest.approx(exact, rel=1e-8, abs=1e-9)  # the series' own truncation
 
 
 def test_the_step_a_decoder_sees_averages_the_convex_step() -> None:
