@@ -462,7 +462,7 @@ class StepCostModel:
                     + ar + (self.overhead_s + (self.prefill_step_overhead_s if prefill else 0.0))
                     + new_tokens * self.pp_hop_s_per_token)
         if self.moe is None and self.weight_stream_efficiency == 1.0 and self.expert_bandwidth_efficiency == 1.0:
-            w_s = self.weight_bytes_read_per_gpu(new_tokens) / bw   # the common case, kept cheap (the simulator's loop)
+            w_s = self.weight_bytes_read_per_gpu(new_tokens) / bw   # experts without an EP / DP layout (dense models took the path above)
             lin = self.gemm_effective_flops(new_tokens, w_s)
         else:
             w_s = self.weight_read_s(new_tokens, bw)
