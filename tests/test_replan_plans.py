@@ -40,10 +40,10 @@ def test_shape_ignores_what_follows_from_the_replica_count():
 
 def test_describe_and_cost_of_a_disaggregated_plan():
     plan = load_plan(DISAGG)
-    assert plans.describe(plan) == "h200 tp4 bf16/fp8 disaggregated x2+1 replicas ($50.40/h)"
+    assert plans.describe(plan) == "h200 P 2xTP2 + D 1xTP4 bf16/fp8 disaggregated ($50.40/h)"
     assert plans.usd_per_hour(plan) == 50.4
     # P 3 x TP2 + D 2 x TP4 = 14 GPUs of 8; no pool prices, so 50.40 x 14 / 8 = $88.20/h
-    assert plans.describe(with_replicas(plan, (3, 2), "")) == "h200 tp4 bf16/fp8 disaggregated x3+2 replicas ($88.20/h)"
+    assert plans.describe(with_replicas(plan, (3, 2), "")) == "h200 P 3xTP2 + D 2xTP4 bf16/fp8 disaggregated ($88.20/h)"
 
 
 def test_check_plan_names_what_is_missing(tmp_path):

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from recommender.errors import ConfigError, RecommenderError
 from recommender.plan import Plan, PlanRow, Pool, load_plan
+from recommender.render.plan import deployment_cell
 
 
 def check_plan(plan: Any, where: str) -> Plan:
@@ -81,10 +82,11 @@ def same_deployment(a: PlanRow, b: PlanRow) -> bool:
 
 
 def describe(plan: Plan) -> str:
-    """'h100-sxm tp4 fp8/fp8 x2 replicas ($31.90/h)'; P/D: 'h200 tp4 bf16/fp8 disaggregated x2+1 replicas (...)'
-    (GPU, TP and dtypes of the main pool; replicas per pool, prefill first)."""
+    """'h100-sxm tp4 fp8/fp8 x2 replicas ($31.90/h)'; P/D: 'h200 P 2xTP2 + D 1xTP4 bf16/fp8 disaggregated ($50.40/h)'
+    (each pool's replicas x TP, as the plan table's deployment cell: one TP for both pools misread a prefill pool
+    of TP2 replicas as TP4)."""
     r = plan.top
-    reps = "+".join(str(x) for x in r.pool_replicas)
-    disagg = " disaggregated" if r.disaggregated else ""
     usd = "-" if r.usd_per_hour is None else f"{r.usd_per_hour:.2f}"
-    return f"{r.gpu} tp{r.tp} {r.weight_dtype}/{r.kv_dtype}{disagg} x{reps} replicas (${usd}/h)"
+    if r.disaggregated:
+        return f"{deployment_cell(r.pools)} {r.weight_dtype}/{r.kv_dtype} disaggregated (${usd}/h)"
+    return f"{r.gpu} tp{r.tp} {r.weight_dtype}/{r.kv_dtype} x{r.replicas} replicas (${usd}/h)"
