@@ -132,7 +132,8 @@ def calibrate_split(pub: list[Measurement], amd: list[Measurement]) -> list[list
     return rows
 
 
-def calibrate_user_case(pub: list[Measurement], amd: list[Measurement]) -> list[list[Any]]:
+def calibrate_user_case(pub: list[Measurement], amd: list[Measurement],
+                        engines: Sequence[str] = ("trtllm", "lmdeploy", "vllm")) -> list[list[Any]]:
     """The user's case without leakage: per engine, the configurations are dealt into four folds (three for
     three configurations); for every ordered pair of folds (train, test), the shipped profile is what
     :func:`fit_profiles.fit_pipeline` fits on the *other* folds (rows it was built from), the user's results
@@ -142,7 +143,7 @@ def calibrate_user_case(pub: list[Measurement], amd: list[Measurement]) -> list[
 
     rows: list[list[Any]] = []
     prior = fp.fit_pipeline("trtllm", [m for m in pub if m.engine == "trtllm"], [], None, families=False)
-    for engine in ("trtllm", "lmdeploy", "vllm"):
+    for engine in engines:
         ms, ex = [m for m in pub if m.engine == engine], [m for m in amd if m.engine == engine]
         both = ms + ex
         folds = fp.config_folds(both, 4)

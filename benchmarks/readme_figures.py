@@ -16,7 +16,8 @@ README writes it, and looks for that text in ``README.md``:
 - dense published rows held out by configuration (``bench_accuracy.py``): throughput, TPOT, TTFT median error;
 - band coverage on held-out rows (``bench_bands.py``; skipped by ``--quick``);
 - analytic model against the simulator (``bench_agreement.py``: every example's top five rows and the extra
-  problems; skipped by ``--quick``).
+  problems; skipped by ``--quick``);
+- ``recommend calibrate`` held out on TensorRT-LLM's rows (``bench_accuracy.py``'s user's case; skipped by ``--quick``).
 
 The report lists each figure, the script that owns it, the text computed and whether the README carries it; the
 exit status is 1 when one is missing (``--no-check``: 0). About 15 minutes on 2 cores, 3 with ``--quick`` (3.4 min on 2026-12-06).
@@ -161,6 +162,19 @@ def agreement_figure() -> Figure:
                   f"(`python3 benchmarks/bench_agreement.py`, worst {worst:.1f}%)")
 
 
+def calibrate_figure() -> Figure:
+    """``recommend calibrate`` held out on TensorRT-LLM's rows (``bench_accuracy.calibrate_user_case``: four folds of
+    configurations; the start is the profile pipeline fitted on two, the fit sees a third, both are scored on the
+    fourth)."""
+    import bench_accuracy as ba
+
+    pub, amd = ba.read_rows()
+    row = ba.calibrate_user_case(pub, amd, engines=("trtllm",))[0]
+    start, cal = (float(str(c).split(" / ")[0]) for c in row[4:6])
+    return Figure("calibrate held out (TensorRT-LLM)", "bench_accuracy.py",
+                  f"{start:.1f} -> {cal:.1f}% median held out ({row[6]} splits lower)")
+
+
 def check(figures: Sequence[Figure], readme: str) -> list[tuple[Figure, bool]]:
     """Each figure and whether the README carries its text (line breaks and runs of spaces count as one space)."""
     flat = " ".join(readme.split())
@@ -183,7 +197,7 @@ def report(checked: Sequence[tuple[Figure, bool]], seconds: float, argv: Sequenc
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--quick", action="store_true", help="skip leave-one-out, bands and agreement (about 3 min)")
+    ap.add_argument("--quick", action="store_true", help="skip leave-one-out, bands, agreement and calibrate (about 3 min)")
     ap.add_argument("--no-check", action="store_true", help="exit 0 even when the README lacks a figure")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -191,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dense_figs, dense_by = dense_held_out()
     figures += profile_table(dense_by, held3) + dense_figs
     if not a.quick:
-        figures += [band_figure(held3), agreement_figure()]
+        figures += [band_figure(held3), agreement_figure(), calibrate_figure()]
     checked = check(figures, README.read_text())
     text = report(checked, time.perf_counter() - t0, list(argv if argv is not None else sys.argv[1:]))
     a.out.parent.mkdir(parents=True, exist_ok=True)
