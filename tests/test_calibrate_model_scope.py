@@ -133,3 +133,32 @@ def test_a_rejected_fit_of_one_configuration_writes_the_start_profile_unchanged(
     assert uf.result.profile.replace(source="") == start.replace(source="")
     other = [m for m in lmdeploy if m.model != "llama-2-70b"][:20]
     assert [predict(m, uf.result.profile) for m in other] == [predict(m, start) for m in other]
+
+
+def test_a_plan_of_another_model_does_not_claim_the_calibration(tmp_path: Path):
+    """A profile calibrated on 9 rows of Llama-3.1-8B on one H100 (tests/data/bench) records where its fit was
+    written (``fit.scope``); a plan of that model on Hopper keeps the fit's residual scale as its error band, a plan
+    of Llama-3.1-70B or on B200 predicts with the start profile's values and says so, with the policy's band."""
+    from types import SimpleNamespace
+
+    from recommender.calibrate.api import CalibrateRequest, calibrate
+    from recommender.catalog import default_catalog
+    from recommender.profiles import load_profile
+    from recommender.search.policy import SearchPolicy
+    from recommender.search.recommend_rows import calibrated_elsewhere, evidence_band
+
+    files = tuple(str(p) for p in sorted((Path(__file__).resolve().parent / "data" / "bench").glob("vllm-8b-*.json")))
+    run = calibrate(CalibrateRequest(results=files, out=str(tmp_path / "p.yaml")))
+    prof = load_profile(run.out)
+    assert prof.fit["scope"] == {"family": "hopper", "model": "llama-3.1-8b"}
+    policy, cat = SearchPolicy(), default_catalog()
+
+    def ctx(model: str) -> SimpleNamespace:
+        return SimpleNamespace(profile=prof, policy=policy, model=cat.model(model))
+
+    assert calibrated_elsewhere(prof, "llama-3.1-8b", {"hopper"}) == ""
+    assert evidence_band(ctx("llama-3.1-8b"), {"hopper"}) == pytest.approx(prof.fit["residual_scale"])
+    assert calibrated_elsewhere(prof, "llama-3.1-70b", {"hopper"}) == "calibrated for llama-3.1-8b on hopper only"
+    assert calibrated_elsewhere(prof, "llama-3.1-8b", {"blackwell"}) == "calibrated for llama-3.1-8b on hopper only"
+    for model, fams in (("llama-3.1-70b", {"hopper"}), ("llama-3.1-8b", {"blackwell"})):
+        assert evidence_band(ctx(model), fams) == policy.evidence_band != prof.fit["residual_scale"]

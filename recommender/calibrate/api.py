@@ -316,6 +316,8 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
             "fit_median_ape_pct": round(uf.check.after["all"].median_ape, 2)}
     extra |= {"error_under_planner_conditions": {k: v.to_dict() for k, v in planner.items()},
               "coverage": coverage(ms, cat)}
+    if res.fitted and res.scope_gpu:   # where the fit was written: a plan elsewhere predicts with the start's values
+        extra["scope"] = {"family": gpu_family(res.scope_gpu), **({"model": res.scope_model} if res.scope_model else {})}
     doc = profile_document(res.profile, fit_summary(res, read.files, skipped, extra))
     header = (f"Engine profile {name!r} written by `recommend calibrate` ({req.engine}).\n"
               "Use it with --profile on estimate, the recommender and replan.")

@@ -116,19 +116,41 @@ def measured_rows(profile: EngineProfile, gpu_id: str, *, moe: bool = False, mod
 
 
 def evidence_of(ctx: SearchContext, ev: Evaluation) -> Evidence:
-    """The efficiency profile behind a plan and, per pool GPU, its family and the measured rows behind it."""
+    """The efficiency profile behind a plan and, per pool GPU, its family and the measured rows behind it. A
+    calibration written for another model or GPU family (the fit's ``scope``) is named as not this plan's."""
     model = getattr(ctx, "model", None)
     moe = getattr(model, "moe", None) is not None  # a MoE model: its InferenceX rows
     mid = str(getattr(model, "id", "") or "")
     pools = tuple(PoolEvidence(p.gpu, *measured_rows(ctx.profile, p.gpu, moe=moe, model_id=mid)) for p in ev.pools)
-    return Evidence(profile=ctx.profile.source or ctx.profile.engine, engine=ctx.profile.engine,
-                    measured=bool(pools) and all(p.measured_rows > 0 for p in pools), error_band=evidence_band(ctx),
-                    pools=pools)
+    label = ctx.profile.source or ctx.profile.engine
+    elsewhere = calibrated_elsewhere(ctx.profile, mid, {p.family for p in pools})
+    if elsewhere:
+        label += f" ({elsewhere}: this plan predicts with the start profile's values)"
+    return Evidence(profile=label, engine=ctx.profile.engine,
+                    measured=bool(pools) and all(p.measured_rows > 0 for p in pools),
+                    error_band=evidence_band(ctx, {p.family for p in pools}), pools=pools)
 
 
-def evidence_band(ctx: SearchContext) -> float:
-    """The profile's relative error band: its fit's residual scale (log-space sd) if stated, else the policy's."""
+def calibrated_elsewhere(profile: EngineProfile, model_id: str, families: set[str]) -> str:
+    """Where a ``recommend calibrate`` fit was written when that is not this plan ('calibrated for llama-3.1-8b on
+    hopper only'), else ''. Rows of one configuration are that model's override on its family; rows of one family are
+    that family's block (``fit.scope``, written by ``recommender.calibrate.api.calibrate``)."""
+    scope = (profile.fit or {}).get("scope")
+    if not isinstance(scope, dict):
+        return ""
+    fam, model = str(scope.get("family") or ""), str(scope.get("model") or "")
+    if (model and model != model_id) or (fam and families and families != {fam}):
+        return f"calibrated for {model + ' on ' if model else ''}{fam or 'its family'} only"
+    return ""
+
+
+def evidence_band(ctx: SearchContext, families: set[str] | None = None) -> float:
+    """The profile's relative error band: its fit's residual scale (log-space sd) if stated and the fit covers this
+    model (and ``families``, where given), else the policy's."""
     scale = (ctx.profile.fit or {}).get("residual_scale")
+    mid = str(getattr(getattr(ctx, "model", None), "id", "") or "")
+    if calibrated_elsewhere(ctx.profile, mid, families or set()):
+        return ctx.policy.evidence_band
     return float(scale) if isinstance(scale, (int, float)) and scale > 0 else ctx.policy.evidence_band
 
 
