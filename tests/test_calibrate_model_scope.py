@@ -145,7 +145,7 @@ def test_a_plan_of_another_model_does_not_claim_the_calibration(tmp_path: Path):
     from recommender.catalog import default_catalog
     from recommender.profiles import load_profile
     from recommender.search.policy import SearchPolicy
-    from recommender.search.recommend_rows import calibrated_elsewhere, evidence_band
+    from recommender.search.recommend_rows import calibrated_elsewhere, evidence_band, measured_rows
 
     files = tuple(str(p) for p in sorted((Path(__file__).resolve().parent / "data" / "bench").glob("vllm-8b-*.json")))
     run = calibrate(CalibrateRequest(results=files, out=str(tmp_path / "p.yaml")))
@@ -162,3 +162,9 @@ def test_a_plan_of_another_model_does_not_claim_the_calibration(tmp_path: Path):
     assert calibrated_elsewhere(prof, "llama-3.1-8b", {"blackwell"}) == "calibrated for llama-3.1-8b on hopper only"
     for model, fams in (("llama-3.1-70b", {"hopper"}), ("llama-3.1-8b", {"blackwell"})):
         assert evidence_band(ctx(model), fams) == policy.evidence_band != prof.fit["residual_scale"]
+    # the families it left as they were keep the start profile's measured rows (a B200 plan is not 'unmeasured')
+    shipped = engine_profile("vllm")
+    for gpu in ("b200", "mi300x", "h100-sxm"):
+        assert measured_rows(prof, gpu, model_id="llama-3.1-70b") == measured_rows(shipped, gpu, model_id="llama-3.1-70b")
+        assert measured_rows(prof, gpu, model_id="llama-3.1-70b")[1] > 0
+    assert measured_rows(prof, "h100-sxm", model_id="llama-3.1-8b") == ("hopper", 9)   # its own 9 rows

@@ -264,6 +264,21 @@ def _fit_per_family(ms: list[Measurement], start: EngineProfile, parameters: tup
     return UserFit(result=res, check=None, kept=any(r.kept for r in reports), base=start, families=tuple(reports))
 
 
+def start_evidence(start: EngineProfile, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The start profile's held-out evidence (``fit.held_out_by_config``) for the GPU families this calibration left
+    as they were: every family its rows do not cover, and the scope's family where the fit is one model's
+    override (its other models keep the start's values). Without it a plan on an untouched family (vLLM's B200,
+    4 rows) read as unmeasured and ranked below measured ones."""
+    block = (start.fit or {}).get("held_out_by_config")
+    fams = block.get("by_family") if isinstance(block, Mapping) else None
+    if not isinstance(fams, Mapping):
+        return {}
+    scope = extra.get("scope") or {}
+    touched = set((extra.get("coverage") or {}).get("families") or ()) - ({scope.get("family")} if scope.get("model") else set())
+    kept = {f: v for f, v in fams.items() if f not in touched}
+    return {"by": dict(block).get("by"), "source": f"the start profile ({start.source or start.engine})", "by_family": kept} if kept else {}
+
+
 def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> CalibrationRun:
     """Read ``req.results``, fit the engine's profile, add held-out error, write ``req.out`` atomically."""
     cat = catalog or default_catalog()
@@ -318,6 +333,9 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
               "coverage": coverage(ms, cat)}
     if res.fitted and res.scope_gpu:   # where the fit was written: a plan elsewhere predicts with the start's values
         extra["scope"] = {"family": gpu_family(res.scope_gpu), **({"model": res.scope_model} if res.scope_model else {})}
+    carried = start_evidence(start, extra)
+    if carried:
+        extra["held_out_by_config"] = carried
     doc = profile_document(res.profile, fit_summary(res, read.files, skipped, extra))
     header = (f"Engine profile {name!r} written by `recommend calibrate` ({req.engine}).\n"
               "Use it with --profile on estimate, the recommender and replan.")
