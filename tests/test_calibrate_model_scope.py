@@ -168,3 +168,22 @@ def test_a_plan_of_another_model_does_not_claim_the_calibration(tmp_path: Path):
         assert measured_rows(prof, gpu, model_id="llama-3.1-70b") == measured_rows(shipped, gpu, model_id="llama-3.1-70b")
         assert measured_rows(prof, gpu, model_id="llama-3.1-70b")[1] > 0
     assert measured_rows(prof, "h100-sxm", model_id="llama-3.1-8b") == ("hopper", 9)   # its own 9 rows
+
+
+def test_the_estimate_header_names_a_models_own_override():
+    """``recommend estimate`` says which parameters it used: the family's, or the model's own override on top."""
+    from recommender.catalog import default_catalog
+    from recommender.estimator import build_deployment
+    from recommender.render.estimate import _fit_label
+
+    prof = profile_from_doc(_doc({"llama-3.1-8b": {"rows": 9, "source": "one run",
+                                                    "parameters": {"hbm_bandwidth_efficiency": 0.5}}}), "t")
+    cat = default_catalog()
+
+    def label(model: str, gpu: str) -> str:
+        return _fit_label(build_deployment(model=cat.model(model), gpu=cat.gpu(gpu), tp=1, weight_dtype="bf16",
+                                           kv_dtype="bf16", profile=prof))
+
+    assert label("llama-3.1-8b", "h100-sxm") == " (hopper family fit, llama-3.1-8b's own: 9 rows)"
+    assert label("llama-2-7b", "h100-sxm") == " (hopper family fit)"
+    assert label("llama-3.1-8b", "a100-80gb") == ""

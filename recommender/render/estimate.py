@@ -45,7 +45,7 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     par = (f", DP attention {dep.dp}" if dep.dp > 1 else "") + (", expert parallel" if dep.ep else "")
     out.append(f"{m.id} on {replicas * tp * dep.dp} x {g.id} (TP {tp}{par}, {replicas} replica{'s' if replicas > 1 else ''}), "
                f"weights {dep.weight_dtype}, KV cache {dep.kv_dtype}, engine profile {p.engine}"
-               f"{f' ({p.family} family fit)' if p.family else ''}{'' if dep.cuda_graphs else ', CUDA graphs off'}")
+               f"{_fit_label(dep)}{'' if dep.cuda_graphs else ', CUDA graphs off'}")
     out.append("")
     if conditions:
         out.append("Engine conditions")
@@ -267,6 +267,17 @@ def parallel_flags(dep: Deployment) -> list[str]:
 
 def _quote(arg: str) -> str:
     return f"'{arg}'" if any(ch in arg for ch in '{}" ') else arg
+
+
+def _fit_label(dep: Deployment) -> str:
+    """' (hopper family fit)', ' (hopper family fit, llama-3.1-8b's own: 9 rows)' where the family holds an override
+    for this model (``recommend calibrate`` on one configuration), '' without a family fit."""
+    p = dep.profile
+    if not p.family:
+        return ""
+    fam = p.family_fit(dep.gpu.id)
+    own = fam.model_fit(dep.model.id) if fam is not None else None
+    return f" ({p.family} family fit" + (f", {own.model}'s own: {own.rows} rows)" if own is not None else ")")
 
 
 def _describe(load: Load, est: Estimate) -> str:
