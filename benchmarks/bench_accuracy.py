@@ -29,7 +29,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -132,6 +132,24 @@ def calibrate_split(pub: list[Measurement], amd: list[Measurement]) -> list[list
     return rows
 
 
+def user_case_splits(engine: str, pub: list[Measurement], amd: list[Measurement], prior: Any = None,
+                     k: int = 4) -> Iterator[tuple[list[Measurement], list[str], list[str], Any]]:
+    """The user's case's splits of ``engine``'s rows: its configurations dealt into ``k`` folds; for every ordered
+    pair (test fold, train fold), ``(rows, test fold, train fold, start)`` where ``start`` is
+    :func:`fit_profiles.fit_pipeline` fitted on the other folds only (from ``prior``'s physics where given)."""
+    ms, ex = [m for m in pub if m.engine == engine], [m for m in amd if m.engine == engine]
+    both = ms + ex
+    folds = fp.config_folds(both, k)
+    for i, test_fold in enumerate(folds):
+        for j, train_fold in enumerate(folds):
+            if i == j:
+                continue
+            keep = {c for h, f in enumerate(folds) if h not in (i, j) for c in f}
+            start = fp.fit_pipeline(engine, [m for m in ms if m.group("config") in keep],
+                                    [m for m in ex if m.group("config") in keep], prior)
+            yield both, test_fold, train_fold, start
+
+
 def calibrate_user_case(pub: list[Measurement], amd: list[Measurement],
                         engines: Sequence[str] = ("trtllm", "lmdeploy", "vllm")) -> list[list[Any]]:
     """The user's case without leakage: per engine, the configurations are dealt into four folds (three for
@@ -144,28 +162,18 @@ def calibrate_user_case(pub: list[Measurement], amd: list[Measurement],
     rows: list[list[Any]] = []
     prior = fp.fit_pipeline("trtllm", [m for m in pub if m.engine == "trtllm"], [], None, families=False)
     for engine in engines:
-        ms, ex = [m for m in pub if m.engine == engine], [m for m in amd if m.engine == engine]
-        both = ms + ex
-        folds = fp.config_folds(both, 4)
         start_err: list[float] = []
         cal_err: list[float] = []
-        lower = 0
-        for i, test_fold in enumerate(folds):
-            for j, train_fold in enumerate(folds):
-                if i == j:
-                    continue
-                ship_cfg = {c for k, f in enumerate(folds) if k not in (i, j) for c in f}
-                ship = fp.fit_pipeline(engine, [m for m in ms if m.group("config") in ship_cfg],
-                                       [m for m in ex if m.group("config") in ship_cfg],
-                                       prior if engine == "vllm" else None)
-                prof = fit_user_rows([m for m in both if m.group("config") in train_fold], ship).result.profile
-                test = [m for m in both if m.group("config") in test_fold]
-                s, c = _apes(test, ship), _apes(test, prof)
-                lower += error_stats(c).median_ape < error_stats(s).median_ape
-                start_err += s
-                cal_err += c
+        lower = n = 0
+        for both, test_fold, train_fold, ship in user_case_splits(engine, pub, amd, prior if engine == "vllm" else None):
+            prof = fit_user_rows([m for m in both if m.group("config") in train_fold], ship).result.profile
+            test = [m for m in both if m.group("config") in test_fold]
+            s, c = _apes(test, ship), _apes(test, prof)
+            lower += error_stats(c).median_ape < error_stats(s).median_ape
+            start_err += s
+            cal_err += c
+            n += 1
         s_all, c_all = error_stats(start_err), error_stats(cal_err)
-        n = len(folds) * (len(folds) - 1)
         rows.append([engine, len(both), len({m.group("config") for m in both}), n, _f(s_all), _f(c_all),
                      f"{lower} of {n}", "yes" if c_all.median_ape < s_all.median_ape else "no"])
     return rows

@@ -74,27 +74,18 @@ def _median_ape(ms: Sequence[Measurement], profile: EngineProfile) -> float:
 
 def engine_splits(engine: str, pub: list[Measurement], amd: list[Measurement], prior: EngineProfile | None) -> list[Split]:
     """Every (test fold, train configuration) split of ``engine``'s rows (see the module docstring)."""
-    ms, ex = [m for m in pub if m.engine == engine], [m for m in amd if m.engine == engine]
-    both = ms + ex
-    folds = fp.config_folds(both, 4)
     out: list[Split] = []
-    for i, test_fold in enumerate(folds):
-        for j, train_fold in enumerate(folds):
-            if i == j:
+    for both, test_fold, train_fold, start in ba.user_case_splits(engine, pub, amd, prior):
+        for cfg in train_fold:
+            train = [m for m in both if m.group("config") == cfg]
+            test = [m for m in both if m.group("config") in test_fold and m.group("family") == train[0].group("family")]
+            if not test:
                 continue
-            keep = {c for k, f in enumerate(folds) if k not in (i, j) for c in f}
-            start = fp.fit_pipeline(engine, [m for m in ms if m.group("config") in keep],
-                                    [m for m in ex if m.group("config") in keep], prior)
-            for cfg in train_fold:
-                train = [m for m in both if m.group("config") == cfg]
-                test = [m for m in both if m.group("config") in test_fold and m.group("family") == train[0].group("family")]
-                if not test:
-                    continue
-                uf = fit_user_rows(train, start, check=False)
-                if not uf.result.fitted:
-                    continue
-                by_w = {w: _median_ape(test, family_written(train, start, uf, w)) for w in WEIGHTS}
-                out.append(Split(cfg, len(test), _median_ape(test, start), by_w))
+            uf = fit_user_rows(train, start, check=False)
+            if not uf.result.fitted:
+                continue
+            by_w = {w: _median_ape(test, family_written(train, start, uf, w)) for w in WEIGHTS}
+            out.append(Split(cfg, len(test), _median_ape(test, start), by_w))
     return out
 
 
