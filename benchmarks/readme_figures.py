@@ -20,7 +20,7 @@ README writes it, and looks for that text in ``README.md``:
 - ``recommend calibrate`` held out on TensorRT-LLM's rows (``bench_accuracy.py``'s user's case; skipped by ``--quick``).
 
 The report lists each figure, the script that owns it, the text computed and whether the README carries it; the
-exit status is 1 when one is missing (``--no-check``: 0). About 15 minutes on 2 cores, 3 with ``--quick`` (3.4 min on 2026-12-06).
+exit status is 1 when one is missing (``--no-check``: 0). About 15-20 minutes on 2 cores (20 min on 2026-12-06 with the calibrate figure, other runs beside it), 3 with ``--quick`` (3.4 min).
 """
 
 from __future__ import annotations
