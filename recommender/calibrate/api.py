@@ -270,13 +270,16 @@ def start_evidence(start: EngineProfile, extra: Mapping[str, Any]) -> dict[str, 
     override (its other models keep the start's values). Without it a plan on an untouched family (vLLM's B200,
     4 rows) read as unmeasured and ranked below measured ones."""
     block = (start.fit or {}).get("held_out_by_config")
-    fams = block.get("by_family") if isinstance(block, Mapping) else None
-    if not isinstance(fams, Mapping):
+    if not isinstance(block, Mapping) or not isinstance(block.get("by_family"), Mapping):
         return {}
     scope = extra.get("scope") or {}
-    touched = set((extra.get("coverage") or {}).get("families") or ()) - ({scope.get("family")} if scope.get("model") else set())
-    kept = {f: v for f, v in fams.items() if f not in touched}
-    return {"by": dict(block).get("by"), "source": f"the start profile ({start.source or start.engine})", "by_family": kept} if kept else {}
+    touched = set((extra.get("coverage") or {}).get("families") or ())
+    if scope.get("model"):   # one model's override: the family's other models keep the start's values
+        touched.discard(scope.get("family"))
+    kept = {f: v for f, v in block["by_family"].items() if f not in touched}
+    if not kept:
+        return {}
+    return {"by": block.get("by"), "source": f"the start profile ({start.source or start.engine})", "by_family": kept}
 
 
 def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> CalibrationRun:

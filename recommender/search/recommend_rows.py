@@ -122,13 +122,14 @@ def evidence_of(ctx: SearchContext, ev: Evaluation) -> Evidence:
     moe = getattr(model, "moe", None) is not None  # a MoE model: its InferenceX rows
     mid = str(getattr(model, "id", "") or "")
     pools = tuple(PoolEvidence(p.gpu, *measured_rows(ctx.profile, p.gpu, moe=moe, model_id=mid)) for p in ev.pools)
+    families = {p.family for p in pools}
     label = ctx.profile.source or ctx.profile.engine
-    elsewhere = calibrated_elsewhere(ctx.profile, mid, {p.family for p in pools})
+    elsewhere = calibrated_elsewhere(ctx.profile, mid, families)
     if elsewhere:
         label += f" ({elsewhere}: this plan predicts with the start profile's values)"
     return Evidence(profile=label, engine=ctx.profile.engine,
                     measured=bool(pools) and all(p.measured_rows > 0 for p in pools),
-                    error_band=evidence_band(ctx, {p.family for p in pools}), pools=pools)
+                    error_band=evidence_band(ctx, families), pools=pools)
 
 
 def calibrated_elsewhere(profile: EngineProfile, model_id: str, families: set[str]) -> str:
