@@ -10,7 +10,7 @@ from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
 from recommender.estimator import EstimateRequest, conditions_of, does_not_fit_message, estimate_request, pricing_for
 from recommender.errors import ConfigError
-from recommender.render.estimate import estimate_json, render_walkthrough
+from recommender.render.estimate import estimate_json, render_bands, render_walkthrough
 
 
 @app.command("estimate")
@@ -71,8 +71,13 @@ def estimate_cmd(
         extra = under_load(dep, load, est, rate, replicas)
     cond = conditions_of(dep).lines()
     pricing = pricing_for(dep.gpu, tp=tp * data_parallel_size, replicas=replicas, usd_per_gpu_hour=price)
+    bands = None
+    if est.fits:
+        from recommender.search.estimate_bands import open_loop_bands, steady_bands
+
+        bands = open_loop_bands(dep, load, est, rate, replicas) if rate is not None else steady_bands(dep, est)
     if fmt == "json":
-        typer.echo(estimate_json(dep, load, est, extra, cond, pricing))
+        typer.echo(estimate_json(dep, load, est, extra, cond, pricing, bands))
     else:
         text = [render_walkthrough(dep, load, est, replicas, pricing, cond)]
         if extra:
@@ -85,6 +90,8 @@ def estimate_cmd(
                 shown = fmt_seconds(v) if k.endswith("_s") and k != "output_tokens_per_s" and isinstance(v, float) else (
                     f"${v:,.4f}" if k.startswith("usd_per_million") else f"{v:,.2f}" if isinstance(v, float) else str(v))
                 text.append(f"  {k:<18} {shown}")
+        if bands is not None:
+            text.append("\n" + render_bands(bands, extra or est.to_dict()))
         options.echo_fitted("\n".join(text), wide)
     if not est.fits:
         typer.echo(f"error: {does_not_fit_message(dep, est)}", err=True)
@@ -101,6 +108,7 @@ def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optio
 
     from recommender.bounded import check_request_count
     from recommender.estimator import bench_run, raise_if_not_fit
+    from recommender.search.estimate_bands import finite_bands
     from recommender.workload import MAX_TOKENS
     from recommender.perf.steady import Load
 
@@ -128,8 +136,9 @@ def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optio
                        concurrency=max_concurrency or 0, burstiness=burstiness)
     res = bench_run(dep, load, replicas=req.replicas, seed=seed)
     cond = conditions_of(dep).lines()
+    bands = finite_bands(dep, load, replicas=req.replicas, seed=seed)
     if fmt == "json":
-        typer.echo(json.dumps({**res, "load": load.describe(), "conditions": cond}, indent=2))
+        typer.echo(json.dumps({**res, "load": load.describe(), "conditions": cond, "bands": bands.to_dict()}, indent=2))
         return
     text = [f"Predicted `vllm bench serve` on {dep.model.id}, {req.replicas} x {dep.tp} {dep.gpu.id} "
                f"({dep.weight_dtype} weights, {dep.kv_dtype} KV): {load.describe()}"]
@@ -144,4 +153,5 @@ def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optio
         if key in ("method", "num_prompts", "request_rate", "burstiness", "max_concurrency"):
             continue
         text.append(f"{key:<26} {val:,.2f}" if isinstance(val, float) else f"{key:<26} {val}")
+    text.append("\n" + render_bands(bands, res))
     options.echo_fitted("\n".join(text), wide)

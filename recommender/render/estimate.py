@@ -11,6 +11,7 @@ from recommender.estimator import Pricing
 from recommender.perf import memory as mem
 from recommender.perf.steady import Estimate, Load, admitted
 from recommender.perf.step import Deployment, StepCostModel, compute_dtype
+from recommender.search.estimate_bands import EstimateBands
 from recommender.units import fmt_bytes as B
 from recommender.units import fmt_seconds as S
 
@@ -292,7 +293,8 @@ def _describe(load: Load, est: Estimate) -> str:
 
 
 def estimate_json(dep: Deployment, load: Load, est: Estimate, extra: dict[str, Any] | None = None,
-                  conditions: list[str] | None = None, pricing: Pricing | None = None) -> str:
+                  conditions: list[str] | None = None, pricing: Pricing | None = None,
+                  bands: EstimateBands | None = None) -> str:
     d = est.to_dict()
     d.update({"model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "weight_dtype": dep.weight_dtype,
               "kv_dtype": dep.kv_dtype, "engine": dep.profile.engine, "profile_family": dep.profile.family or None,
@@ -307,6 +309,8 @@ def estimate_json(dep: Deployment, load: Load, est: Estimate, extra: dict[str, A
         d["pricing"] = pricing.to_dict()
     if extra:
         d.update(extra)
+    if bands is not None:
+        d["bands"] = bands.to_dict()
     return json.dumps(_finite(d), indent=2)
 
 
@@ -344,3 +348,45 @@ def _gemm_flops_lines(cost: StepCostModel, b: int) -> list[str]:
     f += "; half point per GEMM"
     out.append(_line("GEMM FLOPs", f, f"{cost.gemm_effective_flops(b, w_s):.4g} FLOPs"))
     return out
+
+
+_BAND_NAMES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "end-to-end", "output_tokens_per_s": "output tokens/s",
+               "total_tokens_per_s": "total tokens/s"}
+
+
+def _band_value(key: str, v: float) -> str:
+    """A band end in the metric's unit: seconds (``*_s``, ``duration``), ms (``*_ms``), a rate."""
+    if key.endswith("_ms"):
+        return f"{v:,.2f} ms"
+    if key.endswith(("tokens_per_s", "throughput")):
+        return f"{v:,.4g}/s" if key == "request_throughput" else f"{v:,.0f} tok/s"
+    return S(v)
+
+
+def render_bands(bands: EstimateBands, values: dict[str, Any]) -> str:
+    """The 'Expected error' section: per metric, the p10-p90 band around the value shown above (docs/bands.md).
+
+    ``values``: the metrics shown above (the estimate's, ``--rate``'s under load, or a ``--bench`` run's)."""
+    c = bands.evidence
+    rows = (f"{c.rows} decode and {c.ttft_rows} TTFT rows, each predicted by a fit without its configuration"
+            if c.rows + c.ttft_rows else "no measured rows: the wide prior")
+    out = [f"Expected error: p10-p90 of the held-out errors of class {c.label} ({rows}; log-sd {c.sigma:.3f}, "
+           f"TTFT {c.sigma_ttft:.3f}; docs/bands.md)"]
+    rate = bands.rate_per_s
+    for k, (lo, hi) in bands.ranges.items():
+        v = values.get(k)
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or lo is None and hi is None:
+            continue
+        name = _BAND_NAMES.get(k) or k.removesuffix("_s").replace("_", " ")
+        ttft = "ttft" in k
+        factor = f"exp(+/-1.2816 x {c.sigma_ttft if ttft else c.sigma:.3f})"
+        op = "/" if k.endswith(("tokens_per_s", "throughput")) else "x"
+        if rate is None or not math.isfinite(rate):
+            formula = f"{_band_value(k, v)} {op} {factor}"
+        else:  # time rescaling: the model at g x the rate, g = exp(+/-1.2816 sigma)
+            name += " mean" if k in ("ttft_s", "tpot_s", "e2e_s") else ""
+            at = f"{name} at g x {rate:g} req/s"
+            formula = f"{factor} x {at}" if ttft else f"{'1 / ' if op == '/' else ''}g x {at}; g = {factor}"
+        far = "saturates" if hi is None else _band_value(k, hi)
+        out.append(_line(name, formula, f"{'-' if lo is None else _band_value(k, lo)} - {far}"))
+    return "\n".join(out)

@@ -42,6 +42,7 @@ import yaml
 from recommender.catalog import catalog_dir, default_catalog
 from recommender.errors import CatalogError
 from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
+from recommender.profiles import EngineProfile
 from recommender.search.evaluate import Evaluation, SearchContext
 from recommender.search.recommend_rows import RankedRow
 from recommender.workload import LengthDist
@@ -135,13 +136,17 @@ def class_from_table(table: Mapping[str, Any], engine: str, family: str, dtype: 
 
 def evidence_class(ctx: SearchContext, gpu: str, dtype: str) -> EvidenceClass:
     """The class of one pool (GPU, weight dtype) under ``ctx``'s profile and model."""
-    prof = ctx.profile
+    return class_for(ctx.profile, ctx.model, gpu, dtype)
+
+
+def class_for(prof: EngineProfile, model: Any, gpu: str, dtype: str) -> EvidenceClass:
+    """The class of ``model`` on ``gpu`` at weight ``dtype`` under ``prof`` (a plan's pool, or one ``estimate``)."""
     fit: Mapping[str, Any] = prof.fit or {}
     gpus = default_catalog().gpus
     family = gpus[gpu].arch if gpu in gpus else gpu
     fam_of_profile, fam_rows = prof.evidence(gpu)
     family = fam_of_profile or family
-    model_class = "moe" if getattr(ctx.model, "is_moe", False) or getattr(ctx.model, "num_experts", 0) else "dense"
+    model_class = "moe" if getattr(model, "is_moe", False) or getattr(model, "num_experts", 0) else "dense"
     for c in fit.get("classes") or ():  # a per-class table, when the fit provides one
         if isinstance(c, Mapping) and (c.get("family"), c.get("dtype"), c.get("model_class")) == (
                 family, dtype, model_class) and c.get("engine", prof.engine) == prof.engine:
