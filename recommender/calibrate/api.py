@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from recommender import progress
 from recommender.calibrate.fit import (ErrorStats, FamilyReport, FitOptions, FitResult, HeldOut, family_sigma,
-                                       fit_profile, held_out, summarize)
+                                       error_stats, fit_profile, held_out, summarize)
 from recommender.calibrate.measurements import Measurement, Skip, predict
 from recommender.calibrate.readers import read_results
 from recommender.calibrate.report import fit_summary, profile_document, write_profile
@@ -282,6 +282,26 @@ def start_evidence(start: EngineProfile, extra: Mapping[str, Any]) -> dict[str, 
     return {"by": block.get("by"), "source": f"the start profile ({start.source or start.engine})", "by_family": kept}
 
 
+def evidence_classes(ms: list[Measurement], uf: UserFit, cat: Catalog) -> list[dict[str, Any]]:
+    """The ``fit.classes`` of a kept fit: per evidence class of the user's rows (engine x GPU family x weight dtype x
+    model class), the rows and the median of their errors in the k-fold check (each predicted by a fit that did not
+    see its configuration, or its row for one configuration). Plans and estimates with this profile take their
+    bands from it (``recommender.search.bands``) instead of the shipped profile's classes, whose errors were
+    measured for values this fit replaced; [] without a kept check (rows of several GPU families: per family)."""
+    h = uf.check
+    if h is None or not uf.kept or not h.row_apes:
+        return []
+    by_id = {m.id: m for m in ms}
+    groups: dict[tuple[str, str, str, str], list[float]] = {}
+    for rid, err in zip(h.row_ids, h.row_apes):
+        m = by_id[rid]
+        key = (m.engine, m.group("family"), m.weight_dtype, "moe" if cat.model(m.model).is_moe else "dense")
+        groups.setdefault(key, []).append(err)
+    return [{"engine": e, "family": f, "dtype": d, "model_class": c, "rows": len(v),
+             "held_out": {"median_ape_pct": round(error_stats(v).median_ape, 2), "by": h.by}}
+            for (e, f, d, c), v in sorted(groups.items()) if f]
+
+
 def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> CalibrationRun:
     """Read ``req.results``, fit the engine's profile, add held-out error, write ``req.out`` atomically."""
     cat = catalog or default_catalog()
@@ -339,6 +359,9 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
     carried = start_evidence(start, extra)
     if carried:
         extra["held_out_by_config"] = carried
+    classes = evidence_classes(ms, uf, cat) if res.fitted else []
+    if classes:
+        extra["classes"] = classes
     doc = profile_document(res.profile, fit_summary(res, read.files, skipped, extra))
     header = (f"Engine profile {name!r} written by `recommend calibrate` ({req.engine}).\n"
               "Use it with --profile on estimate, the recommender and replan.")

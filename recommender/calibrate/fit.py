@@ -118,6 +118,7 @@ class HeldOut:
     after: Mapping[str, ErrorStats]       # held-out predictions
     per_group: Mapping[str, tuple[ErrorStats, ErrorStats]] = field(default_factory=dict)
     row_ids: tuple[str, ...] = field(default=(), compare=False)   # the rows that were held out
+    row_apes: tuple[float, ...] = field(default=(), compare=False)  # their held-out absolute % errors, in that order
 
     def to_dict(self) -> dict[str, Any]:
         return {"by": self.by, "folds": self.folds,
@@ -381,7 +382,7 @@ def held_out(ms: Sequence[Measurement], start: EngineProfile, by: str = "source"
     if not rows:
         raise CalibrationError(f"held-out error needs at least two groups of {by!r} with {min_train}+ rows to train on")
     return HeldOut(by=by, folds=used, before=summarize(rows, pb), after=summarize(rows, pa), per_group=per_group,
-                   row_ids=tuple(m.id for m in rows))
+                   row_ids=tuple(m.id for m in rows), row_apes=tuple(ape(a, m.value) for a, m in zip(pa, rows)))
 
 
 def split_error(train: Sequence[Measurement], test: Sequence[Measurement], start: EngineProfile,

@@ -368,8 +368,8 @@ def render_bands(bands: EstimateBands, values: dict[str, Any]) -> str:
 
     ``values``: the metrics shown above (the estimate's, ``--rate``'s under load, or a ``--bench`` run's)."""
     c = bands.evidence
-    rows = (f"{c.rows} decode and {c.ttft_rows} TTFT rows, each predicted by a fit without its configuration"
-            if c.rows + c.ttft_rows else "no measured rows: the wide prior")
+    counted = f"{c.rows} rows" if c.ttft_sigma is None else f"{c.rows} decode and {c.ttft_rows} TTFT rows"
+    rows = f"{counted}, each predicted by a fit that did not see it" if c.rows + c.ttft_rows else "no measured rows: the wide prior"
     out = [f"Expected error: p10-p90 of the held-out errors of class {c.label} ({rows}; log-sd {c.sigma:.3f}, "
            f"TTFT {c.sigma_ttft:.3f}; docs/bands.md)"]
     rate = bands.rate_per_s

@@ -4,7 +4,8 @@
 error come from data, never from code, first found of:
 
 1. the profile's own ``fit.classes`` (``{engine, family, dtype, model_class, rows, held_out: {median_ape_pct}}``;
-   a ``recommend calibrate`` profile may write one): one log-sd ``m / 0.6745`` for every metric;
+   ``recommend calibrate`` writes them for a kept fit, from its k-fold check on the user's rows; a calibration of
+   one configuration (``fit.scope.model``) only for that model): one log-sd ``m / 0.6745`` for every metric;
 2. ``catalogs/evidence.yaml`` (written by ``benchmarks/bench_bands.py --write``): per class and metric kind
    (``ttft``; ``decode`` = TPOT, ITL, e2e, output throughput) the rows of the published and InferenceX
    measurements of that class and ``sigma_fit`` = the 80th percentile of ``|ln g|`` / 1.2816 over their
@@ -147,7 +148,10 @@ def class_for(prof: EngineProfile, model: Any, gpu: str, dtype: str) -> Evidence
     fam_of_profile, fam_rows = prof.evidence(gpu)
     family = fam_of_profile or family
     model_class = "moe" if getattr(model, "is_moe", False) or getattr(model, "num_experts", 0) else "dense"
-    for c in fit.get("classes") or ():  # a per-class table, when the fit provides one
+    scope = fit.get("scope")
+    scoped = scope.get("model") if isinstance(scope, Mapping) else None
+    own = not scoped or scoped == getattr(model, "id", None)  # a calibration of one model: its classes are that model's
+    for c in fit.get("classes") or () if own else ():  # a per-class table, when the fit provides one
         if isinstance(c, Mapping) and (c.get("family"), c.get("dtype"), c.get("model_class")) == (
                 family, dtype, model_class) and c.get("engine", prof.engine) == prof.engine:
             n = int(c.get("rows") or 0)
