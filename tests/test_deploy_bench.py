@@ -137,3 +137,22 @@ def test_running_the_script_sends_the_plans_rates(path: Path, tmp_path: Path) ->
     cmd = typer.main.get_command(app)
     names = {o for p in cmd.commands["calibrate"].params for o in p.opts}  # type: ignore[attr-defined]
     assert {a for a in argv if a.startswith("--")} <= names
+
+
+def test_the_script_states_the_plans_error_band_beside_its_prediction() -> None:
+    """The SLO check's header gives the row's p10-p90 band (its ``bands``, docs/bands.md) so a measured p90 can be read
+    against the model's stated error; a slow end past capacity reads 'saturated'; a plan without bands has no line."""
+    import dataclasses
+
+    from recommender.units import fmt_seconds
+
+    plan = load_plan(ROOT / "examples" / "plans" / "chat.plan.json")
+    b = plan.top.bands
+    assert b is not None
+    head = render_deploy(plan, formats="bench")["bench.sh"].splitlines()[:5]
+    line = next(x for x in head if "stated error" in x)
+    assert f"class {b['class']}, {b['class_rows']} rows" in line
+    lo, hi = b["tpot_s"]
+    assert f"TPOT {fmt_seconds(lo)} - {'saturated' if hi is None else fmt_seconds(hi)}" in line
+    bare = dataclasses.replace(plan, rows=[dataclasses.replace(r, bands=None) for r in plan.rows])
+    assert not any("stated error" in x for x in render_deploy(bare, formats="bench")["bench.sh"].splitlines())

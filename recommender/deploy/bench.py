@@ -4,7 +4,8 @@
 
 1. **the SLO check**: the plan's workload at the plan's arrival rate through the router (all replicas), with
    ``--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99``; the plan's predicted TTFT / TPOT
-   at its percentile are printed beside it as comments;
+   at its percentile are printed beside it as comments, with the row's p10-p90 band (the model's stated error,
+   ``bands``; docs/bands.md) to read a measured value against;
 2. **the calibration run** (aggregated plans): ONE replica (``REPLICA_URL``, e.g. a port-forward to one engine
    pod) at ``rate / replicas``, which is what ``recommend calibrate`` fits (its quantities are per replica),
    then the ``recommend calibrate`` command with the plan's engine settings.
@@ -93,6 +94,22 @@ def _predicted(row: PlanRow) -> str:
     return ", ".join(parts) or "no latencies in the plan"
 
 
+def _band(row: PlanRow) -> str | None:
+    """'the model's stated error (p10-p90, class vllm/hopper/bf16/dense, 10 rows): TTFT 49.0 ms - 152 ms, ...' from the
+    row's ``bands`` (search/bands.py; docs/bands.md); None without bands. An upper end of null: the pools saturate."""
+    b = row.bands or {}
+    parts = []
+    for name, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("e2e", "e2e_s")):
+        v = b.get(key)
+        if isinstance(v, (list, tuple)) and len(v) == 2 and isinstance(v[0], (int, float)):
+            hi = fmt_seconds(float(v[1])) if isinstance(v[1], (int, float)) else "saturated"
+            parts.append(f"{name} {fmt_seconds(float(v[0]))} - {hi}")
+    if not parts:
+        return None
+    return (f"the model's stated error (p10-p90, class {b.get('class', '?')}, {b.get('class_rows', 0)} rows): "
+            + ", ".join(parts))
+
+
 def render_bench(spec: DeploySpec, plan: Plan) -> dict[str, str]:
     """``bench.sh``: the SLO check, the per-replica calibration run and the ``calibrate`` command."""
     w = plan.workload
@@ -100,6 +117,7 @@ def render_bench(spec: DeploySpec, plan: Plan) -> dict[str, str]:
     rate = w.arrival_rate_per_s
     lines = ["#!/bin/sh", f"# vllm bench serve runs that check plan rank {spec.rank} ({spec.plan_id}) of {spec.plan_name}",
              f"# workload {spec.workload_name}: what the plan predicts at {row.percentile}: {_predicted(row)}",
+             *([f"# {band}"] if (band := _band(row)) else []),
              "# Lengths: vLLM's random dataset, uniform around the mean with the workload's p90 (see"
              " recommender/deploy/bench.py).",
              "# BASE_URL: the deployment's endpoint (router / service), e.g. kubectl port-forward svc/<router> 8000:80",
