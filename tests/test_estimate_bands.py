@@ -122,20 +122,22 @@ def test_a_bench_run_band_is_the_run_at_g_times_the_request_rate() -> None:
 
 
 def test_a_calibrated_profile_states_the_error_of_its_own_check(tmp_path: Path) -> None:
-    """``recommend calibrate`` on 9 rows of Llama-3.1-8B on one H100 (tests/data/bench, `vllm bench serve` results)
-    writes the class its rows measured with the median error of its k-fold check (by row: one configuration); an
-    estimate of that model with the profile takes its band from it, shrunk toward the prior (5 rows of 0.5); another
-    model keeps the shipped class (the calibration is that model's override only)."""
+    """``recommend calibrate`` on 9 rows of Llama-3.1-8B on one H100 (tests/data/bench: three `vllm bench serve`
+    results) writes the class its rows measured with the median of the held-out errors its report prints (each
+    results file predicted by a fit that did not see it); an estimate of that model with the profile takes its band
+    from it, shrunk toward the prior (5 rows of 0.5); another model keeps the shipped class (the calibration is that
+    model's override only)."""
     from recommender.calibrate.api import CalibrateRequest, calibrate
 
     files = tuple(str(p) for p in sorted((Path(__file__).resolve().parent / "data" / "bench").glob("vllm-8b-*.json")))
     run = calibrate(CalibrateRequest(results=files, out=str(tmp_path / "p.yaml")))
     doc = yaml.safe_load(Path(run.out).read_text())
-    check = doc["fit"]["generalisation_check"]
-    assert check["kept"] and check["by"] == "row"
+    assert doc["fit"]["generalisation_check"]["kept"]
+    shown = doc["fit"]["held_out"][-1]
+    assert shown["by"] == "source" and shown["held_out"]["all"]["n"] == 9
     [cls] = doc["fit"]["classes"]
     assert cls == {"engine": "vllm", "family": "hopper", "dtype": "bf16", "model_class": "dense", "rows": 9,
-                   "held_out": {"median_ape_pct": check["fit_median_ape_pct"], "by": "row"}}
+                   "held_out": {"median_ape_pct": shown["held_out"]["all"]["median_ape_pct"], "by": "source"}}
     fit_sigma = cls["held_out"]["median_ape_pct"] / 100 / 0.6745   # median |ln g| of a lognormal = 0.6745 sigma
     sigma = math.sqrt((9 * fit_sigma ** 2 + 5 * 0.5 ** 2) / (9 + 5))
     args = ("--gpu", "h100-sxm", "--concurrency", "16", "--prompt-tokens", "2048", "--output-tokens", "256",

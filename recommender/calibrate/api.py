@@ -282,14 +282,13 @@ def start_evidence(start: EngineProfile, extra: Mapping[str, Any]) -> dict[str, 
     return {"by": block.get("by"), "source": f"the start profile ({start.source or start.engine})", "by_family": kept}
 
 
-def evidence_classes(ms: list[Measurement], uf: UserFit, cat: Catalog) -> list[dict[str, Any]]:
+def evidence_classes(ms: list[Measurement], h: HeldOut | None, cat: Catalog) -> list[dict[str, Any]]:
     """The ``fit.classes`` of a kept fit: per evidence class of the user's rows (engine x GPU family x weight dtype x
-    model class), the rows and the median of their errors in the k-fold check (each predicted by a fit that did not
-    see its configuration, or its row for one configuration). Plans and estimates with this profile take their
+    model class), the rows and the median of their held-out errors in ``h`` (the report's: each group, by default
+    each results file, predicted by a fit that did not see it). Plans and estimates with this profile take their
     bands from it (``recommender.search.bands``) instead of the shipped profile's classes, whose errors were
-    measured for values this fit replaced; [] without a kept check (rows of several GPU families: per family)."""
-    h = uf.check
-    if h is None or not uf.kept or not h.row_apes:
+    measured for values this fit replaced; [] without per-row held-out errors."""
+    if h is None or not h.row_apes:
         return []
     by_id = {m.id: m for m in ms}
     groups: dict[tuple[str, str, str, str], list[float]] = {}
@@ -359,7 +358,8 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
     carried = start_evidence(start, extra)
     if carried:
         extra["held_out_by_config"] = carried
-    classes = evidence_classes(ms, uf, cat) if res.fitted else []
+    shown = res.held_out[-1] if res.held_out else uf.check   # the held-out error the report prints
+    classes = evidence_classes(ms, shown, cat) if res.fitted and uf.kept else []
     if classes:
         extra["classes"] = classes
     doc = profile_document(res.profile, fit_summary(res, read.files, skipped, extra))
