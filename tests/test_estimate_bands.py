@@ -142,6 +142,12 @@ def test_a_calibrated_profile_states_the_error_of_its_own_check(tmp_path: Path) 
     sigma = math.sqrt((9 * fit_sigma ** 2 + 5 * 0.5 ** 2) / (9 + 5))
     args = ("--gpu", "h100-sxm", "--concurrency", "16", "--prompt-tokens", "2048", "--output-tokens", "256",
             "--profile", run.out)
+    # the calibrate report says so: log-sd and the p10-p90 factors exp(-/+ 1.2816 sigma)
+    from recommender.calibrate.report import classes_text
+
+    text = classes_text(run.classes, "llama-3.1-8b")
+    assert "(llama-3.1-8b only: rows of one configuration)" in text
+    assert f"{sigma:.3f} | x{math.exp(-Z90 * sigma):.2f} - x{math.exp(Z90 * sigma):.2f}" in text
     b = run_json("--model", "llama-3.1-8b", *args)["bands"]
     assert b["class_rows"] == 9 and b["sigma"] == pytest.approx(sigma, abs=1e-4) and b["sigma_ttft"] == b["sigma"]
     other = run_json("--model", "llama-3.1-70b", "--tp", "4", *args)["bands"]

@@ -46,6 +46,7 @@ class CalibrationRun:
     conditions: tuple[str, ...] = ()                       # the engine conditions the rows were predicted under
     planner_error: Mapping[str, ErrorStats] = field(default_factory=dict)   # fitted profile, vLLM defaults
     families: tuple[FamilyReport, ...] = ()
+    classes: tuple[Mapping[str, Any], ...] = ()            # fit.classes written (evidence_classes)
 
 
 def row_conditions(ms: list[Measurement], limit: int = 6) -> tuple[str, ...]:
@@ -367,7 +368,7 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
               "Use it with --profile on estimate, the recommender and replan.")
     path = write_profile(req.out, doc, header)
     return CalibrationRun(result=res, files=read.files, skipped=skipped, out=path, conditions=row_conditions(ms),
-                          planner_error=planner, families=tuple(fam_reports))
+                          planner_error=planner, families=tuple(fam_reports), classes=tuple(classes))
 
 
 __all__ = ["CalibrateRequest", "CalibrationRun", "calibrate", "fit_user_rows", "UserFit", "user_base", "select_engine", "HELD_OUT_KEYS"]

@@ -174,9 +174,26 @@ def held_out_text(h: HeldOut) -> str:
     return title + "\n" + error_table(h.before, h.after, headers=("start", "held-out"))
 
 
+def classes_text(classes: Sequence[Mapping[str, Any]], model: str = "") -> str:
+    """The error band plans and estimates made with the profile carry, per evidence class it writes (``fit.classes``;
+    docs/bands.md): held-out median APE ``m`` -> log-sd ``m / 0.6745`` shrunk toward the prior, p10-p90 factors."""
+    from recommender.search.bands import MEDIAN_ABS_Z, Z90, class_sigma
+
+    rows = []
+    for c in classes:
+        n, m = int(c["rows"]), float(c["held_out"]["median_ape_pct"])
+        sigma = class_sigma(n, m / 100.0 / MEDIAN_ABS_Z if m > 0 else None)
+        rows.append([f"{c['engine']}/{c['family']}/{c['dtype']}/{c['model_class']}", n, f"{m:.1f}", f"{sigma:.3f}",
+                     f"x{math.exp(-Z90 * sigma):.2f} - x{math.exp(Z90 * sigma):.2f}"])
+    scope = f" ({model} only: rows of one configuration)" if model else ""
+    return (f"Error band of plans and estimates with this profile{scope}; docs/bands.md\n"
+            + tabulate(rows, headers=["class", "rows", "held-out med %", "log-sd", "p10-p90"], tablefmt="github"))
+
+
 def render_text(res: FitResult, out_path: str | None = None, files: Sequence[str] = (),
                 skipped: Sequence[Skip] = (), *, conditions: Sequence[str] = (),
-                planner_error: Mapping[str, ErrorStats] | None = None, families: Sequence[FamilyReport] = ()) -> str:
+                planner_error: Mapping[str, ErrorStats] | None = None, families: Sequence[FamilyReport] = (),
+                classes: Sequence[Mapping[str, Any]] = ()) -> str:
     """The report ``recommend calibrate`` prints."""
     lines = [f"Calibrated profile {res.profile.engine!r} from {res.n_rows} measurements"
              + (f" in {len(files)} file(s)" if files else "")
@@ -211,6 +228,8 @@ def render_text(res: FitResult, out_path: str | None = None, files: Sequence[str
         lines += ["", "Error of the fitted profile under the planner's conditions (vLLM defaults for each GPU, "
                   "gpu-memory-utilization 0.92)", error_table(res.after, dict(planner_error),
                                                               headers=("as run", "planner"))]
+    if classes:
+        lines += ["", classes_text(classes, res.scope_model)]
     if out_path:
         lines += ["", f"wrote {out_path}  (use it with --profile {out_path})"]
     return "\n".join(lines)

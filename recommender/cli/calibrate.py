@@ -64,4 +64,5 @@ def calibrate_cmd(
         typer.echo(json.dumps(result_json(run.result, str(Path(out)), run.files, run.skipped), indent=2))
     else:
         options.echo_fitted(render_text(run.result, str(Path(out)), run.files, run.skipped, conditions=run.conditions,
-                                        planner_error=run.planner_error, families=run.families), wide)
+                                        planner_error=run.planner_error, families=run.families,
+                                        classes=run.classes), wide)
