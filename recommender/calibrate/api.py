@@ -288,7 +288,8 @@ def evidence_classes(ms: list[Measurement], h: HeldOut | None, cat: Catalog) -> 
     model class), the rows and the median of their held-out errors in ``h`` (the report's: each group, by default
     each results file, predicted by a fit that did not see it). Plans and estimates with this profile take their
     bands from it (``recommender.search.bands``) instead of the shipped profile's classes, whose errors were
-    measured for values this fit replaced; [] without per-row held-out errors."""
+    measured for values this fit replaced; [] without per-row held-out errors. For a fit of one GPU family (the
+    caller's rule: rows of several get per-family fits, kept or not, that one held-out figure does not describe)."""
     if h is None or not h.row_apes:
         return []
     by_id = {m.id: m for m in ms}
@@ -360,7 +361,8 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
     if carried:
         extra["held_out_by_config"] = carried
     shown = res.held_out[-1] if res.held_out else uf.check   # the held-out error the report prints
-    classes = evidence_classes(ms, shown, cat) if res.fitted and uf.kept else []
+    # one GPU family (uf.check): rows of several get per-family fits, kept or not, that one report does not describe
+    classes = evidence_classes(ms, shown, cat) if res.fitted and uf.kept and uf.check is not None else []
     if classes:
         extra["classes"] = classes
     doc = profile_document(res.profile, fit_summary(res, read.files, skipped, extra))

@@ -4,8 +4,9 @@
 error come from data, never from code, first found of:
 
 1. the profile's own ``fit.classes`` (``{engine, family, dtype, model_class, rows, held_out: {median_ape_pct}}``;
-   ``recommend calibrate`` writes them for a kept fit, from its k-fold check on the user's rows; a calibration of
-   one configuration (``fit.scope.model``) only for that model): one log-sd ``m / 0.6745`` for every metric;
+   ``recommend calibrate`` writes them for a kept fit of one GPU family, from the held-out error its report prints;
+   a calibration of one configuration (``fit.scope.model``) only for that model): one log-sd ``m / 0.6745`` for
+   every metric;
 2. ``catalogs/evidence.yaml`` (written by ``benchmarks/bench_bands.py --write``): per class and metric kind
    (``ttft``; ``decode`` = TPOT, ITL, e2e, output throughput) the rows of the published and InferenceX
    measurements of that class and ``sigma_fit`` = the 80th percentile of ``|ln g|`` / 1.2816 over their
