@@ -332,8 +332,33 @@ def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
                               held_out_inferencex=_figures(fd.get("held_out_inferencex"),
                                                            f"{where}: families.{fam}.held_out_inferencex")))
     values: dict[str, Any] = {k: float(v) for k, v in params.items()}
+    fit = doc.get("fit") or {}
+    if not isinstance(fit, Mapping):
+        raise ConfigError(f"profile {where}: fit must be a mapping (what `recommend calibrate` wrote); delete it or "
+                          "calibrate again")
+    _check_classes(fit.get("classes"), where)
     return EngineProfile(engine=str(doc.get("engine", "vllm")), source=str(doc.get("source", where)),
-                         fit=doc.get("fit") or {}, families=tuple(fams), **values)
+                         fit=fit, families=tuple(fams), **values)
+
+
+def _check_classes(doc: Any, where: str) -> None:
+    """``fit.classes`` (the error bands' evidence, ``recommender.search.bands``): a list of mappings with string
+    ``family``, ``dtype``, ``model_class``, a whole ``rows`` >= 0 and ``held_out.median_ape_pct`` >= 0 where given."""
+    if doc is None:
+        return
+    fix = "fix it or delete fit.classes (calibrate again to rewrite it)"
+    if not isinstance(doc, list):
+        raise ConfigError(f"profile {where}: fit.classes must be a list of mappings; {fix}")
+    for i, c in enumerate(doc):
+        at = f"profile {where}: fit.classes[{i}]"
+        if not isinstance(c, Mapping) or not all(isinstance(c.get(k), str) for k in ("family", "dtype", "model_class")):
+            raise ConfigError(f"{at} needs family, dtype and model_class (strings); {fix}")
+        rows, ho = c.get("rows", 0), c.get("held_out") or {}
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise ConfigError(f"{at}.rows {rows!r} is not a whole number >= 0; {fix}")
+        m = ho.get("median_ape_pct") if isinstance(ho, Mapping) else ho
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < 1e6):
+            raise ConfigError(f"{at}.held_out.median_ape_pct {m!r} is not a percentage >= 0; {fix}")
 
 
 def _checked(params: Mapping[str, Any], known: set[str], where: str) -> tuple[tuple[str, float], ...]:

@@ -153,3 +153,25 @@ def test_a_calibrated_profile_states_the_error_of_its_own_check(tmp_path: Path) 
     other = run_json("--model", "llama-3.1-70b", "--tp", "4", *args)["bands"]
     shipped = run_json("--model", "llama-3.1-70b", "--tp", "4", *args[:-2])["bands"]
     assert other == shipped and other["sigma"] == pytest.approx(by_hand("vllm", "hopper", "bf16", "dense", "decode"), abs=1e-4)
+
+
+@pytest.mark.parametrize("fit, says", [
+    ({"classes": [{"family": "hopper", "dtype": "bf16", "model_class": "dense", "rows": "many"}]},
+     "fit.classes[0].rows 'many' is not a whole number"),
+    ({"classes": [{"family": "hopper", "dtype": "bf16", "model_class": "dense", "rows": 9, "held_out": "x"}]},
+     "fit.classes[0].held_out.median_ape_pct 'x' is not a percentage"),
+    ({"classes": [{"family": "hopper", "dtype": "bf16", "model_class": "dense", "rows": 9,
+                   "held_out": {"median_ape_pct": -3}}]}, "is not a percentage >= 0"),
+    ({"classes": [{"family": 7, "dtype": "bf16", "model_class": "dense"}]}, "needs family, dtype and model_class"),
+    ({"classes": "nope"}, "fit.classes must be a list of mappings"),
+    (["not", "a", "mapping"], "fit must be a mapping"),
+])
+def test_a_profile_with_a_malformed_evidence_table_is_refused_in_one_line(tmp_path: Path, fit: object, says: str) -> None:
+    """A hand-edited profile (``--profile``): one line naming the field and what to do, exit 2, no traceback."""
+    doc = {"engine": "vllm", "parameters": {"hbm_bandwidth_efficiency": 0.8}, "fit": fit}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    res = CliRunner().invoke(app, ["estimate", *CONFIG, "--batch", "4", "--profile", str(path)])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and says in lines[0] and "delete" in lines[0]
