@@ -379,7 +379,9 @@ class StepCostModel:
         Dense GEMMs see all ``T`` tokens: ``(T + r M_half) x dense_flops_per_token``. A MoE layer's routed
         experts each see only their share, ``T k / E_t`` tokens over the ``E_t`` experts touched, so each
         pays its own half point: ``sum_e (T k / E_t + r M_half) = T k + r E_t M_half``, i.e.
-        ``(T + r E_t M_half / k) x routed_flops_per_token``.
+        ``(T + r E_t M_half / k) x routed_flops_per_token``. With ``dp`` attention ranks (perf.moe) ``T`` is one
+        rank's tokens, the MoE layer routes all ranks' (``T dp``), and the group's GPUs share its expert GEMMs (TP
+        slices, or whole experts with EP): one rank's ``tp`` GPUs run ``E_t(T dp) / dp`` of them, not ``E_t``.
 
         ``r = 1 - h M_mem / (T + M_mem)`` ramps the occupancy loss in past the memory knee ``M_mem =
         weight_s x compute / linear_flops_per_token`` (the tokens at which full-efficiency compute equals
@@ -395,7 +397,8 @@ class StepCostModel:
         out = (t + r * self.gemm_m_half_tokens) * dense
         if self.routed_flops_per_token and self.experts_top_k:
             k = self.experts_top_k
-            touched = moe_mod.expected_experts_touched(self.num_experts, k, t)
+            dp = self.moe.dp if self.moe is not None else 1
+            touched = moe_mod.expected_experts_touched(self.num_experts, k, t * dp) / dp
             out += (t + r * touched * self.gemm_m_half_tokens / k) * self.routed_flops_per_token / self.expert_compute_efficiency
         return out
 

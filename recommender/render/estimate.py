@@ -340,9 +340,11 @@ def _gemm_flops_lines(cost: StepCostModel, b: int) -> list[str]:
     f = f"({b} + {rt:g} x {cost.gemm_m_half_tokens:.4g}) tokens x {dense:.4g} FLOPs"
     if cost.routed_flops_per_token and cost.experts_top_k:
         e, k = cost.num_experts, cost.experts_top_k
-        touched = e * (1.0 - (1.0 - k / e) ** max(b, 0))
-        f += (f" + ({b} + {rt:g} x {touched:.4g} x {cost.gemm_m_half_tokens:.4g} / {k}) tokens x "
-              f"{cost.routed_flops_per_token:.4g} FLOPs")
+        dp = cost.moe.dp if cost.moe is not None else 1
+        touched = e * (1.0 - (1.0 - k / e) ** max(b * dp, 0)) / dp   # this rank's share of the layer's expert GEMMs
+        share = f" / {dp} ranks" if dp > 1 else ""
+        f += (f" + ({b} + {rt:g} x {touched * dp if dp > 1 else touched:.4g}{share} x {cost.gemm_m_half_tokens:.4g} / {k}) "
+              f"tokens x {cost.routed_flops_per_token:.4g} FLOPs")
         if cost.expert_compute_efficiency != 1.0:
             f += f" / {cost.expert_compute_efficiency:.4g} (the experts' share of the GEMMs' rate)"
     f += "; half point per GEMM"

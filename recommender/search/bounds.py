@@ -829,14 +829,19 @@ def _mean_positive(excess: Any, t_steps: np.ndarray) -> np.ndarray:
 
 
 def _curve_tokens(cost: StepCostModel, tokens: Any) -> Any:
-    """``g(T) = M_half (1 - h M_mem / (T + M_mem))``: the GEMM-curve tokens a step of ``T`` tokens adds at least
-    (``StepCostModel.gemm_effective_flops``: routed experts pay ``E_t / k >= 1`` half points). ``g`` falls with
-    ``M_mem``: taken at the largest weight read (every expert touched, at the dtype's stream efficiency), it
-    bounds every step from below. Increasing and concave in ``T`` with ``g(0) = M_half (1 - h) >= 0``."""
+    """``g(T) = c M_half (1 - h M_mem / (T + M_mem))``: the GEMM-curve tokens a step of ``T`` tokens adds at least
+    (``StepCostModel.gemm_effective_flops``: routed experts pay ``E_t(T dp) / (dp k) >= 1 / dp`` half points, since a
+    step of at least one token per rank touches at least ``k`` experts; dense GEMMs one), so ``c = (dense + routed /
+    dp) / linear`` of the FLOPs per token (1 without attention DP). ``g`` falls with ``M_mem``: taken at the largest
+    weight read (every expert touched, at the dtype's stream efficiency), it bounds every step from below.
+    Increasing and concave in ``T`` with ``g(0) = c M_half (1 - h) >= 0``."""
     if not cost.gemm_m_half_tokens or not cost.linear_flops_per_token:
         return tokens * 0.0
-    m_mem = cost.weight_read_s(1 << 30, cost.hbm_bytes_per_s) * cost.group_flops_per_s / cost.linear_flops_per_token
-    return cost.gemm_m_half_tokens * (1.0 - cost.gemm_curve_hidden * m_mem / (tokens + m_mem))
+    lf = cost.linear_flops_per_token
+    dp = cost.moe.dp if cost.moe is not None else 1
+    share = (lf - cost.routed_flops_per_token * (1.0 - 1.0 / dp)) / lf
+    m_mem = cost.weight_read_s(1 << 30, cost.hbm_bytes_per_s) * cost.group_flops_per_s / lf
+    return share * cost.gemm_m_half_tokens * (1.0 - cost.gemm_curve_hidden * m_mem / (tokens + m_mem))
 
 
 def _curve_per_token(cost: StepCostModel, cap_tokens: int) -> float:
