@@ -14,6 +14,8 @@ README writes it, and looks for that text in ``README.md``:
   rows' held out (``fit_inferencex.held_out_by_profile`` of the 3-fold predictions above). The README prints what
   the profiles record; here both are recomputed from the rows;
 - dense published rows held out by configuration (``bench_accuracy.py``): throughput, TPOT, TTFT median error;
+- InferenceX's disaggregated rows, predicted with nothing fitted on them (``bench_inferencex_disagg.py``): coverage,
+  TPOT and output throughput median error, TTFT median signed error;
 - band coverage on held-out rows (``bench_bands.py``; skipped by ``--quick``);
 - analytic model against the simulator (``bench_agreement.py``: every example's top five rows and the extra
   problems; skipped by ``--quick``);
@@ -175,6 +177,19 @@ def calibrate_figure() -> Figure:
                   f"{start:.1f} -> {cal:.1f}% median held out ({row[6]} splits lower)")
 
 
+def disagg_figure() -> Figure:
+    """InferenceX's disaggregated rows predicted by the P/D load model, nothing fitted on them
+    (``bench_inferencex_disagg.py``): coverage, TPOT and output throughput median error, TTFT median signed error."""
+    import bench_inferencex_disagg as bd
+
+    h = bd.headline(bd.predict_all(bd.disagg_cases(bx.DEFAULT_CSV)))
+    ttft = (f"under-predicted by a median {-h['ttft_signed']:.0f}%" if h["ttft_signed"] < 0
+            else f"over-predicted by a median {h['ttft_signed']:.0f}%")
+    return Figure("InferenceX disaggregated (P/D)", "bench_inferencex_disagg.py",
+                  f"{h['coverage']:.0f}% covered): TPOT {h['tpot']:.1f}% and output throughput {h['tput']:.1f}% median "
+                  f"error, TTFT {ttft}")
+
+
 def check(figures: Sequence[Figure], readme: str) -> list[tuple[Figure, bool]]:
     """Each figure and whether the README carries its text (line breaks and runs of spaces count as one space)."""
     flat = " ".join(readme.split())
@@ -203,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     figures, held3 = inferencex_figures(loco=not a.quick)
     dense_figs, dense_by = dense_held_out()
-    figures += profile_table(dense_by, held3) + dense_figs
+    figures += profile_table(dense_by, held3) + dense_figs + [disagg_figure()]
     if not a.quick:
         figures += [band_figure(held3), agreement_figure(), calibrate_figure()]
     checked = check(figures, README.read_text())

@@ -1,0 +1,330 @@
+"""Predict InferenceX's disaggregated DeepSeek-R1 rows with the P/D load model; write ``benchmarks/results/inferencex-disagg.md``.
+
+    python3 benchmarks/bench_inferencex_disagg.py [--out FILE.md] [--limit N]
+
+The 284 rows of ``tests/data/measurements/inferencex-dsr1.csv`` with ``disagg`` true (Dynamo SGLang / TensorRT-LLM
+and MoRI SGLang: ``prefill_workers`` engines of ``num_prefill_gpu / prefill_workers`` GPUs feed ``decode_workers``
+engines, each side with its own TP, EP and DP attention) are predicted as a plan's P/D deployment is
+(``recommender.load.analyze_disaggregated``), from the shipped profiles, without fitting anything on them:
+
+- each side is one engine per worker, built as ``recommend estimate`` builds it (``tp`` = the worker's GPUs, or
+  ``tp`` 1 and ``dp`` = its GPUs under DP attention; EP where ``*_ep`` > 1; the decode side with MTP where the
+  row ran it, at the engine's acceptance); the load model's replicas are the attention ranks (workers x dp);
+- the KV moves over NVLink (900 GB/s per GPU) where both sides fit one NVLink domain (GB200 NVL72), else over
+  one 400 Gb/s NIC per GPU (50 GB/s), with the search policy's fixed cost per transfer;
+- the harness keeps ``CONC`` requests in flight (a closed loop): the arrival rate ``R`` the open-loop model needs
+  is the one with ``R x E2E(R) = CONC`` (Little's law; bisection below the deployment's capacity);
+- measured TTFT is the row's median (the model's p50): the steady-state model has no cold first wave, which moves a
+  run's mean TTFT and not its median; TPOT the mean; output throughput ``R x output tokens``.
+
+Not predicted (the reason is counted): a GPU without a catalog entry (GB300), a layout the model refuses (EP or
+DP attention wider than one NVLink domain: wide EP across nodes), rows whose worker GPU count is not whole.
+Error = ``|predicted / measured - 1|``: mean (MAPE) and median, by GPU, framework, layout and concurrency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_inferencex as bx  # noqa: E402
+
+from recommender.atomic import atomic_write_text  # noqa: E402
+
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "inferencex-disagg.md"
+#: InferenceX disaggregated framework -> (single-node framework name of bench_inferencex, engine profile)
+FRAMEWORK = {"dynamo-sglang": ("sglang", "sglang"), "dynamo-trt": ("trt", "trtllm"), "mori-sglang": ("sglang", "sglang")}
+#: InferenceX GPU name -> catalog id (GB300 has no catalog entry)
+GPU = {"h100": "h100-sxm", "h200": "h200", "b200": "b200", "b300": "b300", "gb200": "gb200", "mi355x": "mi355x"}
+NIC_BYTES_PER_S = 50e9  # one 400 Gb/s NIC per GPU (ConnectX-7 / NDR, the rail-optimised HGX / MI355X layout)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of the P/D deployment: ``workers`` engines, each ``tp`` x ``dp`` GPUs, EP or not."""
+
+    workers: int
+    tp: int
+    dp: int
+    ep: bool
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.tp * self.dp
+
+    def label(self) -> str:
+        par = f"DP{self.dp}" if self.dp > 1 else f"TP{self.tp}"
+        return f"{self.workers}x{par}{'+EP' if self.ep else ''}"
+
+
+@dataclass(frozen=True)
+class DisaggCase:
+    row: dict[str, str]
+    gpu: str            # InferenceX name
+    framework: str      # InferenceX name
+    weight_dtype: str
+    conc: int
+    prompt_tokens: int
+    output_tokens: int
+    mtp: bool
+    prefill: Side | None
+    decode: Side | None
+    measured: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ttft_statistic(self) -> str:
+        """"median" where the row publishes it (the steady-state model does not see a run's cold first wave, which
+        moves the mean and not the median: docs/accuracy.md), else "mean"."""
+        return "median" if bx._num(self.row.get("ttft_median_ms", "")) is not None else "mean"
+
+    @property
+    def point(self) -> tuple[Any, ...]:
+        """One configuration and concurrency (every date of it)."""
+        return (self.gpu, self.framework, self.weight_dtype, self.mtp, self.prefill, self.decode, self.row["isl"],
+                self.row["osl"], self.conc, self.ttft_statistic)
+
+    @property
+    def layout(self) -> str:
+        return "-" if self.prefill is None or self.decode is None else f"P {self.prefill.label()} / D {self.decode.label()}"
+
+
+def side_of(row: dict[str, str], which: str) -> Side | None:
+    """A side's layout from the row's ``{which}_tp / _ep / _dp_attention / _workers`` and ``num_{which}_gpu``; None when
+    its GPU count is not a whole number of workers."""
+    workers, gpus = int(row[f"{which}_workers"] or 0), int(row[f"num_{which}_gpu"] or 0)
+    if workers < 1 or gpus < workers or gpus % workers:
+        return None
+    per = gpus // workers
+    dpa = row[f"{which}_dp_attention"] == "true"
+    return Side(workers=workers, tp=1 if dpa else per, dp=per if dpa else 1, ep=int(row[f"{which}_ep"] or 1) > 1)
+
+
+def disagg_cases(path: Path) -> list[DisaggCase]:
+    out = []
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            if r["disagg"] != "true":
+                continue
+            fp4 = r["precision"] == "fp4"
+            wd = ("mxfp4" if r["gpu"] in bx.AMD else "fp4") if fp4 else "fp8"
+            meas: dict[str, float] = {}
+            for k, first, second in (("ttft", "ttft_median_ms", "ttft_mean_ms"), ("tpot", "tpot_mean_ms", "tpot_median_ms")):
+                v = bx._num(r[first]) or bx._num(r[second])
+                if v is not None:
+                    meas[k] = v / 1e3
+            t = bx._num(r["output_tput_tok_s"])
+            if t is not None:
+                meas["tput"] = t
+            out.append(DisaggCase(row=r, gpu=r["gpu"], framework=r["framework"], weight_dtype=wd,
+                                  conc=int(r["concurrency"]), prompt_tokens=round(0.9 * int(r["isl"])),
+                                  output_tokens=round(0.9 * int(r["osl"])), mtp=r["spec_method"] == "mtp",
+                                  prefill=side_of(r, "prefill"), decode=side_of(r, "decode"), measured=meas))
+    return out
+
+
+def _pool(c: DisaggCase, side: Side, fw: str, engine: str, gpu: str, with_mtp: bool) -> tuple[Any, Any]:
+    """(StepCostModel, EngineLimits) of one engine of ``side``, built as ``recommend estimate`` builds it
+    (``build_deployment``) at the memory fraction 0.9, or 0.96 where that does not hold the weights (the row ran, so
+    its engine held them); ValueError (one line) for a layout the physics does not cover: ``tp x dp`` beyond one
+    NVLink / xGMI domain (collectives across nodes are not modelled) or EP ranks that do not split the experts. The
+    search's rule that ``tp x dp`` divides the domain (how replicas pack into instances) is not applied: Dynamo runs
+    DP 16 / 32 / 48 engines in a GB200 NVL72 rack."""
+    from recommender.catalog import default_catalog
+    from recommender.estimator import build_deployment, parse_speculative_config
+    from recommender.perf.step import EngineLimits, StepCostModel
+    from recommender.profiles import engine_profile
+
+    cat = default_catalog()
+    g, model = cat.gpu(gpu), cat.model(bx.MODEL)
+    ranks, domain = side.tp * side.dp, g.interconnect.gpus_per_domain
+    if ranks > domain:
+        raise ValueError(f"an engine of {ranks} GPUs is wider than {gpu}'s {domain}-GPU NVLink / xGMI domain")
+    if side.ep and model.moe is not None and model.moe.num_experts % ranks:
+        raise ValueError(f"EP over {ranks} GPUs does not split {model.moe.num_experts} experts evenly")
+    release = bx.engine_release(fw, c.row.get("image") or c.row.get("image_from_config") or "")
+    profile = engine_profile(engine).for_release(gpu, release, bx.MODEL)
+    kv = bx.kv_cache_dtype(fw, c.gpu, c.weight_dtype, c.row["date"])
+    seqs, tokens = (512, 32768) if fw == "sglang" else (max(c.conc // max(side.workers * side.dp, 1), 8), 16384)
+    spec = None
+    if with_mtp:
+        k = bx.mtp_tokens(fw, c.gpu, side.dp > 1)
+        spec = parse_speculative_config(json.dumps({"method": "mtp", "num_speculative_tokens": k}), model, engine=engine)
+    limits = EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=tokens)
+    for gmu in (0.9, 0.96):
+        dep = build_deployment(model=model, gpu=g, tp=side.tp, weight_dtype=c.weight_dtype, kv_dtype=kv, profile=profile,
+                               limits=limits, gpu_memory_utilization=gmu, dp=side.dp, ep=side.ep, spec=spec,
+                               max_model_len=c.prompt_tokens + c.output_tokens)
+        if dep.memory().fits:
+            return StepCostModel.build(dep), dep.limits
+    raise ValueError(f"a {'decode' if with_mtp or side is c.decode else 'prefill'} engine of {ranks} GPUs does not "
+                     "hold the weights at memory fraction 0.96")
+
+
+def predict(c: DisaggCase) -> dict[str, float] | str:
+    """{ttft, tpot, tput} of the row's P/D deployment in a closed loop of ``conc`` requests, or why not."""
+    from recommender.catalog import default_catalog
+    from recommender.errors import RecommenderError
+    from recommender.load import Disaggregated, PoolSpec, Traffic, analyze_disaggregated
+    from recommender.load.link import KvLink
+    from recommender.perf import memory as mem
+    from recommender.search.policy import load_search_policy
+    from recommender.workload import LengthDist
+
+    gpu = GPU.get(c.gpu)
+    if gpu is None:
+        return f"no catalog entry for {c.gpu}"
+    if c.prefill is None or c.decode is None:
+        return "worker GPU count not whole"
+    fw, engine = FRAMEWORK[c.framework]
+    try:
+        cost_p, lim_p = _pool(c, c.prefill, fw, engine, gpu, False)
+        cost_d, lim_d = _pool(c, c.decode, fw, engine, gpu, c.mtp)
+    except RecommenderError as e:
+        return str(e).splitlines()[0]
+    except ValueError as e:
+        return str(e)
+    cat = default_catalog()
+    g, model = cat.gpu(gpu), cat.model(bx.MODEL)
+    one_domain = c.prefill.gpus + c.decode.gpus <= g.interconnect.gpus_per_domain
+    nic = g.interconnect.bandwidth_bytes_per_s if one_domain else NIC_BYTES_PER_S
+    link = KvLink(bytes_per_token=mem.kv_cache_bytes_per_token(model, bx.kv_cache_dtype(fw, c.gpu, c.weight_dtype,
+                                                                                      c.row["date"]), 1),
+                  nic_bytes_per_s=nic, prefill_tp=c.prefill.tp, decode_tp=c.decode.tp,
+                  latency_s=load_search_policy().kv_transfer_latency_s)
+    topo = Disaggregated(prefill=PoolSpec(cost=cost_p, limits=lim_p, replicas=c.prefill.workers * c.prefill.dp),
+                         decode=PoolSpec(cost=cost_d, limits=lim_d, replicas=c.decode.workers * c.decode.dp), kv_link=link)
+
+    def at(rate: float) -> Any:
+        return analyze_disaggregated(topo, Traffic(rate_per_s=rate, prompt=LengthDist.constant(c.prompt_tokens),
+                                                   output=LengthDist.constant(c.output_tokens)))
+
+    res = closed_loop(at, c.conc)
+    if isinstance(res, str):
+        return res
+    rate, r = res
+    ttft = r.ttft_s.at("mean" if c.ttft_statistic == "mean" else "p50")
+    return {"ttft": float(ttft), "tpot": float(r.tpot_s.at("mean")), "tput": rate * c.output_tokens}
+
+
+def closed_loop(at: Any, conc: int, iters: int = 40) -> tuple[float, Any] | str:
+    """The rate ``R`` with ``R x mean E2E(R) = conc`` (Little's law) and the model's result there: doubling from 1 req/s
+    to a rate past it (or past the capacity), then bisection on ``ln R``; the model saturates before ``R x E2E``
+    reaches ``conc`` only when the queue grows without bound, so the bracket always closes."""
+    lo, hi = 1e-4, None
+    probe = at(lo)
+    if not probe.stable:
+        return "unstable at any rate"
+    hi = 1.0
+    while hi < 1e6 and (r := at(hi)).stable and hi * float(r.e2e_s.at("mean")) < conc:   # double up to a bracket
+        lo, hi = hi, 2.0 * hi
+    best = (lo, at(lo))
+    for _ in range(iters):
+        mid = math.sqrt(lo * hi)
+        res = at(mid)
+        if res.stable and mid * float(res.e2e_s.at("mean")) < conc:
+            lo, best = mid, (mid, res)
+        else:
+            hi = mid
+    return best
+
+
+def ape(p: float, m: float) -> float:
+    return abs(p / m - 1.0) * 100.0
+
+
+def _tally(pairs: Sequence[tuple[DisaggCase, dict[str, float] | str]], key: Any) -> list[list[Any]]:
+    groups: dict[str, list[tuple[DisaggCase, dict[str, float] | str]]] = defaultdict(list)
+    for c, p in pairs:
+        groups[key(c)].append((c, p))
+    rows = []
+    for k, g in sorted(groups.items()):
+        ok = [(c, p) for c, p in g if isinstance(p, dict)]
+        cells: list[Any] = [k, len(g), f"{100 * len(ok) / len(g):.0f}%"]
+        for m in ("ttft", "tpot", "tput"):
+            e = [ape(p[m], c.measured[m]) for c, p in ok if isinstance(p, dict) and m in c.measured and p[m] > 0]
+            s = [math.log(p[m] / c.measured[m]) for c, p in ok if isinstance(p, dict) and m in c.measured and p[m] > 0]
+            cells.append("-" if not e else f"{statistics.fmean(e):.1f} / {statistics.median(e):.1f}")
+            if m == "ttft":
+                signed = "-" if not s else f"{100 * (math.exp(statistics.median(s)) - 1):+.0f}"
+        cells.append(signed)
+        rows.append(cells)
+    return rows
+
+
+def _table(title: str, rows: list[list[Any]]) -> list[str]:
+    head = [title, "rows", "coverage", "TTFT MAPE / median %", "TPOT MAPE / median %", "output tok/s MAPE / median %",
+            "TTFT median signed %"]
+    return (["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+            + ["| " + " | ".join(str(x) for x in r) + " |" for r in rows] + [""])
+
+
+def predict_all(cases: Sequence[DisaggCase]) -> list[tuple[DisaggCase, dict[str, float] | str]]:
+    """Every case with its prediction (or why not), each distinct point (configuration x concurrency) predicted once."""
+    memo: dict[tuple[Any, ...], dict[str, float] | str] = {}
+    out = []
+    for c in cases:
+        if c.point not in memo:
+            memo[c.point] = predict(c)
+        out.append((c, memo[c.point]))
+    return out
+
+
+def headline(pairs: Sequence[tuple[DisaggCase, dict[str, float] | str]]) -> dict[str, float]:
+    """Coverage (%), the median absolute % error of TPOT and output throughput, the median signed % error of TTFT
+    (``README.md`` states them; ``benchmarks/readme_figures.py`` checks)."""
+    ok = [(c, p) for c, p in pairs if isinstance(p, dict)]
+
+    def med(m: str, signed: bool = False) -> float:
+        xs = [p[m] / c.measured[m] for c, p in ok if m in c.measured and p[m] > 0]
+        return 100.0 * (statistics.median(xs) - 1.0) if signed else statistics.median(abs(x - 1.0) * 100.0 for x in xs)
+
+    return {"coverage": 100.0 * len(ok) / len(pairs), "tpot": med("tpot"), "tput": med("tput"), "ttft_signed": med("ttft", True)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--limit", type=int, default=0, help="predict only the first N rows (a smoke run)")
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    cases = disagg_cases(bx.DEFAULT_CSV)
+    if a.limit:
+        cases = cases[:a.limit]
+    pairs = predict_all(cases)
+    reasons: dict[str, int] = defaultdict(int)
+    for _, p in pairs:
+        if isinstance(p, str):
+            reasons[p] += 1
+    conc = lambda c: "conc <= 64" if c.conc <= 64 else "conc 128-1024" if c.conc <= 1024 else "conc > 1024"  # noqa: E731
+    md = ["# InferenceX disaggregated DeepSeek-R1 rows: the P/D load model against measured runs", "",
+          f"Generated by `python3 benchmarks/bench_inferencex_disagg.py` in {time.perf_counter() - t0:.0f} s from "
+          "`tests/data/measurements/inferencex-dsr1.csv` (rows with `disagg` true). Nothing is fitted on these rows: "
+          "the shipped profiles predict them (module docstring: the layout, the KV link, the closed loop). Error = "
+          "|predicted / measured - 1|, mean / median %; signed = median of predicted / measured - 1.", ""]
+    md += _table("all", _tally(pairs, lambda c: "all"))
+    md += _table("GPU", _tally(pairs, lambda c: c.gpu))
+    md += _table("framework", _tally(pairs, lambda c: c.framework))
+    md += _table("concurrency", _tally(pairs, conc))
+    md += _table("MTP", _tally(pairs, lambda c: "MTP" if c.mtp else "no MTP"))
+    md += ["Not predicted:", ""] + [f"- {n} rows: {r}" for r, n in sorted(reasons.items(), key=lambda x: -x[1])] + [""]
+    text = "\n".join(md)
+    print(text)
+    atomic_write_text(a.out, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

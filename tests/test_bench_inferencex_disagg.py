@@ -1,0 +1,57 @@
+"""``benchmarks/bench_inferencex_disagg.py``: InferenceX's disaggregated rows as P/D deployments (layout, closed loop).
+
+Rows: ``tests/data/measurements/inferencex-dsr1.csv`` (SemiAnalysis InferenceX, see that folder's README); the
+expected layouts are read off the rows' own columns by hand.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from bench_module import benchmark
+
+bd = benchmark("bench_inferencex_disagg")
+
+
+def _row(**kw: str) -> dict[str, str]:
+    base = {"prefill_tp": "4", "prefill_ep": "1", "prefill_dp_attention": "false", "prefill_workers": "1",
+            "num_prefill_gpu": "4", "decode_tp": "8", "decode_ep": "8", "decode_dp_attention": "true",
+            "decode_workers": "2", "num_decode_gpu": "16"}
+    return {**base, **kw}
+
+
+def test_a_sides_layout_is_its_workers_gpus_as_tp_or_as_attention_dp() -> None:
+    r = _row()
+    # 1 prefill worker of 4 GPUs without DP attention: TP 4; 2 decode workers of 16 / 2 = 8 GPUs with it: DP 8 + EP
+    assert bd.side_of(r, "prefill") == bd.Side(workers=1, tp=4, dp=1, ep=False)
+    assert bd.side_of(r, "decode") == bd.Side(workers=2, tp=1, dp=8, ep=True)
+    assert bd.Side(workers=2, tp=1, dp=8, ep=True).gpus == 16
+    # a GPU count that is not a whole number of workers (the 72-GPU rows with 0 workers) is no layout
+    assert bd.side_of(_row(decode_workers="0", num_decode_gpu="72"), "decode") is None
+    assert bd.side_of(_row(decode_workers="3", num_decode_gpu="16"), "decode") is None
+
+
+def test_the_closed_loop_is_the_rate_whose_in_flight_requests_are_conc() -> None:
+    """Little's law on a stand-in model whose E2E is ``1 / (c - R)`` (an M/M/1 with capacity ``c``): ``R / (c - R) =
+    N`` gives ``R = N c / (1 + N)``; past ``c`` the model is unstable."""
+    c = 10.0
+
+    def at(rate: float) -> SimpleNamespace:
+        stable = rate < c
+        e2e = 1.0 / (c - rate) if stable else float("inf")
+        return SimpleNamespace(stable=stable, e2e_s=SimpleNamespace(at=lambda _p, e=e2e: e))
+
+    for n in (1, 4, 64):
+        rate, _ = bd.closed_loop(at, n)
+        assert rate == pytest.approx(n * c / (1 + n), rel=1e-6)
+
+
+def test_every_disaggregated_row_is_read_and_the_covered_ones_predicted() -> None:
+    cases = bd.disagg_cases(bd.bx.DEFAULT_CSV)
+    assert len(cases) == 284   # disagg true in inferencex-dsr1.csv (280 multi-node + 4 single-node)
+    pairs = bd.predict_all([c for c in cases if c.gpu == "h200"])
+    assert len(pairs) == 20 and all(isinstance(p, dict) for _, p in pairs)   # H200: every layout fits one node
+    gb300 = bd.predict(next(c for c in cases if c.gpu == "gb300"))
+    assert gb300 == "no catalog entry for gb300"
