@@ -17,8 +17,10 @@ engines, each side with its own TP, EP and DP attention) are predicted as a plan
 - measured TTFT is the row's median (the model's p50): the steady-state model has no cold first wave, which moves a
   run's mean TTFT and not its median; TPOT the mean; output throughput ``R x output tokens``.
 
-Not predicted (the reason is counted): a GPU without a catalog entry (GB300), a layout the model refuses (EP or
-DP attention wider than one NVLink domain: wide EP across nodes), rows whose worker GPU count is not whole.
+Not predicted (the reason is counted): a GPU without a catalog entry (GB300), an engine wider than one NVLink / xGMI
+domain (EP or DP attention across nodes), EP ranks that do not split the 256 experts, an engine whose weights the
+model does not fit at memory fraction 0.96 (it keeps every non-expert weight on each attention rank, as vLLM's DP
+does), rows whose worker GPU count is not whole.
 Error = ``|predicted / measured - 1|``: mean (MAPE) and median, by GPU, framework, layout and concurrency.
 """
 
@@ -241,25 +243,24 @@ def closed_loop(at: Any, conc: int, iters: int = 40) -> tuple[float, Any] | str:
     return best
 
 
-def ape(p: float, m: float) -> float:
-    return abs(p / m - 1.0) * 100.0
-
-
 def _tally(pairs: Sequence[tuple[DisaggCase, dict[str, float] | str]], key: Any) -> list[list[Any]]:
+    """Per group of ``key``: rows, coverage, each metric's mean / median absolute % error, TTFT's median signed %."""
     groups: dict[str, list[tuple[DisaggCase, dict[str, float] | str]]] = defaultdict(list)
     for c, p in pairs:
         groups[key(c)].append((c, p))
     rows = []
     for k, g in sorted(groups.items()):
         ok = [(c, p) for c, p in g if isinstance(p, dict)]
+
+        def ratios(m: str) -> list[float]:
+            return [p[m] / c.measured[m] for c, p in ok if isinstance(p, dict) and m in c.measured and p[m] > 0]
+
         cells: list[Any] = [k, len(g), f"{100 * len(ok) / len(g):.0f}%"]
         for m in ("ttft", "tpot", "tput"):
-            e = [ape(p[m], c.measured[m]) for c, p in ok if isinstance(p, dict) and m in c.measured and p[m] > 0]
-            s = [math.log(p[m] / c.measured[m]) for c, p in ok if isinstance(p, dict) and m in c.measured and p[m] > 0]
+            e = [abs(x - 1.0) * 100.0 for x in ratios(m)]
             cells.append("-" if not e else f"{statistics.fmean(e):.1f} / {statistics.median(e):.1f}")
-            if m == "ttft":
-                signed = "-" if not s else f"{100 * (math.exp(statistics.median(s)) - 1):+.0f}"
-        cells.append(signed)
+        t = ratios("ttft")
+        cells.append("-" if not t else f"{100 * (statistics.median(t) - 1):+.0f}")
         rows.append(cells)
     return rows
 
