@@ -177,12 +177,12 @@ def held_out_text(h: HeldOut) -> str:
 def classes_text(classes: Sequence[Mapping[str, Any]], model: str = "") -> str:
     """The error band plans and estimates made with the profile carry, per evidence class it writes (``fit.classes``;
     docs/bands.md): held-out median APE ``m`` -> log-sd ``m / 0.6745`` shrunk toward the prior, p10-p90 factors."""
-    from recommender.search.bands import MEDIAN_ABS_Z, Z90, class_sigma
+    from recommender.search.bands import Z90, held_out_sigma
 
     rows = []
     for c in classes:
         n, m = int(c["rows"]), float(c["held_out"]["median_ape_pct"])
-        sigma = class_sigma(n, m / 100.0 / MEDIAN_ABS_Z if m > 0 else None)
+        sigma = held_out_sigma(n, c["held_out"])
         rows.append([f"{c['engine']}/{c['family']}/{c['dtype']}/{c['model_class']}", n, f"{m:.1f}", f"{sigma:.3f}",
                      f"x{math.exp(-Z90 * sigma):.2f} - x{math.exp(Z90 * sigma):.2f}"])
     scope = f" ({model} only: rows of one configuration)" if model else ""

@@ -26,6 +26,7 @@ import math
 from recommender.deploy.shell import quote
 from recommender.deploy.spec import DeploySpec
 from recommender.plan import LengthSummary, Plan, PlanRow
+from recommender.render.plan import latency_band_cells
 from recommender.units import fmt_seconds
 
 #: seconds of traffic the SLO check sends at the plan's rate (enough for stable p90s; bounded below/above)
@@ -98,12 +99,7 @@ def _band(row: PlanRow) -> str | None:
     """'the model's stated error (p10-p90, class vllm/hopper/bf16/dense, 10 rows): TTFT 49.0 ms - 152 ms, ...' from the
     row's ``bands`` (search/bands.py; docs/bands.md); None without bands. An upper end of null: the pools saturate."""
     b = row.bands or {}
-    parts = []
-    for name, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("e2e", "e2e_s")):
-        v = b.get(key)
-        if isinstance(v, (list, tuple)) and len(v) == 2 and isinstance(v[0], (int, float)):
-            hi = fmt_seconds(float(v[1])) if isinstance(v[1], (int, float)) else "saturated"
-            parts.append(f"{name} {fmt_seconds(float(v[0]))} - {hi}")
+    parts = latency_band_cells(b)
     if not parts:
         return None
     return (f"the model's stated error (p10-p90, class {b.get('class', '?')}, {b.get('class_rows', 0)} rows): "

@@ -50,6 +50,18 @@ def p_slo_cell(r: PlanRow) -> str:
     return "-" if p is None else f"{p:.2f} ({b.get('class_rows', 0)})"
 
 
+def latency_band_cells(b: Any) -> list[str]:
+    """'TTFT 49.0 ms - 152 ms', 'TPOT ...', 'e2e ...' of a band record (seconds; 'saturated' where the slow end has
+    no value: the pools saturate there); a metric without a band is left out."""
+    cells = []
+    for name, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("e2e", "e2e_s")):
+        v = (b or {}).get(key)
+        if isinstance(v, (list, tuple)) and len(v) == 2 and isinstance(v[0], (int, float)):
+            hi = fmt_seconds(float(v[1])) if isinstance(v[1], (int, float)) else "saturated"
+            cells.append(f"{name} {fmt_seconds(float(v[0]))} - {hi}")
+    return cells
+
+
 def band_text(b: Any, key: str) -> str:
     """'0.48-0.70' of a band record's [p10, p90] (seconds or req/s), '' without."""
     v = (b or {}).get(key)

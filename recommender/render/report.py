@@ -16,7 +16,7 @@ from recommender.errors import RecommenderError
 from recommender.plan import Plan, PlanRow
 from recommender.profiles import EngineProfile
 from recommender.render.figure import pareto_figure
-from recommender.render.plan import plan_table_rows, render_table, table_headers
+from recommender.render.plan import latency_band_cells, plan_table_rows, render_table, table_headers
 from recommender.units import fmt_seconds
 
 CHART_ID = "pareto"
@@ -114,11 +114,7 @@ def _bands_section(row: PlanRow) -> str:
     b = row.bands
     if not b:
         return ""
-    cells = []
-    for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "e2e")):
-        lo, hi = (b.get(key) or [None, None])
-        if lo is not None:
-            cells.append(f"{name} {fmt_seconds(lo)} - {'saturated' if hi is None else fmt_seconds(hi)}")
+    cells = latency_band_cells(b)
     cap = b.get("capacity_per_s")
     if cap:
         cells.append(f"capacity {cap[0]:.3g} - {cap[1]:.3g} req/s")

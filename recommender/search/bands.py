@@ -86,6 +86,13 @@ def _median_ape(stats: Any) -> float | None:
     return float(v) / 100.0 if isinstance(v, (int, float)) and v > 0 else None
 
 
+def held_out_sigma(rows: int, held_out: Any) -> float:
+    """The shrunk log-sd of a class whose held-out record gives its median APE ``m`` (``median_ape_pct``): the
+    lognormal's ``m / 0.6745``, shrunk by :func:`class_sigma` (a ``fit.classes`` entry, written by calibrate)."""
+    m = _median_ape(held_out)
+    return class_sigma(rows, None if m is None else m / MEDIAN_ABS_Z)
+
+
 def class_sigma(rows: int, fit_sigma: float | None, prior: float = PRIOR_SIGMA) -> float:
     """The shrunk log-sd (module docstring); the prior at 0 rows or without a fitted error."""
     if rows <= 0 or fit_sigma is None:
@@ -156,9 +163,7 @@ def class_for(prof: EngineProfile, model: Any, gpu: str, dtype: str) -> Evidence
         if isinstance(c, Mapping) and (c.get("family"), c.get("dtype"), c.get("model_class")) == (
                 family, dtype, model_class) and c.get("engine", prof.engine) == prof.engine:
             n = int(c.get("rows") or 0)
-            m = _median_ape((c.get("held_out") or {}))
-            return EvidenceClass(prof.engine, family, dtype, model_class, n,
-                                 class_sigma(n, None if m is None else m / MEDIAN_ABS_Z))
+            return EvidenceClass(prof.engine, family, dtype, model_class, n, held_out_sigma(n, c.get("held_out")))
     table = evidence_table()
     if table is not None:
         return class_from_table(table, prof.engine, family, dtype, model_class)
