@@ -141,21 +141,17 @@ def _pool(c: DisaggCase, side: Side, fw: str, engine: str, gpu: str, with_mtp: b
     """(StepCostModel, EngineLimits) of one engine of ``side``, built as ``recommend estimate`` builds it
     (``build_deployment``) at the memory fraction 0.9, or 0.96 where that does not hold the weights (the row ran, so
     its engine held them); ValueError (one line) for a layout the physics does not cover: ``tp x dp`` beyond one
-    NVLink / xGMI domain (collectives across nodes are not modelled) or EP ranks that do not split the experts. The
-    search's rule that ``tp x dp`` divides the domain (how replicas pack into instances) is not applied: Dynamo runs
-    DP 16 / 32 / 48 engines in a GB200 NVL72 rack."""
+    NVLink / xGMI domain (collectives across nodes are not modelled) or EP ranks that do not split the experts."""
     from recommender.catalog import default_catalog
     from recommender.estimator import build_deployment, parse_speculative_config
+    from recommender.perf.moe import check_layout
     from recommender.perf.step import EngineLimits, StepCostModel
     from recommender.profiles import engine_profile
 
     cat = default_catalog()
     g, model = cat.gpu(gpu), cat.model(bx.MODEL)
-    ranks, domain = side.tp * side.dp, g.interconnect.gpus_per_domain
-    if ranks > domain:
-        raise ValueError(f"an engine of {ranks} GPUs is wider than {gpu}'s {domain}-GPU NVLink / xGMI domain")
-    if side.ep and model.moe is not None and model.moe.num_experts % ranks:
-        raise ValueError(f"EP over {ranks} GPUs does not split {model.moe.num_experts} experts evenly")
+    ranks = side.tp * side.dp
+    check_layout(model, gpu, g.interconnect.gpus_per_domain, tp=side.tp, dp=side.dp, ep=side.ep)
     release = bx.engine_release(fw, c.row.get("image") or c.row.get("image_from_config") or "")
     profile = engine_profile(engine).for_release(gpu, release, bx.MODEL)
     kv = bx.kv_cache_dtype(fw, c.gpu, c.weight_dtype, c.row["date"])

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from recommender.catalog import default_catalog
 from recommender.cli.app import app
 from recommender.errors import ConfigError
-from recommender.estimator import EstimateRequest, build, build_deployment, parse_speculative_config
+from recommender.estimator import EstimateRequest, build, build_deployment, estimate_request, parse_speculative_config
 from recommender.perf import moe
 from recommender.perf import speculative as spec
 from recommender.perf.step import StepCostModel
@@ -245,6 +245,31 @@ def test_bad_layout_refused_in_library() -> None:
     with pytest.raises(ConfigError):
         moe.check_layout(DSV3, "h200", 8, tp=1, dp=0, ep=True)
     moe.check_layout(DSV3, "h200", 8, tp=1, dp=8, ep=True)
+
+
+def test_wide_ep_in_one_nvl72_rack_is_a_layout() -> None:
+    # InferenceX's disaggregated GB200 rows (tests/data/measurements/inferencex-dsr1.csv) run Dynamo decode workers
+    # of DP 16 and 32 attention ranks with EP over the whole worker: 16 and 32 do not divide the 72-GPU rack, but
+    # they lie inside it; EP 24 does not split 256 experts (24 x 10 = 240, 24 x 11 = 264), EP 128 leaves the rack
+    for dp in (16, 32, 64):
+        moe.check_layout(DSV3, "gb200", 72, tp=1, dp=dp, ep=True)
+    with pytest.raises(ConfigError, match="256 experts"):
+        moe.check_layout(DSV3, "gb200", 72, tp=1, dp=24, ep=True)
+    with pytest.raises(ConfigError, match="scale-up domain of 72"):
+        moe.check_layout(DSV3, "gb200", 72, tp=1, dp=128, ep=True)
+    # DP without EP shards each expert's 2048-wide FFN over tp x dp GPUs: 6 does not divide 2048 (2048 = 2^11)
+    with pytest.raises(ConfigError, match="2048-wide FFN over 6 GPUs"):
+        moe.check_layout(DSV3, "h200", 8, tp=2, dp=3, ep=False)
+
+
+def test_a_dp16_engine_on_gb200_rents_four_trays() -> None:
+    # 16 GPUs of a rack sold as 4-GPU trays (catalogs/gpus/gb200.yaml, CoreWeave $42.00 per tray-hour) = 4 trays
+    dep, _, est = estimate_request(EstimateRequest(model="deepseek-v3", gpu="gb200", tp=1, dp=16, ep=True,
+                                                   weight_dtype="fp4", kv_dtype="fp8", engine="sglang",
+                                                   concurrency="256", prompt_tokens=1000, output_tokens=1000))
+    assert dep.tp * dep.dp == 16
+    assert est.gpus_total == 16
+    assert est.usd_per_hour == pytest.approx(4 * 42.0)
 
 
 def test_inferencex_rows_all_expressible() -> None:

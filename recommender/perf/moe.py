@@ -194,8 +194,13 @@ class MoeLayout:
 
 def check_layout(model: ModelArch, gpu_id: str, gpus_per_domain: int, *, tp: int, dp: int, ep: bool) -> None:
     """Refuse (ConfigError, one line) an EP / DP layout vLLM would not run or that does not fit one scale-up domain:
-    EP on a dense model, ``dp < 1``, ``tp x dp`` beyond the GPU's NVLink/xGMI domain or (with ``dp > 1``) not dividing
-    it, experts that do not split evenly over ``tp x dp`` EP ranks."""
+    EP on a dense model, ``dp < 1``, ``tp x dp`` beyond the GPU's NVLink/xGMI domain, experts that do not split
+    evenly over ``tp x dp`` EP ranks, or (DP without EP: vLLM shards every expert's FFN over the ``tp x dp`` GPUs)
+    an expert FFN width ``tp x dp`` does not divide.
+
+    ``tp x dp`` need not divide the domain: a GB200 NVL72 rack runs DP 16 / 32 engines (Dynamo's wide-EP
+    deployments, InferenceX's disaggregated rows); how engines pack into rented instances is the offer's
+    business (``recommender.offers.fits``: a 16-GPU engine is four 4-GPU trays of one rack)."""
     from recommender.errors import ConfigError
 
     if dp < 1:
@@ -206,13 +211,15 @@ def check_layout(model: ModelArch, gpu_id: str, gpus_per_domain: int, *, tp: int
     if g > gpus_per_domain:
         raise ConfigError(f"--tp {tp} x --data-parallel-size {dp} = {g} GPUs exceeds {gpu_id}'s scale-up domain of "
                           f"{gpus_per_domain} GPUs; use tp x dp <= {gpus_per_domain} and more replicas")
-    if dp > 1 and gpus_per_domain % g:
-        divisors = [d for d in range(1, gpus_per_domain + 1) if gpus_per_domain % (tp * d) == 0]
-        raise ConfigError(f"--data-parallel-size {dp} with --tp {tp} uses {g} GPUs, which does not divide {gpu_id}'s "
-                          f"{gpus_per_domain}-GPU instance; try --data-parallel-size {' or '.join(str(d) for d in divisors)}")
     if ep and model.moe is not None and model.moe.num_experts % g:
         raise ConfigError(f"--enable-expert-parallel over {g} GPUs: {model.id}'s {model.moe.num_experts} experts do not "
                           f"split evenly; use tp x dp dividing {model.moe.num_experts}")
+    if dp > 1 and not ep and model.moe is not None and model.moe.expert_intermediate_size % g:
+        width = model.moe.expert_intermediate_size
+        fits = [d for d in range(1, gpus_per_domain // tp + 1) if width % (tp * d) == 0]
+        raise ConfigError(f"--data-parallel-size {dp} with --tp {tp} shards each expert's {width}-wide FFN over {g} GPUs, "
+                          f"which does not divide it; add --enable-expert-parallel or use --data-parallel-size "
+                          f"{' or '.join(str(d) for d in fits)}")
 
 
 def balance_wait_s(*, ranks: int, rate_per_rank_per_s: float, timeout_s: float) -> float:

@@ -89,7 +89,7 @@ def parallelism_valid(model: ModelArch, gpu: Gpu, tp: int) -> str | None:
 def layout_valid(model: ModelArch, gpu: Gpu, tp: int, dp: int, ep: bool) -> str | None:
     """None if vLLM runs ``--tensor-parallel-size tp --data-parallel-size dp [--enable-expert-parallel]`` of
     ``model`` on one scale-up domain of ``gpu`` (``recommender.perf.moe.check_layout``: MoE for EP, ``tp x dp``
-    inside and dividing the domain, experts split evenly), else why not."""
+    inside the domain, experts or, without EP, each expert's FFN split evenly), else why not."""
     if dp == 1 and not ep:
         return None
     if model.moe is None:
