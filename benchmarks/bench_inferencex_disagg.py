@@ -10,14 +10,14 @@ engines, each side with its own TP, EP and DP attention) are predicted as a plan
 - each side is one engine per worker, built as ``recommend estimate`` builds it (``tp`` = the worker's GPUs, or
   ``tp`` 1 and ``dp`` = its GPUs under DP attention; EP where ``*_ep`` > 1; the decode side with MTP where the
   row ran it, at the engine's acceptance); the load model's replicas are the attention ranks (workers x dp);
-- the KV moves over NVLink (900 GB/s per GPU) where both sides fit one NVLink domain (GB200 NVL72), else over
+- the KV moves over NVLink (900 GB/s per GPU) where both sides fit one NVLink domain (a GB200 / GB300 NVL72 rack), else over
   one 400 Gb/s NIC per GPU (50 GB/s), with the search policy's fixed cost per transfer;
 - the harness keeps ``CONC`` requests in flight (a closed loop): the arrival rate ``R`` the open-loop model needs
   is the one with ``R x E2E(R) = CONC`` (Little's law; bisection below the deployment's capacity);
 - measured TTFT is the row's median (the model's p50): the steady-state model has no cold first wave, which moves a
   run's mean TTFT and not its median; TPOT the mean; output throughput ``R x output tokens``.
 
-Not predicted (the reason is counted): a GPU without a catalog entry (GB300), an engine wider than one NVLink / xGMI
+Not predicted (the reason is counted): a GPU without a catalog entry, an engine wider than one NVLink / xGMI
 domain (EP or DP attention across nodes), EP ranks that do not split the 256 experts, an engine whose weights the
 model does not fit at memory fraction 0.96 (it keeps every non-expert weight on each attention rank, as vLLM's DP
 does), rows whose worker GPU count is not whole.
@@ -49,8 +49,8 @@ from recommender.atomic import atomic_write_text  # noqa: E402
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "inferencex-disagg.md"
 #: InferenceX disaggregated framework -> (single-node framework name of bench_inferencex, engine profile)
 FRAMEWORK = {"dynamo-sglang": ("sglang", "sglang"), "dynamo-trt": ("trt", "trtllm"), "mori-sglang": ("sglang", "sglang")}
-#: InferenceX GPU name -> catalog id (GB300 has no catalog entry)
-GPU = {"h100": "h100-sxm", "h200": "h200", "b200": "b200", "b300": "b300", "gb200": "gb200", "mi355x": "mi355x"}
+#: InferenceX GPU name -> catalog id
+GPU = {"h100": "h100-sxm", "h200": "h200", "b200": "b200", "b300": "b300", "gb200": "gb200", "gb300": "gb300", "mi355x": "mi355x"}
 NIC_BYTES_PER_S = 50e9  # one 400 Gb/s NIC per GPU (ConnectX-7 / NDR, the rail-optimised HGX / MI355X layout)
 
 

@@ -53,5 +53,7 @@ def test_every_disaggregated_row_is_read_and_the_covered_ones_predicted() -> Non
     assert len(cases) == 284   # disagg true in inferencex-dsr1.csv (280 multi-node + 4 single-node)
     pairs = bd.predict_all([c for c in cases if c.gpu == "h200"])
     assert len(pairs) == 20 and all(isinstance(p, dict) for _, p in pairs)   # H200: every layout fits one node
-    gb300 = bd.predict(next(c for c in cases if c.gpu == "gb300"))
-    assert gb300 == "no catalog entry for gb300"
+    gb300 = bd.predict(next(c for c in cases if c.gpu == "gb300"))   # catalogs/gpus/gb300.yaml: one NVL72 rack
+    assert isinstance(gb300, dict) and gb300["tpot"] > 0
+    wide = next(c for c in cases if c.gpu == "h100" and c.decode is not None and c.decode.gpus == 16)
+    assert "exceeds h100-sxm's scale-up domain of 8 GPUs" in str(bd.predict(wide))   # 16-GPU engines span 2 nodes

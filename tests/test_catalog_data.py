@@ -156,6 +156,7 @@ REFERENCE_GPUS = {
     "l4": (24, 0.300, 121, 242.5, 32, 8),           # [S1 l4.yaml]; [S14]
     "b200": (180, 7.7, 2250, 4500, 900, 8),         # [S1 b200_sxm.yaml]; note: use 7.7 TB/s for HGX B200
     "gb200": (186, 8.0, 2500, 5000, 900, 72),       # [S1 gb200.yaml]; [S2] note 23
+    "gb300": (288, 8.0, 2500, 5000, 900, 72),       # hardware-and-models.md: "GB300 (NVL72) per GPU: 8 TB/s, 2.5 PF BF16, 5 PF FP8, 15 PF FP4 dense, ~288 GB"
     "mi300x": (192, 5.3, 1307.4, 2614.9, 448, 8),   # [S4] mi300.md; [S3] 448 aggregate / 64 per peer
     "mi325x": (256, 6.0, 1307.4, 2614.9, 448, 8),   # [S4]; [S12]; [S3]
     "a10g": (24, 0.600, None, None, 32, 8),         # [S13] mem/bw; compute UNCONFIRMED
@@ -184,7 +185,7 @@ def test_amd_peer_bandwidth_and_fp4_only_where_native():
         assert _bw(GPUS[gid]["interconnect"]["peer_bandwidth"]) == pytest.approx(64e9)
     for gid, d in GPUS.items():
         has_fp4 = "fp4" in d["dense_tflops"]
-        assert has_fp4 == (gid in {"b200", "gb200", "b300", "mi355x"}), gid
+        assert has_fp4 == (gid in {"b200", "gb200", "gb300", "b300", "mi355x"}), gid
 
 
 def test_offers_follow_reference_table_1b():

@@ -31,7 +31,7 @@ def test_every_gpu_names_an_architecture_of_the_table() -> None:
     assert ARCH_OF["a100-80gb"] == ARCH_OF["a10g"] == "ampere"
     assert ARCH_OF["l4"] == ARCH_OF["l40s"] == "ada"
     assert {ARCH_OF[g] for g in ("h100-sxm", "h100-pcie", "h100-nvl", "h200")} == {"hopper"}
-    assert {ARCH_OF[g] for g in ("b200", "gb200", "b300")} == {"blackwell"}
+    assert {ARCH_OF[g] for g in ("b200", "gb200", "gb300", "b300")} == {"blackwell"}
     assert {ARCH_OF[g] for g in ("mi300x", "mi325x")} == {"cdna3"} and ARCH_OF["mi355x"] == "cdna4"
 
 
@@ -41,7 +41,7 @@ def test_int8_w8a8_runs_turing_to_hopper(gpu: str) -> None:
     assert CAT.gpu(gpu).supports_dtype("int8")
 
 
-@pytest.mark.parametrize("gpu", ["b200", "gb200", "b300", "mi300x", "mi325x", "mi355x"])
+@pytest.mark.parametrize("gpu", ["b200", "gb200", "gb300", "b300", "mi300x", "mi325x", "mi355x"])
 def test_int8_is_refused_on_blackwell_and_amd(gpu: str) -> None:
     # scaled_mm_c3x_sm100.cu passes nullptr for int8 ("int8 not supported on SM100");
     # docs supported_hardware: INT8 (W8A8) not on AMD GPU
@@ -59,7 +59,7 @@ def test_fp8_needs_cc_8_9_for_w8a8_and_ampere_runs_it_weight_only() -> None:
 
 def test_nvfp4_is_blackwell_only() -> None:
     runs = {g.id for g in CAT.gpus.values() if g.supports_dtype("fp4")}
-    assert runs == {"b200", "gb200", "b300"}
+    assert runs == {"b200", "gb200", "gb300", "b300"}
 
 
 def test_awq_gptq_are_not_on_amd() -> None:
