@@ -17,6 +17,10 @@ published rows; GPU x engine x parallelism x MTP x dtype x ISL/OSL for Inference
   stage-A parameters refitted per engine x family without each of 3 folds of whole configurations, predicted as
   ``benchmarks/bench_inferencex.py`` predicts them.
 
+- the disaggregated rows of ``inferencex-dsr1.csv``, predicted as P/D plans by ``benchmarks/bench_inferencex_disagg.py``
+  with nothing fitted on them, those within the search policy's ``max_utilisation``: not a class of their own but
+  ``evidence.yaml``'s ``disaggregated`` entry, which widens a P/D plan's band (``bands.with_disaggregated``).
+
 Each row gives a slowdown ``g`` = measured / predicted for a time (TTFT, TPOT, ITL, e2e), predicted / measured for a
 rate (output tokens/s): the factor the band is about (``bands.py``: every step ``g`` times as long). The band of a
 row is ``[exp(-1.2816 sigma), exp(+1.2816 sigma)]`` around the prediction, ``sigma`` its class's log-sd.
@@ -164,7 +168,7 @@ def inferencex_rows(folds: int = 3, held: Sequence[tuple[Any, Any]] | None = Non
 def load_rows(cache: Path | None, folds: int) -> list[Row]:
     if cache is not None and cache.exists():
         return [Row(**r) for r in json.loads(cache.read_text())]
-    rows = published_rows(folds) + inferencex_rows()
+    rows = published_rows(folds) + inferencex_rows() + disagg_rows()
     if cache is not None:
         cache.write_text(json.dumps([asdict(r) for r in rows]))
     return rows
@@ -201,6 +205,52 @@ def priors(fits: dict[ClassKey, float | None], skip: tuple[str, str, str, str] |
         for kind in ("ttft", "decode"):
             vals = [v for k, v in fits.items() if v is not None and k[3] == mc and k[4] == kind and k[:4] != skip]
             out[(mc, kind)] = max([PRIOR_SIGMA, *vals])
+    return out
+
+
+PD_SOURCE = "inferencex-disagg"
+
+
+def disagg_rows() -> list[Row]:
+    """InferenceX's disaggregated DeepSeek-R1 rows predicted as P/D plans (``bench_inferencex_disagg.py``, nothing
+    fitted on them, so held out by construction) at a predicted utilisation within the search policy's
+    ``max_utilisation``: the ``disaggregated`` entry of ``catalogs/evidence.yaml``, which widens a P/D plan's band."""
+    import bench_inferencex_disagg as bd
+
+    from recommender.catalog import default_catalog
+    from recommender.search.policy import load_search_policy
+
+    cat = default_catalog()
+    pairs = bd.predict_all(bd.disagg_cases(bd.bx.DEFAULT_CSV))
+    out = []
+    for c, metric, lg in bd.band_errors(pairs, load_search_policy().max_utilisation):
+        gpu = bd.GPU[c.gpu]
+        out.append(Row(PD_SOURCE, gpu, bd.FRAMEWORK[c.framework][1], cat.gpu(gpu).arch, c.weight_dtype, "moe",
+                       "|".join(map(str, c.point[:-2])), metric, lg))
+    print(f"  inferencex disaggregated: {len(out)} errors", file=sys.stderr, flush=True)
+    return out
+
+
+def split_pd(rows: Sequence[Row]) -> tuple[list[Row], list[Row]]:
+    """(single-node rows: the per-class evidence, disaggregated rows: the P/D entry)."""
+    return [r for r in rows if r.source != PD_SOURCE], [r for r in rows if r.source == PD_SOURCE]
+
+
+def pd_entry(pd: Sequence[Row]) -> dict[str, Any]:
+    """``evidence.yaml``'s ``disaggregated`` mapping: per kind (``ttft``, ``decode``) the rows, configurations,
+    sigma_fit (the same 80th-percentile rule as a class) and median ln g (bias) of the P/D rows."""
+    from recommender.search.policy import load_search_policy
+
+    out: dict[str, Any] = {
+        "source": "benchmarks/bench_inferencex_disagg.py: InferenceX's disaggregated DeepSeek-R1 rows (Dynamo SGLang / "
+                  "TensorRT-LLM, MoRI SGLang) predicted as P/D plans, nothing fitted on them",
+        "max_utilisation": load_search_policy().max_utilisation}
+    for kind in ("ttft", "decode"):
+        v = [r for r in pd if BAND_KIND[r.metric] == kind]
+        if v:
+            out[kind] = {"rows": len(v), "configs": len({r.config for r in v}),
+                         "sigma": round(q80_sigma([r.log_g for r in v]) or 0.0, 4),
+                         "median_log_g": round(statistics.median(r.log_g for r in v), 4)}
     return out
 
 
@@ -266,7 +316,8 @@ def calibrate(rows: Sequence[Row]) -> tuple[dict[ClassKey, Cover], dict[ClassKey
 
 def evidence_doc(rows: Sequence[Row]) -> dict[str, Any]:
     """``catalogs/evidence.yaml``: per class and kind its rows, configurations, sigma_fit and median ln g (bias);
-    the priors per model class and kind."""
+    the priors per model class and kind; the P/D rows' ``disaggregated`` entry."""
+    rows, pd = split_pd(rows)
     classes = by_class(rows)
     fits = {k: q80_sigma([r.log_g for r in v]) for k, v in classes.items()}
     pri = priors(fits)
@@ -283,10 +334,13 @@ def evidence_doc(rows: Sequence[Row]) -> dict[str, Any]:
             "prior": {"rows": 5, "sigma": {mc: {kind: round(pri[(mc, kind)], 4) for kind in ("ttft", "decode")}
                                            for mc in ("dense", "moe")},
                       "is": "per model class and kind: the widest sigma of any class here, at least 0.5"},
-            "classes": list(entries.values())}
+            "classes": list(entries.values()),
+            **({"disaggregated": pd_entry(pd)} if pd else {})}
 
 
 def report(rows: Sequence[Row], seconds: float) -> str:
+    doc = evidence_doc(rows)
+    rows, pd = split_pd(rows)
     cover, used, totals = calibrate(rows)
     classes = by_class(rows)
     lines = ["# Calibration of the error bands (p10-p90) on held-out rows", "",
@@ -313,9 +367,26 @@ def report(rows: Sequence[Row], seconds: float) -> str:
         lines.append(f"| {'/'.join(k[:4])} | {k[4]} | {c.n} | {len({r.config for r in v})} | {used[k]:.3f} | "
                      f"{c.pct(c.inside)} | {c.pct(c.below)} | {c.pct(c.legacy_inside)} | "
                      f"{statistics.median(r.log_g for r in v):+.2f} |")
-    pri = evidence_doc(rows)["prior"]["sigma"]
+    pri = doc["prior"]["sigma"]
     lines += ["", "Priors (a class with no rows; `catalogs/evidence.yaml` `prior`): " + "; ".join(
         f"{mc} TTFT {p['ttft']}, decode {p['decode']}" for mc, p in pri.items()) + ".", ""]
+    if pd:
+        e = doc["disaggregated"]
+        lines += ["## P/D plans (`catalogs/evidence.yaml` `disaggregated`)", "",
+                  "InferenceX's disaggregated rows predicted as P/D plans with nothing fitted on them "
+                  "(`bench_inferencex_disagg.py`), those the model runs at a utilisation within the search policy's "
+                  f"`max_utilisation` ({e['max_utilisation']:g}). A P/D plan's band takes the wider of its pools' class "
+                  "and this entry per kind (`recommender/search/bands.py`); its sigma is these rows' own 80th "
+                  "percentile, so 80% lie inside by construction (no fit saw them).", "",
+                  "| kind | rows | configs | sigma | band p10-p90 | median ln g (measured / predicted) |",
+                  "|---|---:|---:|---:|---|---:|"]
+        for kind in ("ttft", "decode"):
+            if kind in e:
+                k = e[kind]
+                lines.append(f"| {kind} | {k['rows']} | {k['configs']} | {k['sigma']:.3f} | "
+                             f"x{math.exp(-Z90 * k['sigma']):.2f} - x{math.exp(Z90 * k['sigma']):.2f} | "
+                             f"{k['median_log_g']:+.2f} (x{math.exp(k['median_log_g']):.2f}) |")
+        lines.append("")
     return "\n".join(lines)
 
 

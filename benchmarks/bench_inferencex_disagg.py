@@ -214,7 +214,8 @@ def predict(c: DisaggCase) -> dict[str, float] | str:
         return res
     rate, r = res
     ttft = r.ttft_s.at("mean" if c.ttft_statistic == "mean" else "p50")
-    return {"ttft": float(ttft), "tpot": float(r.tpot_s.at("mean")), "tput": rate * c.output_tokens}
+    return {"ttft": float(ttft), "tpot": float(r.tpot_s.at("mean")), "tput": rate * c.output_tokens,
+            "utilisation": float(r.utilisation)}
 
 
 def closed_loop(at: Any, conc: int, iters: int = 40) -> tuple[float, Any] | str:
@@ -276,6 +277,24 @@ def predict_all(cases: Sequence[DisaggCase]) -> list[tuple[DisaggCase, dict[str,
         if c.point not in memo:
             memo[c.point] = predict(c)
         out.append((c, memo[c.point]))
+    return out
+
+
+def band_errors(pairs: Sequence[tuple[DisaggCase, dict[str, float] | str]],
+                max_utilisation: float) -> list[tuple[DisaggCase, str, float]]:
+    """The P/D rows' errors as the plans' bands count them (``catalogs/evidence.yaml`` ``disaggregated``, written by
+    ``benchmarks/bench_bands.py --write``): ``(case, metric, ln g)`` for every covered row whose deployment the model
+    runs at or below ``max_utilisation`` (the regime a plan is sized for: the search policy's ``max_utilisation``;
+    above it the closed loop's queue, not the P/D path, sets TTFT), ``g`` = measured / predicted for TTFT and TPOT,
+    predicted / measured for the output rate. Nothing is fitted on these rows, so each error is held out."""
+    out = []
+    for c, p in pairs:
+        if not isinstance(p, dict) or p["utilisation"] > max_utilisation:
+            continue
+        for m in ("ttft", "tpot", "tput"):
+            meas, pred = c.measured.get(m), p[m]
+            if meas and pred > 0:
+                out.append((c, m, math.log(pred / meas) if m == "tput" else math.log(meas / pred)))
     return out
 
 

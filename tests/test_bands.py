@@ -209,3 +209,70 @@ def test_replans_p_slo_uses_the_classs_ttft_and_decode_sigmas_as_the_search_does
     b = plan.top.bands
     assert b["class"] == "vllm/hopper/bf16/dense" and b["sigma_ttft"] != b["sigma"]  # 2 TTFT rows of 10
     assert predict_plan(plan, w).p_slo == pytest.approx(b["p_slo"], abs=0.03)
+
+
+def test_a_pd_class_takes_the_wider_of_its_pools_and_the_measured_pd_error():
+    """bands.with_disaggregated by hand: each kind's sigma is the wider of the pools' class and the table's
+    ``disaggregated`` entry shrunk to its rows (5 prior rows at 0.5, the entry's own sigma when wider)."""
+    from recommender.search.bands import EvidenceClass, with_disaggregated
+
+    cls = EvidenceClass("vllm", "hopper", "fp8", "dense", rows=40, sigma=0.2, ttft_rows=20, ttft_sigma=0.3)
+    table = {"disaggregated": {"ttft": {"rows": 100, "sigma": 1.0}, "decode": {"rows": 300, "sigma": 0.19}}}
+    pd = with_disaggregated(cls, table)
+    # TTFT: 1.0 > the 0.5 prior, so the prior is 1.0 too: sqrt((100 x 1 + 5 x 1) / 105) = 1.0, wider than 0.3
+    assert pd.sigma_ttft == pytest.approx(1.0)
+    # decode: sqrt((300 x 0.19^2 + 5 x 0.5^2) / 305) = sqrt(12.08 / 305) = 0.1990, narrower than the class's 0.2
+    assert class_sigma(300, 0.19) == pytest.approx(math.sqrt((300 * 0.19 ** 2 + 5 * 0.25) / 305))
+    assert pd.sigma == 0.2
+    assert (pd.label, pd.pd_rows) == ("vllm/hopper/fp8/dense + P/D", 300)
+    # no entry, or an entry without rows: the pools' class as it was
+    assert with_disaggregated(cls, {}) == cls
+    assert with_disaggregated(cls, {"disaggregated": {"ttft": {"rows": 0, "sigma": 1.0}}}) == cls
+    only_ttft = with_disaggregated(cls, {"disaggregated": {"ttft": {"rows": 100, "sigma": 1.0}}})
+    assert (only_ttft.sigma, only_ttft.sigma_ttft) == (0.2, pytest.approx(1.0))
+
+
+def test_a_pd_plan_rows_ttft_band_carries_the_measured_pd_error():
+    """Long prompts, short outputs on H100 (tests/test_cli_quick.py's P/D case): the P/D rows' class is widened by
+    catalogs/evidence.yaml's disaggregated entry, the aggregated rows' is not."""
+    from recommender.search.bands import evidence_table
+
+    w = Workload(model="llama-3.1-70b", prompt_tokens=LengthDist.constant(8000), output_tokens=LengthDist.constant(300),
+                 arrival_rate_per_s=0.5, gpus=("h100-sxm",), slos=(Slo("tpot", 0.03, "p90"),), name="pd-bands")
+    plan = recommend(w, settings=SearchSettings(seed=3, trials=40, verify=0))
+    entry = (evidence_table() or {})["disaggregated"]
+    pd_ttft = class_sigma(entry["ttft"]["rows"], entry["ttft"]["sigma"])
+    rows = {r.disaggregated: r for r in plan.rows}
+    assert True in rows and False in rows, [r.disaggregated for r in plan.rows]
+    pd, agg = rows[True].bands, rows[False].bands
+    assert pd is not None and agg is not None
+    assert pd["class"].endswith(" + P/D") and not agg["class"].endswith("P/D")
+    assert pd["sigma_ttft"] == pytest.approx(max(pd_ttft, agg["sigma_ttft"]), abs=1e-4)
+    assert pd["sigma_ttft"] > agg["sigma_ttft"]
+    # the band is that sigma about the prediction: p90 / p10 of TTFT = exp(2 x 1.2816 x sigma_ttft) at a fixed load
+    lo, hi = pd["ttft_s"]
+    assert hi is None or hi / lo > math.exp(2 * 1.2816 * agg["sigma_ttft"])
+
+
+@pytest.mark.slow  # predicts the 284 disaggregated rows (about 25 s)
+def test_the_shipped_pd_entry_is_what_the_disaggregated_benchmark_gives():
+    """catalogs/evidence.yaml's disaggregated entry recomputed from bench_inferencex_disagg's predictions: the rows
+    within the policy's max_utilisation, sigma = 80th percentile of |ln g| / 1.2816."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    import bench_inferencex_disagg as bd
+
+    from recommender.search.bands import evidence_table
+
+    errs = bd.band_errors(bd.predict_all(bd.disagg_cases(bd.bx.DEFAULT_CSV)), load_search_policy().max_utilisation)
+    entry = (evidence_table() or {})["disaggregated"]
+    for kind, metrics in (("ttft", ("ttft",)), ("decode", ("tpot", "tput"))):
+        a = sorted(abs(lg) for _, m, lg in errs if m in metrics)
+        pos = 0.8 * (len(a) - 1)
+        i = int(pos)
+        q80 = a[i] + (pos - i) * (a[i + 1] - a[i])
+        assert entry[kind]["rows"] == len(a)
+        assert entry[kind]["sigma"] == pytest.approx(q80 / 1.2816, abs=1e-4)

@@ -67,10 +67,12 @@ class EvidenceClass:
     sigma: float  # log-sd of the modelled step times' error: TPOT, e2e, capacity
     ttft_rows: int = 0
     ttft_sigma: float | None = None  # TTFT's log-sd (None: sigma)
+    pd_rows: int = 0  # a P/D plan's: the disaggregated rows behind its band (with_disaggregated)
 
     @property
     def label(self) -> str:
-        return f"{self.engine}/{self.family}/{self.dtype}/{self.model_class}"
+        base = f"{self.engine}/{self.family}/{self.dtype}/{self.model_class}"
+        return f"{base} + P/D" if self.pd_rows else base
 
     @property
     def sigma_ttft(self) -> float:
@@ -143,6 +145,30 @@ def class_from_table(table: Mapping[str, Any], engine: str, family: str, dtype: 
                          out["ttft"][0], out["ttft"][1])
 
 
+def with_disaggregated(cls: EvidenceClass, table: Mapping[str, Any] | None) -> EvidenceClass:
+    """A P/D plan's class: per kind (TTFT, decode side) the wider of its pools' class and the table's
+    ``disaggregated`` entry (real P/D runs predicted with nothing fitted on them, ``benchmarks/bench_bands.py``),
+    that entry's sigma shrunk to its rows like a class's (:func:`class_sigma`, prior ``PRIOR_SIGMA``). The pools'
+    classes measure single-node serving; the P/D path adds a prefill queue, a KV hand-off and a second engine,
+    whose error only P/D runs show (InferenceX: TTFT measured at a median 1.9x the model's). Without the entry, or
+    without one of its kinds, that kind keeps the pools' class."""
+    pd = (table or {}).get("disaggregated")
+    if not isinstance(pd, Mapping):
+        return cls
+    sig: dict[str, tuple[int, float]] = {}
+    for kind in ("decode", "ttft"):
+        k = pd.get(kind)
+        n = int(k.get("rows") or 0) if isinstance(k, Mapping) else 0
+        s = k.get("sigma") if isinstance(k, Mapping) else None
+        if n > 0 and isinstance(s, (int, float)) and s > 0:
+            sig[kind] = (n, class_sigma(n, float(s)))
+    if not sig:
+        return cls
+    dec, ttft = sig.get("decode", (0, 0.0)), sig.get("ttft", (0, 0.0))
+    return dataclasses.replace(cls, sigma=max(cls.sigma, dec[1]), ttft_sigma=max(cls.sigma_ttft, ttft[1]),
+                               pd_rows=max(dec[0], ttft[0]))
+
+
 def evidence_class(ctx: SearchContext, gpu: str, dtype: str) -> EvidenceClass:
     """The class of one pool (GPU, weight dtype) under ``ctx``'s profile and model."""
     return class_for(ctx.profile, ctx.model, gpu, dtype)
@@ -196,9 +222,11 @@ def legacy_family_error(fit: Mapping[str, Any], family: str, fam_rows: int) -> t
 
 
 def row_class(ctx: SearchContext, ev: Evaluation) -> EvidenceClass:
-    """The row's class: its least-evidenced pool's (the widest band)."""
+    """The row's class: its least-evidenced pool's (the widest band); a P/D row's widened by the measured P/D
+    error (:func:`with_disaggregated`)."""
     classes = [evidence_class(ctx, p.gpu, p.weight_dtype) for p in ev.pools]
-    return max(classes, key=lambda c: (c.sigma, c.sigma_ttft))
+    cls = max(classes, key=lambda c: (c.sigma, c.sigma_ttft))
+    return with_disaggregated(cls, evidence_table()) if ev.candidate.disaggregated else cls
 
 
 def analyze_fixed(ctx: SearchContext, ev: Evaluation, rate_per_s: float, output: LengthDist | None = None) -> Any:
@@ -255,7 +283,7 @@ def bands_of(ctx: SearchContext, ev: Evaluation, percentiles: Mapping[str, str],
                 k: v * math.exp(cls.sigma_of(k.split("@")[0]) * z) / g for k, v in lat.items()}
         return cache[z]
 
-    out: dict[str, Any] = {"class": cls.label, "class_rows": cls.rows + cls.ttft_rows, "sigma": round(cls.sigma, 4),
+    out: dict[str, Any] = {"class": cls.label, "class_rows": cls.rows + cls.ttft_rows + cls.pd_rows, "sigma": round(cls.sigma, 4),
                            "sigma_ttft": round(cls.sigma_ttft, 4)}
     fast, slow = at(-Z90), at(Z90)
     for m in METRICS:
