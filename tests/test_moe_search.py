@@ -58,6 +58,11 @@ def test_layout_validity_follows_the_perf_models_checks():
     assert "scale-up domain" in (layout_valid(ds, h200, 8, 2, False) or "")  # 16 GPUs > one 8-GPU NVLink domain
     assert "divide" in (layout_valid(ds, h200, 1, 3, False) or "")           # 3 does not divide 8
     assert "dense" in (layout_valid(cat.model("llama-3.1-8b"), h200, 1, 2, False) or "")
+    # GB200: estimate explains a DP 16 EP engine inside the NVL72 rack (perf.moe.check_layout), the search does not
+    # plan it (16 does not divide 72: the renderers run one engine per pod, a 4-GPU tray); DP 8 divides 72 and is planned
+    gb200 = cat.gpu("gb200")
+    assert "does not divide gb200's 72-GPU domain" in (layout_valid(ds, gb200, 1, 16, True) or "")
+    assert layout_valid(ds, gb200, 1, 8, True) is None
 
 
 @pytest.mark.slow  # over 20 s on 2 cores (2026-12-03 --durations)

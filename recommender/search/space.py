@@ -89,7 +89,12 @@ def parallelism_valid(model: ModelArch, gpu: Gpu, tp: int) -> str | None:
 def layout_valid(model: ModelArch, gpu: Gpu, tp: int, dp: int, ep: bool) -> str | None:
     """None if vLLM runs ``--tensor-parallel-size tp --data-parallel-size dp [--enable-expert-parallel]`` of
     ``model`` on one scale-up domain of ``gpu`` (``recommender.perf.moe.check_layout``: MoE for EP, ``tp x dp``
-    inside the domain, experts or, without EP, each expert's FFN split evenly), else why not."""
+    inside the domain, experts or, without EP, each expert's FFN split evenly) and the search plans it, else why not.
+
+    The search also keeps ``tp x dp`` dividing the domain, as it did before ``check_layout`` let an engine span
+    part of an NVL72 rack: ``recommend estimate`` explains a GB200 DP 16 / 32 engine, but the deploy renderers run
+    one engine in one pod (a multi-node replica only as pipeline stages), so a plan with an engine wider than a
+    4-GPU tray would write files that do not schedule."""
     if dp == 1 and not ep:
         return None
     if model.moe is None:
@@ -100,6 +105,10 @@ def layout_valid(model: ModelArch, gpu: Gpu, tp: int, dp: int, ep: bool) -> str 
         check_layout(model, gpu.id, gpu.interconnect.gpus_per_domain, tp=tp, dp=dp, ep=ep)
     except ConfigError as e:
         return str(e)
+    domain = gpu.interconnect.gpus_per_domain
+    if dp > 1 and domain % (tp * dp):
+        return (f"tp {tp} x dp {dp} = {tp * dp} GPUs does not divide {gpu.id}'s {domain}-GPU domain: the search plans "
+                "engines that pack the domain (recommend estimate explains wider ones)")
     return None
 
 
