@@ -91,10 +91,11 @@ def layout_valid(model: ModelArch, gpu: Gpu, tp: int, dp: int, ep: bool) -> str 
     ``model`` on one scale-up domain of ``gpu`` (``recommender.perf.moe.check_layout``: MoE for EP, ``tp x dp``
     inside the domain, experts or, without EP, each expert's FFN split evenly) and the search plans it, else why not.
 
-    The search also keeps ``tp x dp`` dividing the domain, as it did before ``check_layout`` let an engine span
-    part of an NVL72 rack: ``recommend estimate`` explains a GB200 DP 16 / 32 engine, but the deploy renderers run
-    one engine in one pod (a multi-node replica only as pipeline stages), so a plan with an engine wider than a
-    4-GPU tray would write files that do not schedule."""
+    The search also keeps ``tp x dp`` dividing the domain, its space before ``check_layout`` let an engine span
+    part of an NVL72 rack (on GB200: engines of at most 8 GPUs, as TP 8): ``recommend estimate`` explains a GB200
+    DP 16 / 32 engine, but the deploy renderers run one engine in one pod (a multi-node replica only as pipeline
+    stages), and a pod wider than a 4-GPU tray does not schedule. (An 8-GPU GB200 engine, TP 8 or TP x DP = 8, is
+    already two trays: the renderers do not deploy it across them either.)"""
     if dp == 1 and not ep:
         return None
     if model.moe is None:
