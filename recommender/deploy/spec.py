@@ -339,11 +339,28 @@ def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str,
         enable_expert_parallel=raw.enable_expert_parallel, num_speculative_tokens=raw.num_speculative_tokens,
     )
     _check_model_tp(pool, pw, _num_heads(workload.model))
+    _check_one_instance(raw, pw)
     context = _context_tokens(workload.model)
     if context is not None and pool.max_model_len > context:
         raise DeployError(f"{pw}: max_model_len {pool.max_model_len:,} is above {workload.model}'s context of "
                           f"{context:,} tokens (vLLM refuses to start); re-plan with prompts + outputs within it")
     return pool, weights_source
+
+
+def _check_one_instance(raw: Pool, where: str) -> None:
+    """Refuse a pool whose engine (``tp x data_parallel_size`` GPUs, one pipeline stage) is wider than one rented
+    instance: the renderers run an engine in one pod (a multi-node replica only as pipeline stages, one node each),
+    and a pod asking for more GPUs than a node has does not schedule. A GB200 NVL72 tray holds 4 GPUs; the search
+    prices a TP 8 engine as two trays of one rack (``recommender.offers.rent``), which these files cannot place.
+    Per-GPU billing (pods of any size up to the provider's) is not refused."""
+    r = raw.rental
+    gpus = raw.tp * raw.data_parallel_size
+    if r is None or r.offer.per_gpu_billing or r.gpus_per_instance <= 0 or gpus <= r.gpus_per_instance:
+        return
+    raise DeployError(f"{where}: one engine of {gpus} GPUs (TP {raw.tp} x DP {raw.data_parallel_size}) spans "
+                      f"{-(-gpus // r.gpus_per_instance)} {r.gpus_per_instance}-GPU {raw.gpu} instances, and the rendered "
+                      "pod would not schedule on one node (engines across nodes are not rendered yet); deploy another "
+                      f"--rank, or re-plan with tensor_parallel up to {r.gpus_per_instance} in the search policy")
 
 
 def build_spec(plan: Plan | Mapping[str, Any], rank: int = 1, checkpoint: str | None = None, *,
