@@ -223,10 +223,13 @@ def disagg_rows() -> list[Row]:
     cat = default_catalog()
     pairs = bd.predict_all(bd.disagg_cases(bd.bx.DEFAULT_CSV))
     out = []
-    for c, metric, lg in bd.band_errors(pairs, load_search_policy().max_utilisation):
+    for c, p in bd.within_utilisation(pairs, load_search_policy().max_utilisation):
         gpu = bd.GPU[c.gpu]
-        out.append(Row(PD_SOURCE, gpu, bd.FRAMEWORK[c.framework][1], cat.gpu(gpu).arch, c.weight_dtype, "moe",
-                       "|".join(map(str, c.point[:-2])), metric, lg))
+        for metric in ("ttft", "tpot", "tput"):
+            lg = _log_g("output_tokens_per_s" if metric == "tput" else metric, p[metric], c.measured.get(metric, 0.0))
+            if lg is not None:
+                out.append(Row(PD_SOURCE, gpu, bd.FRAMEWORK[c.framework][1], cat.gpu(gpu).arch, c.weight_dtype, "moe",
+                               "|".join(map(str, c.point[:-2])), metric, lg))
     print(f"  inferencex disaggregated: {len(out)} errors", file=sys.stderr, flush=True)
     return out
 

@@ -140,8 +140,9 @@ def disagg_cases(path: Path) -> list[DisaggCase]:
 def _pool(c: DisaggCase, side: Side, fw: str, engine: str, gpu: str, with_mtp: bool) -> tuple[Any, Any]:
     """(StepCostModel, EngineLimits) of one engine of ``side``, built as ``recommend estimate`` builds it
     (``build_deployment``) at the memory fraction 0.9, or 0.96 where that does not hold the weights (the row ran, so
-    its engine held them); ValueError (one line) for a layout the physics does not cover: ``tp x dp`` beyond one
-    NVLink / xGMI domain (collectives across nodes are not modelled) or EP ranks that do not split the experts."""
+    its engine held them); ConfigError (one line, ``recommender.perf.moe.check_layout``, as ``recommend estimate``)
+    for a layout the physics does not cover: ``tp x dp`` beyond one NVLink / xGMI domain (collectives across nodes
+    are not modelled), EP ranks that do not split the experts; ValueError for weights that do not fit."""
     from recommender.catalog import default_catalog
     from recommender.estimator import build_deployment, parse_speculative_config
     from recommender.perf.moe import check_layout
@@ -280,22 +281,13 @@ def predict_all(cases: Sequence[DisaggCase]) -> list[tuple[DisaggCase, dict[str,
     return out
 
 
-def band_errors(pairs: Sequence[tuple[DisaggCase, dict[str, float] | str]],
-                max_utilisation: float) -> list[tuple[DisaggCase, str, float]]:
-    """The P/D rows' errors as the plans' bands count them (``catalogs/evidence.yaml`` ``disaggregated``, written by
-    ``benchmarks/bench_bands.py --write``): ``(case, metric, ln g)`` for every covered row whose deployment the model
-    runs at or below ``max_utilisation`` (the regime a plan is sized for: the search policy's ``max_utilisation``;
-    above it the closed loop's queue, not the P/D path, sets TTFT), ``g`` = measured / predicted for TTFT and TPOT,
-    predicted / measured for the output rate. Nothing is fitted on these rows, so each error is held out."""
-    out = []
-    for c, p in pairs:
-        if not isinstance(p, dict) or p["utilisation"] > max_utilisation:
-            continue
-        for m in ("ttft", "tpot", "tput"):
-            meas, pred = c.measured.get(m), p[m]
-            if meas and pred > 0:
-                out.append((c, m, math.log(pred / meas) if m == "tput" else math.log(meas / pred)))
-    return out
+def within_utilisation(pairs: Sequence[tuple[DisaggCase, dict[str, float] | str]],
+                       max_utilisation: float) -> list[tuple[DisaggCase, dict[str, float]]]:
+    """The covered rows whose deployment the model runs at or below ``max_utilisation`` (the regime a plan is sized
+    for: the search policy's ``max_utilisation``; above it the closed loop's queue, not the P/D path, sets TTFT):
+    the rows behind ``catalogs/evidence.yaml``'s ``disaggregated`` entry (``benchmarks/bench_bands.py --write``).
+    Nothing is fitted on these rows, so each error is held out."""
+    return [(c, p) for c, p in pairs if isinstance(p, dict) and p["utilisation"] <= max_utilisation]
 
 
 def headline(pairs: Sequence[tuple[DisaggCase, dict[str, float] | str]]) -> dict[str, float]:
