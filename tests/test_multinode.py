@@ -105,3 +105,30 @@ def test_models_one_instance_holds_get_no_pipeline_shapes() -> None:
     ctx = build_context(W, BF16, engine_profile("vllm"), CAT)
     assert {(c.tp, c.pp) for c in pipeline_shapes(ctx, space_choices(ctx))} == {(8, 2), (8, 4)}
     assert PP_HOP_LATENCY_S > 0
+
+
+@pytest.mark.parametrize("fmt", ["kserve", "llm-d", "dynamo"])
+def test_one_pod_platforms_refuse_a_replica_over_nodes(plan, fmt: str) -> None:  # type: ignore[no-untyped-def]
+    """Each of these runs one pod per replica: an 8-GPU pod with --pipeline-parallel-size 2 would wait for the
+    second node's GPUs and never start, so the output is refused in one line naming the outputs that work."""
+    with pytest.raises(DeployError, match=r"spans 2 nodes .*use --format k8s or disaggregatedset") as e:
+        render_deploy(plan, 1, fmt)
+    assert "\n" not in str(e.value)
+
+
+def test_platforms_write_the_leader_worker_set_only(plan) -> None:  # type: ignore[no-untyped-def]
+    files = render_deploy(plan, 1, "platforms")
+    assert sorted(files) == ["disaggregatedset.yaml"]  # kserve, llm-d and dynamo skipped, as helm under 'all'
+    docs = [d for d in yaml.safe_load_all(files["disaggregatedset.yaml"]) if d]
+    (lws,) = [d for d in docs if d["kind"] == "LeaderWorkerSet"]
+    assert errors_of(lws) == []
+    k8s = next(d for d in yaml.safe_load_all(render_deploy(plan, 1, "k8s")["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet")
+    pool = plan.top.pools[0]
+    tmpl = lws["spec"]["leaderWorkerTemplate"]
+    assert lws["spec"]["replicas"] == pool.replicas and tmpl["size"] == pool.pp == 2
+    # the same Ray leader (vllm serve with PP) and workers as the Kubernetes output
+    for part in ("leaderTemplate", "workerTemplate"):
+        assert tmpl[part]["spec"]["containers"] == k8s["spec"]["leaderWorkerTemplate"][part]["spec"]["containers"]
+    svc = next(d for d in docs if d["kind"] == "Service")
+    assert all(tmpl["leaderTemplate"]["metadata"]["labels"].get(k) == v for k, v in svc["spec"]["selector"].items())
+    assert not all(tmpl["workerTemplate"]["metadata"]["labels"].get(k) == v for k, v in svc["spec"]["selector"].items())

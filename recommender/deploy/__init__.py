@@ -37,6 +37,9 @@ PLATFORM_FORMATS = ("kserve", "llm-d", "dynamo", "disaggregatedset")
 EXTRA_FORMATS = (*PLATFORM_FORMATS, "keda", "replan-cronjob", "bench")
 _RENDERERS = {"cmd": render_cmd, "k8s": render_k8s, "helm": render_helm, "kserve": render_kserve,
               "llm-d": render_llmd, "dynamo": render_dynamo, "disaggregatedset": render_disaggset, "keda": render_keda}
+#: outputs that run one pod per replica: a plan whose replica spans nodes (pipeline parallel) is refused by name
+#: (``spec.refuse_multinode``) and skipped when asked for through 'all' or 'platforms'
+ONE_POD_FORMATS = ("helm", "kserve", "llm-d", "dynamo")
 _FORMAT_HINT = "use cmd, k8s, helm, all, kserve, llm-d, dynamo, disaggregatedset, platforms, keda, replan-cronjob or bench"
 
 __all__ = [
@@ -65,9 +68,10 @@ def normalise_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(f for f in FORMATS + EXTRA_FORMATS if f in names)
 
 
-def _asked_all(formats: str | Iterable[str]) -> bool:
+def _named(formats: str | Iterable[str], fmt: str) -> bool:
+    """Whether ``fmt`` was asked for by its own name (not only through 'all' or 'platforms')."""
     items = [formats] if isinstance(formats, str) else list(formats)
-    return any(part.strip().lower() == "all" for item in items for part in str(item).split(","))
+    return any(part.strip().lower() == fmt for item in items for part in str(item).split(","))
 
 
 def render_deploy(plan: Plan | Mapping[str, Any], rank: int = 1, formats: str | Iterable[str] = FORMATS,
@@ -90,8 +94,8 @@ def render_deploy(plan: Plan | Mapping[str, Any], rank: int = 1, formats: str | 
     chosen = normalise_formats(formats)
     multinode = any(p.pp > 1 for p in spec.pools)
     for fmt in chosen:
-        if fmt == "helm" and multinode and _asked_all(formats):
-            continue  # the chart has no multi-node replica: --format all writes cmd and k8s (a LeaderWorkerSet)
+        if multinode and fmt in ONE_POD_FORMATS and not _named(formats, fmt):
+            continue  # no multi-node replica there: 'all' writes cmd and k8s, 'platforms' the DisaggregatedSet file
         if fmt == "replan-cronjob":
             from recommender.deploy.replan_job import render_replan_cronjob
             from recommender.plan import dump_plan

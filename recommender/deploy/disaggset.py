@@ -6,7 +6,8 @@ File ``disaggregatedset.yaml``. Checked against kubernetes-sigs/lws ``060ab4da``
 
 * P/D plan: one DisaggregatedSet with roles ``prefill`` and ``decode`` (prefill first), each a LeaderWorkerSet
   spec with the pool's ``replicas`` and groups of one pod (``leaderWorkerTemplate.size: 1``: one replica is one
-  TP group on one node) whose pod is the Kubernetes output's engine pod: the same container
+  TP group on one node; a replica over ``pp`` nodes is a group of ``pp`` pods, the Kubernetes output's Ray leader
+  and workers) whose pod is the Kubernetes output's engine pod: the same container
   (:func:`recommender.deploy.k8s.engine_container`: the checked ``vllm serve`` argv with its NixlConnector
   ``kv_producer`` / ``kv_consumer``, GPUs, HF token Secret, NIXL side channel, probes), the same node
   placement and volumes. The controller rolls both roles out together, keeping the prefill:decode ratio.
@@ -26,6 +27,7 @@ from recommender.deploy.k8s import (
     deployment_name,
     engine_container,
     hf_cache_pvc,
+    leader_worker_template,
     plan_labels,
     router_objects,
     scheduling,
@@ -39,21 +41,30 @@ DS_API_VERSION = "disaggregatedset.x-k8s.io/v1"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 
 
+def pod_labels(spec: DeploySpec, pool: PoolSpec) -> dict[str, str]:
+    """The labels of a pool's serving pod (a multi-node group's leader): the plan's, and in a P/D plan the pod
+    label ``model`` by which production-stack's router tells the roles apart."""
+    labels = plan_labels(spec, component(pool))
+    if spec.disaggregated:
+        labels["model"] = deployment_name(spec, pool)
+    return labels
+
+
 def pod_template(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     """The engine pod of one pool: the Kubernetes output's container, placement and volumes."""
-    labels = plan_labels(spec, component(pool))
-    if spec.disaggregated:  # production-stack's router tells the roles apart by the pod label `model`
-        labels["model"] = deployment_name(spec, pool)
-    return {"metadata": {"labels": labels},
+    return {"metadata": {"labels": pod_labels(spec, pool)},
             "spec": {**scheduling(spec, pool), "containers": [engine_container(spec, pool)],
                      "volumes": [{"name": "hf-cache", "persistentVolumeClaim": {"claimName": f"{spec.name}-hf-cache"}},
                                  {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(pool.tp)}}]}}
 
 
 def lws_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
-    """A LeaderWorkerSet spec: ``replicas`` groups of one pod; replace groups one at a time, no surge."""
-    return {"replicas": pool.replicas,
-            "leaderWorkerTemplate": {"size": 1, "workerTemplate": pod_template(spec, pool)},
+    """A LeaderWorkerSet spec: ``replicas`` groups, replaced one at a time with no surge. A group is one pod, or
+    for a replica over ``pp`` nodes the Kubernetes output's leader and workers (a Ray cluster, one pipeline stage
+    per node: :func:`recommender.deploy.k8s.leader_worker_template`)."""
+    group = (leader_worker_template(spec, pool, pod_labels(spec, pool)) if pool.pp > 1
+             else {"size": 1, "workerTemplate": pod_template(spec, pool)})
+    return {"replicas": pool.replicas, "leaderWorkerTemplate": group,
             "rolloutStrategy": {"type": "RollingUpdate",
                                 "rollingUpdateConfiguration": {"maxSurge": 0, "maxUnavailable": 1}}}
 

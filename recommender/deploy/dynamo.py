@@ -38,7 +38,7 @@ from recommender.deploy.platform import (
     nixl_env,
     render_yaml,
 )
-from recommender.deploy.spec import DeploySpec, PoolSpec
+from recommender.deploy.spec import DeploySpec, PoolSpec, refuse_multinode
 from recommender.errors import DeployError
 
 API_VERSION = "nvidia.com/v1beta1"
@@ -93,6 +93,7 @@ def graph(spec: DeploySpec) -> dict[str, Any]:
 
 def render_dynamo(spec: DeploySpec) -> dict[str, str]:
     """``dynamo.yaml``."""
+    refuse_multinode(spec, "dynamo")
     return render_yaml(spec, "dynamo.yaml", [graph(spec)],
                        "Apply with: kubectl apply -f dynamo.yaml (Dynamo operator installed; Secret hf-token, key "
                        "token, for gated models)")

@@ -34,6 +34,7 @@ from recommender.deploy.spec import (
     comment_lines,
     dns_label,
     k8s_escape,
+    refuse_multinode,
 )
 from recommender.deploy.vllm_cmd import (
     HTTP_PORT,
@@ -169,10 +170,7 @@ def values(spec: DeploySpec) -> dict[str, Any]:
 
 def render_helm(spec: DeploySpec) -> dict[str, str]:
     """``helm-values.yaml`` for ``helm install <release> vllm/vllm-stack -f helm-values.yaml``."""
-    if any(p.pp > 1 for p in spec.pools):
-        raise DeployError(f"plan {spec.plan_id}: a replica spans {max(p.pp for p in spec.pools)} nodes (pipeline "
-                          "parallel) and production-stack's chart runs one pod per replica; use --format k8s "
-                          "(a LeaderWorkerSet) or cmd")
+    refuse_multinode(spec, "helm")  # production-stack's chart runs one pod per replica
     header = "\n".join(comment_lines(spec)) + (
         "\n# Install: helm repo add vllm https://vllm-project.github.io/production-stack && "
         "helm install <release> vllm/vllm-stack -f helm-values.yaml\n"

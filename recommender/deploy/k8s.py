@@ -233,13 +233,12 @@ def _engine_deployment(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     }
 
 
-def _engine_leader_worker_set(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
-    """A multi-node replica as a LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``): each group is one replica
-    of ``pp`` pods of ``tp`` GPUs, one pipeline stage per node; the leader starts the Ray head and ``vllm serve``
-    (``--pipeline-parallel-size``, ``--distributed-executor-backend ray``), the workers join its Ray cluster at
-    ``$(LWS_LEADER_ADDRESS)`` (set by the LWS controller). A pod restart recreates its group. The Service selects
-    the leaders only (workers carry the component ``<comp>-worker``)."""
-    comp = component(pool)
+def leader_worker_template(spec: DeploySpec, pool: PoolSpec, leader_labels: dict[str, str]) -> dict[str, Any]:
+    """``leaderWorkerTemplate`` of a multi-node replica: a group of ``pp`` pods of ``tp`` GPUs, one pipeline stage
+    per node. The leader (``leader_labels``) starts the Ray head and ``vllm serve`` (``--pipeline-parallel-size``,
+    ``--distributed-executor-backend ray``); the workers (component ``<comp>-worker``, no probes, no port) join
+    its Ray cluster at ``$(LWS_LEADER_ADDRESS)`` (set by the LWS controller). A pod restart recreates its group.
+    Shared by the Kubernetes output and the LeaderWorkerSet / DisaggregatedSet output."""
     leader = engine_container(spec, pool)
     serve = "exec vllm serve " + " ".join(shlex.quote(a) for a in serve_argv(engine_options(spec, pool), "0.0.0.0", HTTP_PORT))
     leader["command"] = ["/bin/sh", "-c"]
@@ -255,18 +254,23 @@ def _engine_leader_worker_set(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any
         return {"metadata": {"labels": labels, "annotations": plan_annotations(spec)},
                 "spec": {**scheduling(spec, pool), "containers": [container], "volumes": volumes}}
 
+    return {"size": pool.pp, "restartPolicy": "RecreateGroupOnPodRestart",
+            "leaderTemplate": template(leader_labels, leader),
+            "workerTemplate": template(plan_labels(spec, f"{component(pool)}-worker"), worker)}
+
+
+def _engine_leader_worker_set(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
+    """A multi-node replica as a LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``): ``replicas`` groups of
+    :func:`leader_worker_template`. The Service selects the leaders only (workers carry the component
+    ``<comp>-worker``); in a P/D plan the leaders carry the router's pod label ``model`` as the Deployments do."""
+    comp = component(pool)
+    labels = plan_labels(spec, comp)
+    if spec.disaggregated:  # production-stack's router matches the pod label `model`
+        labels["model"] = deployment_name(spec, pool)
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
         "metadata": _meta(deployment_name(spec, pool), spec, comp),
-        "spec": {
-            "replicas": pool.replicas,
-            "leaderWorkerTemplate": {
-                "size": pool.pp,
-                "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": template(plan_labels(spec, comp), leader),
-                "workerTemplate": template(plan_labels(spec, f"{comp}-worker"), worker),
-            },
-        },
+        "spec": {"replicas": pool.replicas, "leaderWorkerTemplate": leader_worker_template(spec, pool, labels)},
     }
 
 

@@ -38,7 +38,7 @@ from recommender.deploy.platform import (
     probes,
     render_yaml,
 )
-from recommender.deploy.spec import DeploySpec, PoolSpec
+from recommender.deploy.spec import DeploySpec, PoolSpec, refuse_multinode
 from recommender.deploy.vllm_cmd import HTTP_PORT, image_for
 
 API_VERSION = "serving.kserve.io/v1alpha2"
@@ -96,6 +96,7 @@ def service(spec: DeploySpec) -> dict[str, Any]:
 
 def render_kserve(spec: DeploySpec) -> dict[str, str]:
     """``kserve.yaml``."""
+    refuse_multinode(spec, "kserve")
     return render_yaml(spec, "kserve.yaml", [service(spec)],
                        "Apply with: kubectl apply -f kserve.yaml (KServe with LLMInferenceService; Secret hf-token, "
                        "key token, for gated models)")

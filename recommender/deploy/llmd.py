@@ -42,7 +42,7 @@ from recommender.deploy.platform import (
     probes,
     render_yaml,
 )
-from recommender.deploy.spec import DeploySpec, PoolSpec, comment_lines
+from recommender.deploy.spec import DeploySpec, PoolSpec, comment_lines, refuse_multinode
 from recommender.deploy.vllm_cmd import HTTP_PORT, image_for
 
 CHART_VERSION = "v0.4.12"
@@ -135,6 +135,7 @@ def inference_pool(spec: DeploySpec) -> dict[str, Any]:
 
 def render_llmd(spec: DeploySpec) -> dict[str, str]:
     """``llm-d-values.yaml`` and ``llm-d-inferencepool.yaml``."""
+    refuse_multinode(spec, "llm-d")
     header = "\n".join(comment_lines(spec)) + (
         "\n# Install: helm repo add llm-d-modelservice https://llm-d-incubation.github.io/llm-d-modelservice/ && "
         f"helm install <release> llm-d-modelservice/llm-d-modelservice --version {CHART_VERSION} -f llm-d-values.yaml\n")

@@ -363,6 +363,22 @@ def _check_one_instance(raw: Pool, where: str) -> None:
                       f"--rank, or re-plan with tensor_parallel up to {r.gpus_per_instance} in the search policy")
 
 
+#: the outputs that run a replica across nodes (a Ray leader and workers): named in the refusal of the others
+MULTINODE_FORMATS = "--format k8s or disaggregatedset (a LeaderWorkerSet of a Ray leader and workers) or cmd"
+
+
+def refuse_multinode(spec: DeploySpec, target: str) -> None:
+    """Refuse, in one line, a plan with a replica over several nodes (``pp`` > 1: one pipeline stage of ``tp`` GPUs
+    per node) in an output that runs one pod per replica (Helm, KServe, llm-d, Dynamo): its pod would ask for one
+    node's GPUs while ``vllm serve --pipeline-parallel-size`` waits for the others, and never start."""
+    multi = [p for p in spec.pools if p.pp > 1]
+    if multi:
+        p = multi[0]
+        which = "a replica" if p.role == "both" else f"a {p.role} replica"
+        raise DeployError(f"{target}: {which} of plan {spec.plan_id} spans {p.pp} nodes (pipeline parallel, "
+                          f"TP {p.tp} per node) and {target} runs one pod per replica here; use {MULTINODE_FORMATS}")
+
+
 def build_spec(plan: Plan | Mapping[str, Any], rank: int = 1, checkpoint: str | None = None, *,
                plan_name: str | None = None, gpus: GpuLookup | None = None) -> DeploySpec:
     """Pick row ``rank`` of ``plan`` and turn it into a checked :class:`DeploySpec` (a plan document is read
