@@ -132,3 +132,28 @@ def test_platforms_write_the_leader_worker_set_only(plan) -> None:  # type: igno
     svc = next(d for d in docs if d["kind"] == "Service")
     assert all(tmpl["leaderTemplate"]["metadata"]["labels"].get(k) == v for k, v in svc["spec"]["selector"].items())
     assert not all(tmpl["workerTemplate"]["metadata"]["labels"].get(k) == v for k, v in svc["spec"]["selector"].items())
+
+
+def test_the_autoscaler_scales_the_leader_worker_set(plan) -> None:  # type: ignore[no-untyped-def]
+    """k8s.yaml runs a multi-node replica as a LeaderWorkerSet, so KEDA must scale that object: the LWS CRD of
+    kubernetes-sigs/lws 060ab4da declares the scale subresource (specReplicasPath .spec.replicas, one replica = one
+    group; reference/crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml). A Deployment target names nothing."""
+    from recommender.deploy.keda import hpa, plan_autoscaler, scaled_object
+    from recommender.deploy.spec import build_spec
+
+    spec = build_spec(plan, 1)
+    lws = next(d for d in yaml.safe_load_all(render_deploy(plan, 1, "k8s")["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet")
+    (pool,) = spec.pools
+    a = plan_autoscaler(spec, pool)
+    want = {"apiVersion": lws["apiVersion"], "kind": "LeaderWorkerSet", "name": lws["metadata"]["name"]}
+    assert scaled_object(spec, pool, a)["spec"]["scaleTargetRef"] == want
+    assert hpa(spec, pool, a)["spec"]["scaleTargetRef"] == want
+    keda = next(d for d in yaml.safe_load_all(render_deploy(plan, 1, "keda")["keda.yaml"]) if d)
+    assert errors_of(keda) == [] and keda["spec"]["scaleTargetRef"] == want
+
+
+def test_the_replan_cronjob_is_refused_for_a_replica_over_nodes(plan) -> None:  # type: ignore[no-untyped-def]
+    # `recommend replan` refuses multi-node plans (replan.predict), so the job would fail on every run
+    with pytest.raises(DeployError, match="spans several nodes .*re-plan from the workload file") as e:
+        render_deploy(plan, 1, "replan-cronjob")
+    assert "\n" not in str(e.value)

@@ -15,7 +15,7 @@ bounds, clock and HPA behaviour) for a Deployment of ``k8s.yaml``; two rules fil
   serves as ``vllm_request_rate`` (the adapter rule is in the file's header comment).
 
 ``deploy --format keda``'s rule. Checked against ``config/crd/bases/keda.sh_scaledobjects.yaml`` of kedacore/keda ``8b4f083c`` (2026-08-20).
-One ScaledObject per pool (P/D: prefill and decode scale apart), each scaling the pool's Deployment
+One ScaledObject per pool (P/D: prefill and decode scale apart), each scaling the pool's Deployment (its LeaderWorkerSet for a replica over several nodes)
 (``<name>`` or ``<name>-prefill`` / ``<name>-decode``) on a Prometheus trigger. The rule comes from the plan's
 modelled operating point (the row's mean latencies at the workload's rate ``lambda``):
 
@@ -109,11 +109,20 @@ class Autoscaler:
                 "scaleDown": rules(self.scale_down_stabilisation_s, self.scale_down, down)}
 
 
+def scale_target(spec: DeploySpec, pool: PoolSpec) -> dict[str, str]:
+    """The object of ``k8s.yaml`` that runs the pool: its Deployment, or for a replica over several nodes its
+    LeaderWorkerSet (whose CRD has the ``/scale`` subresource: one replica is one group)."""
+    name = deployment_name(spec, pool)
+    if pool.pp > 1:
+        return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
+
+
 def scaled_object(spec: DeploySpec, pool: PoolSpec, a: Autoscaler) -> dict[str, Any]:
-    """The KEDA ScaledObject of one pool's Deployment (Prometheus trigger, ``AverageValue``)."""
+    """The KEDA ScaledObject of one pool's Deployment or LeaderWorkerSet (Prometheus trigger, ``AverageValue``)."""
     target = deployment_name(spec, pool)
     body: dict[str, Any] = {
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+        "scaleTargetRef": scale_target(spec, pool),
         "pollingInterval": a.polling_s, "cooldownPeriod": a.cooldown_s,
         "minReplicaCount": a.min_replicas, "maxReplicaCount": a.max_replicas,
     }
@@ -133,7 +142,7 @@ def hpa(spec: DeploySpec, pool: PoolSpec, a: Autoscaler) -> dict[str, Any]:
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
         "metadata": metadata(spec, target, a.component),
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+            "scaleTargetRef": scale_target(spec, pool),
             "minReplicas": a.min_replicas, "maxReplicas": a.max_replicas,
             "metrics": [{"type": "External", "external": {
                 "metric": {"name": EXTERNAL_METRIC, "selector": {"matchLabels": {"model_name": _label(spec)}}},
