@@ -185,3 +185,20 @@ def test_a_model_no_offer_can_hold_says_so() -> None:
               "--output-tokens", "100", "--verify", "0")
     assert res.exit_code == 4
     assert "no plan can be rented: no offer for mi300x holds a TP8 group" in res.stderr, res.stderr
+
+
+def test_each_way_out_of_no_rentable_plan_gives_a_plan(tmp_path: Path) -> None:
+    """The refusal names three ways out that need no catalog edit; each one plans 405B on MI300X (TP >= 4)."""
+    flags = ("--gpus", "mi300x", "--rate", "1", "--prompt-tokens", "1000", "--output-tokens", "100", "--verify", "0")
+    res = run("--model", "llama-3.1-405b", *flags)
+    assert 'price mi300x per GPU-hour (prices: {mi300x: "$X/h"} in the workload)' in res.stderr, res.stderr
+    assert "--inventory mi300x=N" in res.stderr
+    wl = tmp_path / "w.yaml"
+    wl.write_text("model: llama-3.1-405b\ntraffic: {arrival_rate: 1}\nprompt_tokens: {dist: constant, value: 1000}\n"
+                  "output_tokens: {dist: constant, value: 100}\ngpus: [mi300x]\nprices: {mi300x: \"$2.59/h\"}\n")
+    for args in (("--workload", str(wl), "--verify", "0", "--format", "json"),
+                 ("--model", "llama-3.1-405b", *flags, "--inventory", "mi300x=8", "--format", "json")):
+        res = run(*args)
+        assert res.exit_code == 0, res.stderr
+        (pool,) = json.loads(res.stdout)["plans"][0]["pools"]
+        assert pool["gpu"] == "mi300x" and pool["tp"] >= 4  # 405 GB of fp8 weights over 192 GB GPUs

@@ -188,8 +188,10 @@ def infeasible_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) ->
         raise DoesNotFitError(_no_fit_message(ctx, evaluations))
     unrentable = [e for e in evaluations if e.fits and e.reason.startswith("no offer for")]
     if not fit and unrentable and len(unrentable) == sum(1 for e in evaluations if e.fits):
-        return (f"no plan can be rented: {unrentable[0].reason}; allow other GPU types, or add an offer with "
-                "larger instances (offers: in catalogs/gpus/*.yaml)")
+        gpu = unrentable[0].candidate.gpu
+        return (f"no plan can be rented: {unrentable[0].reason}; allow other GPU types, price {gpu} per GPU-hour "
+                f"(prices: {{{gpu}: \"$X/h\"}} in the workload), plan onto GPUs you own (--inventory {gpu}=N), "
+                "or add an offer with larger instances (offers: in catalogs/gpus/*.yaml)")
     if not fit:
         cap = f"max_gpus={w.max_gpus}" if w.max_gpus else f"max_replicas={ctx.policy.max_replicas}"
         return (f"no configuration carries {w.effective_rate_per_s:.3g} req/s (+{ctx.policy.headroom:.0%} headroom) "
