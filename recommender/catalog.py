@@ -95,6 +95,9 @@ class Gpu:
     node_labels: tuple[tuple[str, str], ...] = ()  # Kubernetes node label (key, value) pairs naming this GPU model
     aliases: tuple[str, ...] = ()
     gke_accelerators: tuple[str, ...] = ()  # GKE's cloud.google.com/gke-accelerator values for this GPU (k8s.gke_accelerator)
+    #: GPUs one Kubernetes node holds where that is fewer than the NVLink domain (k8s.gpus_per_node: a GB200 / GB300
+    #: NVL72 compute tray, 4); 0 = a node holds the whole domain. An engine wider than a node spans nodes of the domain.
+    k8s_gpus_per_node: int = 0
 
     def flops_per_s(self, dtype: str) -> float:
         """Dense tensor throughput for a compute dtype; int4/mxfp4 weight-only run at 16-bit."""
@@ -277,6 +280,7 @@ def gpu_from_doc(doc: Mapping[str, Any], where: str = "", kernels: Mapping[str, 
             node_labels=_node_labels(doc.get("k8s") or {}),
             aliases=tuple(str(a) for a in doc.get("aliases") or ()),
             gke_accelerators=tuple(str(a) for a in (doc.get("k8s") or {}).get("gke_accelerator") or ()),
+            k8s_gpus_per_node=_gpus_per_node(doc.get("k8s") or {}, int(ic["gpus_per_domain"]), where),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CatalogError(f"GPU catalog entry {where or doc.get('id')}: missing or bad field {e}") from None
@@ -288,6 +292,18 @@ def _host_link(doc: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
         return {}
     return {"host_kind": str(doc["kind"]),
             "host_bandwidth_bytes_per_s": units.parse_bandwidth(doc["bandwidth"], f"{where} interconnect.host_link")}
+
+
+def _gpus_per_node(k8s: Mapping[str, Any], domain: int, where: str) -> int:
+    """``k8s.gpus_per_node`` (absent: 0): a whole number of GPUs below the NVLink domain that divides it."""
+    raw = k8s.get("gpus_per_node")
+    if raw is None:
+        return 0
+    n = raw if isinstance(raw, int) and not isinstance(raw, bool) else -1
+    if n < 1 or n >= domain or domain % n:
+        raise CatalogError(f"GPU catalog entry {where}: k8s.gpus_per_node {raw!r} must be a whole number of GPUs below "
+                           f"the NVLink domain of {domain} that divides it (leave it out where a node holds the domain)")
+    return n
 
 
 def _node_labels(k8s: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

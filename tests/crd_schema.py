@@ -144,6 +144,7 @@ KINDS = {
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset.x-k8s.io_leaderworkersets.v1",
     ("inference.networking.k8s.io/v1", "InferencePool"): "inference.networking.k8s.io_inferencepools.v1",
     ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_scaledobjects.v1alpha1",
+    ("resource.nvidia.com/v1beta1", "ComputeDomain"): "resource.nvidia.com_computedomains.v1beta1",
 }
 
 

@@ -92,7 +92,7 @@ def render_deploy(plan: Plan | Mapping[str, Any], rank: int = 1, formats: str | 
         spec = dataclasses.replace(spec, cluster=cluster)
     files: dict[str, str] = {}
     chosen = normalise_formats(formats)
-    multinode = any(p.pp > 1 for p in spec.pools)
+    multinode = any(p.nodes_per_replica > 1 for p in spec.pools)
     for fmt in chosen:
         if multinode and fmt in ONE_POD_FORMATS and not _named(formats, fmt):
             continue  # no multi-node replica there: 'all' writes cmd and k8s, 'platforms' the DisaggregatedSet file

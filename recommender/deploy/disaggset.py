@@ -6,8 +6,8 @@ File ``disaggregatedset.yaml``. Checked against kubernetes-sigs/lws ``060ab4da``
 
 * P/D plan: one DisaggregatedSet with roles ``prefill`` and ``decode`` (prefill first), each a LeaderWorkerSet
   spec with the pool's ``replicas`` and groups of one pod (``leaderWorkerTemplate.size: 1``: one replica is one
-  TP group on one node; a replica over ``pp`` nodes is a group of ``pp`` pods, the Kubernetes output's Ray leader
-  and workers) whose pod is the Kubernetes output's engine pod: the same container
+  TP group on one node; a replica over several nodes, pipeline stages or one engine over the trays of a GB200 /
+  GB300 rack, is a group of the Kubernetes output's Ray leader and workers, with its IMEX ComputeDomain) whose pod is the Kubernetes output's engine pod: the same container
   (:func:`recommender.deploy.k8s.engine_container`: the checked ``vllm serve`` argv with its NixlConnector
   ``kv_producer`` / ``kv_consumer``, GPUs, HF token Secret, NIXL side channel, probes), the same node
   placement and volumes. The controller rolls both roles out together, keeping the prefill:decode ratio.
@@ -24,6 +24,7 @@ from typing import Any
 
 from recommender.deploy.k8s import (
     component,
+    compute_domains,
     deployment_name,
     engine_container,
     hf_cache_pvc,
@@ -62,7 +63,7 @@ def lws_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     """A LeaderWorkerSet spec: ``replicas`` groups, replaced one at a time with no surge. A group is one pod, or
     for a replica over ``pp`` nodes the Kubernetes output's leader and workers (a Ray cluster, one pipeline stage
     per node: :func:`recommender.deploy.k8s.leader_worker_template`)."""
-    group = (leader_worker_template(spec, pool, pod_labels(spec, pool)) if pool.pp > 1
+    group = (leader_worker_template(spec, pool, pod_labels(spec, pool)) if pool.nodes_per_replica > 1
              else {"size": 1, "workerTemplate": pod_template(spec, pool)})
     return {"replicas": pool.replicas, "leaderWorkerTemplate": group,
             "rolloutStrategy": {"type": "RollingUpdate",
@@ -83,10 +84,11 @@ def leader_worker_set(spec: DeploySpec) -> dict[str, Any]:
 
 
 def objects(spec: DeploySpec) -> list[dict[str, Any]]:
-    """PVC, then the set, then what routes to it."""
+    """PVC, the ComputeDomain of a pool whose engine spans trays, then the set, then what routes to it."""
     if spec.disaggregated:
-        return [hf_cache_pvc(spec), disaggregated_set(spec), *router_objects(spec), service(spec, "router")]
-    return [hf_cache_pvc(spec), leader_worker_set(spec), service(spec, "engine")]
+        return [hf_cache_pvc(spec), *compute_domains(spec), disaggregated_set(spec), *router_objects(spec),
+                service(spec, "router")]
+    return [hf_cache_pvc(spec), *compute_domains(spec), leader_worker_set(spec), service(spec, "engine")]
 
 
 def render_disaggset(spec: DeploySpec) -> dict[str, str]:

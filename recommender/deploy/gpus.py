@@ -31,6 +31,8 @@ class GpuFacts:
     node_labels: tuple[tuple[str, str], ...] = field(default=())  # (label key, value) pinning the GPU model
     gke_accelerators: tuple[str, ...] = ()  # GKE cloud.google.com/gke-accelerator values (catalog k8s.gke_accelerator)
     aws_instance_types: tuple[str, ...] = ()  # EKS node.kubernetes.io/instance-type values (the AWS offers' SKUs)
+    node_gpus: int = 0  # GPUs of one Kubernetes node where fewer than the NVLink domain (a GB200 tray: 4); 0 = the domain
+    nvlink_domain_gpus: int = 0  # GPUs of one NVLink domain (72 on a GB200 NVL72 rack)
 
     def supports_dtype(self, dtype: str) -> bool:
         """True when vLLM 0.33 has a kernel for ``dtype`` weights on this GPU."""
@@ -55,6 +57,8 @@ def facts_from_gpu(gpu: Gpu) -> GpuFacts:
         node_labels=gpu.node_labels,
         gke_accelerators=gpu.gke_accelerators,
         aws_instance_types=tuple(dict.fromkeys(o.sku.split()[0] for o in gpu.offers if o.provider == "aws" and o.sku)),
+        node_gpus=gpu.k8s_gpus_per_node,
+        nvlink_domain_gpus=gpu.interconnect.gpus_per_domain,
     )
 
 

@@ -20,6 +20,7 @@ models need none), and probe ``/health`` on port 8000. The startup probe allows
 
 from __future__ import annotations
 
+import copy
 import math
 import shlex
 from typing import Any
@@ -142,7 +143,9 @@ def _http_probe(period_s: int, failures: int, path: str = "/health") -> dict[str
 
 
 def _pvc(spec: DeploySpec) -> dict[str, Any]:
-    pods = sum(p.replicas for p in spec.pools)
+    """The HF cache every engine pod mounts: ReadWriteMany where more than one pod does (replicas, or the pods of a
+    multi-node replica, each on its own node, each loading its shard of the weights), else ReadWriteOnce."""
+    pods = sum(p.replicas * p.nodes_per_replica for p in spec.pools)
     size = cache_size_gib(max(p.checkpoint_bytes for p in spec.pools))
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(f"{spec.name}-hf-cache", spec, "cache"),
             "spec": {"accessModes": ["ReadWriteMany" if pods > 1 else "ReadWriteOnce"],
@@ -153,8 +156,8 @@ def _pvc(spec: DeploySpec) -> dict[str, Any]:
 def engine_container(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     """The vLLM container of one pool (shared by the k8s form and the tests)."""
     argv = serve_argv(engine_options(spec, pool), "0.0.0.0", HTTP_PORT)
-    gpus = str(pool.gpus_per_replica)
-    cpu, memory = host_requests(pool.gpus_per_replica)
+    gpus = str(pool.gpus_per_pod)
+    cpu, memory = host_requests(pool.gpus_per_pod)
     env: list[dict[str, Any]] = [
         {"name": "HF_HOME", "value": HF_CACHE_PATH},
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY, "optional": True}}},
@@ -205,7 +208,7 @@ def rdma_devices(spec: DeploySpec, pool: PoolSpec) -> dict[str, str]:
 
 
 def _engine_deployment(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
-    if pool.pp > 1:
+    if pool.nodes_per_replica > 1:
         return _engine_leader_worker_set(spec, pool)
     comp = component(pool)
     pod_labels = plan_labels(spec, comp)
@@ -233,12 +236,50 @@ def _engine_deployment(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     }
 
 
+#: GPU Feature Discovery's node label naming a node's NVLink partition (``<cluster UUID>.<clique id>``): trays
+#: with the same value reach each other over NVLink (NVIDIA/k8s-dra-driver-gpu docs/install.md)
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+#: the label LWS gives every pod of one group (kubernetes-sigs/lws api/leaderworkerset/v1: GroupUniqueHashLabelKey)
+LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
+#: the pod's name for its claim on the ComputeDomain's IMEX channel
+IMEX_CLAIM = "imex-channel"
+
+
+def compute_domain_name(spec: DeploySpec, pool: PoolSpec) -> str:
+    """``<deployment name>-imex``: the ComputeDomain of one pool's multi-tray replicas."""
+    return f"{deployment_name(spec, pool)}-imex"
+
+
+def compute_domain(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
+    """The ComputeDomain (``resource.nvidia.com/v1beta1``, NVIDIA's DRA driver for GPUs) whose IMEX channel lets the
+    pods of an engine on several trays of one NVL72 rack map each other's GPU memory, so NCCL's all-reduce between
+    the trays runs over NVLink (multi-node NVLink) and not the network. ``numNodes`` 0, as the driver recommends
+    with its default IMEX daemons named by DNS; the controller creates the ResourceClaimTemplate the pods claim."""
+    return {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+            "metadata": _meta(compute_domain_name(spec, pool), spec, component(pool)),
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{compute_domain_name(spec, pool)}-channel"}}}}
+
+
+def _group_in_one_clique(spec: DeploySpec, pool: PoolSpec, pod: dict[str, Any], container: dict[str, Any]) -> None:
+    """Pods of one group on trays of one NVLink partition, each holding the IMEX channel: a required pod affinity
+    to the pods of its own group (``matchLabelKeys``: the group's LWS hash) with the clique label as topology,
+    and the claim on the pool's ComputeDomain channel (in the pod and its container)."""
+    affinity = pod.setdefault("affinity", {})
+    affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app.kubernetes.io/instance": spec.name}},
+         "matchLabelKeys": [LWS_GROUP_KEY], "topologyKey": CLIQUE_LABEL}]}
+    pod["resourceClaims"] = [{"name": IMEX_CLAIM, "resourceClaimTemplateName": f"{compute_domain_name(spec, pool)}-channel"}]
+    container["resources"]["claims"] = [{"name": IMEX_CLAIM}]
+
+
 def leader_worker_template(spec: DeploySpec, pool: PoolSpec, leader_labels: dict[str, str]) -> dict[str, Any]:
-    """``leaderWorkerTemplate`` of a multi-node replica: a group of ``pp`` pods of ``tp`` GPUs, one pipeline stage
-    per node. The leader (``leader_labels``) starts the Ray head and ``vllm serve`` (``--pipeline-parallel-size``,
-    ``--distributed-executor-backend ray``); the workers (component ``<comp>-worker``, no probes, no port) join
-    its Ray cluster at ``$(LWS_LEADER_ADDRESS)`` (set by the LWS controller). A pod restart recreates its group.
-    Shared by the Kubernetes output and the LeaderWorkerSet / DisaggregatedSet output."""
+    """``leaderWorkerTemplate`` of a multi-node replica: a group of ``nodes_per_replica`` pods of ``gpus_per_pod``
+    GPUs (a pipeline stage per node, or one engine over the trays of a GB200 / GB300 rack). The leader
+    (``leader_labels``) starts the Ray head and ``vllm serve`` (``--distributed-executor-backend ray``); the workers
+    (component ``<comp>-worker``, no probes, no port) join its Ray cluster at ``$(LWS_LEADER_ADDRESS)`` (set by the
+    LWS controller). A pod restart recreates its group. Over trays, each pod also holds the pool's ComputeDomain
+    IMEX channel and the group stays in one NVLink partition (:func:`_group_in_one_clique`). Shared by the
+    Kubernetes output and the LeaderWorkerSet / DisaggregatedSet output."""
     leader = engine_container(spec, pool)
     serve = "exec vllm serve " + " ".join(shlex.quote(a) for a in serve_argv(engine_options(spec, pool), "0.0.0.0", HTTP_PORT))
     leader["command"] = ["/bin/sh", "-c"]
@@ -248,15 +289,22 @@ def leader_worker_template(spec: DeploySpec, pool: PoolSpec, leader_labels: dict
     worker["command"] = ["/bin/sh", "-c"]
     worker["args"] = [f"ray start --address=$(LWS_LEADER_ADDRESS):{RAY_PORT} --block"]  # kubelet expands it
     volumes = [{"name": "hf-cache", "persistentVolumeClaim": {"claimName": f"{spec.name}-hf-cache"}},
-               {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(pool.tp)}}]
+               {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(pool.gpus_per_pod)}}]
 
     def template(labels: dict[str, str], container: dict[str, Any]) -> dict[str, Any]:
-        return {"metadata": {"labels": labels, "annotations": plan_annotations(spec)},
-                "spec": {**scheduling(spec, pool), "containers": [container], "volumes": volumes}}
+        pod: dict[str, Any] = {**copy.deepcopy(scheduling(spec, pool)), "containers": [container], "volumes": volumes}
+        if pool.nodes_per_stage > 1:
+            _group_in_one_clique(spec, pool, pod, container)
+        return {"metadata": {"labels": labels, "annotations": plan_annotations(spec)}, "spec": pod}
 
-    return {"size": pool.pp, "restartPolicy": "RecreateGroupOnPodRestart",
+    return {"size": pool.nodes_per_replica, "restartPolicy": "RecreateGroupOnPodRestart",
             "leaderTemplate": template(leader_labels, leader),
             "workerTemplate": template(plan_labels(spec, f"{component(pool)}-worker"), worker)}
+
+
+def compute_domains(spec: DeploySpec) -> list[dict[str, Any]]:
+    """The ComputeDomain of each pool whose engine spans trays (none elsewhere)."""
+    return [compute_domain(spec, p) for p in spec.pools if p.nodes_per_stage > 1]
 
 
 def _engine_leader_worker_set(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
@@ -318,7 +366,7 @@ def _router_objects(spec: DeploySpec) -> list[dict[str, Any]]:
 
 def manifests(spec: DeploySpec) -> list[dict[str, Any]]:
     """All Kubernetes objects for the plan, in apply order."""
-    objs = [_pvc(spec)] + [_engine_deployment(spec, p) for p in spec.pools]
+    objs = [_pvc(spec), *compute_domains(spec)] + [_engine_deployment(spec, p) for p in spec.pools]
     if spec.disaggregated:
         objs += _router_objects(spec) + [_service(spec, "router")]
     else:

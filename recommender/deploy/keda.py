@@ -113,7 +113,7 @@ def scale_target(spec: DeploySpec, pool: PoolSpec) -> dict[str, str]:
     """The object of ``k8s.yaml`` that runs the pool: its Deployment, or for a replica over several nodes its
     LeaderWorkerSet (whose CRD has the ``/scale`` subresource: one replica is one group)."""
     name = deployment_name(spec, pool)
-    if pool.pp > 1:
+    if pool.nodes_per_replica > 1:
         return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": name}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
 

@@ -178,12 +178,17 @@ def manifests(spec: DeploySpec, plan_json: str, opts: ReplanJobOptions) -> list[
 
 
 def render_replan_cronjob(spec: DeploySpec, plan_json: str, opts: ReplanJobOptions | None = None) -> dict[str, str]:
-    """``replan-cronjob.yaml``: header comment + the objects. Refused for a replica over several nodes, which
-    ``recommend replan`` refuses (``replan.predict``): the job would fail on every run."""
+    """``replan-cronjob.yaml``: header comment + the objects. Refused for a replica over several nodes: pipeline
+    stages ``recommend replan`` refuses (``replan.predict``), and trays of a rack run as a LeaderWorkerSet, where
+    the job reads and scales Deployments."""
     if any(p.pp > 1 for p in spec.pools):
         raise DeployError(f"replan-cronjob: a replica of plan {spec.plan_id} spans several nodes (pipeline parallel), "
                           "which `recommend replan` does not re-predict yet, so the job would fail on every run; "
                           "re-plan from the workload file with `recommend` instead")
+    if any(p.nodes_per_replica > 1 for p in spec.pools):
+        raise DeployError(f"replan-cronjob: a replica of plan {spec.plan_id} spans several nodes (a LeaderWorkerSet in "
+                          "k8s.yaml) and the job reads and scales Deployments; run `recommend replan` yourself and apply "
+                          "its proposal to the LeaderWorkerSet")
     opts = opts or ReplanJobOptions()
     what = "patches the engine Deployments' replicas within the policy" if opts.apply else \
         "writes the proposal to the volume (apply it yourself, or deploy with --apply)"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -81,11 +82,24 @@ class PoolSpec:
     data_parallel_size: int = 1        # attention ranks per replica (MoE): a replica (pod) runs tp x dp GPUs
     enable_expert_parallel: bool = False
     num_speculative_tokens: int = 0    # MTP draft tokens (0: off)
+    #: nodes one engine (tp x dp GPUs) spans inside one NVLink domain (GB200 / GB300 NVL72 trays of 4 GPUs, joined
+    #: over NVLink by an IMEX channel); 1 = one node; > 1 only with pp 1
+    nodes_per_stage: int = 1
 
     @property
     def gpus_per_replica(self) -> int:
-        """GPUs one replica (one vLLM engine, one pod) runs: ``tp x data_parallel_size``."""
+        """GPUs one pipeline stage of a replica (one vLLM engine) runs: ``tp x data_parallel_size``."""
         return self.tp * self.data_parallel_size
+
+    @property
+    def nodes_per_replica(self) -> int:
+        """Pods (nodes) of one replica: ``pp`` pipeline stages x ``nodes_per_stage``; > 1 is a Ray cluster."""
+        return self.pp * self.nodes_per_stage
+
+    @property
+    def gpus_per_pod(self) -> int:
+        """GPUs each pod of a replica requests: ``tp x dp / nodes_per_stage``."""
+        return self.gpus_per_replica // self.nodes_per_stage
 
 
 @dataclass(frozen=True)
@@ -117,8 +131,8 @@ class DeploySpec:
 
     @property
     def gpus_total(self) -> int:
-        """GPUs of all pools: sum of tp x replicas."""
-        return sum(p.tp * p.pp * p.replicas for p in self.pools)
+        """GPUs of all pools: sum of tp x dp x pp x replicas."""
+        return sum(p.gpus_per_replica * p.pp * p.replicas for p in self.pools)
 
 
 # --------------------------------------------------------------------------- checks
@@ -339,7 +353,7 @@ def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str,
         enable_expert_parallel=raw.enable_expert_parallel, num_speculative_tokens=raw.num_speculative_tokens,
     )
     _check_model_tp(pool, pw, _num_heads(workload.model))
-    _check_one_instance(raw, pw)
+    pool = dataclasses.replace(pool, nodes_per_stage=_nodes_per_stage(raw, gpu, pw))
     context = _context_tokens(workload.model)
     if context is not None and pool.max_model_len > context:
         raise DeployError(f"{pw}: max_model_len {pool.max_model_len:,} is above {workload.model}'s context of "
@@ -347,36 +361,52 @@ def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str,
     return pool, weights_source
 
 
-def _check_one_instance(raw: Pool, where: str) -> None:
-    """Refuse a pool whose engine (``tp x data_parallel_size`` GPUs, one pipeline stage) is wider than one rented
-    instance: the renderers run an engine in one pod (a multi-node replica only as pipeline stages, one node each),
-    and a pod asking for more GPUs than a node has does not schedule. A GB200 NVL72 tray holds 4 GPUs; the search
-    prices a TP 8 engine as two trays of one rack (``recommender.offers.rent``), which these files cannot place.
-    Per-GPU billing (pods of any size up to the provider's) is not refused."""
-    r = raw.rental
+def _nodes_per_stage(raw: Pool, gpu: GpuFacts, where: str) -> int:
+    """Nodes one engine (``tp x data_parallel_size`` GPUs) of the pool spans: 1, or on a GPU whose Kubernetes node holds
+    fewer GPUs than its NVLink domain (a GB200 / GB300 NVL72 compute tray of 4, ``k8s.gpus_per_node``), the trays a
+    wider engine takes in one rack: the search prices a TP 8 engine there as two trays, and the renderers run it as
+    a LeaderWorkerSet group over an IMEX ComputeDomain. Elsewhere an engine wider than one rented instance is
+    refused in one line: every other output runs it in one pod, which would not schedule on a node."""
     gpus = raw.tp * raw.data_parallel_size
+    if gpu.node_gpus and gpus > gpu.node_gpus:
+        if raw.pp == 1 and gpus <= gpu.nvlink_domain_gpus and gpus % gpu.node_gpus == 0:
+            return gpus // gpu.node_gpus
+        raise DeployError(f"{where}: one engine of {gpus} GPUs (TP {raw.tp} x DP {raw.data_parallel_size}"
+                          f"{f' x PP {raw.pp}' if raw.pp > 1 else ''}) on {raw.gpu} is not a whole number of "
+                          f"{gpu.node_gpus}-GPU nodes of one {gpu.nvlink_domain_gpus}-GPU NVLink domain in one pipeline "
+                          "stage; deploy another --rank")
+    r = raw.rental
     if r is None or r.offer.per_gpu_billing or r.gpus_per_instance <= 0 or gpus <= r.gpus_per_instance:
-        return
+        return 1
     raise DeployError(f"{where}: one engine of {gpus} GPUs (TP {raw.tp} x DP {raw.data_parallel_size}) spans "
                       f"{-(-gpus // r.gpus_per_instance)} {r.gpus_per_instance}-GPU {raw.gpu} instances, and the rendered "
-                      "pod would not schedule on one node (engines across nodes are not rendered yet); deploy another "
-                      f"--rank, or re-plan with tensor_parallel up to {r.gpus_per_instance} in the search policy")
+                      "pod would not schedule on one node (engines across nodes outside one NVLink domain are not "
+                      f"rendered); deploy another --rank, or re-plan with tensor_parallel up to {r.gpus_per_instance} in "
+                      "the search policy")
 
 
 #: the outputs that run a replica across nodes (a Ray leader and workers): named in the refusal of the others
 MULTINODE_FORMATS = "--format k8s or disaggregatedset (a LeaderWorkerSet of a Ray leader and workers) or cmd"
 
 
+def node_layout(pool: PoolSpec) -> str:
+    """How one replica of ``pool`` spans nodes, in words (for messages and file headers)."""
+    if pool.pp > 1:
+        return f"{pool.pp} nodes (pipeline parallel, TP {pool.tp} per node)"
+    return (f"{pool.nodes_per_stage} {pool.gpus_per_pod}-GPU {pool.gpu.id} nodes of one NVLink domain "
+            f"(TP {pool.tp}{f' x DP {pool.data_parallel_size}' if pool.data_parallel_size > 1 else ''})")
+
+
 def refuse_multinode(spec: DeploySpec, target: str) -> None:
-    """Refuse, in one line, a plan with a replica over several nodes (``pp`` > 1: one pipeline stage of ``tp`` GPUs
-    per node) in an output that runs one pod per replica (Helm, KServe, llm-d, Dynamo): its pod would ask for one
-    node's GPUs while ``vllm serve --pipeline-parallel-size`` waits for the others, and never start."""
-    multi = [p for p in spec.pools if p.pp > 1]
+    """Refuse, in one line, a plan with a replica over several nodes (pipeline stages, or one engine over the trays
+    of a GB200 / GB300 rack) in an output that runs one pod per replica (Helm, KServe, llm-d, Dynamo): its pod would
+    ask for one node's GPUs while ``vllm serve`` waits for the others, and never start."""
+    multi = [p for p in spec.pools if p.nodes_per_replica > 1]
     if multi:
         p = multi[0]
         which = "a replica" if p.role == "both" else f"a {p.role} replica"
-        raise DeployError(f"{target}: {which} of plan {spec.plan_id} spans {p.pp} nodes (pipeline parallel, "
-                          f"TP {p.tp} per node) and {target} runs one pod per replica here; use {MULTINODE_FORMATS}")
+        raise DeployError(f"{target}: {which} of plan {spec.plan_id} spans {node_layout(p)} and {target} runs one "
+                          f"pod per replica here; use {MULTINODE_FORMATS}")
 
 
 def build_spec(plan: Plan | Mapping[str, Any], rank: int = 1, checkpoint: str | None = None, *,
@@ -457,8 +487,9 @@ def header_lines(spec: DeploySpec) -> list[str]:
     for p in spec.pools:
         on = {True: "on", False: "off"}
         lines.append(
-            f"Pool {p.role}: {p.replicas} x {p.gpu.id} TP{p.tp}{f' x PP{p.pp} (one node per stage)' if p.pp > 1 else ''} "
-            f"({p.replicas * p.tp * p.pp} GPUs); weights {p.weight_dtype}, "
+            f"Pool {p.role}: {p.replicas} x {p.gpu.id} TP{p.tp}{f' x DP{p.data_parallel_size}' if p.data_parallel_size > 1 else ''}"
+            f"{f' x PP{p.pp}' if p.pp > 1 else ''}{f', a replica over {node_layout(p)}' if p.nodes_per_replica > 1 else ''} "
+            f"({p.replicas * p.gpus_per_replica * p.pp} GPUs); weights {p.weight_dtype}, "
             f"KV cache {p.kv_dtype}; max_num_seqs {p.max_num_seqs}, max_num_batched_tokens {p.max_num_batched_tokens}, "
             f"chunked prefill {on[p.chunked_prefill]}, prefix caching {on[p.enable_prefix_caching]}, "
             f"CUDA graphs {on[p.cuda_graphs]}, gpu_memory_utilization {p.gpu_memory_utilization:g}, "

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recommender.deploy import shell
-from recommender.deploy.spec import KV_CACHE_DTYPE, DeploySpec, PoolSpec, comment_lines
+from recommender.deploy.spec import KV_CACHE_DTYPE, DeploySpec, PoolSpec, comment_lines, node_layout
 from recommender.deploy.vllm_flags import check_serve_args
 
 VLLM_VERSION = "0.33.0"
@@ -92,6 +92,7 @@ class EngineOptions:
     max_cudagraph_capture_size: int | None  # None: CUDA graphs off (--enforce-eager)
     kv_transfer_config: dict[str, Any] | None = field(default=None, hash=False, compare=True)
     pipeline_parallel_size: int = 1  # > 1: stages on other nodes of a Ray cluster (--distributed-executor-backend ray)
+    nodes: int = 1  # nodes one replica's engine runs on; > 1: a Ray cluster (--distributed-executor-backend ray)
     data_parallel_size: int = 1
     enable_expert_parallel: bool = False
     speculative_config: dict[str, Any] | None = field(default=None, hash=False, compare=True)
@@ -115,6 +116,7 @@ def engine_options(spec: DeploySpec, pool: PoolSpec) -> EngineOptions:
         max_cudagraph_capture_size=min(pool.max_num_seqs, MAX_CUDAGRAPH_CAPTURE_SIZE) if pool.cuda_graphs else None,
         kv_transfer_config=kv_transfer_config(pool.role, nixl_backend(spec)),
         pipeline_parallel_size=pool.pp,
+        nodes=pool.nodes_per_replica,
         data_parallel_size=pool.data_parallel_size,
         enable_expert_parallel=pool.enable_expert_parallel,
         speculative_config=({"method": "mtp", "num_speculative_tokens": pool.num_speculative_tokens}
@@ -158,8 +160,8 @@ def serve_groups(o: EngineOptions, host: str = "0.0.0.0", port: int = HTTP_PORT)
         ["--host", host],
         ["--port", str(port)],
         ["--tensor-parallel-size", str(o.tensor_parallel_size)],
-        *([["--pipeline-parallel-size", str(o.pipeline_parallel_size)], ["--distributed-executor-backend", "ray"]]
-          if o.pipeline_parallel_size > 1 else []),
+        *([["--pipeline-parallel-size", str(o.pipeline_parallel_size)]] if o.pipeline_parallel_size > 1 else []),
+        *([["--distributed-executor-backend", "ray"]] if o.nodes > 1 else []),
         ["--max-model-len", str(o.max_model_len)],
         ["--max-num-seqs", str(o.max_num_seqs)],
         ["--enable-chunked-prefill" if o.enable_chunked_prefill else "--disable-chunked-prefill"],
@@ -184,15 +186,19 @@ def _script(spec: DeploySpec, pool: PoolSpec) -> str:
     groups = serve_groups(o, "0.0.0.0", port)
     check_serve_args([a for g in groups for a in g])
     lines = ["#!/bin/sh", *comment_lines(spec)]
-    hosts = f"{pool.replicas} host(s)" if pool.pp == 1 else f"the first node of each of {pool.replicas} replica(s)"
+    n = pool.nodes_per_replica
+    hosts = f"{pool.replicas} host(s)" if n == 1 else f"the first node of each of {pool.replicas} replica(s)"
     lines += ["#", f"# This script starts ONE {pool.role if pool.role != 'both' else 'engine'} replica: "
-              f"run it on {hosts}, each with {pool.gpus_per_replica} x {pool.gpu.id} GPU(s)."]
-    if pool.pp > 1:
+              f"run it on {hosts}, each with {pool.gpus_per_pod} x {pool.gpu.id} GPU(s)."]
+    if n > 1:
         lines += [
-            f"# A replica spans {pool.pp} nodes of {pool.tp} GPUs (pipeline parallel, one stage per node) joined in a",
-            f"# Ray cluster: on the first node `ray start --head --port={RAY_PORT}`, on each of the other {pool.pp - 1}",
+            f"# A replica spans {node_layout(pool)} joined in a",
+            f"# Ray cluster: on the first node `ray start --head --port={RAY_PORT}`, on each of the other {n - 1}",
             f"# `ray start --address=<first node>:{RAY_PORT} --block`; then run this script on the first node.",
         ]
+        if pool.nodes_per_stage > 1:
+            lines += ["# The nodes must be trays of one NVLink domain (one rack; GPU Feature Discovery's node label",
+                      "# nvidia.com/gpu.clique) with the IMEX daemon running, so that NCCL's all-reduce stays on NVLink."]
     if spec.disaggregated:
         lines += [
             "# Put a P/D proxy in front of the pools: it sends each request to a prefill instance with",
