@@ -141,3 +141,34 @@ def test_a_node_size_the_domain_cannot_hold_is_a_one_line_catalog_error(bad: obj
                                            "domain of 72 that divides it") as e:
         gpu_from_doc(doc, "gb200")
     assert "\n" not in str(e.value)
+
+
+def _with_dp(tp: int, dp: int) -> tuple[dict, int]:
+    doc, rank = _plan_with("gb200", tp)
+    next(p for p in doc["plans"] if p["rank"] == rank)["pools"][0]["data_parallel_size"] = dp
+    return doc, rank
+
+
+def test_data_parallel_ranks_over_trays_are_launched_by_vllms_ray_data_parallel_backend() -> None:
+    """TP 4 x DP 2 on two trays: one rank per tray. vLLM's data-parallel deployment docs: ``vllm serve --data-parallel-size
+    N --data-parallel-size-local L --data-parallel-backend=ray`` on one node launches the local and the remote ranks
+    over the Ray cluster (``--distributed-executor-backend ray`` spreads one rank's TP group instead)."""
+    doc, rank = _with_dp(4, 2)
+    (pool,) = build_spec(doc, rank).pools
+    assert (pool.nodes_per_stage, pool.gpus_per_pod) == (2, 4)
+    lws = next(d for d in _objects(doc, rank) if d["kind"] == "LeaderWorkerSet")
+    assert errors_of(lws) == []
+    serve = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"][0]
+    argv = shlex.split(serve.partition(" && exec vllm serve ")[2])
+    check_serve_args(argv)
+    got = {f: argv[argv.index(f) + 1] for f in ("--tensor-parallel-size", "--data-parallel-size",
+                                                "--data-parallel-size-local", "--data-parallel-backend")}
+    assert got == {"--tensor-parallel-size": "4", "--data-parallel-size": "2", "--data-parallel-size-local": "1",
+                   "--data-parallel-backend": "ray"}
+    assert "--distributed-executor-backend" not in argv
+
+
+def test_a_data_parallel_rank_wider_than_a_tray_is_refused() -> None:
+    doc, rank = _with_dp(8, 2)
+    with pytest.raises(DeployError, match="a data-parallel rank of TP 8 does not fit whole on the 4-GPU nodes of gb200"):
+        build_spec(doc, rank)

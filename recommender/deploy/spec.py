@@ -365,10 +365,15 @@ def _nodes_per_stage(raw: Pool, gpu: GpuFacts, where: str) -> int:
     """Nodes one engine (``tp x data_parallel_size`` GPUs) of the pool spans: 1, or on a GPU whose Kubernetes node holds
     fewer GPUs than its NVLink domain (a GB200 / GB300 NVL72 compute tray of 4, ``k8s.gpus_per_node``), the trays a
     wider engine takes in one rack: the search prices a TP 8 engine there as two trays, and the renderers run it as
-    a LeaderWorkerSet group over an IMEX ComputeDomain. Elsewhere an engine wider than one rented instance is
-    refused in one line: every other output runs it in one pod, which would not schedule on a node."""
+    a LeaderWorkerSet group over an IMEX ComputeDomain (data-parallel ranks whole on a node each, as vLLM's Ray
+    data-parallel backend places them). Elsewhere an engine wider than one rented instance is refused in one line:
+    every other output runs it in one pod, which would not schedule on a node."""
     gpus = raw.tp * raw.data_parallel_size
     if gpu.node_gpus and gpus > gpu.node_gpus:
+        if raw.data_parallel_size > 1 and (raw.tp > gpu.node_gpus or gpu.node_gpus % raw.tp):
+            raise DeployError(f"{where}: a data-parallel rank of TP {raw.tp} does not fit whole on the {gpu.node_gpus}-GPU "
+                              f"nodes of {raw.gpu} (vLLM places each rank on one node of its Ray cluster); deploy "
+                              "another --rank")
         if raw.pp == 1 and gpus <= gpu.nvlink_domain_gpus and gpus % gpu.node_gpus == 0:
             return gpus // gpu.node_gpus
         raise DeployError(f"{where}: one engine of {gpus} GPUs (TP {raw.tp} x DP {raw.data_parallel_size}"

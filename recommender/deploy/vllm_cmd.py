@@ -93,6 +93,9 @@ class EngineOptions:
     kv_transfer_config: dict[str, Any] | None = field(default=None, hash=False, compare=True)
     pipeline_parallel_size: int = 1  # > 1: stages on other nodes of a Ray cluster (--distributed-executor-backend ray)
     nodes: int = 1  # nodes one replica's engine runs on; > 1: a Ray cluster (--distributed-executor-backend ray)
+    #: data-parallel ranks on the node that runs ``vllm serve`` when the ranks span nodes (the rest are launched
+    #: on the Ray cluster's other nodes: --data-parallel-size-local, --data-parallel-backend ray); None = all local
+    data_parallel_size_local: int | None = None
     data_parallel_size: int = 1
     enable_expert_parallel: bool = False
     speculative_config: dict[str, Any] | None = field(default=None, hash=False, compare=True)
@@ -117,6 +120,8 @@ def engine_options(spec: DeploySpec, pool: PoolSpec) -> EngineOptions:
         kv_transfer_config=kv_transfer_config(pool.role, nixl_backend(spec)),
         pipeline_parallel_size=pool.pp,
         nodes=pool.nodes_per_replica,
+        data_parallel_size_local=(pool.gpus_per_pod // pool.tp
+                                  if pool.nodes_per_replica > 1 and pool.data_parallel_size > 1 else None),
         data_parallel_size=pool.data_parallel_size,
         enable_expert_parallel=pool.enable_expert_parallel,
         speculative_config=({"method": "mtp", "num_speculative_tokens": pool.num_speculative_tokens}
@@ -146,6 +151,8 @@ def extra_flag_groups(o: EngineOptions) -> list[list[str]]:
         groups.append(["--kv-transfer-config", json.dumps(o.kv_transfer_config, separators=(",", ":"))])
     if o.data_parallel_size > 1:
         groups.append(["--data-parallel-size", str(o.data_parallel_size)])
+        if o.data_parallel_size_local is not None:  # ranks over the nodes of a Ray cluster (vLLM's DP deployment docs)
+            groups += [["--data-parallel-size-local", str(o.data_parallel_size_local)], ["--data-parallel-backend", "ray"]]
     if o.enable_expert_parallel:
         groups.append(["--enable-expert-parallel"])
     if o.speculative_config is not None:
@@ -161,7 +168,7 @@ def serve_groups(o: EngineOptions, host: str = "0.0.0.0", port: int = HTTP_PORT)
         ["--port", str(port)],
         ["--tensor-parallel-size", str(o.tensor_parallel_size)],
         *([["--pipeline-parallel-size", str(o.pipeline_parallel_size)]] if o.pipeline_parallel_size > 1 else []),
-        *([["--distributed-executor-backend", "ray"]] if o.nodes > 1 else []),
+        *([["--distributed-executor-backend", "ray"]] if o.nodes > 1 and o.data_parallel_size_local is None else []),
         ["--max-model-len", str(o.max_model_len)],
         ["--max-num-seqs", str(o.max_num_seqs)],
         ["--enable-chunked-prefill" if o.enable_chunked_prefill else "--disable-chunked-prefill"],
