@@ -121,7 +121,7 @@ def engine_options(spec: DeploySpec, pool: PoolSpec) -> EngineOptions:
         pipeline_parallel_size=pool.pp,
         nodes=pool.nodes_per_replica,
         data_parallel_size_local=(pool.gpus_per_pod // pool.tp
-                                  if pool.nodes_per_replica > 1 and pool.data_parallel_size > 1 else None),
+                                  if pool.nodes_per_stage > 1 and pool.data_parallel_size > 1 else None),
         data_parallel_size=pool.data_parallel_size,
         enable_expert_parallel=pool.enable_expert_parallel,
         speculative_config=({"method": "mtp", "num_speculative_tokens": pool.num_speculative_tokens}
