@@ -21,9 +21,9 @@ Quantization policy (``resolve_weights``), with 16-bit = {bf16, fp16}:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
-import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
