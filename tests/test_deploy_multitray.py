@@ -166,6 +166,9 @@ def test_data_parallel_ranks_over_trays_are_launched_by_vllms_ray_data_parallel_
     assert got == {"--tensor-parallel-size": "4", "--data-parallel-size": "2", "--data-parallel-size-local": "1",
                    "--data-parallel-backend": "ray"}
     assert "--distributed-executor-backend" not in argv
+    # the file header counts every GPU: 8 replicas x TP 4 x DP 2
+    assert ("# Pool both: 8 x gb200 TP4 x DP2, a replica over 2 4-GPU gb200 nodes of one NVLink domain (TP 4 x DP 2) "
+            "(64 GPUs)") in render_deploy(doc, rank, "cmd")["vllm-serve.sh"]
 
 
 def test_a_data_parallel_rank_wider_than_a_tray_is_refused() -> None:
