@@ -175,3 +175,23 @@ def test_a_data_parallel_rank_wider_than_a_tray_is_refused() -> None:
     doc, rank = _with_dp(8, 2)
     with pytest.raises(DeployError, match="a data-parallel rank of TP 8 does not fit whole on the 4-GPU nodes of gb200"):
         build_spec(doc, rank)
+
+
+def test_the_default_formats_skip_helm_for_it() -> None:
+    """``render_deploy``'s default is 'all' (cmd, k8s, helm, helm skipped for a multi-node replica), as the
+    re-planner's and ``recommend --emit``'s writes use it; naming helm still refuses."""
+    doc, rank = _plan_with("gb200", 8)
+    assert sorted(render_deploy(doc, rank)) == ["k8s.yaml", "vllm-serve.sh"]
+
+
+def test_recommend_emit_writes_rank_1_over_two_trays(tmp_path: Path) -> None:
+    # Llama-3.1-405B at 2 req/s, TPOT <= 50 ms on GB200: rank 1 is TP 8 on two trays (int4), which --emit once
+    # refused because it asked for helm by name
+    out = tmp_path / "emit"
+    res = CliRunner().invoke(app, ["--model", "llama-3.1-405b", "--gpus", "gb200", "--rate", "2", "--prompt-tokens",
+                                   "2000", "--output-tokens", "300", "--slo", "tpot=50ms", "--verify", "0",
+                                   "--emit", str(out)])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["k8s.yaml", "plan.json", "vllm-serve.sh"]
+    kinds = [d["kind"] for d in yaml.safe_load_all((out / "k8s.yaml").read_text()) if d]
+    assert "ComputeDomain" in kinds and "LeaderWorkerSet" in kinds

@@ -91,7 +91,7 @@ def main_job(
     if emit:
         from recommender.deploy import normalise_formats
 
-        emit_formats = normalise_formats(targets)  # a typo fails here, before the search
+        normalise_formats(targets)  # a typo fails here, before the search
     slos = [Slo.parse(part) for s in slo for part in s.split(",") if part.strip()]  # tpot=30ms,ttft=2s
     metrics = [s.metric for s in slos]
     if len(set(metrics)) != len(metrics):  # flags override the file's SLO per metric; two flags on one would hide one
@@ -121,7 +121,7 @@ def main_job(
     prof = resolve_profile(engine, profile)
     plan = recommend(w, settings=settings, profile=prof, policy=load_search_policy(policy))
     if emit:  # before stdout: a refused folder must not follow a printed plan
-        _emit(emit, plan, workload or w.source, emit_formats)
+        _emit(emit, plan, workload or w.source, targets)  # as given: 'all' skips what a multi-node plan cannot use
     if fmt == "table":
         typer.echo(render_table(plan, width=None if wide else terminal_width()))
     else:
@@ -143,7 +143,7 @@ def main_job(
         typer.echo(f"wrote {report}", err=True)
 
 
-def _emit(emit: str, plan: Plan, source: str, formats: tuple[str, ...]) -> None:
+def _emit(emit: str, plan: Plan, source: str, formats: str) -> None:
     import dataclasses
     from pathlib import Path
 

@@ -74,7 +74,7 @@ def _named(formats: str | Iterable[str], fmt: str) -> bool:
     return any(part.strip().lower() == fmt for item in items for part in str(item).split(","))
 
 
-def render_deploy(plan: Plan | Mapping[str, Any], rank: int = 1, formats: str | Iterable[str] = FORMATS,
+def render_deploy(plan: Plan | Mapping[str, Any], rank: int = 1, formats: str | Iterable[str] = "all",
                   checkpoint: str | None = None, *, plan_name: str | None = None,
                   gpus: GpuLookup | None = None, cluster: ClusterOptions | None = None,
                   replan: Any = None) -> dict[str, str]:
@@ -111,7 +111,7 @@ def render_deploy(plan: Plan | Mapping[str, Any], rank: int = 1, formats: str | 
 
 
 def write_deploy_files(plan: Plan | Mapping[str, Any], out_dir: str | Path, rank: int = 1,
-                       formats: str | Iterable[str] = FORMATS, checkpoint: str | None = None, *,
+                       formats: str | Iterable[str] = "all", checkpoint: str | None = None, *,
                        plan_name: str | None = None, gpus: GpuLookup | None = None,
                        extra_files: Mapping[str, str] | None = None, cluster: ClusterOptions | None = None,
                        replan: Any = None) -> list[Path]:
