@@ -99,6 +99,12 @@ class Gpu:
     #: NVL72 compute tray, 4); 0 = a node holds the whole domain. An engine wider than a node spans nodes of the domain.
     k8s_gpus_per_node: int = 0
 
+    def k8s_nodes(self, engine_gpus: int) -> int:
+        """Kubernetes nodes one engine of ``engine_gpus`` GPUs (one pipeline stage) takes: 1, or on a GPU whose node
+        holds fewer GPUs than its NVLink domain, ``ceil(engine_gpus / k8s_gpus_per_node)`` trays of it."""
+        node = self.k8s_gpus_per_node
+        return 1 if not node or engine_gpus <= node else -(-engine_gpus // node)
+
     def flops_per_s(self, dtype: str) -> float:
         """Dense tensor throughput for a compute dtype; int4/mxfp4 weight-only run at 16-bit."""
         d = {"fp16": "bf16", "int4": "bf16", "mxfp4": "bf16"}.get(dtype, dtype)

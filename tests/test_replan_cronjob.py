@@ -177,3 +177,49 @@ def test_apply_scales_a_rented_plan(monkeypatch):
     finally:
         api.httpd.shutdown()
         api.httpd.server_close()
+
+
+def _tray_plan() -> dict[str, Any]:
+    """examples/plans/batch-summarization.plan.json with its GB200 row (rank 5) at TP 8 as rank 1: an engine over
+    two 4-GPU trays, which k8s.yaml runs as a LeaderWorkerSet (tests/test_deploy_multitray.py)."""
+    doc = json.loads((ROOT / "examples" / "plans" / "batch-summarization.plan.json").read_text())
+    row = next(p for p in doc["plans"] if p["pools"][0]["gpu"] == "gb200")
+    row["tp"] = row["pools"][0]["tp"] = 8
+    row["rank"] = 1
+    doc["plans"] = [row]
+    return doc
+
+
+def test_the_job_of_a_plan_over_trays_scales_its_leader_worker_set() -> None:
+    doc = _tray_plan()
+    lws = next(o for o in yaml.safe_load_all(render_deploy(doc, 1, "k8s")["k8s.yaml"]) if o and o["kind"] == "LeaderWorkerSet")
+    objs = objects(doc, ReplanJobOptions(apply=True))
+    for o in objs:
+        kubernetes_validate.validate(o, kubernetes_validate.latest_version(), strict=True)
+    role = next(o for o in objs if o["kind"] == "Role")
+    name = lws["metadata"]["name"]
+    assert role["rules"] == [
+        {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"], "resourceNames": [name],
+         "verbs": ["get"]},
+        {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets/scale"], "resourceNames": [name],
+         "verbs": ["get", "patch"]}]
+    args = next(o for o in objs if o["kind"] == "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert args[args.index("--apply-to") + 1] == name
+
+
+def test_apply_scales_a_leader_worker_set(monkeypatch):
+    """The LWS CRD has the scale subresource (kubernetes-sigs/lws: specReplicasPath .spec.replicas, one group per
+    replica): a same-shape change patches leaderworkersets/<name>/scale."""
+    api = FakeKubeApi()
+    monkeypatch.setenv("RECOMMENDER_KUBE_API", api.url)
+    monkeypatch.setenv("RECOMMENDER_KUBE_NAMESPACE", "prod")
+    try:
+        cur = load_plan(_tray_plan())
+        new = with_replicas(cur, (10,), "test")
+        assert apply_replicas(cur, new, ["llm"]) == "applied: llm -> 10 replicas (LeaderWorkerSet)"
+        assert [(p[0], p[2]) for p in api.patches] == [
+            ("/apis/leaderworkerset.x-k8s.io/v1/namespaces/prod/leaderworkersets/llm/scale", {"spec": {"replicas": 10}})]
+    finally:
+        api.httpd.shutdown()
+        api.httpd.server_close()

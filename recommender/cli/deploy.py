@@ -54,7 +54,7 @@ def deploy_cmd(
     traffic: str = typer.Option("prometheus+http://prometheus-operated.monitoring.svc:9090", "--traffic", help="replan-cronjob: traffic source of `recommend replan` (a Prometheus server scraping the engine pods)."),
     selector: Optional[str] = typer.Option(None, "--selector", help="replan-cronjob: PromQL label matchers (default: model_name=\"<served model name>\")."),
     history_secret: Optional[str] = typer.Option(None, "--history-secret", help="replan-cronjob: keep the history in PostgreSQL, URL from this Secret's key 'url' (default: SQLite on the job's volume)."),
-    apply: bool = typer.Option(False, "--apply", help="replan-cronjob: patch the engine Deployments' replicas (same-shape changes within the policy); default: write the proposal only."),
+    apply: bool = typer.Option(False, "--apply", help="replan-cronjob: patch the engine Deployments' (or a multi-node pool's LeaderWorkerSet's) replicas (same-shape changes within the policy); default: write the proposal only."),
     replan_image: str = typer.Option("recommender:latest", "--replan-image", help="replan-cronjob: container image with `recommend` installed."),
     wide: options.Wide = False,
 ) -> None:

@@ -169,7 +169,7 @@ def replan_cmd(
     profile: Optional[str] = typer.Option(None, "--profile", help="Calibrated engine profile YAML for the planner."),
     workload: Optional[Path] = typer.Option(None, "--workload", help="The original workload YAML (GPUs, prices, SLOs); default: rebuilt from the plan, on its GPU types."),
     deployment: Optional[str] = typer.Option(None, "--deployment", help="History key (default: '<workload name>/<model>' of the plan)."),
-    apply_to: Optional[List[str]] = typer.Option(None, "--apply-to", help="In a pod: after a same-shape change, scale these Deployments (one per pool, in pool order) to the new replicas via the Kubernetes API; other changes are written only."),
+    apply_to: Optional[List[str]] = typer.Option(None, "--apply-to", help="In a pod: after a same-shape change, scale these Deployments (one per pool, in pool order; a LeaderWorkerSet for a pool whose replica spans nodes) to the new replicas via the Kubernetes API; other changes are written only."),
     trials: Optional[int] = typer.Option(None, "--trials", help="Planner trials per run (default: the search policy's)."),
     seed: int = typer.Option(0, "--seed", help="Planner seed."),
     timeout: Optional[str] = typer.Option(None, "--timeout", help="Planner time budget per run (e.g. 20s; default: the search policy's)."),

@@ -5,7 +5,8 @@ Objects, in apply order:
 
 * ServiceAccount ``<name>-replan`` and a Role + RoleBinding that may ``get`` the plan's engine
   Deployments and, with ``apply``, ``patch`` their ``deployments/scale`` (``resourceNames`` limit it to
-  exactly those Deployments);
+  exactly those Deployments; a pool whose replica spans the trays of a GB200 rack runs as a LeaderWorkerSet:
+  ``leaderworkersets`` and ``leaderworkersets/scale`` instead);
 * ConfigMap ``<name>-replan-plan`` holding the deployed plan JSON (the first run's ``--current``);
 * PersistentVolumeClaim ``<name>-replan-data`` (1 GiB, ReadWriteOnce): the SQLite history, the scrape
   state and ``/data/plan`` (the adopted plan and its deployment files, which later runs read as
@@ -131,15 +132,21 @@ def replan_args(spec: DeploySpec, opts: ReplanJobOptions) -> list[str]:
     return args
 
 
+#: the API group of LeaderWorkerSets (a pool whose replica spans nodes runs as one in k8s.yaml)
+LWS_GROUP = "leaderworkerset.x-k8s.io"
+
+
 def manifests(spec: DeploySpec, plan_json: str, opts: ReplanJobOptions) -> list[dict[str, Any]]:
     """All objects of the re-planner for ``spec`` (see the module docstring)."""
     name = f"{spec.name}-replan"
-    engines = [deployment_name(spec, p) for p in spec.pools]
-    rules: list[dict[str, Any]] = [{"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": engines,
-                                    "verbs": ["get"]}]
-    if opts.apply:
-        rules.append({"apiGroups": ["apps"], "resources": ["deployments/scale"], "resourceNames": engines,
-                      "verbs": ["get", "patch"]})
+    rules: list[dict[str, Any]] = []
+    for group, resource, multinode in (("apps", "deployments", False), (LWS_GROUP, "leaderworkersets", True)):
+        engines = [deployment_name(spec, p) for p in spec.pools if (p.nodes_per_replica > 1) == multinode]
+        if engines:
+            rules.append({"apiGroups": [group], "resources": [resource], "resourceNames": engines, "verbs": ["get"]})
+            if opts.apply:
+                rules.append({"apiGroups": [group], "resources": [f"{resource}/scale"], "resourceNames": engines,
+                              "verbs": ["get", "patch"]})
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, spec)}
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(name, spec), "rules": rules}
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(name, spec),
@@ -178,17 +185,12 @@ def manifests(spec: DeploySpec, plan_json: str, opts: ReplanJobOptions) -> list[
 
 
 def render_replan_cronjob(spec: DeploySpec, plan_json: str, opts: ReplanJobOptions | None = None) -> dict[str, str]:
-    """``replan-cronjob.yaml``: header comment + the objects. Refused for a replica over several nodes: pipeline
-    stages ``recommend replan`` refuses (``replan.predict``), and trays of a rack run as a LeaderWorkerSet, where
-    the job reads and scales Deployments."""
+    """``replan-cronjob.yaml``: header comment + the objects. Refused for pipeline stages over several nodes, which
+    ``recommend replan`` refuses (``replan.predict``), so the job would fail on every run."""
     if any(p.pp > 1 for p in spec.pools):
         raise DeployError(f"replan-cronjob: a replica of plan {spec.plan_id} spans several nodes (pipeline parallel), "
                           "which `recommend replan` does not re-predict yet, so the job would fail on every run; "
                           "re-plan from the workload file with `recommend` instead")
-    if any(p.nodes_per_replica > 1 for p in spec.pools):
-        raise DeployError(f"replan-cronjob: a replica of plan {spec.plan_id} spans several nodes (a LeaderWorkerSet in "
-                          "k8s.yaml) and the job reads and scales Deployments; run `recommend replan` yourself and apply "
-                          "its proposal to the LeaderWorkerSet")
     opts = opts or ReplanJobOptions()
     what = "patches the engine Deployments' replicas within the policy" if opts.apply else \
         "writes the proposal to the volume (apply it yourself, or deploy with --apply)"

@@ -1,7 +1,9 @@
-"""``recommend replan --apply-to DEPLOYMENT``: set the engine Deployments' replicas from inside the cluster.
+"""``recommend replan --apply-to NAME``: set the engine Deployments' replicas from inside the cluster.
 
 Only a change between plans of the same shape (same GPU, TP, dtypes, limits: replica counts alone differ)
-is applied, one ``deployments/scale`` merge patch ``{"spec": {"replicas": N}}`` per pool, in pool order;
+is applied, one ``deployments/scale`` merge patch ``{"spec": {"replicas": N}}`` per pool, in pool order (a pool
+whose engine spans nodes, as the trays of a GB200 rack, runs as a LeaderWorkerSet: ``leaderworkersets/scale``, one
+replica = one group);
 the replica step was already capped by the policy. Any other change is a new deployment: it is written
 (``--out``) but not applied, and the result says so.
 
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from recommender.errors import ConfigError, RecommenderError
-from recommender.plan import Plan
+from recommender.plan import Plan, Pool
 from recommender.replan import plans
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -61,10 +63,16 @@ def _api() -> tuple[str, dict[str, str], ssl.SSLContext | None, str]:
     return base.rstrip("/"), headers, ctx, namespace
 
 
-def scale(deployment: str, replicas: int, *, timeout_s: float = 10.0) -> None:
-    """Merge-patch ``deployments/<deployment>/scale`` to ``replicas``."""
+#: the scale subresource of each kind of engine object: (API path prefix, resource, kind in messages)
+SCALE_TARGETS = {"Deployment": ("apis/apps/v1", "deployments"),
+                 "LeaderWorkerSet": ("apis/leaderworkerset.x-k8s.io/v1", "leaderworkersets")}
+
+
+def scale(name: str, replicas: int, *, kind: str = "Deployment", timeout_s: float = 10.0) -> None:
+    """Merge-patch ``<kind's resource>/<name>/scale`` to ``replicas``."""
     base, headers, ctx, ns = _api()
-    url = f"{base}/apis/apps/v1/namespaces/{ns}/deployments/{deployment}/scale"
+    prefix, resource = SCALE_TARGETS[kind]
+    url = f"{base}/{prefix}/namespaces/{ns}/{resource}/{name}/scale"
     body = json.dumps({"spec": {"replicas": int(replicas)}}).encode()
     req = urllib.request.Request(url, data=body, method="PATCH",
                                  headers={**headers, "Content-Type": "application/merge-patch+json"})
@@ -72,11 +80,20 @@ def scale(deployment: str, replicas: int, *, timeout_s: float = 10.0) -> None:
         with urllib.request.urlopen(req, timeout=timeout_s, context=ctx) as resp:  # noqa: S310 (cluster API)
             resp.read(65536)
     except urllib.error.HTTPError as e:
-        raise ApplyError(f"Kubernetes refused scaling deployment {deployment} to {replicas} (HTTP {e.code} "
-                         f"{e.reason}); check the re-planner's Role (deployments/scale: patch)") from None
+        raise ApplyError(f"Kubernetes refused scaling {kind} {name} to {replicas} (HTTP {e.code} "
+                         f"{e.reason}); check the re-planner's Role ({resource}/scale: patch)") from None
     except (urllib.error.URLError, OSError) as e:
         raise ApplyError(f"Kubernetes API at {base} unreachable ({getattr(e, 'reason', e)}); the plan was "
                          f"written but not applied") from None
+
+
+def engine_kind(pool: Pool) -> str:
+    """The object ``recommend deploy``'s k8s.yaml runs a pool as: a LeaderWorkerSet when a replica spans nodes
+    (pipeline stages, or an engine over the trays of a GB200 / GB300 rack), else a Deployment."""
+    from recommender.catalog import default_catalog
+
+    nodes = default_catalog().gpu(pool.gpu).k8s_nodes(pool.tp * pool.data_parallel_size) * pool.pp
+    return "LeaderWorkerSet" if nodes > 1 else "Deployment"
 
 
 def apply_replicas(current: Plan, adopted: Plan, deployments: Sequence[str]) -> str:
@@ -93,6 +110,8 @@ def apply_replicas(current: Plan, adopted: Plan, deployments: Sequence[str]) -> 
     if len(counts) != len(deployments):
         raise ConfigError(f"--apply-to names {len(deployments)} Deployment(s) but the plan has {len(counts)} "
                           f"pool(s); name one per pool, in pool order (prefill, decode)")
-    for name, n in zip(deployments, counts):
-        scale(name, n)
-    return "applied: " + ", ".join(f"{name} -> {n} replicas" for name, n in zip(deployments, counts))
+    kinds = [engine_kind(p) for p in new.pools]
+    for name, n, kind in zip(deployments, counts, kinds):
+        scale(name, n, kind=kind)
+    return "applied: " + ", ".join(f"{name} -> {n} replicas" + ("" if kind == "Deployment" else f" ({kind})")
+                                   for name, n, kind in zip(deployments, counts, kinds))
