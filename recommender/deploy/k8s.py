@@ -264,10 +264,10 @@ def _group_in_one_clique(spec: DeploySpec, pool: PoolSpec, pod: dict[str, Any], 
     """Pods of one group on trays of one NVLink partition, each holding the IMEX channel: a required pod affinity
     to the pods of its own group (``matchLabelKeys``: the group's LWS hash) with the clique label as topology,
     and the claim on the pool's ComputeDomain channel (in the pod and its container)."""
-    affinity = pod.setdefault("affinity", {})
-    affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app.kubernetes.io/instance": spec.name}},
-         "matchLabelKeys": [LWS_GROUP_KEY], "topologyKey": CLIQUE_LABEL}]}
+    terms = pod.setdefault("affinity", {}).setdefault("podAffinity", {}).setdefault(
+        "requiredDuringSchedulingIgnoredDuringExecution", [])
+    terms.append({"labelSelector": {"matchLabels": {"app.kubernetes.io/instance": spec.name}},
+                  "matchLabelKeys": [LWS_GROUP_KEY], "topologyKey": CLIQUE_LABEL})
     pod["resourceClaims"] = [{"name": IMEX_CLAIM, "resourceClaimTemplateName": f"{compute_domain_name(spec, pool)}-channel"}]
     container["resources"]["claims"] = [{"name": IMEX_CLAIM}]
 
