@@ -7,7 +7,8 @@ File ``disaggregatedset.yaml``. Checked against kubernetes-sigs/lws ``060ab4da``
 * P/D plan: one DisaggregatedSet with roles ``prefill`` and ``decode`` (prefill first), each a LeaderWorkerSet
   spec with the pool's ``replicas`` and groups of one pod (``leaderWorkerTemplate.size: 1``: one replica is one
   TP group on one node; a replica over several nodes, pipeline stages or one engine over the trays of a GB200 /
-  GB300 rack, is a group of the Kubernetes output's Ray leader and workers, with its IMEX ComputeDomain) whose pod is the Kubernetes output's engine pod: the same container
+  GB300 rack, is a group of the Kubernetes output's Ray leader and workers, with its IMEX ComputeDomain) whose
+  pod is the Kubernetes output's engine pod: the same container
   (:func:`recommender.deploy.k8s.engine_container`: the checked ``vllm serve`` argv with its NixlConnector
   ``kv_producer`` / ``kv_consumer``, GPUs, HF token Secret, NIXL side channel, probes), the same node
   placement and volumes. The controller rolls both roles out together, keeping the prefill:decode ratio.
@@ -23,15 +24,13 @@ from __future__ import annotations
 from typing import Any
 
 from recommender.deploy.k8s import (
-    component,
     compute_domains,
-    deployment_name,
     engine_container,
     hf_cache_pvc,
     leader_worker_template,
-    plan_labels,
     router_objects,
     scheduling,
+    serving_pod_labels,
     service,
     shm_size,
 )
@@ -42,18 +41,9 @@ DS_API_VERSION = "disaggregatedset.x-k8s.io/v1"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 
 
-def pod_labels(spec: DeploySpec, pool: PoolSpec) -> dict[str, str]:
-    """The labels of a pool's serving pod (a multi-node group's leader): the plan's, and in a P/D plan the pod
-    label ``model`` by which production-stack's router tells the roles apart."""
-    labels = plan_labels(spec, component(pool))
-    if spec.disaggregated:
-        labels["model"] = deployment_name(spec, pool)
-    return labels
-
-
 def pod_template(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     """The engine pod of one pool: the Kubernetes output's container, placement and volumes."""
-    return {"metadata": {"labels": pod_labels(spec, pool)},
+    return {"metadata": {"labels": serving_pod_labels(spec, pool)},
             "spec": {**scheduling(spec, pool), "containers": [engine_container(spec, pool)],
                      "volumes": [{"name": "hf-cache", "persistentVolumeClaim": {"claimName": f"{spec.name}-hf-cache"}},
                                  {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(pool.tp)}}]}}
@@ -61,9 +51,9 @@ def pod_template(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
 
 def lws_spec(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     """A LeaderWorkerSet spec: ``replicas`` groups, replaced one at a time with no surge. A group is one pod, or
-    for a replica over ``pp`` nodes the Kubernetes output's leader and workers (a Ray cluster, one pipeline stage
-    per node: :func:`recommender.deploy.k8s.leader_worker_template`)."""
-    group = (leader_worker_template(spec, pool, pod_labels(spec, pool)) if pool.nodes_per_replica > 1
+    for a replica over several nodes the Kubernetes output's Ray leader and workers
+    (:func:`recommender.deploy.k8s.leader_worker_template`)."""
+    group = (leader_worker_template(spec, pool, serving_pod_labels(spec, pool)) if pool.nodes_per_replica > 1
              else {"size": 1, "workerTemplate": pod_template(spec, pool)})
     return {"replicas": pool.replicas, "leaderWorkerTemplate": group,
             "rolloutStrategy": {"type": "RollingUpdate",

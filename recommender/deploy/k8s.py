@@ -110,6 +110,15 @@ def plan_annotations(spec: DeploySpec) -> dict[str, str]:
             "recommender/model": spec.hf_repo, "recommender/modelled": spec.summary}
 
 
+def serving_pod_labels(spec: DeploySpec, pool: PoolSpec) -> dict[str, str]:
+    """The labels of a pool's serving pods (a Deployment's, a multi-node group's leader): the plan's, and in a P/D
+    plan the pod label ``model`` by which production-stack's router tells the roles apart."""
+    labels = plan_labels(spec, component(pool))
+    if spec.disaggregated:
+        labels["model"] = deployment_name(spec, pool)
+    return labels
+
+
 def _meta(name: str, spec: DeploySpec, comp: str) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name}
     if spec.cluster.namespace:
@@ -211,9 +220,7 @@ def _engine_deployment(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     if pool.nodes_per_replica > 1:
         return _engine_leader_worker_set(spec, pool)
     comp = component(pool)
-    pod_labels = plan_labels(spec, comp)
-    if spec.disaggregated:  # production-stack's router matches the pod label `model`
-        pod_labels["model"] = deployment_name(spec, pool)
+    pod_labels = serving_pod_labels(spec, pool)
     return {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(deployment_name(spec, pool), spec, comp),
         "spec": {
@@ -312,13 +319,11 @@ def _engine_leader_worker_set(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any
     :func:`leader_worker_template`. The Service selects the leaders only (workers carry the component
     ``<comp>-worker``); in a P/D plan the leaders carry the router's pod label ``model`` as the Deployments do."""
     comp = component(pool)
-    labels = plan_labels(spec, comp)
-    if spec.disaggregated:  # production-stack's router matches the pod label `model`
-        labels["model"] = deployment_name(spec, pool)
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
         "metadata": _meta(deployment_name(spec, pool), spec, comp),
-        "spec": {"replicas": pool.replicas, "leaderWorkerTemplate": leader_worker_template(spec, pool, labels)},
+        "spec": {"replicas": pool.replicas,
+                 "leaderWorkerTemplate": leader_worker_template(spec, pool, serving_pod_labels(spec, pool))},
     }
 
 

@@ -63,7 +63,7 @@ def _api() -> tuple[str, dict[str, str], ssl.SSLContext | None, str]:
     return base.rstrip("/"), headers, ctx, namespace
 
 
-#: the scale subresource of each kind of engine object: (API path prefix, resource, kind in messages)
+#: where each kind of engine object has its scale subresource: (API path prefix, resource)
 SCALE_TARGETS = {"Deployment": ("apis/apps/v1", "deployments"),
                  "LeaderWorkerSet": ("apis/leaderworkerset.x-k8s.io/v1", "leaderworkersets")}
 
