@@ -100,10 +100,8 @@ class Gpu:
     k8s_gpus_per_node: int = 0
 
     def k8s_nodes(self, engine_gpus: int) -> int:
-        """Kubernetes nodes one engine of ``engine_gpus`` GPUs (one pipeline stage) takes: 1, or on a GPU whose node
-        holds fewer GPUs than its NVLink domain, ``ceil(engine_gpus / k8s_gpus_per_node)`` trays of it."""
-        node = self.k8s_gpus_per_node
-        return 1 if not node or engine_gpus <= node else -(-engine_gpus // node)
+        """Kubernetes nodes one engine of ``engine_gpus`` GPUs (one pipeline stage) takes (:func:`k8s_nodes`)."""
+        return k8s_nodes(engine_gpus, self.k8s_gpus_per_node)
 
     def flops_per_s(self, dtype: str) -> float:
         """Dense tensor throughput for a compute dtype; int4/mxfp4 weight-only run at 16-bit."""
@@ -298,6 +296,12 @@ def _host_link(doc: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
         return {}
     return {"host_kind": str(doc["kind"]),
             "host_bandwidth_bytes_per_s": units.parse_bandwidth(doc["bandwidth"], f"{where} interconnect.host_link")}
+
+
+def k8s_nodes(engine_gpus: int, gpus_per_node: int) -> int:
+    """Kubernetes nodes one engine of ``engine_gpus`` GPUs takes: 1, or where a node holds fewer GPUs than the NVLink
+    domain (``gpus_per_node`` > 0, a GB200 / GB300 tray of 4), ``ceil(engine_gpus / gpus_per_node)`` of them."""
+    return 1 if not gpus_per_node or engine_gpus <= gpus_per_node else -(-engine_gpus // gpus_per_node)
 
 
 def _gpus_per_node(k8s: Mapping[str, Any], domain: int, where: str) -> int:

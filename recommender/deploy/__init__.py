@@ -37,7 +37,8 @@ PLATFORM_FORMATS = ("kserve", "llm-d", "dynamo", "disaggregatedset")
 EXTRA_FORMATS = (*PLATFORM_FORMATS, "keda", "replan-cronjob", "bench")
 _RENDERERS = {"cmd": render_cmd, "k8s": render_k8s, "helm": render_helm, "kserve": render_kserve,
               "llm-d": render_llmd, "dynamo": render_dynamo, "disaggregatedset": render_disaggset, "keda": render_keda}
-#: outputs that run one pod per replica: a plan whose replica spans nodes (pipeline parallel) is refused by name
+#: outputs that run one pod per replica: a plan whose replica spans nodes (pipeline stages, or an engine over
+#: the trays of an NVL72 rack) is refused by name
 #: (``spec.refuse_multinode``) and skipped when asked for through 'all' or 'platforms'
 ONE_POD_FORMATS = ("helm", "kserve", "llm-d", "dynamo")
 _FORMAT_HINT = "use cmd, k8s, helm, all, kserve, llm-d, dynamo, disaggregatedset, platforms, keda, replan-cronjob or bench"

@@ -27,6 +27,7 @@ from recommender.deploy.k8s import (
     compute_domains,
     engine_container,
     hf_cache_pvc,
+    LWS_API_VERSION,
     leader_worker_template,
     router_objects,
     scheduling,
@@ -38,7 +39,6 @@ from recommender.deploy.platform import metadata, render_yaml
 from recommender.deploy.spec import DeploySpec, PoolSpec
 
 DS_API_VERSION = "disaggregatedset.x-k8s.io/v1"
-LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 
 
 def pod_template(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:

@@ -250,11 +250,18 @@ CLIQUE_LABEL = "nvidia.com/gpu.clique"
 LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
 #: the pod's name for its claim on the ComputeDomain's IMEX channel
 IMEX_CLAIM = "imex-channel"
+#: the API version of the LeaderWorkerSets a multi-node replica runs as (kubernetes-sigs/lws)
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 
 
 def compute_domain_name(spec: DeploySpec, pool: PoolSpec) -> str:
     """``<deployment name>-imex``: the ComputeDomain of one pool's multi-tray replicas."""
     return f"{deployment_name(spec, pool)}-imex"
+
+
+def imex_channel_template(spec: DeploySpec, pool: PoolSpec) -> str:
+    """The ResourceClaimTemplate the ComputeDomain's controller creates and the pods claim: ``<domain>-channel``."""
+    return f"{compute_domain_name(spec, pool)}-channel"
 
 
 def compute_domain(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
@@ -264,7 +271,7 @@ def compute_domain(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     with its default IMEX daemons named by DNS; the controller creates the ResourceClaimTemplate the pods claim."""
     return {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
             "metadata": _meta(compute_domain_name(spec, pool), spec, component(pool)),
-            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{compute_domain_name(spec, pool)}-channel"}}}}
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": imex_channel_template(spec, pool)}}}}
 
 
 def _group_in_one_clique(spec: DeploySpec, pool: PoolSpec, pod: dict[str, Any], container: dict[str, Any]) -> None:
@@ -275,7 +282,7 @@ def _group_in_one_clique(spec: DeploySpec, pool: PoolSpec, pod: dict[str, Any], 
         "requiredDuringSchedulingIgnoredDuringExecution", [])
     terms.append({"labelSelector": {"matchLabels": {"app.kubernetes.io/instance": spec.name}},
                   "matchLabelKeys": [LWS_GROUP_KEY], "topologyKey": CLIQUE_LABEL})
-    pod["resourceClaims"] = [{"name": IMEX_CLAIM, "resourceClaimTemplateName": f"{compute_domain_name(spec, pool)}-channel"}]
+    pod["resourceClaims"] = [{"name": IMEX_CLAIM, "resourceClaimTemplateName": imex_channel_template(spec, pool)}]
     container["resources"]["claims"] = [{"name": IMEX_CLAIM}]
 
 
@@ -320,7 +327,7 @@ def _engine_leader_worker_set(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any
     ``<comp>-worker``); in a P/D plan the leaders carry the router's pod label ``model`` as the Deployments do."""
     comp = component(pool)
     return {
-        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",
         "metadata": _meta(deployment_name(spec, pool), spec, comp),
         "spec": {"replicas": pool.replicas,
                  "leaderWorkerTemplate": leader_worker_template(spec, pool, serving_pod_labels(spec, pool))},

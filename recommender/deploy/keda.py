@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from recommender.deploy.k8s import STARTUP_PERIOD_S, deployment_name, startup_failure_threshold
+from recommender.deploy.k8s import LWS_API_VERSION, STARTUP_PERIOD_S, deployment_name, startup_failure_threshold
 from recommender.deploy.platform import metadata, render_yaml
 from recommender.deploy.spec import DeploySpec, PoolSpec
 from recommender.errors import DeployError
@@ -114,7 +114,7 @@ def scale_target(spec: DeploySpec, pool: PoolSpec) -> dict[str, str]:
     LeaderWorkerSet (whose CRD has the ``/scale`` subresource: one replica is one group)."""
     name = deployment_name(spec, pool)
     if pool.nodes_per_replica > 1:
-        return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": name}
+        return {"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet", "name": name}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
 
 

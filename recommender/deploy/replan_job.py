@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from recommender.deploy.k8s import NoAliasDumper, deployment_name, plan_annotations, plan_labels
+from recommender.deploy.k8s import LWS_API_VERSION, NoAliasDumper, deployment_name, plan_annotations, plan_labels
 from recommender.deploy.spec import DeploySpec, comment_lines, k8s_escape
 from recommender.errors import DeployError
 from recommender.httpread import parse_http_url, printable
@@ -133,7 +133,7 @@ def replan_args(spec: DeploySpec, opts: ReplanJobOptions) -> list[str]:
 
 
 #: the API group of LeaderWorkerSets (a pool whose replica spans nodes runs as one in k8s.yaml)
-LWS_GROUP = "leaderworkerset.x-k8s.io"
+LWS_GROUP = LWS_API_VERSION.split("/")[0]
 
 
 def manifests(spec: DeploySpec, plan_json: str, opts: ReplanJobOptions) -> list[dict[str, Any]]:

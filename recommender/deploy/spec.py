@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from recommender.catalog import default_catalog
+from recommender.catalog import default_catalog, k8s_nodes
 from recommender.deploy.cluster import ClusterOptions
 from recommender.deploy.gpus import GpuFacts, GpuLookup, default_gpu_lookup
 from recommender.dtypes import SIXTEEN_BIT
@@ -369,13 +369,14 @@ def _nodes_per_stage(raw: Pool, gpu: GpuFacts, where: str) -> int:
     data-parallel backend places them). Elsewhere an engine wider than one rented instance is refused in one line:
     every other output runs it in one pod, which would not schedule on a node."""
     gpus = raw.tp * raw.data_parallel_size
-    if gpu.node_gpus and gpus > gpu.node_gpus:
+    nodes = k8s_nodes(gpus, gpu.node_gpus)
+    if nodes > 1:
         if raw.data_parallel_size > 1 and (raw.tp > gpu.node_gpus or gpu.node_gpus % raw.tp):
             raise DeployError(f"{where}: a data-parallel rank of TP {raw.tp} does not fit whole on the {gpu.node_gpus}-GPU "
                               f"nodes of {raw.gpu} (vLLM places each rank on one node of its Ray cluster); deploy "
                               "another --rank")
         if raw.pp == 1 and gpus <= gpu.nvlink_domain_gpus and gpus % gpu.node_gpus == 0:
-            return gpus // gpu.node_gpus
+            return nodes
         raise DeployError(f"{where}: one engine of {gpus} GPUs (TP {raw.tp} x DP {raw.data_parallel_size}"
                           f"{f' x PP {raw.pp}' if raw.pp > 1 else ''}) on {raw.gpu} is not a whole number of "
                           f"{gpu.node_gpus}-GPU nodes of one {gpu.nvlink_domain_gpus}-GPU NVLink domain in one pipeline "
