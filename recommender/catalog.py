@@ -6,6 +6,7 @@ ones; a duplicate id raises too. Strings with units ("80 GB", "3.35 TB/s") are c
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import os
@@ -181,13 +182,28 @@ class Catalog:
     def _gpu_names(self) -> dict[str, tuple[str, ...]]:
         return _index((g.id, (g.name, *g.aliases)) for g in self.gpus.values())
 
+    def _repos(self, mid: str) -> tuple[str, ...]:
+        """The Hugging Face repo ids of one architecture: the entry's ``hf_repo``, then its ``aliases``."""
+        meta = self.model_meta.get(mid) or {}
+        return tuple(r for r in (self.models[mid].hf_repo, *(str(a) for a in meta.get("aliases") or ())) if r)
+
     @functools.cached_property
     def _model_names(self) -> dict[str, tuple[str, ...]]:
         def names(mid: str) -> tuple[str, ...]:
-            meta = self.model_meta.get(mid) or {}
-            return (self.models[mid].hf_repo, *(str(a) for a in meta.get("aliases") or ()))
+            repos = self._repos(mid)
+            # a repo id also answers to its name without the organisation ('Llama-3.3-70B-Instruct', as users type it)
+            return (*repos, *(r.rsplit("/", 1)[-1] for r in repos if "/" in r))
 
         return _index((mid, names(mid)) for mid in self.models)
+
+    def named_repo(self, mid: str, name: str) -> str | None:
+        """The repo id of catalog model ``mid`` that ``name`` spells (with or without its organisation, any case),
+        None where ``name`` is the catalog id or no repo of it: 'deepseek-r1' -> 'deepseek-ai/DeepSeek-R1'."""
+        key = name_key(name)
+        for repo in self._repos(mid):
+            if key in (name_key(repo), name_key(repo.rsplit("/", 1)[-1])) and key != name_key(mid):
+                return repo
+        return None
 
     def gpu_id(self, name: str) -> str:
         """Catalog id for a GPU name: its id, its datasheet name or an alias, any case or punctuation.
@@ -215,7 +231,11 @@ class Catalog:
         an alias, or a path to a Hugging Face ``config.json`` (or a folder holding one)."""
         cid = self.model_id(name)
         if cid is not None:
-            return self.models[cid]
+            # a name that spells one of the entry's checkpoints (an alias: a chat or reasoning release of the same
+            # architecture) is the checkpoint the plan deploys, not the entry's default repo
+            repo = self.named_repo(cid, name)
+            arch = self.models[cid]
+            return arch if repo is None or repo == arch.hf_repo else dataclasses.replace(arch, hf_repo=repo)
         if name.endswith(".json") or Path(name).exists():
             return load_config_file(name)
         hint = _did_you_mean(name, self._model_names)

@@ -22,7 +22,8 @@ import functools
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-from recommender.errors import ConfigError
+from recommender.catalog import default_catalog
+from recommender.errors import ConfigError, RecommenderError
 from recommender.plan import LengthSummary, Plan, WorkloadEcho
 from recommender.replan.observation import Observation, RatePoint
 from recommender.replan.policy import Policy
@@ -122,10 +123,22 @@ def _base_workload(wl: WorkloadEcho, slos: tuple[Slo, ...], gpus: tuple[str, ...
     if not wl.model:
         raise ConfigError(f"{where}: workload.model is missing; pass --workload FILE")
     return Workload(
-        model=wl.model, prompt_tokens=_dist_from_summary(wl.prompt_tokens, "prompt_tokens"),
+        model=_model_name(wl), prompt_tokens=_dist_from_summary(wl.prompt_tokens, "prompt_tokens"),
         output_tokens=_dist_from_summary(wl.output_tokens, "output_tokens"),
         arrival_rate_per_s=wl.arrival_rate_per_s, shared_prefix_fraction=wl.shared_prefix_fraction,
         gpus=gpus, slos=slos, name=wl.name or "workload", source=wl.source, inventory=wl.inventory)
+
+
+def _model_name(wl: WorkloadEcho) -> str:
+    """The name the re-planner plans for: the plan's checkpoint where it is a repo of the plan's catalog model (an
+    alias such as deepseek-ai/DeepSeek-R1 for deepseek-v3), so a new plan deploys the same weights; else the model."""
+    if wl.hf_repo and wl.hf_repo != wl.model:
+        try:
+            if default_catalog().model_id(wl.hf_repo) == wl.model:
+                return wl.hf_repo
+        except RecommenderError:  # a name the resolver refuses: plan for the catalog id, as before
+            pass
+    return wl.model
 
 
 def _max_model_len(plan: Plan) -> int | None:
