@@ -38,16 +38,31 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     """Every line ``label  formula = value``: the formula, up to a ``;`` (what follows is a note), is arithmetic
     on the numbers it shows (``x`` multiplies; words name the factors) and evaluates to the value within their
     rounding (``tests/test_cli_estimate.py`` recomputes every line)."""
-    m, g, tp, p = dep.model, dep.gpu, dep.tp, dep.profile
-    mb = est.memory
     cost = StepCostModel.build(dep)
-    cdt = compute_dtype(dep.weight_dtype, g)
-    out: list[str] = []
+    b = admitted(dep, cost, est.batch, load.prompt_tokens, load.output_tokens) if load.mode == "closed" else est.batch
+    b = -(-b // dep.dp) if dep.dp > 1 else b  # DP attention: one attention rank's share of the batch
+    ctx = load.context_tokens if load.mode == "context" else load.prompt_tokens + max(load.output_tokens, 1) // 2
+    prompt = load.prompt_tokens if load.mode != "context" else load.context_tokens
+    out = _header_lines(dep, replicas, conditions)
+    out += _memory_lines(dep, load, est, cost)
+    out += ["", *_decode_lines(dep, est, cost, b, ctx)]
+    if dep.model.moe is not None:
+        out += ["", *_moe_lines(dep, cost, b)]
+    if cost.draft is not None:
+        out += ["", *_mtp_lines(dep, cost, b, ctx)]
+    out += ["", *_prefill_lines(dep, est, cost, prompt)]
+    out += ["", *_load_lines(load, est, cost, replicas, prompt)]
+    out += ["", *_cost_lines(est, pricing)]
+    return "\n".join(out)
+
+
+def _header_lines(dep: Deployment, replicas: int, conditions: list[str] | None) -> list[str]:
+    """The configuration in one line, then the engine conditions (and the parallelism flags) when given."""
+    m, g, tp, p = dep.model, dep.gpu, dep.tp, dep.profile
     par = (f", DP attention {dep.dp}" if dep.dp > 1 else "") + (", expert parallel" if dep.ep else "")
-    out.append(f"{m.id} on {replicas * tp * dep.dp} x {g.id} (TP {tp}{par}, {replicas} replica{'s' if replicas > 1 else ''}), "
-               f"weights {dep.weight_dtype}, KV cache {dep.kv_dtype}, engine profile {p.engine}"
-               f"{_fit_label(dep)}{'' if dep.cuda_graphs else ', CUDA graphs off'}")
-    out.append("")
+    out = [f"{m.id} on {replicas * tp * dep.dp} x {g.id} (TP {tp}{par}, {replicas} replica{'s' if replicas > 1 else ''}), "
+           f"weights {dep.weight_dtype}, KV cache {dep.kv_dtype}, engine profile {p.engine}"
+           f"{_fit_label(dep)}{'' if dep.cuda_graphs else ', CUDA graphs off'}", ""]
     if conditions:
         out.append("Engine conditions")
         out += [f"  {c}" for c in conditions]
@@ -55,7 +70,14 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
             out.append(f"  vllm serve {m.hf_repo or m.id} {' '.join(_quote(a) for a in parallel_flags(dep))} "
                        f"(parallelism and speculation flags, checked against vLLM 0.33's parser)")
         out.append("")
-    out.append("Memory (per GPU)")
+    return out
+
+
+def _memory_lines(dep: Deployment, load: Load, est: Estimate, cost: StepCostModel) -> list[str]:
+    """Memory per GPU: weights, budget, reserves, KV cache and what it holds, and whether it fits."""
+    m, g, tp = dep.model, dep.gpu, dep.tp
+    mb = est.memory
+    out = ["Memory (per GPU)"]
     wpp = mem.bytes_per_weight(dep.weight_dtype)
     q_bytes, o_bytes = mem._linear_split(m, dep.weight_dtype)
     stored = f"{q_bytes / wpp / 1e9:.4f}e9 quantized x {wpp:g} B + {o_bytes / 2 / 1e9:.4f}e9 other x 2 B"
@@ -95,10 +117,14 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     out.append(_line("fits", f"{B(est.weights_bytes_per_gpu)} + {B(reserves)} + {B(mb.min_kv_bytes_per_gpu)} <= {B(mb.budget_bytes_per_gpu)}; "
                      "weights + reserves + one max-length sequence <= budget",
                      "yes" if est.fits else f"NO, short by {B(est.shortfall_bytes_per_gpu)} per GPU"))
-    out.append("")
-    b = admitted(dep, cost, est.batch, load.prompt_tokens, load.output_tokens) if load.mode == "closed" else est.batch
-    b = -(-b // dep.dp) if dep.dp > 1 else b  # DP attention: one attention rank's share of the batch
-    ctx = load.context_tokens if load.mode == "context" else load.prompt_tokens + max(load.output_tokens, 1) // 2
+    return out
+
+
+def _decode_lines(dep: Deployment, est: Estimate, cost: StepCostModel, b: int, ctx: int) -> list[str]:
+    """The decode step at batch ``b`` (per attention rank) and context ``ctx``: floors, then each real term."""
+    m, tp, p = dep.model, dep.tp, dep.profile
+    cdt = compute_dtype(dep.weight_dtype, dep.gpu)
+    out: list[str] = []
     kv, fl = cost.decode_seq_cost(max(ctx, 1))
     floor = cost.parts(b, b * kv, b * fl, floor=True)
     real = cost.parts(b, b * kv, b * fl)
@@ -140,15 +166,15 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     out.append(_line("decode step", f"{S(real['gemm_s'])} + {S(real['attention_s'])} + {S(real['allreduce_s'])} + "
                      f"{S(real['overhead_s'])}; GEMMs + attention + all-reduce + overhead"
                      + ("; per output token with MTP below" if cost.draft else ""), S(est.decode_step_s)))
-    if m.moe is not None:
-        out.append("")
-        out += _moe_lines(dep, cost, b)
-    if cost.draft is not None:
-        out.append("")
-        out += _mtp_lines(dep, cost, b, ctx)
-    out.append("")
-    out.append("Prefill")
-    prompt = load.prompt_tokens if load.mode != "context" else load.context_tokens
+    return out
+
+
+def _prefill_lines(dep: Deployment, est: Estimate, cost: StepCostModel, prompt: int) -> list[str]:
+    """The prompt's FLOPs, its compute floor and the chunked prefill as the engine runs it."""
+    tp, p = dep.tp, dep.profile
+    cdt = compute_dtype(dep.weight_dtype, dep.gpu)
+    peak_gpu = cost.peak_group_flops_per_s / tp
+    out = ["Prefill"]
     _, pfl = cost.prefill_chunk_cost(max(prompt, 1), 0)
     out.append(_line("FLOPs", f"2 x {cost.linear_flops_per_token / 2 / 1e9:.4f}e9 active params x {max(prompt, 1):,} tokens + "
                      f"{pfl:.4g} attention FLOPs", f"{est.prefill_flops:.3g} FLOPs"))
@@ -158,8 +184,12 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     n_chunks = max(1, math.ceil(max(prompt, 1) / max(chunk, 1)))
     out.append(_line("prefill (real)", f"{n_chunks} steps x {S(est.prefill_s / n_chunks)}; chunks of {chunk} tokens at "
                      f"{p.compute_efficiency:.0%} + all-reduce + overhead", S(est.prefill_s)))
-    out.append("")
-    out.append(f"Load: {_describe(load, est)}")
+    return out
+
+
+def _load_lines(load: Load, est: Estimate, cost: StepCostModel, replicas: int, prompt: int) -> list[str]:
+    """Latencies under the load and the throughput they give."""
+    out = [f"Load: {_describe(load, est)}"]
     ro = cost.request_overhead_s
     out.append(_line("TTFT", f"{S(est.ttft_s - ro)} + {S(ro)}; time to first token + request overhead", S(est.ttft_s)))
     out.append(_line("TPOT", f"{S(est.tpot_s)}; time per output token (one step)", S(est.tpot_s)))
@@ -178,8 +208,12 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
         out.append(_line("output tokens/s", f"{est.batch} x {n_out} tokens / {S(est.e2e_s)} x {replicas} replicas", value))
         out.append(_line("total tokens/s", f"{est.batch} x ({n_out} + {prompt:,}) tokens / {S(est.e2e_s)} x {replicas} replicas",
                          f"{est.total_tokens_per_s:,.0f} tok/s"))
-    out.append("")
-    out.append("Cost")
+    return out
+
+
+def _cost_lines(est: Estimate, pricing: Pricing) -> list[str]:
+    """The hourly price, where it comes from, and the dollars per million tokens, then the estimate's notes."""
+    out = ["Cost"]
     basis, _, why = pricing.basis.partition(" (")
     out.append(_line("USD/hour", basis + (f"; {why.rstrip(')')}" if why else ""), f"${est.usd_per_hour:,.2f}/h"))
     out.append(f"  price from         {pricing.source}")
@@ -190,7 +224,7 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
                      f"${est.usd_per_million_tokens:,.3f}"))
     for n in est.notes:
         out.append(f"note: {n}")
-    return "\n".join(out)
+    return out
 
 
 def _moe_lines(dep: Deployment, cost: StepCostModel, b: int) -> list[str]:

@@ -27,9 +27,9 @@ from recommender.atomic import atomic_write_text
 from recommender.errors import RecommenderError
 from recommender.plan import Plan, dump_plan, plan_document
 from recommender.replan import plans
-from recommender.replan.band import check_band
+from recommender.replan.band import BandCheck, check_band
 from recommender.replan.history import History, Transaction
-from recommender.replan.observation import InsufficientDataError, check_observation
+from recommender.replan.observation import InsufficientDataError, Observation, check_observation
 from recommender.replan.observe import (
     base_workload_from_plan, forecast_rate_per_s, merge_points, observed_workload, rate_points_from_observed,
     slo_attainment, slo_risks,
@@ -246,16 +246,7 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
                       2, clock())
     now = obs.end_s
     window = obs.window
-    past_records = history.list(deployment=dep, limit=max(50, 4 * policy.scale_down_windows))
-    horizon = now - policy.lookback_s - obs.window_s
-    if len(past_records) >= max(50, 4 * policy.scale_down_windows) and past_records[-1].time_s > horizon:
-        past_records = history.list(deployment=dep, since_s=horizon)  # frequent runs: cover the whole lookback
-    # the forecast looks back over earlier runs' rates too (points ending before this window starts)
-    window_start = obs.end_s - obs.window_s
-    earlier = [p for r in past_records if r.observed and r.observed.get("source") == obs.source
-               for p in rate_points_from_observed(r.observed) if p.end_s <= window_start + 1e-6]
-    points = merge_points(earlier, obs.rate_points)
-    forecast = forecast_rate_per_s(points, policy, now)
+    forecast = _forecast(history, dep, obs, policy)
     try:
         base_wl = base if base is not None else base_workload_from_plan(current)
         workload, notes = observed_workload(obs, base_wl, current, policy, forecast)
@@ -269,37 +260,11 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
         "headroom": policy.headroom, "planned_rate_per_s": workload.arrival_rate_per_s,
         "slo": slo_attainment(obs, base_wl.slos, policy), "notes": list(obs.notes) + notes,
         "sizing": None if band is None else band.to_dict(), "workload": workload.to_dict()}
-    burst_risks: list[str] = []
-    burst_holds = ""
-    # a real burst above the rate the model is asked about anyway: the plan under the model at the burst's rate
-    if band is not None and band.burst and band.burst_per_s > workload.effective_rate_per_s:
-        at_burst = dataclasses.replace(workload, arrival_rate_per_s=band.burst_per_s)
-        try:
-            bp = predict(current, at_burst)
-            observed["burst_predicted"] = bp.to_dict()
-            if not bp.slo_misses:  # the utilisation cap is the sizing margin: a burst acts only on an SLO
-                burst_holds = (f"; at the burst's {band.burst_per_s:.2f} req/s the model predicts "
-                               f"{bp.summary(at_burst)}: the SLOs hold")
-            else:
-                burst_risks = [f"burst of {band.burst_per_s:.2f} req/s ({band.record.text()}): {m}" for m in bp.slo_misses]
-                workload = at_burst  # the proposal must carry the burst
-                observed["planned_rate_per_s"] = workload.arrival_rate_per_s
-                observed["workload"] = workload.to_dict()
-        except RecommenderError as e:
-            observed["notes"].append(f"the burst could not be evaluated under the model ({e})")
+    workload, burst_risks, burst_holds = _burst(predict, current, workload, band, observed)
     own_traffic = band is not None and band.rate_inside and not band.lengths and not observed_risks and (
         not band.burst or bool(burst_holds))
-    pred: Prediction | None = None
-    if not own_traffic:
-        try:
-            pred = predict(current, workload)
-        except RecommenderError as e:
-            observed["notes"].append(f"the current plan could not be evaluated under the model ({e}); searching")
-    risks = (list(pred.misses) if pred is not None else []) + burst_risks + observed_risks
-    if pred is not None and pred.meets and pred.p_slo is not None and pred.p_slo < policy.slo_risk_confidence:
-        # the point prediction meets the SLOs, but the band's pessimistic end at the policy's confidence does not
-        risks.append(f"P(all SLOs met) {pred.p_slo:.2f} < {policy.slo_risk_confidence:g} at "
-                     f"{pred.rate_per_s:.2f} req/s (the plan's error band)")
+    pred = None if own_traffic else _predict_current(predict, current, workload, observed)
+    risks = _risks(pred, policy) + burst_risks + observed_risks
     observed["slo_risks"] = risks
     if pred is not None:
         observed["current_predicted"] = pred.to_dict()
@@ -308,15 +273,7 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
         in_band = (f"{band.where()}{burst_holds}: the plan was sized for this traffic; "
                    f"keeping {plans.describe(current)}, no search")
     elif pred is not None and not risks:
-        moved = _lengths_moved(current, workload, policy.band_length_tolerance)
-        busy = pred.utilisation >= policy.band_min_utilisation
-        smaller = _smaller_meets(predict, current, workload) if not moved and busy else None
-        if not moved and busy and smaller is None:
-            single = all(r <= 1 for r in current.top.pool_replicas)
-            fewer = "it runs one replica per pool" if single else "one replica fewer would miss"
-            in_band = (f"traffic is within the current plan's band: at the forecast {forecast:.2f} req/s "
-                       f"(+{policy.headroom:.0%} = {workload.effective_rate_per_s:.2f} req/s) the model predicts "
-                       f"{pred.summary(workload)} and {fewer}{burst_holds}; no search needed")
+        in_band = _within_band(predict, current, workload, pred, policy, forecast, burst_holds)
     proposal_meets: str | None = ""
     if in_band:
         proposed = current
@@ -331,12 +288,7 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
             return finish("error", "", f"planner crashed ({type(e).__name__}: {e}); keeping the current plan; please "
                           f"report this with the observed workload from `recommend history --full --format json`",
                           2, now, observed)
-        try:
-            pp = predict(proposed, workload)
-            proposal_meets = pp.summary(workload) if pp.meets else None
-            observed["proposed_predicted"] = pp.to_dict()
-        except RecommenderError:
-            proposal_meets = ""  # the planner's own evaluation stands
+        proposal_meets = _proposal_meets(predict, proposed, workload, observed)
     # P(all SLOs met) of each plan's rank 1 from its bands (recommender.search.bands), at the workload it was made
     # for: the proposal's is at this run's forecast; None for plans written without bands
     observed["p_slo_met"] = {"current": _p_slo(current), "proposed": _p_slo(proposed)}
@@ -359,6 +311,90 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
                 return finish("error", d.wanted, f"decided to change ({d.reason}) but writing {out_dir} failed: {e}; "
                               f"the deployed plan is unchanged", getattr(e, "exit_code", 2), now, observed, plan, tx=tx)
         return finish("changed", d.wanted, d.reason, EXIT_CHANGED, now, observed, plan, written, tx=tx)
+
+
+def _forecast(history: History, dep: str, obs: Observation, policy: Policy) -> float:
+    """The policy's forecast rate (req/s) from this window's rate points and earlier runs' of the same source (the
+    points ending before this window starts), over the policy's lookback."""
+    now = obs.end_s
+    past_records = history.list(deployment=dep, limit=max(50, 4 * policy.scale_down_windows))
+    horizon = now - policy.lookback_s - obs.window_s
+    if len(past_records) >= max(50, 4 * policy.scale_down_windows) and past_records[-1].time_s > horizon:
+        past_records = history.list(deployment=dep, since_s=horizon)  # frequent runs: cover the whole lookback
+    window_start = obs.end_s - obs.window_s
+    earlier = [p for r in past_records if r.observed and r.observed.get("source") == obs.source
+               for p in rate_points_from_observed(r.observed) if p.end_s <= window_start + 1e-6]
+    return forecast_rate_per_s(merge_points(earlier, obs.rate_points), policy, now)
+
+
+def _burst(predict: Predictor, current: Plan, workload: Workload, band: BandCheck | None,
+           observed: dict[str, Any]) -> tuple[Workload, list[str], str]:
+    """A real burst above the rate the model is asked about anyway: the plan under the model at the burst's rate.
+    Returns (the workload a proposal must carry, the burst's SLO risks, a note that the SLOs hold at it); records the
+    prediction (and a carried burst's rate and workload) in ``observed``."""
+    if band is None or not band.burst or band.burst_per_s <= workload.effective_rate_per_s:
+        return workload, [], ""
+    at_burst = dataclasses.replace(workload, arrival_rate_per_s=band.burst_per_s)
+    try:
+        bp = predict(current, at_burst)
+    except RecommenderError as e:
+        observed["notes"].append(f"the burst could not be evaluated under the model ({e})")
+        return workload, [], ""
+    observed["burst_predicted"] = bp.to_dict()
+    if not bp.slo_misses:  # the utilisation cap is the sizing margin: a burst acts only on an SLO
+        return workload, [], (f"; at the burst's {band.burst_per_s:.2f} req/s the model predicts "
+                              f"{bp.summary(at_burst)}: the SLOs hold")
+    observed["planned_rate_per_s"] = at_burst.arrival_rate_per_s
+    observed["workload"] = at_burst.to_dict()
+    return at_burst, [f"burst of {band.burst_per_s:.2f} req/s ({band.record.text()}): {m}" for m in bp.slo_misses], ""
+
+
+def _predict_current(predict: Predictor, current: Plan, workload: Workload, observed: dict[str, Any]) -> Prediction | None:
+    """The current plan under the model at the planned workload; None, with a note in ``observed``, when the model
+    cannot evaluate it (the run then searches)."""
+    try:
+        return predict(current, workload)
+    except RecommenderError as e:
+        observed["notes"].append(f"the current plan could not be evaluated under the model ({e}); searching")
+        return None
+
+
+def _risks(pred: Prediction | None, policy: Policy) -> list[str]:
+    """The SLOs the current plan misses under the model, and a risk where the point prediction meets them but the
+    band's pessimistic end at the policy's confidence does not."""
+    if pred is None:
+        return []
+    risks = list(pred.misses)
+    if pred.meets and pred.p_slo is not None and pred.p_slo < policy.slo_risk_confidence:
+        risks.append(f"P(all SLOs met) {pred.p_slo:.2f} < {policy.slo_risk_confidence:g} at "
+                     f"{pred.rate_per_s:.2f} req/s (the plan's error band)")
+    return risks
+
+
+def _proposal_meets(predict: Predictor, proposed: Plan, workload: Workload, observed: dict[str, Any]) -> str | None:
+    """The proposal under the model: its summary where it meets the SLOs, None where it misses, "" where the model
+    cannot evaluate it (the planner's own evaluation stands)."""
+    try:
+        pp = predict(proposed, workload)
+    except RecommenderError:
+        return ""
+    observed["proposed_predicted"] = pp.to_dict()
+    return pp.summary(workload) if pp.meets else None
+
+
+def _within_band(predict: Predictor, current: Plan, workload: Workload, pred: Prediction, policy: Policy,
+                 forecast: float, burst_holds: str) -> str:
+    """Why no search is needed when the current plan meets the SLOs at the forecast: lengths as planned, busy
+    enough (utilisation >= band_min_utilisation) and one replica fewer would miss; "" when a search is."""
+    if _lengths_moved(current, workload, policy.band_length_tolerance) or pred.utilisation < policy.band_min_utilisation:
+        return ""
+    if _smaller_meets(predict, current, workload) is not None:
+        return ""
+    single = all(r <= 1 for r in current.top.pool_replicas)
+    fewer = "it runs one replica per pool" if single else "one replica fewer would miss"
+    return (f"traffic is within the current plan's band: at the forecast {forecast:.2f} req/s "
+            f"(+{policy.headroom:.0%} = {workload.effective_rate_per_s:.2f} req/s) the model predicts "
+            f"{pred.summary(workload)} and {fewer}{burst_holds}; no search needed")
 
 
 def _p_slo(plan: Plan) -> float | None:
