@@ -517,6 +517,35 @@ def test_cli_writes_and_prints_each_target(tmp_path: Path) -> None:
     assert res.exit_code != 0 and "--image" in res.output and "Traceback" not in res.output
 
 
+def test_platforms_leave_out_a_target_that_cannot_run_the_plan_and_say_why(tmp_path: Path) -> None:
+    """'platforms' on an AMD plan without --image: KServe, llm-d and the DisaggregatedSet are written, Dynamo (whose
+    default image is built for CUDA) is left out with one note on stderr; named alone it is still refused."""
+    out = tmp_path / "amd"
+    res = CliRunner().invoke(app, ["deploy", str(PLANS / "amd-qwen7b-mi300x.json"), "--format", "platforms", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(
+        f for fmt in PLATFORM_FORMATS if fmt != "dynamo" for f in FILES[fmt])
+    notes = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(notes) == 1 and notes[0].startswith("note: dynamo not written: ") and "--image" in notes[0], res.stderr
+    with pytest.raises(DeployError, match="--image"):  # named beside the group: refused
+        render(PLANS / "amd-qwen7b-mi300x.json", 1, "platforms,dynamo", cluster=None)
+
+
+def test_a_group_whose_every_output_refuses_the_plan_raises_the_first_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import recommender.deploy as deploy
+
+    def refuse(name: str) -> Any:
+        def render_one(spec: Any) -> dict[str, str]:
+            raise DeployError(f"{name}: cannot run this plan")
+        return render_one
+
+    monkeypatch.setattr(deploy, "_RENDERERS", {f: refuse(f) for f in ("cmd", "k8s", "helm")})
+    told: list[str] = []
+    with pytest.raises(DeployError, match="^cmd: cannot run this plan$"):
+        render_deploy(load_plan(PLANS / "agg-llama70b-h100.json"), 1, "all", on_skip=lambda f, why: told.append(f))
+    assert told == []
+
+
 def test_emit_writes_the_named_targets(tmp_path: Path) -> None:
     out = tmp_path / "emit"
     res = CliRunner().invoke(app, ["--workload", str(ROOT / "examples" / "chat.yaml"), "--policy",

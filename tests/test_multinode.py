@@ -117,8 +117,10 @@ def test_one_pod_platforms_refuse_a_replica_over_nodes(plan, fmt: str) -> None: 
 
 
 def test_platforms_write_the_leader_worker_set_only(plan) -> None:  # type: ignore[no-untyped-def]
-    files = render_deploy(plan, 1, "platforms")
+    told: dict[str, str] = {}
+    files = render_deploy(plan, 1, "platforms", on_skip=told.__setitem__)
     assert sorted(files) == ["disaggregatedset.yaml"]  # kserve, llm-d and dynamo skipped, as helm under 'all'
+    assert sorted(told) == ["dynamo", "kserve", "llm-d"] and all("spans 2 nodes" in why for why in told.values())
     docs = [d for d in yaml.safe_load_all(files["disaggregatedset.yaml"]) if d]
     (lws,) = [d for d in docs if d["kind"] == "LeaderWorkerSet"]
     assert errors_of(lws) == []

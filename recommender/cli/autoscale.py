@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from recommender.cli import options
 from recommender.cli.app import app, fail, one_line_errors
 
 
@@ -85,6 +86,7 @@ def _emit(out_dir: str, ap: object, doc: dict[str, object], prometheus: str) -> 
     extra = {"plan.json": dump_plan(ap.static_plan),
              "autoscale.json": json.dumps(doc, indent=2) + "\n",
              **render_autoscaler(build_spec(ap.static_plan, 1, plan_name="plan.json"), settings)}
-    paths = write_deploy_files(ap.static_plan, Path(out_dir), plan_name="plan.json", extra_files=extra)
+    paths = write_deploy_files(ap.static_plan, Path(out_dir), plan_name="plan.json", extra_files=extra,
+                               on_skip=options.note_skipped)
     typer.echo(f"wrote plan.json, autoscale.json, keda-scaledobject.yaml, hpa.yaml and {len(paths)} deployment "
                f"files to {out_dir}", err=True)

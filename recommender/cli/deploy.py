@@ -36,7 +36,7 @@ def _dns_name(name: str, what: str) -> str:
 def deploy_cmd(
     plan: Path = typer.Argument(..., help="Plan JSON written by `recommend --workload ... --format json`."),
     rank: int = typer.Option(1, "--rank", "-r", help="Which plan of the ranking to deploy."),
-    fmt: str = typer.Option("all", "--format", "-f", help="cmd|k8s|helm|all (comma-separated list allowed); kserve|llm-d|dynamo|disaggregatedset, or platforms for all four (docs/deploy-targets.md); keda: a KEDA ScaledObject per k8s.yaml Deployment; replan-cronjob: the re-planner as a Kubernetes CronJob; bench: the vllm bench serve runs that check the deployment and the calibrate command (none of these part of all)."),
+    fmt: str = typer.Option("all", "--format", "-f", help="cmd|k8s|helm|all (comma-separated list allowed); kserve|llm-d|dynamo|disaggregatedset, or platforms for all four (docs/deploy-targets.md; a target that cannot run the plan is left out of all or platforms with a note on stderr, refused when named); keda: a KEDA ScaledObject per k8s.yaml Deployment; replan-cronjob: the re-planner as a Kubernetes CronJob; bench: the vllm bench serve runs that check the deployment and the calibrate command (none of these part of all)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory to write the files to; without it they are printed."),
     checkpoint: Optional[str] = typer.Option(
         None, "--checkpoint",
@@ -72,7 +72,8 @@ def deploy_cmd(
                               storage_class=storage_class, node_selector=node_selector, tolerations=toleration,
                               gpu_label=gpu_label)
     if out is None:
-        files = render_deploy(doc, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster, replan=replan)
+        files = render_deploy(doc, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster, replan=replan,
+                              on_skip=options.note_skipped)
         if as_json:
             typer.echo(json.dumps({"plan": str(plan), "rank": rank, "files": files}, indent=2))
             return
@@ -81,7 +82,8 @@ def deploy_cmd(
                 typer.echo(("" if i == 0 else "\n") + f"# ==> {name} <==")
             typer.echo(text, nl=False)
         return
-    paths = write_deploy_files(doc, out, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster, replan=replan)
+    paths = write_deploy_files(doc, out, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster, replan=replan,
+                               on_skip=options.note_skipped)
     if as_json:
         typer.echo(json.dumps({"plan": str(plan), "rank": rank, "written": [str(p) for p in paths]}, indent=2))
     else:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
+from recommender.cli import options
 from recommender.cli.app import app, fail, one_line_errors
 from recommender.errors import ConfigError
 
@@ -154,5 +155,5 @@ def _emit(emit: str, plan: Plan, source: str, formats: str) -> None:
     plan = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, source=source))
     # one set: plan.json and rank 1's files are swapped in together (never a new plan beside old files)
     paths = write_deploy_files(plan, out, rank=1, formats=formats, plan_name=str(out / "plan.json"),
-                               extra_files={"plan.json": dump_plan(plan)})
+                               extra_files={"plan.json": dump_plan(plan)}, on_skip=options.note_skipped)
     typer.echo(f"wrote {out / 'plan.json'} and {len(paths)} deployment files to {out}", err=True)

@@ -104,6 +104,12 @@ Wide = Annotated[bool, typer.Option("--wide", help="Lines as long as they come (
 _wide_flag = [False]
 
 
+def note_skipped(fmt: str, reason: str) -> None:
+    """A deployment output a group ('all', 'platforms') left out because it refused the plan: one note on stderr
+    (``recommender.deploy.render_deploy``'s ``on_skip``)."""
+    typer.echo(f"note: {fmt} not written: {reason.removeprefix(f'{fmt}: ')}", err=True)
+
+
 def set_wide(on: bool) -> None:
     _wide_flag[0] = on
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from recommender.deploy.cluster import ClusterOptions, cluster_options
 from recommender.deploy.disaggset import render_disaggset
@@ -38,14 +38,16 @@ EXTRA_FORMATS = (*PLATFORM_FORMATS, "keda", "replan-cronjob", "bench")
 _RENDERERS = {"cmd": render_cmd, "k8s": render_k8s, "helm": render_helm, "kserve": render_kserve,
               "llm-d": render_llmd, "dynamo": render_dynamo, "disaggregatedset": render_disaggset, "keda": render_keda}
 #: outputs that run one pod per replica: a plan whose replica spans nodes (pipeline stages, or an engine over
-#: the trays of an NVL72 rack) is refused by name
-#: (``spec.refuse_multinode``) and skipped when asked for through 'all' or 'platforms'
+#: the trays of an NVL72 rack) is refused by name (``spec.refuse_multinode``); like any refusal of one output, it is
+#: skipped, with its reason, when that output was asked for only through 'all' or 'platforms'
 ONE_POD_FORMATS = ("helm", "kserve", "llm-d", "dynamo")
+#: ``on_skip(format, reason)``: told of each output left out of a group ('all', 'platforms') because it refused the plan
+OnSkip = Callable[[str, str], None]
 _FORMAT_HINT = "use cmd, k8s, helm, all, kserve, llm-d, dynamo, disaggregatedset, platforms, keda, replan-cronjob or bench"
 
 __all__ = [
     "FORMATS", "PLATFORM_FORMATS", "VLLM_VERSION", "ClusterOptions", "DeploySpec", "cluster_options", "GpuFacts", "GpuLookup", "VllmFlagError",
-    "build_spec", "check_serve_args", "normalise_formats", "render_deploy", "write_deploy_files",
+    "OnSkip", "build_spec", "check_serve_args", "normalise_formats", "render_deploy", "write_deploy_files",
 ]
 
 
@@ -78,13 +80,17 @@ def _named(formats: str | Iterable[str], fmt: str) -> bool:
 def render_deploy(plan: Plan | Mapping[str, Any], rank: int = 1, formats: str | Iterable[str] = "all",
                   checkpoint: str | None = None, *, plan_name: str | None = None,
                   gpus: GpuLookup | None = None, cluster: ClusterOptions | None = None,
-                  replan: Any = None) -> dict[str, str]:
+                  replan: Any = None, on_skip: OnSkip | None = None) -> dict[str, str]:
     """Render row ``rank`` of ``plan`` into deployment files: file name -> text.
 
     ``checkpoint`` overrides the plan's pre-quantized checkpoint repo; ``plan_name`` (e.g. the plan
     file path) is named in each file's header; ``gpus`` replaces the GPU catalog lookup; ``cluster`` sets
     namespace, images, tolerations, node selector and storage class of the k8s/Helm output; ``replan``
     (a ``replan_job.ReplanJobOptions``) configures the ``replan-cronjob`` format.
+
+    An output asked for by its own name that refuses the plan raises its one-line refusal. One asked for only
+    through 'all' or 'platforms' is left out and ``on_skip`` is told why (a multi-node replica in Helm, KServe,
+    llm-d, Dynamo; an AMD pool in Dynamo without ``--image``), unless every output of the request refused.
     """
     if not isinstance(plan, Plan):
         plan = load_plan(plan)  # a plan document: through the one reader
@@ -92,30 +98,41 @@ def render_deploy(plan: Plan | Mapping[str, Any], rank: int = 1, formats: str | 
     if cluster is not None:
         spec = dataclasses.replace(spec, cluster=cluster)
     files: dict[str, str] = {}
-    chosen = normalise_formats(formats)
-    multinode = any(p.nodes_per_replica > 1 for p in spec.pools)
-    for fmt in chosen:
-        if multinode and fmt in ONE_POD_FORMATS and not _named(formats, fmt):
-            continue  # no multi-node replica there: 'all' writes cmd and k8s, 'platforms' the DisaggregatedSet file
-        if fmt == "replan-cronjob":
-            from recommender.deploy.replan_job import render_replan_cronjob
-            from recommender.plan import dump_plan
-
-            files.update(render_replan_cronjob(spec, dump_plan(plan), replan))
-        elif fmt == "bench":
-            from recommender.deploy.bench import render_bench
-
-            files.update(render_bench(spec, plan))
-        else:
-            files.update(_RENDERERS[fmt](spec))
+    skipped: dict[str, DeployError] = {}
+    for fmt in normalise_formats(formats):
+        try:
+            files.update(_render_one(fmt, spec, plan, replan))
+        except DeployError as e:
+            if _named(formats, fmt):
+                raise
+            skipped[fmt] = e
+    if not files and skipped:
+        raise next(iter(skipped.values()))
+    for fmt, refusal in skipped.items():
+        if on_skip is not None:
+            on_skip(fmt, str(refusal))
     return files
+
+
+def _render_one(fmt: str, spec: DeploySpec, plan: Plan, replan: Any) -> dict[str, str]:
+    """One output's files (name -> text); raises its DeployError where that output cannot run the plan."""
+    if fmt == "replan-cronjob":
+        from recommender.deploy.replan_job import render_replan_cronjob
+        from recommender.plan import dump_plan
+
+        return render_replan_cronjob(spec, dump_plan(plan), replan)
+    if fmt == "bench":
+        from recommender.deploy.bench import render_bench
+
+        return render_bench(spec, plan)
+    return _RENDERERS[fmt](spec)
 
 
 def write_deploy_files(plan: Plan | Mapping[str, Any], out_dir: str | Path, rank: int = 1,
                        formats: str | Iterable[str] = "all", checkpoint: str | None = None, *,
                        plan_name: str | None = None, gpus: GpuLookup | None = None,
                        extra_files: Mapping[str, str] | None = None, cluster: ClusterOptions | None = None,
-                       replan: Any = None) -> list[Path]:
+                       replan: Any = None, on_skip: OnSkip | None = None) -> list[Path]:
     """Render (all files first, so a refused plan writes nothing) and write them as one set into ``out_dir``.
 
     ``extra_files`` (name -> text, e.g. ``plan.json``) join the same set. The folder is swapped in whole
@@ -123,7 +140,7 @@ def write_deploy_files(plan: Plan | Mapping[str, Any], out_dir: str | Path, rank
     Shell scripts are made executable (0o755). Returns the written deployment paths in render order.
     """
     files = render_deploy(plan, rank, formats, checkpoint, plan_name=plan_name, gpus=gpus, cluster=cluster,
-                          replan=replan)
+                          replan=replan, on_skip=on_skip)
     label = f"plan rank {rank}" + (f" of {plan_name}" if plan_name else "")
     paths = write_file_set(out_dir, {**(extra_files or {}), **files}, label=label)
     return [p for p in paths if p.name in files]
