@@ -551,12 +551,30 @@ def load_workload(path: str | Path) -> Workload:
     return workload_from_dict(doc, str(p))
 
 
+def parse_price_flag(text: str, what: str = "--price") -> dict[str, float]:
+    """``mi355x=$3.50/h,h100=2.49`` -> {catalog GPU id: USD per GPU-hour}, checked as a workload's ``prices:``."""
+    entries: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, eq, price = part.partition("=")
+        if not eq or not name.strip() or not price.strip():
+            raise ConfigError(f"{what} {part!r}: give GPU=$PRICE/h per GPU-hour, e.g. mi355x=$3.50/h")
+        if name.strip() in entries:
+            raise ConfigError(f"{what}: two prices for {name.strip()!r}; give one")
+        entries[name.strip()] = price.strip()
+    if not entries:
+        raise ConfigError(f"{what}: give GPU=$PRICE/h entries, e.g. mi355x=$3.50/h")
+    return _prices(entries, what)
+
+
 def workload_from_flags(base: Workload | None, *, model: str | None = None, gpus: Sequence[str] | None = None,
                         rate_per_s: float | None = None, prompt_tokens: int | None = None,
-                        output_tokens: int | None = None) -> Workload:
+                        output_tokens: int | None = None, prices: Mapping[str, float] | None = None) -> Workload:
     """The workload of the main job's quick flags, over a file's workload when there is one (flags win).
 
-    Token flags are constant lengths. Without ``base``, model, rate and both lengths are required.
+    Token flags are constant lengths. Without ``base``, model, rate and both lengths are required. ``prices``
+    (``--price``, catalog GPU id -> USD per GPU-hour) join the file's ``prices:``, a flag's winning for its GPU.
     """
     for flag, v in (("--rate", rate_per_s), ("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
         if v is not None and not v > 0:
@@ -571,8 +589,11 @@ def workload_from_flags(base: Workload | None, *, model: str | None = None, gpus
         assert model and rate_per_s and prompt_tokens and output_tokens
         return Workload(model=model, prompt_tokens=LengthDist.constant(prompt_tokens),
                         output_tokens=LengthDist.constant(output_tokens), arrival_rate_per_s=rate_per_s,
-                        gpus=tuple(gpus) if gpus else None, name="flags", source="command-line flags")
+                        gpus=tuple(gpus) if gpus else None, name="flags", source="command-line flags",
+                        usd_per_gpu_hour_overrides=dict(prices or {}))
     kw: dict[str, Any] = {}
+    if prices:
+        kw["usd_per_gpu_hour_overrides"] = {**base.usd_per_gpu_hour_overrides, **prices}
     if model:
         kw["model"] = model
     if gpus:

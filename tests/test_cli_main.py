@@ -191,14 +191,41 @@ def test_each_way_out_of_no_rentable_plan_gives_a_plan(tmp_path: Path) -> None:
     """The refusal names three ways out that need no catalog edit; each one plans 405B on MI300X (TP >= 4)."""
     flags = ("--gpus", "mi300x", "--rate", "1", "--prompt-tokens", "1000", "--output-tokens", "100", "--verify", "0")
     res = run("--model", "llama-3.1-405b", *flags)
-    assert 'price mi300x per GPU-hour (prices: {mi300x: "$X/h"} in the workload)' in res.stderr, res.stderr
+    assert ('price mi300x per GPU-hour (--price mi300x=$X/h, or prices: {mi300x: "$X/h"} in the workload)'
+            in res.stderr), res.stderr
     assert "--inventory mi300x=N" in res.stderr
     wl = tmp_path / "w.yaml"
     wl.write_text("model: llama-3.1-405b\ntraffic: {arrival_rate: 1}\nprompt_tokens: {dist: constant, value: 1000}\n"
                   "output_tokens: {dist: constant, value: 100}\ngpus: [mi300x]\nprices: {mi300x: \"$2.59/h\"}\n")
     for args in (("--workload", str(wl), "--verify", "0", "--format", "json"),
+                 ("--model", "llama-3.1-405b", *flags, "--price", "mi300x=$2.59/h", "--format", "json"),
                  ("--model", "llama-3.1-405b", *flags, "--inventory", "mi300x=8", "--format", "json")):
         res = run(*args)
         assert res.exit_code == 0, res.stderr
         (pool,) = json.loads(res.stdout)["plans"][0]["pools"]
         assert pool["gpu"] == "mi300x" and pool["tp"] >= 4  # 405 GB of fp8 weights over 192 GB GPUs
+
+
+def test_price_flag_prices_a_gpu_without_an_offer_and_joins_the_files_prices(tmp_path: Path) -> None:
+    """catalogs/gpus/mi355x.yaml has no dated offer (offers: []): --price gives it one, billed per GPU; over a
+    workload file the flag wins for its GPU and the file's other prices stay."""
+    flags = ("--model", "llama-3.1-8b", "--gpus", "mi355x", "--rate", "2", "--prompt-tokens", "500",
+             "--output-tokens", "100", "--verify", "0", "--trials", "40")
+    res = run(*flags)
+    assert res.exit_code != 0 and "--price mi355x=$X/h" in res.stderr, res.stderr
+    res = run(*flags, "--price", "MI355X=$3.00/h", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    top = json.loads(res.stdout)["plans"][0]
+    gpus = sum(p["tp"] * p["replicas"] for p in top["pools"])
+    assert top["usd_per_hour"] == pytest.approx(3.00 * gpus)  # $3.00 per GPU-hour, per GPU in use
+    from recommender.workload import load_workload, parse_price_flag, workload_from_flags
+
+    wl = tmp_path / "w.yaml"
+    wl.write_text("model: llama-3.1-8b\ntraffic: {arrival_rate: 1}\nprompt_tokens: 500\noutput_tokens: 100\n"
+                  "prices: {h100: \"$2.00/h\", l4: 0.5}\n")
+    w = workload_from_flags(load_workload(str(wl)), prices=parse_price_flag("h100-sxm=$2.50/h,mi355x=3"))
+    assert w.usd_per_gpu_hour_overrides == {"h100-sxm": 2.50, "l4": 0.5, "mi355x": 3.0}
+    for bad in ("mi355x", "mi355x=", "nosuchgpu=$1/h", "mi355x=$0/h", "mi355x=1,mi355x=2"):
+        res = run(*flags, "--price", bad)
+        err = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert res.exit_code != 0 and len(err) == 1 and err[0].startswith("error: ") and "--price" in err[0], (bad, res.stderr)

@@ -135,3 +135,12 @@ def test_a_workload_file_takes_gpu_aliases_and_hf_ids(tmp_path: Path) -> None:
     # prices: {H100: 2.0} is the h100-sxm price: $2 per GPU-hour
     assert all(p["usd_per_hour"] == 2.0 * p["gpus_total"] for p in plans if p["gpu"] == "h100-sxm")
     assert any(p["gpu"] == "h100-sxm" for p in plans)
+
+
+def test_the_engine_option_names_every_shipped_profile() -> None:
+    """`--engine`'s help lists the profiles a user can pick: every file of catalogs/profiles (ATOM was missing)."""
+    from recommender.cli.options import Engine
+
+    help_text = Engine.__metadata__[0].help
+    listed = set(help_text.split(": ", 1)[1].split(" ", 1)[0].split("|"))
+    assert listed == {p.stem for p in (catalog_dir() / "profiles").glob("*.yaml")}

@@ -53,6 +53,7 @@ def main_job(
     verify: Optional[int] = typer.Option(None, "--verify", help="Verify the top K plans in the discrete-event simulator (default 3; 0 = off)."),
     confidence: float = typer.Option(0.5, "--confidence", help="Rank only plans whose P(all SLOs met), from the held-out error of their evidence class, is at least P (default 0.5: the point prediction meets them)."),
     inventory: Optional[str] = typer.Option(None, "--inventory", help="Plan onto GPUs you own: h100-sxm=16,a100-80gb=8 (add @$2.10/h for an amortised price per GPU-hour; without one the cost counts GPU-hours). Nodes as they are (the GPU's NVLink domain; inventory: in the workload for other node sizes); says how many more GPUs the SLO needs when these are not enough."),
+    price: Optional[str] = typer.Option(None, "--price", help="USD per GPU-hour for GPUs without an offer, or to override the catalog's: mi355x=$3.50/h,h100=2.49 (as prices: in a workload file, which it joins)."),
     provider: Optional[str] = typer.Option(None, "--provider", help="Price with this provider's offers only (catalogs/gpus offers:, e.g. lambda, coreweave, runpod); default: the cheapest offer per GPU."),
     emit: Optional[str] = typer.Option(None, "--emit", help="Write the plan JSON and rank 1's deployment files (vllm cmd, k8s, helm; see --targets) to DIR."),
     targets: str = typer.Option("all", "--targets", help="--emit: deploy formats to write, as `deploy --format` (e.g. all,kserve,llm-d or platforms)."),
@@ -84,7 +85,7 @@ def main_job(
     from recommender.render.table import terminal_width
     from recommender.search import SearchSettings, recommend
     from recommender.search.policy import load_search_policy
-    from recommender.workload import Slo, load_workload, workload_from_flags
+    from recommender.workload import Slo, load_workload, parse_price_flag, workload_from_flags
 
     timeout_s = units.parse_duration_s(timeout, "--timeout") if timeout is not None else None
     check_main_options(fmt=fmt, formats=RENDERERS, top=top, workers=workers, storage=storage, trials=trials,
@@ -104,6 +105,7 @@ def main_job(
         base, model=model, gpus=[g for g in (gpus or "").split(",") if g.strip()] or None, rate_per_s=rate,
         prompt_tokens=units.parse_count(prompt_tokens, "--prompt-tokens") if prompt_tokens else None,
         output_tokens=units.parse_count(output_tokens, "--output-tokens") if output_tokens else None,
+        prices=parse_price_flag(price) if price is not None else None,
     ).with_slos(slos)
     if inventory:
         import dataclasses

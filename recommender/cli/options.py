@@ -86,7 +86,7 @@ PromptTokens = Annotated[Optional[int], typer.Option("--prompt-tokens", parser=t
                                                      help="Prompt tokens per request (2000 or 2k).")]
 OutputTokens = Annotated[Optional[int], typer.Option("--output-tokens", parser=tokens("--output-tokens"),
                                                      help="Output tokens per request (200, 1k).")]
-Engine = Annotated[str, typer.Option("--engine", help="Efficiency profile: vllm|trtllm|sglang|lmdeploy|gpt-fast.")]
+Engine = Annotated[str, typer.Option("--engine", help="Efficiency profile: vllm|sglang|trtllm|atom|lmdeploy|gpt-fast (catalogs/profiles).")]
 Profile = Annotated[Optional[str], typer.Option("--profile", help="A calibrated profile YAML (overrides --engine).")]
 GpuMemoryUtilization = Annotated[float, typer.Option(
     "--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use (vLLM 0.33's default: 0.92).")]

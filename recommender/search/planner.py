@@ -190,7 +190,7 @@ def infeasible_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) ->
     if not fit and unrentable and len(unrentable) == sum(1 for e in evaluations if e.fits):
         gpu = unrentable[0].candidate.gpu
         return (f"no plan can be rented: {unrentable[0].reason}; allow other GPU types, price {gpu} per GPU-hour "
-                f"(prices: {{{gpu}: \"$X/h\"}} in the workload), plan onto GPUs you own (--inventory {gpu}=N), "
+                f"(--price {gpu}=$X/h, or prices: {{{gpu}: \"$X/h\"}} in the workload), plan onto GPUs you own (--inventory {gpu}=N), "
                 "or add an offer with larger instances (offers: in catalogs/gpus/*.yaml)")
     if not fit:
         cap = f"max_gpus={w.max_gpus}" if w.max_gpus else f"max_replicas={ctx.policy.max_replicas}"

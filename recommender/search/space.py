@@ -150,8 +150,8 @@ def allowed_gpus(catalog: Catalog, requested: tuple[str, ...] | None, overrides:
         missing = [g.id for g in gpus if g not in priced]
         if missing:
             whose = f"from provider {provider!r} " if provider else ""
-            raise ConfigError(f"no offer {whose}for {', '.join(missing)}: add prices: {{{missing[0]}: \"$X/h\"}} to the "
-                              f"workload{' or pick another --provider' if provider else ''}")
+            raise ConfigError(f"no offer {whose}for {', '.join(missing)}: price it with --price {missing[0]}=$X/h (or "
+                              f"prices: {{{missing[0]}: \"$X/h\"}} in the workload){' or pick another --provider' if provider else ''}")
     if not priced and provider:
         known = sorted({o.provider for g in gpus for o in g.offers})
         raise ConfigError(f"provider {provider!r} offers none of the allowed GPUs; providers in the catalog: {', '.join(known)}")
