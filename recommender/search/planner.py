@@ -389,15 +389,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
     trials, timeout = _budget(settings, policy)
     study = make_study(ctx, settings, len(ctx.objective_names))
     n = max(1, settings.workers)
-    procs = []
-    if n > 1:
-        import multiprocessing
-
-        spawn = multiprocessing.get_context("spawn")
-        procs = [spawn.Process(target=_shape_worker, args=(workload, policy, profile, catalog, settings, (i, n),
-                                                           max(1, trials // n), timeout)) for i in range(1, n)]
-        for pr in procs:
-            pr.start()
+    procs = _start_workers(workload, policy, profile, catalog, settings, trials, timeout)
     # --trials asks for that many trials; by default stop once rank 1 is proven and the front has front_trials
     from recommender import progress
 
@@ -427,19 +419,9 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
         raise InfeasibleError(infeasible_message(ctx, all_evals))
     from recommender.search.bands import p_slo, with_bands
 
-    confident = settings.confidence > DEFAULT_CONFIDENCE
-    conf_note = ""
-    if confident:  # chance-constrained: the cheapest plans whose P(all SLOs met) reaches the confidence
-        pool = with_bands(ctx, rank_rows(ctx, all_evals, 4 * settings.top + 3 * (policy.verify or 0)))
-        sure = [r for r in pool if p_slo(r) >= settings.confidence]
-        if sure:
-            rows = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(sure[:settings.top])]
-        else:  # the most confident first: a higher confidence still never ranks a cheaper, less sure plan first
-            ranked = sorted(pool, key=lambda r: (-p_slo(r), r.evaluation.usd_per_million_tokens))
-            rows = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(ranked[:settings.top])]
-            conf_note = (f"No plan evaluated reaches P(all SLOs met) >= {settings.confidence:g}; ranked by it, the "
-                         f"most likely first ({rows[0].label()}: {p_slo(rows[0]):.3f}). ")
-            confident = False
+    confident, conf_note = settings.confidence > DEFAULT_CONFIDENCE, ""
+    if confident:
+        rows, confident, conf_note = _confident_rows(ctx, all_evals, settings, policy)
     verification, lost_first = "", False
     if verify:
         from recommender.search.verify import verify as verify_plans
@@ -471,3 +453,35 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
                       evaluations=all_evals)
 
 
+def _start_workers(workload: Workload, policy: SearchPolicy, profile: EngineProfile, catalog: Catalog,
+                   settings: SearchSettings, trials: int, timeout: float | None) -> list[Any]:
+    """``settings.workers - 1`` spawned processes, each searching its shard of the shapes into the shared storage
+    (this process searches shard 0); none for one worker."""
+    n = max(1, settings.workers)
+    if n == 1:
+        return []
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")
+    procs = [spawn.Process(target=_shape_worker, args=(workload, policy, profile, catalog, settings, (i, n),
+                                                       max(1, trials // n), timeout)) for i in range(1, n)]
+    for pr in procs:
+        pr.start()
+    return procs
+
+
+def _confident_rows(ctx: SearchContext, all_evals: Sequence[Evaluation], settings: SearchSettings,
+                    policy: SearchPolicy) -> tuple[list[RankedRow], bool, str]:
+    """Chance-constrained ranking (``--confidence`` above the default): the cheapest plans whose P(all SLOs met)
+    reaches the confidence; where none does, the most likely first (a higher confidence never ranks a cheaper, less
+    sure plan first) and a note saying so. Returns (rows, whether the confidence held, the note)."""
+    from recommender.search.bands import p_slo, with_bands
+
+    pool = with_bands(ctx, rank_rows(ctx, all_evals, 4 * settings.top + 3 * (policy.verify or 0)))
+    sure = [r for r in pool if p_slo(r) >= settings.confidence]
+    if sure:
+        return [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(sure[:settings.top])], True, ""
+    ranked = sorted(pool, key=lambda r: (-p_slo(r), r.evaluation.usd_per_million_tokens))
+    rows = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(ranked[:settings.top])]
+    return rows, False, (f"No plan evaluated reaches P(all SLOs met) >= {settings.confidence:g}; ranked by it, the "
+                         f"most likely first ({rows[0].label()}: {p_slo(rows[0]):.3f}). ")
