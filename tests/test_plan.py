@@ -250,6 +250,21 @@ def test_the_80_column_table_keeps_each_pools_replicas_and_tp_in_the_deployment_
     assert "h100-sxm P 1xTP2 + D 1xTP2" in body[2] and "h100-sxm P 3xTP1 + D 1xTP1" in body[4]
 
 
+def test_a_data_parallel_row_names_its_ranks_so_the_cell_multiplies_to_the_gpus() -> None:
+    """tests/data/plans/moe-dsv3-h200-dp8.json rank 1: 2 engines of TP1 x DP8 on H200 = 16 GPUs (its gpus_total).
+    The cell read "h200 2xTP1", two GPUs, beside 16 in the GPUs column. An EP engine says so."""
+    from recommender.render.plan import deployment_cell
+    from recommender.replan.plans import describe
+
+    plan = load_plan(DATA / "moe-dsv3-h200-dp8.json")
+    assert "h200 2xTP1xDP8 " in render_table(plan, width=200).split("\n\n")[1].splitlines()[2]
+    assert 2 * 1 * 8 == plan.rows[0].gpus_total
+    assert deployment_cell(plan.rows[1].pools) == "h200 3xTP8"  # rank 2: plain TP 8 x 3 replicas
+    ep = dataclasses.replace(plan.rows[0].pools[0], enable_expert_parallel=True)
+    assert deployment_cell((ep,)) == "h200 2xTP1xDP8 EP"
+    assert describe(plan).startswith("h200 tp1 dp8 fp8/bf16 x2 replicas")
+
+
 def test_a_pd_row_across_gpu_types_names_each_pools_gpu() -> None:
     doc = json.loads((DATA / "disagg-llama70b-h200.json").read_text())
     doc["plans"][0]["pools"][0]["gpu"] = "h100-sxm"  # prefill on another GPU type than decode

@@ -107,14 +107,22 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
 
 def deployment_cell(pools: Sequence[Pool]) -> str:
     """The deployment cell, whole in itself (a narrow terminal hides the TP and replicas columns): replicas x TP
-    per pool. ``b200 2xTP2``; P/D ``h100-sxm P 4xTP2 + D 1xTP4``, or ``P b200 4xTP1 + D b300 2xTP2`` across GPU types."""
+    (x PP, x DP with EP) per pool, so the factors multiply to the GPUs column. ``b200 2xTP2``; ``b200 4xTP1xDP8 EP``
+    (4 engines of 8 data-parallel ranks); P/D ``h100-sxm P 4xTP2 + D 1xTP4``, or ``P b200 4xTP1 + D b300 2xTP2``
+    across GPU types."""
     if len(pools) == 1:
-        p = pools[0]
-        return f"{p.gpu} {p.replicas}xTP{p.tp}" + (f"xPP{p.pp}" if p.pp > 1 else "")
+        return f"{pools[0].gpu} {_shape(pools[0])}"
     prefill, decode = pools[0], pools[-1]
     if prefill.gpu == decode.gpu:
-        return f"{prefill.gpu} P {prefill.replicas}xTP{prefill.tp} + D {decode.replicas}xTP{decode.tp}"
-    return f"P {prefill.gpu} {prefill.replicas}xTP{prefill.tp} + D {decode.gpu} {decode.replicas}xTP{decode.tp}"
+        return f"{prefill.gpu} P {_shape(prefill)} + D {_shape(decode)}"
+    return f"P {prefill.gpu} {_shape(prefill)} + D {decode.gpu} {_shape(decode)}"
+
+
+def _shape(p: Pool) -> str:
+    """One pool's replicas x TP [x PP] [x DP [EP]]."""
+    return (f"{p.replicas}xTP{p.tp}" + (f"xPP{p.pp}" if p.pp > 1 else "")
+            + (f"xDP{p.data_parallel_size}" if p.data_parallel_size > 1 else "")
+            + (" EP" if p.enable_expert_parallel else ""))
 
 
 def search_footer(m: SearchMeta) -> str:

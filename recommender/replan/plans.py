@@ -82,11 +82,14 @@ def same_deployment(a: PlanRow, b: PlanRow) -> bool:
 
 
 def describe(plan: Plan) -> str:
-    """'h100-sxm tp4 fp8/fp8 x2 replicas ($31.90/h)'; P/D: 'h200 P 2xTP2 + D 1xTP4 bf16/fp8 disaggregated ($50.40/h)'
+    """'h100-sxm tp4 fp8/fp8 x2 replicas ($31.90/h)', 'b200 tp1 dp8 ep fp8/fp8 x4 replicas ($192.00/h)'; P/D: 'h200 P 2xTP2 + D 1xTP4 bf16/fp8 disaggregated ($50.40/h)'
     (each pool's replicas x TP, as the plan table's deployment cell: one TP for both pools misread a prefill pool
     of TP2 replicas as TP4)."""
     r = plan.top
     usd = "-" if r.usd_per_hour is None else f"{r.usd_per_hour:.2f}"
     if r.disaggregated:
         return f"{deployment_cell(r.pools)} {r.weight_dtype}/{r.kv_dtype} disaggregated (${usd}/h)"
-    return f"{r.gpu} tp{r.tp} {r.weight_dtype}/{r.kv_dtype} x{r.replicas} replicas (${usd}/h)"
+    pool = r.pools[0]
+    layout = (f" dp{pool.data_parallel_size}" if pool.data_parallel_size > 1 else "") + (
+        " ep" if pool.enable_expert_parallel else "")
+    return f"{r.gpu} tp{r.tp}{layout} {r.weight_dtype}/{r.kv_dtype} x{r.replicas} replicas (${usd}/h)"
