@@ -263,6 +263,12 @@ def test_a_data_parallel_row_names_its_ranks_so_the_cell_multiplies_to_the_gpus(
     ep = dataclasses.replace(plan.rows[0].pools[0], enable_expert_parallel=True)
     assert deployment_cell((ep,)) == "h200 2xTP1xDP8 EP"
     assert describe(plan).startswith("h200 tp1 dp8 fp8/bf16 x2 replicas")
+    import csv
+    import io
+
+    (row, _) = [r for r in csv.DictReader(io.StringIO(render_csv(plan))) if r["rank"] in ("1", "2")]
+    assert (row["tp"], row["pp"], row["data_parallel_size"], row["replicas"], row["pool_gpus"]) == ("1", "1", "8", "2", "16")
+    assert row["enable_expert_parallel"] == "false" and row["num_speculative_tokens"] == "0"
 
 
 def test_a_pd_row_across_gpu_types_names_each_pools_gpu() -> None:

@@ -244,7 +244,8 @@ def render_yaml(plan: Plan) -> str:
 
 
 #: CSV columns: one line per pool (a P/D plan has a prefill and a decode line with the same rank and id)
-CSV_COLUMNS = ["rank", "id", "gpu", "role", "tp", "replicas", "pool_gpus", "weight_dtype", "kv_dtype", "max_num_seqs",
+CSV_COLUMNS = ["rank", "id", "gpu", "role", "tp", "replicas", "pool_gpus", "pp", "data_parallel_size",
+               "enable_expert_parallel", "num_speculative_tokens", "weight_dtype", "kv_dtype", "max_num_seqs",
                "max_num_batched_tokens", "chunked_prefill", "enable_prefix_caching", "gpu_memory_utilization",
                "usd_per_gpu_hour", "provider", "instances", "gpus_total", "ttft_s", "tpot_s", "e2e_s", "percentile", "output_tokens_per_s",
                "load_utilisation", "usd_per_hour", "usd_per_million_output_tokens", "usd_per_million_tokens", "pareto",
@@ -270,7 +271,8 @@ BAND_CSV_COLUMNS = ["p_slo", "evidence_class", "evidence_rows", "ttft_p10_s", "t
 
 def render_csv(plan: Plan) -> str:
     """One row per pool (a P/D plan has a prefill and a decode row with the same rank and id): the pool's
-    role, GPU, TP, replicas and engine limits, then the plan's latencies, cost and ranking fields."""
+    role, GPU, TP, replicas, GPUs and layout (pipeline stages, data-parallel ranks, EP, MTP draft tokens: pool_gpus =
+    tp x pp x data_parallel_size x replicas) and engine limits, then the plan's latencies, cost and ranking fields."""
     buf = io.StringIO()
     wr = csv.DictWriter(buf, fieldnames=[*CSV_COLUMNS, *BAND_CSV_COLUMNS], lineterminator="\n")
     wr.writeheader()
@@ -279,7 +281,9 @@ def render_csv(plan: Plan) -> str:
         for p in r.pools:
             wr.writerow(_csv_cells({
                 "rank": r.rank, "id": r.id, "gpu": p.gpu, "role": p.role.value, "tp": p.tp, "replicas": p.replicas,
-                "pool_gpus": p.gpus, "weight_dtype": p.weight_dtype, "kv_dtype": p.kv_dtype, "max_num_seqs": p.max_num_seqs,
+                "pool_gpus": p.gpus, "pp": p.pp, "data_parallel_size": p.data_parallel_size,
+                "enable_expert_parallel": p.enable_expert_parallel, "num_speculative_tokens": p.num_speculative_tokens,
+                "weight_dtype": p.weight_dtype, "kv_dtype": p.kv_dtype, "max_num_seqs": p.max_num_seqs,
                 "max_num_batched_tokens": p.max_num_batched_tokens, "chunked_prefill": p.chunked_prefill,
                 "enable_prefix_caching": p.enable_prefix_caching, "gpu_memory_utilization": p.gpu_memory_utilization,
                 "usd_per_gpu_hour": p.usd_per_gpu_hour, "provider": p.rental.provider if p.rental else "",
