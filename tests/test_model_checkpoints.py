@@ -57,5 +57,11 @@ def test_a_reasoning_release_is_what_the_plan_deploys_and_the_replanner_keeps(tm
     serve = (out / "vllm-serve.sh").read_text()
     assert "vllm serve deepseek-ai/DeepSeek-R1 " in serve and "DeepSeek-V3" not in serve
     assert "deepseek-ai/DeepSeek-R1" in (out / "k8s.yaml").read_text()
+    # the table names the checkpoint beside the catalog model; a model's own repo is not repeated
+    from recommender.render.plan import render_table
+
+    assert render_table(load_plan(out / "plan.json")).startswith("deepseek-v3 (deepseek-ai/DeepSeek-R1) | flags: ")
+    assert render_table(load_plan(Path(__file__).parent / "data" / "plans" / "moe-dsv3-h200-dp8.json")).startswith(
+        "deepseek-v3 | ")
     # the re-planner plans the next plan for the same checkpoint
     assert base_workload_from_plan(load_plan(out / "plan.json")).model == "deepseek-ai/DeepSeek-R1"

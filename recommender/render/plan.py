@@ -156,6 +156,21 @@ def table_headers(plan: Plan) -> list[str]:
     return hdr
 
 
+def model_label(model: str, hf_repo: str | None) -> str:
+    """The plan's catalog model, with the checkpoint it deploys where that is not the entry's own repo (a model named
+    by an alias): 'deepseek-v3 (deepseek-ai/DeepSeek-R1)'; 'llama-3.1-8b'."""
+    from recommender.catalog import default_catalog
+    from recommender.errors import RecommenderError
+
+    if not hf_repo:
+        return model
+    try:
+        own = default_catalog().models.get(model)
+    except RecommenderError:
+        return model
+    return model if own is None or own.hf_repo == hf_repo else f"{model} ({hf_repo})"
+
+
 def render_table(plan: Plan, *, width: int | None = None) -> str:
     """The ranked table; with ``width`` (terminal columns) the least important columns are dropped to fit."""
     w = plan.workload
@@ -166,7 +181,7 @@ def render_table(plan: Plan, *, width: int | None = None) -> str:
     if w.prompt_tokens is not None and w.output_tokens is not None:
         p99 = f" (p99 {w.prompt_tokens.p99:,})" if w.prompt_tokens.p99 is not None else ""
         lengths = f", prompt ~{w.prompt_tokens.mean:,.0f} tok{p99}, output ~{w.output_tokens.mean:,.0f} tok"
-    head = f"{w.model} | {w.name}: {rate}{lengths} | SLO {slos} | engine {plan.engine}"
+    head = f"{model_label(w.model, w.hf_repo)} | {w.name}: {rate}{lengths} | SLO {slos} | engine {plan.engine}"
     hdr = table_headers(plan)
     body, dropped = fit_table(hdr, plan_table_rows(plan), width=width, drop_order=DROP_ORDER)
     m = plan.search
