@@ -11,6 +11,7 @@ from recommender.estimator import Pricing
 from recommender.perf import memory as mem
 from recommender.perf.steady import Estimate, Load, admitted
 from recommender.perf.step import Deployment, StepCostModel, compute_dtype
+from recommender.render.plan import model_label
 from recommender.search.estimate_bands import EstimateBands
 from recommender.units import fmt_bytes as B
 from recommender.units import fmt_seconds as S
@@ -60,7 +61,7 @@ def _header_lines(dep: Deployment, replicas: int, conditions: list[str] | None) 
     """The configuration in one line, then the engine conditions (and the parallelism flags) when given."""
     m, g, tp, p = dep.model, dep.gpu, dep.tp, dep.profile
     par = (f", DP attention {dep.dp}" if dep.dp > 1 else "") + (", expert parallel" if dep.ep else "")
-    out = [f"{m.id} on {replicas * tp * dep.dp} x {g.id} (TP {tp}{par}, {replicas} replica{'s' if replicas > 1 else ''}), "
+    out = [f"{model_label(m.id, m.hf_repo)} on {replicas * tp * dep.dp} x {g.id} (TP {tp}{par}, {replicas} replica{'s' if replicas > 1 else ''}), "
            f"weights {dep.weight_dtype}, KV cache {dep.kv_dtype}, engine profile {p.engine}"
            f"{_fit_label(dep)}{'' if dep.cuda_graphs else ', CUDA graphs off'}", ""]
     if conditions:
