@@ -30,7 +30,7 @@ def _print_version(value: bool) -> None:
 def main_job(
     ctx: typer.Context,
     workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload YAML (see examples/). Quick flags below override its fields."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model: catalog id, Hugging Face repo id or config.json path (`recommend models`)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model: catalog id, Hugging Face repo id (an alias names that checkpoint: deepseek-r1, Llama-3.3-70B-Instruct) or config.json path (`recommend models`)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPUs the plan may use, comma-separated ids or aliases: h100,h200 (`recommend gpus`)."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Arrival rate, requests/s."),
     prompt_tokens: Optional[str] = typer.Option(None, "--prompt-tokens", help="Prompt tokens per request (constant; 2000 or 2k)."),
