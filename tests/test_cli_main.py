@@ -213,11 +213,14 @@ def test_price_flag_prices_a_gpu_without_an_offer_and_joins_the_files_prices(tmp
              "--output-tokens", "100", "--verify", "0", "--trials", "40")
     res = run(*flags)
     assert res.exit_code != 0 and "--price mi355x=$X/h" in res.stderr, res.stderr
-    res = run(*flags, "--price", "MI355X=$3.00/h", "--format", "json")
-    assert res.exit_code == 0, res.stderr
-    top = json.loads(res.stdout)["plans"][0]
-    gpus = sum(p["tp"] * p["replicas"] for p in top["pools"])
-    assert top["usd_per_hour"] == pytest.approx(3.00 * gpus)  # $3.00 per GPU-hour, per GPU in use
+    for price in ("MI355X=$3.00/h", "3"):  # one --gpus: a bare price is that GPU's, as estimate --price
+        res = run(*flags, "--price", price, "--format", "json")
+        assert res.exit_code == 0, res.stderr
+        top = json.loads(res.stdout)["plans"][0]
+        gpus = sum(p["tp"] * p["replicas"] for p in top["pools"])
+        assert top["usd_per_hour"] == pytest.approx(3.00 * gpus)  # $3.00 per GPU-hour, per GPU in use
+    res = run(*flags[:2], "--gpus", "mi355x,h100", *flags[4:], "--price", "3")  # two GPUs: which one?
+    assert res.exit_code != 0 and "give GPU=$PRICE/h" in res.stderr, res.stderr
     from recommender.workload import load_workload, parse_price_flag, workload_from_flags
 
     wl = tmp_path / "w.yaml"

@@ -53,7 +53,7 @@ def main_job(
     verify: Optional[int] = typer.Option(None, "--verify", help="Verify the top K plans in the discrete-event simulator (default 3; 0 = off)."),
     confidence: float = typer.Option(0.5, "--confidence", help="Rank only plans whose P(all SLOs met), from the held-out error of their evidence class, is at least P (default 0.5: the point prediction meets them)."),
     inventory: Optional[str] = typer.Option(None, "--inventory", help="Plan onto GPUs you own: h100-sxm=16,a100-80gb=8 (add @$2.10/h for an amortised price per GPU-hour; without one the cost counts GPU-hours). Nodes as they are (the GPU's NVLink domain; inventory: in the workload for other node sizes); says how many more GPUs the SLO needs when these are not enough."),
-    price: Optional[str] = typer.Option(None, "--price", help="USD per GPU-hour for GPUs without an offer, or to override the catalog's: mi355x=$3.50/h,h100=2.49 (as prices: in a workload file, which it joins)."),
+    price: Optional[str] = typer.Option(None, "--price", help="USD per GPU-hour for GPUs without an offer, or to override the catalog's: mi355x=$3.50/h,h100=2.49, or one price with one --gpus (as prices: in a workload file, which it joins)."),
     provider: Optional[str] = typer.Option(None, "--provider", help="Price with this provider's offers only (catalogs/gpus offers:, e.g. lambda, coreweave, runpod); default: the cheapest offer per GPU."),
     emit: Optional[str] = typer.Option(None, "--emit", help="Write the plan JSON and rank 1's deployment files (vllm cmd, k8s, helm; see --targets) to DIR."),
     targets: str = typer.Option("all", "--targets", help="--emit: deploy formats to write, as `deploy --format` (e.g. all,kserve,llm-d or platforms)."),
@@ -105,7 +105,7 @@ def main_job(
         base, model=model, gpus=[g for g in (gpus or "").split(",") if g.strip()] or None, rate_per_s=rate,
         prompt_tokens=units.parse_count(prompt_tokens, "--prompt-tokens") if prompt_tokens else None,
         output_tokens=units.parse_count(output_tokens, "--output-tokens") if output_tokens else None,
-        prices=parse_price_flag(price) if price is not None else None,
+        prices=parse_price_flag(_one_gpu_price(price, gpus)) if price is not None else None,
     ).with_slos(slos)
     if inventory:
         import dataclasses
@@ -144,6 +144,12 @@ def main_job(
             write_report(report, plan, profile=prof)
             bar.update(1)
         typer.echo(f"wrote {report}", err=True)
+
+
+def _one_gpu_price(price: str, gpus: str | None) -> str:
+    """``--price 3.50`` with one GPU in ``--gpus`` is that GPU's price (as ``estimate --price``); else as given."""
+    names = [g.strip() for g in (gpus or "").split(",") if g.strip()]
+    return f"{names[0]}={price}" if "=" not in price and len(names) == 1 else price
 
 
 def _emit(emit: str, plan: Plan, source: str, formats: str) -> None:
