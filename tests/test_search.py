@@ -202,6 +202,38 @@ def test_model_too_large_for_any_allowed_gpu_says_so_with_numbers():
     assert "405b" in str(e.value) and "GB" in str(e.value)
 
 
+def test_a_model_that_fits_only_at_a_dtype_without_a_checkpoint_names_the_checkpoint_to_give():
+    """Qwen3-235B-A22B on A10G / L4 (8 x 24 GB = 192 GB): the catalog has its FP8 release only (quantized_checkpoints
+    in catalogs/models/qwen3-235b-a22b.yaml), so the search loads bf16 and fp8; fp8 is 236 GB (235.09e9 params, the quantized at 1 B,
+    embeddings and norms at 2 B) and does not fit, int4 (0.53125 B per quantized weight: 4 bits + group-128 scales) would. The message said "127 GB
+    at int4" beside "192 GB", which read as fitting; it now says int4 needs a checkpoint. DeepSeek-V3 on L4 would not
+    fit at int4 either (359 GB), so no checkpoint is suggested."""
+    w = dataclasses.replace(CHAT, model="qwen3-235b-a22b", gpus=("a10g", "l4"), slos=())
+    with pytest.raises(DoesNotFitError) as e:
+        recommend(w, settings=SearchSettings(seed=0, trials=20, verify=0), policy=load_search_policy())
+    msg = str(e.value)
+    assert "236 GB at fp8" in msg and "8 x a10g = 192 GB" in msg, msg
+    assert "at int4 they would be 127 GB: name a pre-quantized int4 checkpoint (checkpoints: {int4: ORG/REPO}" in msg
+    w = dataclasses.replace(CHAT, model="deepseek-v3", gpus=("l4",), slos=())
+    with pytest.raises(DoesNotFitError) as e:
+        recommend(w, settings=SearchSettings(seed=0, trials=20, verify=0), policy=load_search_policy())
+    assert "(at int4 still 359 GB); allow larger GPUs" in str(e.value) and "checkpoint" not in str(e.value)
+
+
+def test_an_slo_no_plan_meets_is_named_at_a_long_context_too():
+    """DeepSeek-V3 on GB200, 20,000-token prompts at 0.2 req/s, TTFT p95 <= 300 ms: every shape's TTFT bound is above
+    300 ms, and the closest shape's middle limits (128 sequences) hold more sequences than its KV cache does at a
+    21,000-token context, so that evaluation ran no load. The error said "every candidate saturates" at 0.2 req/s; it
+    names the fastest TTFT now (the fewest-sequences limits of the same shape)."""
+    w = dataclasses.replace(CHAT, model="deepseek-v3", gpus=("gb200",), arrival_rate_per_s=0.2,
+                            prompt_tokens=LengthDist.constant(20_000), output_tokens=LengthDist.constant(2_000),
+                            slos=(Slo("ttft", 0.3, "p95"),))
+    with pytest.raises(InfeasibleError) as e:
+        recommend(w, settings=SearchSettings(seed=0, verify=0), policy=load_search_policy())
+    msg = str(e.value)
+    assert msg.startswith("no plan meets ttft=300.00ms@p95: the fastest ttft reaches ") and "saturates" not in msg, msg
+
+
 @pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(gpu=st.sampled_from(["h100-sxm", "a100-80gb", "l40s"]), tp=st.sampled_from([1, 2, 4]),

@@ -234,13 +234,30 @@ def _no_fit_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) -> st
     from recommender.perf import memory as mem
 
     m = ctx.model
-    smallest = min((resolve_dtype(d, m) for d in ctx.policy.weight_dtypes), key=lambda d: mem.bytes_per_weight(d))
+    def by_size(dtype: str) -> float:
+        return mem.bytes_per_weight(dtype)
+
+    searched = space_choices(ctx).weight_dtypes  # the policy's dtypes that load: a narrower one needs its checkpoint
+    smallest = min(searched, key=by_size)
     need = mem.weight_bytes(m, smallest)
     biggest = max(ctx.gpus.values(), key=lambda g: g.memory_bytes * g.interconnect.gpus_per_domain)
     n = min(biggest.interconnect.gpus_per_domain, max(ctx.policy.tensor_parallel), ctx.workload.max_gpus or 10**9)
-    return (f"{m.id} does not fit any allowed GPU set: its weights alone are {need / 1e9:,.0f} GB at {smallest}, "
-            f"the largest allowed TP group is {n} x {biggest.id} = {n * biggest.memory_bytes / 1e9:,.0f} GB; "
-            f"allow larger GPUs (h200, b200, mi325x) or a smaller weight dtype")
+    group = n * biggest.memory_bytes
+    head = (f"{m.id} does not fit any allowed GPU set: its weights alone are {need / 1e9:,.0f} GB at {smallest}, "
+            f"the largest allowed TP group is {n} x {biggest.id} = {group / 1e9:,.0f} GB")
+    if need <= group:  # the weights fit the group: its engine's reserves and one sequence's KV cache do not
+        head = (f"{m.id} does not fit any allowed GPU set: at {smallest} its {need / 1e9:,.0f} GB of weights, the "
+                f"engine's reserves and one max-length sequence's KV cache exceed {n} x {biggest.id} "
+                f"({group / 1e9:,.0f} GB at gpu-memory-utilization {ctx.policy.gpu_memory_utilization})")
+    narrower = sorted({resolve_dtype(d, m) for d in ctx.policy.weight_dtypes} - set(searched), key=by_size)
+    if narrower and by_size(narrower[0]) < by_size(smallest):
+        d = narrower[0]
+        at = mem.weight_bytes(m, d)
+        if at <= group:  # a checkpoint the search could not load without would be the way out
+            return (f"{head}; at {d} they would be {at / 1e9:,.0f} GB: name a pre-quantized {d} checkpoint "
+                    f"(checkpoints: {{{d}: ORG/REPO}} in the workload), or allow larger GPUs (h200, b200, mi325x)")
+        return f"{head} (at {d} still {at / 1e9:,.0f} GB); allow larger GPUs (h200, b200, mi325x)"
+    return f"{head}; allow larger GPUs (h200, b200, mi325x) or a smaller weight dtype"
 
 
 def shortfall_message(workload: Workload, why: str, *, settings: SearchSettings, profile: EngineProfile,

@@ -21,6 +21,7 @@ says so.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
@@ -271,6 +272,19 @@ def usd_per_hour_to_objective(ctx: SearchContext) -> float:
     return 1e6 / tokens_per_h if tokens_per_h > 0 else math.inf
 
 
+def _run_closest(ctx: SearchContext, ch: SpaceChoices, e: _Entry, run: Callable[[Candidate], None]) -> None:
+    """Evaluate one SLO-pruned entry so the error can name its latencies: a shape's middle limits, and where those
+    run no load (more sequences than its KV cache holds at a long context), its fewest sequences as well."""
+    if not e.is_shape:
+        run(e.candidate)
+        return
+    combos = _combos(ch, e.candidate)
+    mid = combos[len(combos) // 2]
+    run(mid)
+    if not evaluate(ctx, mid).latencies:
+        run(dataclasses.replace(mid, max_num_seqs=min(ch.max_num_seqs)))
+
+
 def _combos(ch: SpaceChoices, shape: Candidate) -> list[Candidate]:
     return [Candidate(shape.gpu, shape.tp, shape.weight_dtype, shape.kv_dtype, s, b, shape.disaggregated,
                       shape.decode_gpu, shape.decode_tp, pp=shape.pp, dp=shape.dp, ep=shape.ep, mtp=shape.mtp)
@@ -433,7 +447,7 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
         # nothing meets the SLOs: evaluate the entries closest to them, so the error can name the closest plan
         slo_pruned.sort(key=lambda e: max((lb / lim for lb, lim in zip(e.bound.latencies_s, limits)), default=0.0))
         for e in slo_pruned[:8]:
-            run(_combos(ch, e.candidate)[len(_combos(ch, e.candidate)) // 2] if e.is_shape else e.candidate)
+            _run_closest(ctx, ch, e, run)
     proven = math.isfinite(best) and (not stopped or q.beats_none(best, best_agg, saving))
     return ShapeSearchResult(evaluations=tuple(done), complete=exhausted,
                              rank1_proven=proven, rank1_proven_after=proven_after or (len(done) if proven else 0),
