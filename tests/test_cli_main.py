@@ -184,7 +184,8 @@ def test_a_model_no_offer_can_hold_says_so() -> None:
     res = run("--model", "llama-3.1-405b", "--gpus", "mi300x", "--rate", "1", "--prompt-tokens", "1000",
               "--output-tokens", "100", "--verify", "0")
     assert res.exit_code == 4
-    assert "no plan can be rented: no offer for mi300x holds a TP8 group" in res.stderr, res.stderr
+    # it names the smallest TP group that holds the weights (TP4: 101 GB of fp8 per GPU; it named TP8, the largest)
+    assert "no plan can be rented: no offer for mi300x holds a TP4 group" in res.stderr, res.stderr
 
 
 def test_each_way_out_of_no_rentable_plan_gives_a_plan(tmp_path: Path) -> None:

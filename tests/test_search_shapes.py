@@ -366,3 +366,15 @@ def test_a_tight_tpot_problem_proves_rank_1_within_the_default_budget() -> None:
     plan = recommend(w, settings=SearchSettings(seed=0, verify=0))
     assert plan.search.rank1_proven and plan.search.trials_run is not None and plan.search.trials_run < 600
     assert plan.top.id.startswith("b200-tp4-fp8") and plan.top.usd_per_million_tokens == pytest.approx(0.9145, rel=1e-3)
+
+
+def test_the_unrentable_shapes_explained_include_one_of_each_group_size_narrowest_weights_first() -> None:
+    """When no offer can rent any shape, the few evaluated to explain why hold one shape per group size (its narrowest
+    weights, the likeliest to fit), so the error can name the smallest group that holds the model."""
+    from recommender.search.shapes import _unrentable_to_explain
+    from recommender.sizing import Candidate
+
+    cs = [Candidate("g", tp, wd, "fp8", 64, 0) for tp in (8, 4, 2) for wd in ("bf16", "fp8", "int4")]
+    picked = _unrentable_to_explain(cs, n=5)
+    assert [(c.tp, c.weight_dtype) for c in picked[:3]] == [(8, "int4"), (4, "int4"), (2, "int4")]
+    assert len(picked) == 5 and len(set(picked)) == 5

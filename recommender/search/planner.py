@@ -188,8 +188,9 @@ def infeasible_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) ->
         raise DoesNotFitError(_no_fit_message(ctx, evaluations))
     unrentable = [e for e in evaluations if e.fits and e.reason.startswith("no offer for")]
     if not fit and unrentable and len(unrentable) == sum(1 for e in evaluations if e.fits):
-        gpu = unrentable[0].candidate.gpu
-        return (f"no plan can be rented: {unrentable[0].reason}; allow other GPU types, price {gpu} per GPU-hour "
+        first = min(unrentable, key=lambda e: e.candidate.tp * e.candidate.pp * e.candidate.dp)  # the smallest group
+        gpu = first.candidate.gpu
+        return (f"no plan can be rented: {first.reason}; allow other GPU types, price {gpu} per GPU-hour "
                 f"(--price {gpu}=$X/h, or prices: {{{gpu}: \"$X/h\"}} in the workload), plan onto GPUs you own (--inventory {gpu}=N), "
                 "or add an offer with larger instances (offers: in catalogs/gpus/*.yaml)")
     if not fit:

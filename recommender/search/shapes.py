@@ -272,6 +272,20 @@ def usd_per_hour_to_objective(ctx: SearchContext) -> float:
     return 1e6 / tokens_per_h if tokens_per_h > 0 else math.inf
 
 
+def _unrentable_to_explain(unrentable: Sequence[Candidate], n: int = 8) -> list[Candidate]:
+    """At most ``n`` shapes no offer can rent, evaluated so the error can say why: one of each group size, its
+    narrowest weights (largest size first; the error names the smallest group that holds the model), then the
+    largest of the rest."""
+    from recommender.perf.memory import bytes_per_weight
+
+    def size(c: Candidate) -> int:
+        return c.tp * c.pp * c.dp + c.decode_tp
+
+    ranked = sorted(unrentable, key=lambda c: (-size(c), bytes_per_weight(c.weight_dtype), c.disaggregated))
+    firsts = list({size(c): c for c in reversed(ranked)}.values())[::-1]
+    return (firsts + [c for c in ranked if c not in firsts])[:n]
+
+
 def _run_closest(ctx: SearchContext, ch: SpaceChoices, e: _Entry, run: Callable[[Candidate], None]) -> None:
     """Evaluate one SLO-pruned entry so the error can name its latencies: a shape's middle limits, and where those
     run no load (more sequences than its KV cache holds at a long context), its fewest sequences as well."""
@@ -440,8 +454,8 @@ def shape_search(ctx: SearchContext, ch: SpaceChoices, *, max_evaluations: int |
         left = None if max_evaluations is None else max_evaluations - len(done)
         _settle_prices(ctx, q, ch, bounds, limits, run, left=left,
                        deadline_s=None if timeout_s is None else t0 + timeout_s)
-    if not done and unrentable:  # nothing else to evaluate: the largest TP groups say why (no offer holds them)
-        for s in sorted(unrentable, key=lambda s: -(s.tp + s.decode_tp))[:8]:
+    if not done and unrentable:  # nothing else to evaluate: the TP groups say why (no offer holds them)
+        for s in _unrentable_to_explain(unrentable):
             run(_combos(ch, s)[0])
     if not front:
         # nothing meets the SLOs: evaluate the entries closest to them, so the error can name the closest plan
