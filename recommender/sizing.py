@@ -246,6 +246,20 @@ def _latencies(res: Any) -> dict[str, dict[str, float]]:
     return out
 
 
+def pipeline_stage(model: ModelArch, pp: int) -> ModelArch:
+    """The fullest of ``pp`` pipeline stages as a model of its own: ``ceil(L / pp)`` layers and, of a MoE model, as
+    many of them MoE layers as the model has (``min(ceil(L / pp), n_moe)``: a stage of the MoE layers that follow the
+    first dense ones, as vLLM splits layers contiguously). Its parameter counts (``count_params``) follow, so a stage
+    holds its share of the experts; with the layers cut alone a MoE stage kept every expert layer (and a negative
+    count of dense ones)."""
+    layers = math.ceil(model.num_layers / pp)
+    moe = model.moe
+    if moe is None:
+        return dataclasses.replace(model, num_layers=layers)
+    return dataclasses.replace(model, num_layers=layers,
+                               moe=dataclasses.replace(moe, num_moe_layers=min(layers, moe.num_moe_layers)))
+
+
 @dataclass
 class Sizer:
     """Sizes candidates for one workload (builds and caches one step-cost model per replica configuration)."""
@@ -334,7 +348,7 @@ class Sizer:
         if not offers:
             return None, f"no {gpu_id} offer with a NIC in the catalog holds a TP{tp} stage (multi-node needs one)"
         gpu = self.gpus[gpu_id]
-        stage_model = dataclasses.replace(model, num_layers=math.ceil(model.num_layers / pp))
+        stage_model = pipeline_stage(model, pp)
         common = dict(gpu=gpu, tp=tp, weight_dtype=wd, kv_dtype=kd, profile=self.profile, limits=limits,
                       gpu_memory_utilization=self.rules.gpu_memory_utilization, max_model_len=self.workload.max_model_len)
         stage = build_deployment(model=stage_model, **common)  # type: ignore[arg-type]

@@ -107,6 +107,35 @@ def test_models_one_instance_holds_get_no_pipeline_shapes() -> None:
     assert PP_HOP_LATENCY_S > 0
 
 
+def test_a_moe_pipeline_stage_holds_its_share_of_the_expert_layers() -> None:
+    """DeepSeek-V3 / R1 (61 layers: 3 dense, then 58 with 256 routed experts of 3 x 7168 x 2048 weights,
+    catalogs/models/deepseek-v3.yaml) in two stages: the fullest holds ceil(61 / 2) = 31 layers, all of them MoE, so
+    31 x 256 x 3 x 7168 x 2048 = 349.5e9 expert weights, not all 58 layers' (with the layers cut alone, a stage kept
+    every expert layer and counted 31 - 58 dense ones)."""
+    from recommender.sizing import pipeline_stage
+
+    model = CAT.model("deepseek-v3")
+    stage = pipeline_stage(model, 2)
+    assert (stage.num_layers, stage.moe.num_moe_layers) == (31, 31)  # type: ignore[union-attr]
+    assert stage.params.experts == 31 * 256 * 3 * 7168 * 2048 and stage.params.dense_mlp == 0
+    assert pipeline_stage(model, 1).params.total == model.params.total
+    llama = pipeline_stage(CAT.model("llama-3.1-405b"), 2)
+    assert llama.num_layers == 63 and llama.moe is None  # 126 layers / 2
+
+
+def test_deepseek_r1_on_h100_is_planned_over_two_nodes() -> None:
+    """671B of fp8 weights: 84 GB per GPU over one 8 x 80 GB H100 node, so the search said "does not fit any allowed
+    GPU set"; a PP2 stage holds 31 layers' weights, about 45 GB per GPU, and the plan is TP 8 x PP 2 over two nodes."""
+    w = Workload(model="deepseek-r1", prompt_tokens=LengthDist.constant(2000), output_tokens=LengthDist.constant(500),
+                 arrival_rate_per_s=1.0, gpus=("h100-sxm",), slos=(Slo("tpot", 0.05, "p90"),), name="r1-h100")
+    plan = recommend(w, settings=SearchSettings(seed=0, verify=0, top=2))
+    (pool,) = plan.top.pools
+    assert (pool.gpu, pool.tp, pool.pp) == ("h100-sxm", 8, 2) and plan.workload.hf_repo == "deepseek-ai/DeepSeek-R1"
+    files = render_deploy(plan, 1, "k8s")
+    (lws,) = [d for d in yaml.safe_load_all(files["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet"]
+    assert errors_of(lws) == [] and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+
+
 @pytest.mark.parametrize("fmt", ["kserve", "llm-d", "dynamo"])
 def test_one_pod_platforms_refuse_a_replica_over_nodes(plan, fmt: str) -> None:  # type: ignore[no-untyped-def]
     """Each of these runs one pod per replica: an 8-GPU pod with --pipeline-parallel-size 2 would wait for the

@@ -242,7 +242,8 @@ class PlanRow:
             p, d = self.pools
             return f"P {p.replicas}x{p.gpu} TP{p.tp} + D {d.replicas}x{d.gpu} TP{d.tp}"
         p = self.pools[0]
-        layout = (f" DP{p.data_parallel_size}" if p.data_parallel_size > 1 else "") + (" EP" if p.enable_expert_parallel else "")
+        layout = ((f" PP{p.pp}" if p.pp > 1 else "") + (f" DP{p.data_parallel_size}" if p.data_parallel_size > 1 else "")
+                  + (" EP" if p.enable_expert_parallel else ""))
         return f"{p.gpu} TP{p.tp}{layout} x{p.replicas}"
 
 

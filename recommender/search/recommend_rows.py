@@ -41,7 +41,8 @@ class RankedRow:
             p, d = ev.pools
             return f"P {p.replicas}x{p.gpu} TP{p.tp} + D {d.replicas}x{d.gpu} TP{d.tp}"
         p = ev.pools[0]
-        layout = (f" DP{p.dp}" if p.dp > 1 else "") + (" EP" if p.ep else "") + (f" MTP{p.mtp}" if p.mtp else "")
+        layout = ((f" PP{p.pp}" if p.pp > 1 else "") + (f" DP{p.dp}" if p.dp > 1 else "") + (" EP" if p.ep else "")
+                  + (f" MTP{p.mtp}" if p.mtp else ""))
         return f"{p.gpu} TP{p.tp}{layout} x{p.replicas}"
 
 
