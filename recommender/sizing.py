@@ -75,6 +75,11 @@ class Candidate:
         return self.tp * self.dp
 
     @property
+    def replica_gpus(self) -> int:
+        """GPUs one replica takes over all its instances: ``tp x pp x dp``, plus the decode pool's TP of a P/D pair."""
+        return self.tp * self.pp * self.dp + self.decode_tp
+
+    @property
     def key(self) -> str:
         chunk = f"b{self.max_num_batched_tokens}" if self.max_num_batched_tokens else "nochunk"
         layout = ((f"pp{self.pp}" if self.pp > 1 else "") + (f"-dp{self.dp}" if self.dp > 1 else "") + ("-ep" if self.ep else "")

@@ -242,9 +242,14 @@ class PlanRow:
             p, d = self.pools
             return f"P {p.replicas}x{p.gpu} TP{p.tp} + D {d.replicas}x{d.gpu} TP{d.tp}"
         p = self.pools[0]
-        layout = ((f" PP{p.pp}" if p.pp > 1 else "") + (f" DP{p.data_parallel_size}" if p.data_parallel_size > 1 else "")
-                  + (" EP" if p.enable_expert_parallel else ""))
-        return f"{p.gpu} TP{p.tp}{layout} x{p.replicas}"
+        return f"{p.gpu} TP{p.tp}{layout_suffix(pp=p.pp, dp=p.data_parallel_size, ep=p.enable_expert_parallel)} x{p.replicas}"
+
+
+def layout_suffix(*, pp: int = 1, dp: int = 1, ep: bool = False, mtp: int = 0) -> str:
+    """An engine's layout beyond TP, each part only where set: ``' PP2 DP8 EP MTP2'`` (the plan's and the search's
+    row labels; the re-planner's description lower-cases it)."""
+    return ((f" PP{pp}" if pp > 1 else "") + (f" DP{dp}" if dp > 1 else "") + (" EP" if ep else "")
+            + (f" MTP{mtp}" if mtp else ""))
 
 
 @dataclass(frozen=True)

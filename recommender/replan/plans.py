@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from recommender.errors import ConfigError, RecommenderError
-from recommender.plan import Plan, PlanRow, Pool, load_plan
+from recommender.plan import Plan, PlanRow, Pool, layout_suffix, load_plan
 from recommender.render.plan import deployment_cell
 
 
@@ -90,6 +90,5 @@ def describe(plan: Plan) -> str:
     if r.disaggregated:
         return f"{deployment_cell(r.pools)} {r.weight_dtype}/{r.kv_dtype} disaggregated (${usd}/h)"
     pool = r.pools[0]
-    layout = (f" dp{pool.data_parallel_size}" if pool.data_parallel_size > 1 else "") + (
-        " ep" if pool.enable_expert_parallel else "")
+    layout = layout_suffix(dp=pool.data_parallel_size, ep=pool.enable_expert_parallel).lower()
     return f"{r.gpu} tp{r.tp}{layout} {r.weight_dtype}/{r.kv_dtype} x{r.replicas} replicas (${usd}/h)"

@@ -188,7 +188,7 @@ def infeasible_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) ->
         raise DoesNotFitError(_no_fit_message(ctx, evaluations))
     unrentable = [e for e in evaluations if e.fits and e.reason.startswith("no offer for")]
     if not fit and unrentable and len(unrentable) == sum(1 for e in evaluations if e.fits):
-        first = min(unrentable, key=lambda e: e.candidate.tp * e.candidate.pp * e.candidate.dp)  # the smallest group
+        first = min(unrentable, key=lambda e: e.candidate.replica_gpus)  # the smallest group no offer holds
         gpu = first.candidate.gpu
         return (f"no plan can be rented: {first.reason}; allow other GPU types, price {gpu} per GPU-hour "
                 f"(--price {gpu}=$X/h, or prices: {{{gpu}: \"$X/h\"}} in the workload), plan onto GPUs you own (--inventory {gpu}=N), "
@@ -235,9 +235,7 @@ def _no_fit_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) -> st
     from recommender.perf import memory as mem
 
     m = ctx.model
-    def by_size(dtype: str) -> float:
-        return mem.bytes_per_weight(dtype)
-
+    by_size = mem.bytes_per_weight
     searched = space_choices(ctx).weight_dtypes  # the policy's dtypes that load: a narrower one needs its checkpoint
     smallest = min(searched, key=by_size)
     need = mem.weight_bytes(m, smallest)

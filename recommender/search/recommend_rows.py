@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from recommender.catalog import default_catalog
-from recommender.plan import Evidence, PoolEvidence
+from recommender.plan import Evidence, PoolEvidence, layout_suffix
 from recommender.profiles import EngineProfile, gpu_family
 from recommender.search.evaluate import Evaluation, SearchContext
 from recommender.search.pareto import non_dominated
@@ -41,9 +41,7 @@ class RankedRow:
             p, d = ev.pools
             return f"P {p.replicas}x{p.gpu} TP{p.tp} + D {d.replicas}x{d.gpu} TP{d.tp}"
         p = ev.pools[0]
-        layout = ((f" PP{p.pp}" if p.pp > 1 else "") + (f" DP{p.dp}" if p.dp > 1 else "") + (" EP" if p.ep else "")
-                  + (f" MTP{p.mtp}" if p.mtp else ""))
-        return f"{p.gpu} TP{p.tp}{layout} x{p.replicas}"
+        return f"{p.gpu} TP{p.tp}{layout_suffix(pp=p.pp, dp=p.dp, ep=p.ep, mtp=p.mtp)} x{p.replicas}"
 
 
 #: Tie-break between equally priced, equally fast plans: the dtype that loses less accuracy first.

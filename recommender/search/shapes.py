@@ -278,11 +278,8 @@ def _unrentable_to_explain(unrentable: Sequence[Candidate], n: int = 8) -> list[
     largest of the rest."""
     from recommender.perf.memory import bytes_per_weight
 
-    def size(c: Candidate) -> int:
-        return c.tp * c.pp * c.dp + c.decode_tp
-
-    ranked = sorted(unrentable, key=lambda c: (-size(c), bytes_per_weight(c.weight_dtype), c.disaggregated))
-    firsts = list({size(c): c for c in reversed(ranked)}.values())[::-1]
+    ranked = sorted(unrentable, key=lambda c: (-c.replica_gpus, bytes_per_weight(c.weight_dtype), c.disaggregated))
+    firsts = list({c.replica_gpus: c for c in reversed(ranked)}.values())[::-1]
     return (firsts + [c for c in ranked if c not in firsts])[:n]
 
 
