@@ -142,6 +142,7 @@ class Pool:
     dp: int = 1        # attention ranks per replica (engine); a replica runs tp x dp GPUs
     ep: bool = False   # expert parallel
     mtp: int = 0       # MTP draft tokens (0: off)
+    stage_nic_bytes_per_s_per_gpu: float = 0.0  # pp > 1: the NIC the stage hops were priced at (pipeline_cost_model)
 
     @property
     def gpus(self) -> int:
@@ -265,6 +266,33 @@ def pipeline_stage(model: ModelArch, pp: int) -> ModelArch:
                                moe=dataclasses.replace(moe, num_moe_layers=min(layers, moe.num_moe_layers)))
 
 
+def pipeline_cost_model(*, model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, kv_dtype: str,
+                        profile: EngineProfile, limits: EngineLimits, gpu_memory_utilization: float,
+                        max_model_len: int, pp: int, stage_nic_bytes_per_s_per_gpu: float,
+                        cuda_graphs: bool = True) -> tuple[StepCostModel | None, str]:
+    """(StepCostModel, "") of a replica of ``pp`` pipeline stages of ``tp`` GPUs (vLLM
+    ``--pipeline-parallel-size``), stage k on its own instance, else (None, why not). The search, the re-planner
+    and ``simulate --plan`` all price a pipeline with it:
+
+    * memory: each stage is :func:`pipeline_stage` (ceil(L / pp) layers, conservatively both the embedding and the
+      head) on ``tp`` GPUs; the replica holds the KV of the tokens one stage holds;
+    * time: a step passes through the stages in turn, so it costs the whole model on ``tp`` GPUs (each stage reads
+      its weights and KV once) plus, per stage boundary, the activations of the step's new tokens (``hidden x 2 B``
+      each) over ``stage_nic_bytes_per_s_per_gpu`` (bytes/s) and a fixed ``PP_HOP_LATENCY_S``. One batch is in
+      flight (vLLM can keep up to ``pp`` in flight: conservative by up to ``pp`` x in throughput, not in latency)."""
+    if model.num_sliding_layers or model.num_layers < pp:
+        return None, f"pipeline parallel is not modelled for {model.id} (sliding-window layers or too few layers)"
+    common = dict(gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, profile=profile, limits=limits,
+                  gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, cuda_graphs=cuda_graphs)
+    m = build_deployment(model=pipeline_stage(model, pp), **common).memory()  # type: ignore[arg-type]
+    if not m.fits:
+        return None, f"does not fit: a PP{pp} stage is short by {m.shortfall_bytes_per_gpu / 1e9:.1f} GB per GPU"
+    whole = StepCostModel.build(build_deployment(model=model, **common))  # type: ignore[arg-type]
+    return dataclasses.replace(
+        whole, kv_capacity_tokens=m.kv_capacity_tokens, overhead_s=whole.overhead_s + (pp - 1) * PP_HOP_LATENCY_S,
+        pp_hop_s_per_token=(pp - 1) * model.hidden_size * 2.0 / stage_nic_bytes_per_s_per_gpu), ""
+
+
 @dataclass
 class Sizer:
     """Sizes candidates for one workload (builds and caches one step-cost model per replica configuration)."""
@@ -334,37 +362,23 @@ class Sizer:
         names its NIC (stages talk over it every step; an assumed 10 Gb/s is no basis for a multi-node plan)."""
         return tuple(o for o in self.offers_of(gpu) if o.network.known and fits(o, tp) and not o.per_tp_group)
 
+    def stage_nic_bytes_per_s_per_gpu(self, gpu_id: str, tp: int) -> float | None:
+        """The NIC per GPU a pipeline's stage hops are priced at: the slowest of the offers a ``tp``-GPU stage
+        may rent (:meth:`multinode_offers`), bytes/s; None when no offer names one."""
+        offers = self.multinode_offers(gpu_id, tp)
+        return min(o.nic_bytes_per_s_per_gpu for o in offers) if offers else None
+
     def _pipeline_cost(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits,
                        pp: int) -> tuple[StepCostModel | None, str]:
-        """A replica of ``pp`` pipeline stages of ``tp`` GPUs (vLLM ``--pipeline-parallel-size``), stage k on
-        its own instance holding layers k L/pp .. (k+1) L/pp:
-
-        * memory: each stage is the model with ceil(L / pp) layers (and, conservatively, both the embedding
-          and the head) on ``tp`` GPUs; the replica holds the KV of the tokens one stage holds;
-        * time: a step passes through the stages in turn, so it costs the whole model on ``tp`` GPUs (each
-          stage reads its weights and KV once) plus, per stage boundary, the activations of the step's new
-          tokens (``hidden x 2 B`` each) over the slowest NIC per GPU of the offers it may rent
-          (:meth:`multinode_offers`) and a fixed ``PP_HOP_LATENCY_S``. One batch is in flight (vLLM can keep
-          up to ``pp`` in flight: this is conservative by up to ``pp`` x in throughput, not in latency)."""
-        model = self.model
-        if model.num_sliding_layers or model.num_layers < pp:
-            return None, f"pipeline parallel is not modelled for {model.id} (sliding-window layers or too few layers)"
-        offers = self.multinode_offers(gpu_id, tp)
-        if not offers:
+        """:func:`pipeline_cost_model` of ``pp`` stages over the slowest NIC of the offers it may rent
+        (:meth:`stage_nic_bytes_per_s_per_gpu`)."""
+        nic = self.stage_nic_bytes_per_s_per_gpu(gpu_id, tp)
+        if nic is None:
             return None, f"no {gpu_id} offer with a NIC in the catalog holds a TP{tp} stage (multi-node needs one)"
-        gpu = self.gpus[gpu_id]
-        stage_model = pipeline_stage(model, pp)
-        common = dict(gpu=gpu, tp=tp, weight_dtype=wd, kv_dtype=kd, profile=self.profile, limits=limits,
-                      gpu_memory_utilization=self.rules.gpu_memory_utilization, max_model_len=self.workload.max_model_len)
-        stage = build_deployment(model=stage_model, **common)  # type: ignore[arg-type]
-        m = stage.memory()
-        if not m.fits:
-            return None, f"does not fit: a PP{pp} stage is short by {m.shortfall_bytes_per_gpu / 1e9:.1f} GB per GPU"
-        whole = StepCostModel.build(build_deployment(model=model, **common))  # type: ignore[arg-type]
-        nic = min(o.nic_bytes_per_s_per_gpu for o in offers)
-        return dataclasses.replace(
-            whole, kv_capacity_tokens=m.kv_capacity_tokens, overhead_s=whole.overhead_s + (pp - 1) * PP_HOP_LATENCY_S,
-            pp_hop_s_per_token=(pp - 1) * model.hidden_size * 2.0 / nic), ""
+        return pipeline_cost_model(model=self.model, gpu=self.gpus[gpu_id], tp=tp, weight_dtype=wd, kv_dtype=kd,
+                                   profile=self.profile, limits=limits,
+                                   gpu_memory_utilization=self.rules.gpu_memory_utilization,
+                                   max_model_len=self.workload.max_model_len, pp=pp, stage_nic_bytes_per_s_per_gpu=nic)
 
     def pool_cost(self, p: Pool) -> tuple[StepCostModel | None, str]:
         """:meth:`cost_model` of a sized pool (its GPU, TP, dtypes, limits, pipeline stages, MoE layout, MTP)."""
@@ -726,16 +740,19 @@ class Sizer:
         if w.is_offline and per_replica_cap > 0:  # the job ends by OFFLINE_MAX_UTILISATION x its deadline
             lower = max(lower, math.ceil(rate / (OFFLINE_MAX_UTILISATION * per_replica_cap) - 1e-9))
         r = min_replicas(lambda k: self.ok(run(k, target)), lower, cap)
+        nic = (self.stage_nic_bytes_per_s_per_gpu(c.gpu, c.tp) or 0.0) if c.pp > 1 else 0.0
         if r is None:
             pools = (Pool("both", c.gpu, c.tp, cap, c.weight_dtype, c.kv_dtype, limits, self.prices[c.gpu],
-                          cost.kv_capacity_tokens, pp=c.pp, dp=dp, ep=c.ep, mtp=c.mtp),)
+                          cost.kv_capacity_tokens, pp=c.pp, dp=dp, ep=c.ep, mtp=c.mtp,
+                          stage_nic_bytes_per_s_per_gpu=nic),)
             return self.price(c, pools, run(cap, rate), ok=False, reason=f"misses its SLOs even with {cap} replicas",
                               saturation_rate_per_s=cap * per_replica_cap if w.is_offline else None)
         rental, why = self.rent_pool(c.gpu, g, r, c.pp)
         if rental is None:
             return self.infeasible(c, why, True, "capacity")
         pools = (Pool("both", c.gpu, c.tp, rental.replicas, c.weight_dtype, c.kv_dtype, limits, rental.offer.usd_per_gpu_hour,
-                      cost.kv_capacity_tokens, rental, pp=c.pp, dp=dp, ep=c.ep, mtp=c.mtp),)
+                      cost.kv_capacity_tokens, rental, pp=c.pp, dp=dp, ep=c.ep, mtp=c.mtp,
+                      stage_nic_bytes_per_s_per_gpu=nic),)
         return self.price(c, pools, run(rental.replicas, rate), ok=True,
                           saturation_rate_per_s=rental.replicas * per_replica_cap if w.is_offline else None)
 

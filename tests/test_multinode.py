@@ -183,8 +183,72 @@ def test_the_autoscaler_scales_the_leader_worker_set(plan) -> None:  # type: ign
     assert errors_of(keda) == [] and keda["spec"]["scaleTargetRef"] == want
 
 
-def test_the_replan_cronjob_is_refused_for_a_replica_over_nodes(plan) -> None:  # type: ignore[no-untyped-def]
-    # `recommend replan` refuses multi-node plans (replan.predict), so the job would fail on every run
-    with pytest.raises(DeployError, match="spans several nodes .*re-plan from the workload file") as e:
-        render_deploy(plan, 1, "replan-cronjob")
+def test_the_replan_cronjob_scales_the_leader_worker_set(plan) -> None:  # type: ignore[no-untyped-def]
+    """`recommend replan` re-predicts a pipeline (recommender.plan.rebuild), so the job renders, and with --apply its
+    Role may patch the LeaderWorkerSet's scale subresource that k8s.yaml runs the replica as."""
+    from recommender.deploy.replan_job import ReplanJobOptions
+
+    lws = next(d for d in yaml.safe_load_all(render_deploy(plan, 1, "k8s")["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet")
+    files = render_deploy(plan, 1, "replan-cronjob", replan=ReplanJobOptions(apply=True))
+    role = next(d for d in yaml.safe_load_all(files["replan-cronjob.yaml"]) if d and d["kind"] == "Role")
+    scale = [r for r in role["rules"] if r["resources"] == ["leaderworkersets/scale"]]
+    assert scale and scale[0]["resourceNames"] == [lws["metadata"]["name"]] and "patch" in scale[0]["verbs"]
+
+
+def test_the_replanner_predicts_a_pipeline_as_the_search_sized_it(plan) -> None:  # type: ignore[no-untyped-def]
+    """At the plan's own rate the re-planner's prediction is the plan's (the same pipeline cost: the recorded
+    stage NIC, 400 Gb/s = 50e9 B/s per GPU on the H100 offers that name one)."""
+    from recommender.replan.predict import predict_plan
+
+    (pool,) = plan.top.pools
+    assert pool.stage_nic_bytes_per_s_per_gpu == pytest.approx(50e9)
+    pred = predict_plan(plan, W, policy=BF16)
+    for metric in ("ttft", "tpot"):
+        assert pred.latencies[metric]["p90"] == pytest.approx(plan.top.latency_percentiles[metric]["p90"], rel=1e-9)
+    assert pred.meets and pred.replicas == (pool.replicas,)
+
+
+def test_a_plan_written_before_the_stage_nic_was_recorded_takes_the_catalogs_slowest(plan) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    from recommender.plan.rebuild import pool_models
+
+    (pool,) = plan.top.pools
+    old = dataclasses.replace(plan.top, pools=(dataclasses.replace(pool, stage_nic_bytes_per_s_per_gpu=None),))
+    (pm,) = pool_models(old, model=CAT.model(W.model), profile=engine_profile("vllm"), catalog=CAT,
+                        max_model_len=plan.top.max_model_len)
+    # hidden 16,384 x 2 B per token per hop over 50e9 B/s (one hop between two stages)
+    assert pm.cost.pp_hop_s_per_token == pytest.approx((pool.pp - 1) * 16384 * 2 / 50e9)
+    assert pm.ranks == pool.replicas and pm.limits.max_num_seqs == pool.max_num_seqs
+
+
+def test_simulate_runs_a_pipeline_plan_from_its_file(plan, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from recommender.cli import app
+    from recommender.plan import dump_plan
+
+    path = tmp_path / "plan.json"
+    path.write_text(dump_plan(plan))
+    res = CliRunner().invoke(app, ["simulate", "--plan", str(path), "--requests", "300", "-f", "json"])
+    assert res.exit_code == 0, res.output
+    out = __import__("json").loads(res.output)
+    # the analytic side of the simulation is the plan's own prediction
+    assert out["latency_s"]["tpot"]["analytic"]["p90"] == pytest.approx(plan.top.latency_percentiles["tpot"]["p90"], rel=1e-6)
+
+
+@pytest.mark.parametrize("pp", [0, -3, 10**9])
+def test_a_plan_file_with_a_stage_count_out_of_range_is_refused(plan, tmp_path, pp: int) -> None:  # type: ignore[no-untyped-def]
+    """A hand-edited pp reached `vllm serve --pipeline-parallel-size 1000000000` (and a KV cache of 0 tokens)."""
+    import json
+
+    from recommender.errors import ConfigError
+    from recommender.plan import dump_plan, load_plan
+
+    doc = json.loads(dump_plan(plan))
+    doc["plans"][0]["pools"][0]["pp"] = pp
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match=r"pp \(pipeline stages\) must be in 1\.\.256") as e:
+        load_plan(path)
     assert "\n" not in str(e.value)

@@ -46,6 +46,22 @@ def test_describe_and_cost_of_a_disaggregated_plan():
     assert plans.describe(with_replicas(plan, (3, 2), "")) == "h200 P 3xTP2 + D 2xTP4 bf16/fp8 disaggregated ($88.20/h)"
 
 
+def test_a_change_of_engine_settings_alone_names_them():
+    """A re-plan onto the same GPUs with other engine limits read 'X -> X' (DeepSeek-R1 TP8 x PP2 on H100 at three
+    times its rate: max_num_seqs 16 -> 128 and chunked prefill on, the same $98.48/h)."""
+    four = fake_plan(4, 4.8)
+    more = dataclasses.replace(four.top, pools=(dataclasses.replace(four.top.pools[0], max_num_seqs=128,
+                                                                    chunked_prefill=False),))
+    proposed = dataclasses.replace(four, rows=(more,))
+    cur = plans.describe(four)
+    assert plans.describe_change(four, proposed) == (f"{cur} -> {cur} (max_num_seqs {four.top.pools[0].max_num_seqs} "
+                                                     f"-> 128, chunked prefill on -> off)")
+    assert plans.describe_change(four, fake_plan(9, 9.0)) == f"{cur} -> {plans.describe(fake_plan(9, 9.0))}"
+    piped = dataclasses.replace(four, rows=(dataclasses.replace(four.top, pools=(
+        dataclasses.replace(four.top.pools[0], pp=2, num_speculative_tokens=1),)),))
+    assert plans.describe(piped) == "h100-sxm tp1 pp2 mtp1 bf16/bf16 x4 replicas ($8.00/h)"  # PP and MTP named
+
+
 def test_check_plan_names_what_is_missing(tmp_path):
     plan = fake_plan(2, 2.4)
     assert plans.check_plan(plan, "x") is plan

@@ -168,13 +168,14 @@ def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, pro
                           f"data-parallel attention, which the day-long replay does not model yet (docs/moe.md); "
                           f"restrict the workload's gpus or deploy the static plan")
     catalog = default_catalog()
-    (cost, limits, dep), = pool_step_costs(static_plan, peak_w, profile=profile, catalog=catalog)
+    (pm,) = pool_step_costs(static_plan, peak_w, profile=profile, catalog=catalog)
+    cost, limits, dep = pm.cost, pm.limits, pm.deployment
     c1 = replica_capacity_per_s(static_plan, peak_w, profile=profile, search=search)
-    weight_bytes = dep.memory().weights_bytes_per_gpu * dep.tp
+    weight_bytes = dep.memory().weights_bytes_per_gpu * dep.tp  # pp > 1: the whole model on one stage's TP group
     start = startup_override_s or spec.startup_s or startup_s(weight_bytes, auto)
     served = static_plan.workload.hf_repo or workload.model
     day = _day_traffic(spec, workload, seed)
-    rule = derive_rule(capacity_per_s=c1, profile=spec.profile, startup=start, policy=auto, gpus_per_replica=dep.tp,
+    rule = derive_rule(capacity_per_s=c1, profile=spec.profile, startup=start, policy=auto, gpus_per_replica=pm.pool.gpus_per_replica,
                        model_name=served, arrival_s=day.arrival_s, burst_period_s=day.burst_period_s(spec.profile))
     caps = window_capacities_per_s(static_plan, peak_w, day, profile=profile, search=search,
                                    window_s=auto.slo_window_s, period_s=spec.profile.period_s)

@@ -38,10 +38,8 @@ def _length_source(workload: Optional[Path], source: str = "") -> Any:
 def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, Any]:
     """Deployments and load of plan ``rank`` (pools rebuilt through the perf model)."""
     from recommender.catalog import default_catalog
-    from recommender.perf import memory as mem
-    from recommender.estimator import build_deployment, mtp_spec
-    from recommender.perf.step import EngineLimits, StepCostModel
     from recommender.plan import load_plan
+    from recommender.plan.rebuild import pool_models, row_kv_link
     from recommender.profiles import resolve_profile
     from recommender.search.policy import SearchPolicy
 
@@ -49,9 +47,6 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
     row = doc.row(rank)
     if row is None:
         raise ConfigError(f"--rank {rank}: {plan} has {len(doc.rows)} plan(s)")
-    if any(p.pp > 1 for p in row.pools):
-        raise ConfigError(f"--rank {rank}: a multi-node (pipeline-parallel) plan is not simulated from a plan file yet; "
-                          "`recommend --workload FILE` verifies it in the simulator")
     echo = doc.workload
     lengths = None if workload is not None else _echoed_lengths(echo)
     wl = None
@@ -64,32 +59,15 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
     model = cat.model(echo.model or (wl.model if wl is not None else ""))
     profile = resolve_profile(doc.engine, doc.profile if Path(doc.profile).is_file() else None)
     max_len = row.max_model_len or echo.max_model_len or (wl.max_model_len if wl is not None else 0)
-    pools = []
-    for p in row.pools:
-        limits = EngineLimits(max_num_seqs=p.max_num_seqs, max_num_batched_tokens=p.max_num_batched_tokens,
-                              chunked_prefill=p.chunked_prefill, enable_prefix_caching=p.enable_prefix_caching)
-        dep = build_deployment(model=model, gpu=cat.gpu(p.gpu), tp=p.tp, weight_dtype=p.weight_dtype,
-                               kv_dtype=p.kv_dtype, profile=profile, limits=limits,
-                               gpu_memory_utilization=p.gpu_memory_utilization, cuda_graphs=p.cuda_graphs,
-                               max_model_len=max_len, dp=p.data_parallel_size, ep=p.enable_expert_parallel,
-                               spec=mtp_spec(model, p.num_speculative_tokens, cat))
-        # a data-parallel-attention replica is dp attention ranks, each its own scheduler (recommender.sizing)
-        pools.append((p.role.value, dep, StepCostModel.build(dep), p.replicas * p.data_parallel_size))
-    xfer = 0.0
+    models = pool_models(row, model=model, profile=profile, catalog=cat, max_model_len=max_len)
+    # a data-parallel-attention replica is dp attention ranks, each its own scheduler (recommender.sizing)
+    pools = [(m.pool.role.value, m.deployment, m.cost, m.ranks) for m in models]
     link = None
-    if len(pools) == 2:
-        (_, dp, _, _), (_, dd, _, _) = pools
-        if row.kv_link_model:  # the link the row was sized with (its path's bandwidth, both TPs, latency)
-            from recommender.load.link import KvLink
-
-            kl = row.kv_link_model
-            link = KvLink(bytes_per_token=float(kl["bytes_per_token"]), nic_bytes_per_s=float(kl["nic_bytes_per_s"]),
-                          prefill_tp=int(kl.get("prefill_tp", dp.tp)), decode_tp=int(kl.get("decode_tp", dd.tp)),
-                          latency_s=float(kl.get("latency_s", 0.0)))
-        else:  # an older plan: its KV path's bandwidth (or the policy's), as a fixed delay per token
-            per_tok = mem.kv_cache_bytes_per_token(model, dp.kv_dtype, 1)
-            bw = row.kv_link.bytes_per_s_per_gpu if row.kv_link is not None else SearchPolicy().kv_transfer_bandwidth_bytes_per_s
-            xfer = per_tok / (min(dp.tp, dd.tp) * bw)
+    if len(models) == 2:  # the KV link the row was sized with (older plans: its path's bandwidth, or the policy's)
+        policy = SearchPolicy()
+        link = row_kv_link(row, model, models[0], models[1],
+                           default_bytes_per_s_per_gpu=policy.kv_transfer_bandwidth_bytes_per_s,
+                           default_latency_s=policy.kv_transfer_latency_s)
     if lengths is not None:
         prompt, output = lengths
         rate = echo.arrival_rate_per_s
@@ -100,7 +78,7 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
         assert wl is not None
         prompt, output, rate, frac = wl.prompt_tokens, wl.output_tokens, wl.effective_rate_per_s, wl.shared_prefix_fraction
     return {"pools": pools, "rate": rate, "prompt": prompt, "output": output, "shared_prefix_fraction": frac,
-            "kv_transfer_s_per_token": xfer, "kv_link": link, "plan_load_utilisation": row.load_utilisation,
+            "kv_transfer_s_per_token": 0.0, "kv_link": link, "plan_load_utilisation": row.load_utilisation,
             "label": f"{plan} rank {rank} ({row.id})"}
 
 

@@ -185,12 +185,7 @@ def manifests(spec: DeploySpec, plan_json: str, opts: ReplanJobOptions) -> list[
 
 
 def render_replan_cronjob(spec: DeploySpec, plan_json: str, opts: ReplanJobOptions | None = None) -> dict[str, str]:
-    """``replan-cronjob.yaml``: header comment + the objects. Refused for pipeline stages over several nodes, which
-    ``recommend replan`` refuses (``replan.predict``), so the job would fail on every run."""
-    if any(p.pp > 1 for p in spec.pools):
-        raise DeployError(f"replan-cronjob: a replica of plan {spec.plan_id} spans several nodes (pipeline parallel), "
-                          "which `recommend replan` does not re-predict yet, so the job would fail on every run; "
-                          "re-plan from the workload file with `recommend` instead")
+    """``replan-cronjob.yaml``: header comment + the objects."""
     opts = opts or ReplanJobOptions()
     what = "patches the engine Deployments' replicas within the policy" if opts.apply else \
         "writes the proposal to the volume (apply it yourself, or deploy with --apply)"

@@ -98,7 +98,8 @@ def plan_document(plan: Plan) -> dict[str, Any]:
 
 
 #: pool fields written only when set (a plain-TP plan file is what it was before MoE layouts existed)
-LAYOUT_DEFAULTS: dict[str, Any] = {"data_parallel_size": 1, "enable_expert_parallel": False, "num_speculative_tokens": 0}
+LAYOUT_DEFAULTS: dict[str, Any] = {"data_parallel_size": 1, "enable_expert_parallel": False, "num_speculative_tokens": 0,
+                                   "stage_nic_bytes_per_s_per_gpu": None}
 
 
 def dump_plan(plan: Plan) -> str:
@@ -233,6 +234,8 @@ def load_plan(source: str | Path | Mapping[str, Any]) -> Plan:
 #: sequences per engine, tokens per step / sequence
 MAX_REPLICAS = 100_000
 MAX_TP = 1024
+MAX_PP = 256  # pipeline stages: at most one per layer (the catalog's deepest model has 126)
+MAX_NIC_BYTES_PER_S = 1e13  # 80 Tb/s per GPU, above any NIC or NVLink
 MAX_ENGINE_SEQS = 1_000_000
 MAX_ENGINE_TOKENS = 100_000_000
 #: prices: a GPU-hour above $1,000 or a deployment above $10M/h is a corrupt plan; the engine's memory share
@@ -321,6 +324,12 @@ def _check_pool(p: Pool, max_model_len: int, where: str) -> None:
     if not (1 <= p.data_parallel_size <= MAX_TP and 0 <= p.num_speculative_tokens <= 8):
         raise ConfigError(f"{where}: data_parallel_size must be in 1..{MAX_TP} and num_speculative_tokens in 0..8 "
                           f"(got {p.data_parallel_size}, {p.num_speculative_tokens})")
+    if not 1 <= p.pp <= MAX_PP:
+        raise ConfigError(f"{where}: pp (pipeline stages) must be in 1..{MAX_PP} (got {p.pp}); {_HINT}")
+    nic = p.stage_nic_bytes_per_s_per_gpu
+    if nic is not None and not (math.isfinite(nic) and 0 < nic <= MAX_NIC_BYTES_PER_S):
+        raise ConfigError(f"{where}: stage_nic_bytes_per_s_per_gpu must be above 0 and at most {MAX_NIC_BYTES_PER_S:g} "
+                          f"(got {nic:g}); {_HINT}")
     if p.max_num_seqs > MAX_ENGINE_SEQS or max(p.max_num_batched_tokens, max_model_len) > MAX_ENGINE_TOKENS:
         raise ConfigError(f"{where}: max_num_seqs / max_num_batched_tokens / max_model_len out of range")
     if p.max_num_seqs < 1 or max_model_len < 1:

@@ -123,6 +123,9 @@ class Pool:
     data_parallel_size: int = 1
     enable_expert_parallel: bool = False
     num_speculative_tokens: int = 0
+    # pp > 1: the NIC per GPU (bytes/s) the search priced the stage hops at, so the re-planner and `simulate --plan`
+    # rebuild the same pipeline (recommender.sizing.pipeline_cost_model); None: plain TP, or a plan written before
+    stage_nic_bytes_per_s_per_gpu: float | None = None
 
     @property
     def gpus_per_replica(self) -> int:

@@ -90,5 +90,35 @@ def describe(plan: Plan) -> str:
     if r.disaggregated:
         return f"{deployment_cell(r.pools)} {r.weight_dtype}/{r.kv_dtype} disaggregated (${usd}/h)"
     pool = r.pools[0]
-    layout = layout_suffix(dp=pool.data_parallel_size, ep=pool.enable_expert_parallel).lower()
+    layout = layout_suffix(pp=pool.pp, dp=pool.data_parallel_size, ep=pool.enable_expert_parallel,
+                           mtp=pool.num_speculative_tokens).lower()
     return f"{r.gpu} tp{r.tp}{layout} {r.weight_dtype}/{r.kv_dtype} x{r.replicas} replicas (${usd}/h)"
+
+
+#: engine settings a re-plan may change on the same GPUs, with how a change of each reads
+_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("max_num_seqs", "max_num_seqs"), ("max_num_batched_tokens", "max_num_batched_tokens"),
+    ("chunked_prefill", "chunked prefill"), ("enable_prefix_caching", "prefix caching"),
+    ("gpu_memory_utilization", "gpu_memory_utilization"), ("cuda_graphs", "CUDA graphs"))
+
+
+def settings_change(a: PlanRow, b: PlanRow) -> str:
+    """The engine settings that differ between pools in the same place of ``a`` and ``b`` ('max_num_seqs 16 ->
+    128, chunked prefill off -> on'; P/D: prefixed with the pool's role), "" when none do."""
+    def fmt(v: object) -> str:
+        return ("on" if v else "off") if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
+
+    out = []
+    for pa, pb in zip(a.pools, b.pools):
+        role = f"{pa.role.value} " if len(a.pools) > 1 else ""
+        out += [f"{role}{label} {fmt(getattr(pa, k))} -> {fmt(getattr(pb, k))}"
+                for k, label in _SETTINGS if getattr(pa, k) != getattr(pb, k)]
+    return ", ".join(out)
+
+
+def describe_change(current: Plan, proposed: Plan) -> str:
+    """'CURRENT -> PROPOSED' (:func:`describe`), and the engine settings that change when both read the same, so
+    a change of engine settings alone never reads 'X -> X'."""
+    a, b = describe(current), describe(proposed)
+    diff = settings_change(current.top, proposed.top) if a.rsplit(" (", 1)[0] == b.rsplit(" (", 1)[0] else ""
+    return f"{a} -> {b}" + (f" ({diff})" if diff else "")

@@ -302,7 +302,7 @@ def decide(policy: Policy, *, current: Plan, proposed: Plan, risks: Sequence[str
                             f"forecast too under the model; keeping {cur_desc}", prop)
         plan, note = (prop, "") if direction == "up" else _cap(current, prop, policy.max_replica_change)
         meets = f" (predicted at the forecast: {proposal_meets})" if proposal_meets else ""
-        return Decision(True, direction, f"SLO at risk: {risk_txt}; acting now: {cur_desc} -> {plans.describe(plan)}"
+        return Decision(True, direction, f"SLO at risk: {risk_txt}; acting now: {plans.describe_change(current, plan)}"
                         f"{meets}" + (f" ({note})" if note else ""), plan)
     if new_usd > cur_usd:
         return Decision(False, "none", f"the current plan meets the forecast under the model; not switching to the "
@@ -333,6 +333,6 @@ def decide(policy: Policy, *, current: Plan, proposed: Plan, risks: Sequence[str
     wins = [w for w in [window] + [r.window for r in used] if w is not None]
     which = f" ({', '.join(_fmt_window(w) for w in sorted(wins))} UTC)" if wins else ""
     extra = f"; largest plan of the last {policy.scale_down_windows} windows" if stabilised else ""
-    return Decision(True, "down", f"{policy.scale_down_windows} windows of new data agree{which}: {cur_desc} -> "
-                    f"{plans.describe(plan)} saves {(cur_usd - plans.usd_per_hour(plan)) / cur_usd:.1%}{extra}"
+    return Decision(True, "down", f"{policy.scale_down_windows} windows of new data agree{which}: "
+                    f"{plans.describe_change(current, plan)} saves {(cur_usd - plans.usd_per_hour(plan)) / cur_usd:.1%}{extra}"
                     + (f" ({note})" if note else ""), plan)

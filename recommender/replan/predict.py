@@ -20,14 +20,11 @@ from statistics import NormalDist
 from typing import Any, Mapping
 
 from recommender.catalog import Catalog, default_catalog
-from recommender.errors import RecommenderError
-from recommender.estimator import mtp_spec
 from recommender.load import analyze, analyze_disaggregated
 from recommender.load.link import KvLink
 from recommender.load.topology import Disaggregated, PoolSpec, Traffic
-from recommender.perf import memory as mem
-from recommender.perf.step import Deployment, EngineLimits, StepCostModel
-from recommender.plan import Plan, Pool
+from recommender.plan import Plan
+from recommender.plan.rebuild import PoolModel, pool_models, row_kv_link
 from recommender.profiles import EngineProfile, engine_profile
 from recommender.search.policy import SearchPolicy, load_search_policy
 from recommender.units import fmt_seconds
@@ -75,36 +72,14 @@ class Prediction:
                                 for m, d in self.latencies.items()}}
 
 
-def _limits(pool: Pool, max_model_len: int) -> EngineLimits:
-    """The limits vLLM was given for ``pool``; without chunked prefill (or without a budget) a step must hold
-    a whole prompt, so the token budget is at least max(``max_model_len``, 2048)."""
-    budget = pool.max_num_batched_tokens
-    if not pool.chunked_prefill or budget <= 0:
-        budget = max(budget, max_model_len, 2048)
-    return EngineLimits(max_num_seqs=pool.max_num_seqs, max_num_batched_tokens=budget,
-                        chunked_prefill=pool.chunked_prefill, enable_prefix_caching=pool.enable_prefix_caching)
-
-
 def pool_step_costs(plan: Plan, workload: Workload, *, profile: EngineProfile,
-                    catalog: Catalog) -> list[tuple[StepCostModel, EngineLimits, Deployment]]:
-    """Per pool of the plan's rank-1 row: its step-cost model, the limits vLLM was given and the deployment."""
+                    catalog: Catalog) -> tuple[PoolModel, ...]:
+    """Per pool of the plan's rank-1 row: its step costs, the limits vLLM was given and one replica's deployment
+    (``recommender.plan.rebuild.pool_models``; pipeline stages included)."""
     row = plan.top
     max_len = int(row.max_model_len or plan.workload.max_model_len or workload.max_model_len)
-    model = catalog.model(workload.model)
-    costs = []
-    for p in row.pools:
-        gpu = catalog.gpu(p.gpu)
-        limits = _limits(p, max_len)
-        wd, kd = p.weight_dtype, p.kv_dtype
-        # the GPU family's (and model's) fitted parameters, as the search applied them (EngineProfile.for_gpu)
-        dep = Deployment(model, gpu, p.tp, wd, kd, profile.for_gpu(gpu.id, model.id), limits, p.gpu_memory_utilization,
-                         p.cuda_graphs, max_len, dp=p.data_parallel_size, ep=p.enable_expert_parallel,
-                         spec=mtp_spec(model, p.num_speculative_tokens, catalog))
-        if not dep.memory().fits:
-            raise RecommenderError(f"the current plan's {gpu.id} TP{dep.tp} {wd} pool no longer fits in memory "
-                                   f"under this profile; re-plan from the workload file")
-        costs.append((StepCostModel.build(dep), limits, dep))
-    return costs
+    return pool_models(row, model=catalog.model(workload.model), profile=profile, catalog=catalog,
+                       max_model_len=max_len)
 
 
 def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | None = None,
@@ -119,34 +94,27 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
     profile = profile or engine_profile("vllm")
     catalog = catalog or default_catalog()
     row = plan.top
-    if any(p.pp > 1 for p in row.pools):
-        raise RecommenderError("the current plan runs multi-node (pipeline-parallel) replicas, which the re-planner "
-                               "does not re-predict yet; re-plan from the workload file with `recommend`")
     reps = replicas if replicas is not None else row.pool_replicas
-    model = catalog.model(workload.model)
-    costs = pool_step_costs(plan, workload, profile=profile, catalog=catalog)
+    pools = pool_step_costs(plan, workload, profile=profile, catalog=catalog)
     rate = float(workload.effective_rate_per_s)
     sfx = workload.shared_prefix_fraction
     link: KvLink | None = None
-    if len(costs) > 1:
-        # the KV link the search sized the plan with (recommender.sizing.Sizer.kv_link over the plan's
-        # kv_link path); plans written before paths were recorded: the policy's assumed bandwidth
-        pdep, ddep = costs[0][2], costs[-1][2]
-        per_tok = mem.kv_cache_bytes_per_token(model, pdep.kv_dtype, 1)
-        nic = row.kv_link.bytes_per_s_per_gpu if row.kv_link is not None else policy.kv_transfer_bandwidth_bytes_per_s
-        link = KvLink(bytes_per_token=per_tok, nic_bytes_per_s=nic, prefill_tp=pdep.tp, decode_tp=ddep.tp,
-                      latency_s=policy.kv_transfer_latency_s)
+    if len(pools) > 1:  # the KV link the search sized the plan with (older plans: its path's, or the policy's)
+        link = row_kv_link(row, catalog.model(workload.model), pools[0], pools[-1],
+                           default_bytes_per_s_per_gpu=policy.kv_transfer_bandwidth_bytes_per_s,
+                           default_latency_s=policy.kv_transfer_latency_s)
 
     def run(at_per_s: float) -> Any:
         traffic = Traffic(rate_per_s=at_per_s, prompt=workload.prompt_tokens, output=workload.output_tokens,
                           shared_prefix_fraction=sfx)
+        first, last = pools[0], pools[-1]
         if link is None:
             # a replica of a data-parallel-attention engine is dp load-model ranks (recommender.sizing)
-            ranks = int(reps[0]) * row.pools[0].data_parallel_size
-            return analyze(PoolSpec(cost=costs[0][0], limits=costs[0][1], replicas=ranks), traffic)
+            ranks = int(reps[0]) * first.pool.data_parallel_size
+            return analyze(PoolSpec(cost=first.cost, limits=first.limits, replicas=ranks), traffic)
         return analyze_disaggregated(Disaggregated(
-            prefill=PoolSpec(cost=costs[0][0], limits=costs[0][1], replicas=int(reps[0])),
-            decode=PoolSpec(cost=costs[-1][0], limits=costs[-1][1], replicas=int(reps[-1])), kv_link=link), traffic)
+            prefill=PoolSpec(cost=first.cost, limits=first.limits, replicas=int(reps[0])),
+            decode=PoolSpec(cost=last.cost, limits=last.limits, replicas=int(reps[-1])), kv_link=link), traffic)
 
     res = run(rate)
     lat = {m: {p: float(getattr(res, f"{m}_s").at(p)) for p in ("mean", "p50", "p90", "p95", "p99")}

@@ -47,7 +47,8 @@ def _pool(p: EvalPool, gmu: float, checkpoint: str) -> Pool:
                 enable_prefix_caching=p.limits.enable_prefix_caching, cuda_graphs=True, gpu_memory_utilization=gmu,
                 usd_per_gpu_hour=p.usd_per_hour / max(p.gpus, 1), kv_capacity_tokens=p.kv_capacity_tokens,
                 checkpoint=checkpoint, rental=_rental(p), pp=p.pp, data_parallel_size=p.dp, enable_expert_parallel=p.ep,
-                num_speculative_tokens=p.mtp)
+                num_speculative_tokens=p.mtp,
+                stage_nic_bytes_per_s_per_gpu=p.stage_nic_bytes_per_s_per_gpu if p.pp > 1 else None)
 
 
 def _finite(x: float | None) -> float | None:
