@@ -252,3 +252,19 @@ def test_a_plan_file_with_a_stage_count_out_of_range_is_refused(plan, tmp_path, 
     with pytest.raises(ConfigError, match=r"pp \(pipeline stages\) must be in 1\.\.256") as e:
         load_plan(path)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_the_autoscaler_counts_every_gpu_of_a_pipeline_replica(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A replica of DeepSeek-R1 TP 8 x PP 2 on H100 takes two 8-GPU nodes: the rule's GPUs per replica and the day's
+    static GPU-hours count 16 each (they counted TP alone, 8)."""
+    from recommender.autoscale import plan_autoscaling
+    from recommender.workload import load_workload
+
+    path = tmp_path / "r1-day.yaml"
+    path.write_text("model: deepseek-r1\ntraffic: {arrival_rate: 1.0}\nprompt_tokens: 2000\noutput_tokens: 500\n"
+                    "slo: [tpot=50ms]\ngpus: [h100-sxm]\nday: {peak_to_trough: 3, startup: 10min}\n", encoding="utf-8")
+    ap = plan_autoscaling(load_workload(path), seed=0)
+    (pool,) = ap.static_plan.top.pools
+    assert (pool.tp, pool.pp) == (8, 2) and ap.rule.gpus_per_replica == 16
+    assert ap.certification.static_gpu_hours == pytest.approx(ap.static_replicas * 16 * 24)

@@ -37,7 +37,7 @@ from recommender.autoscale.rule import (
 from recommender.catalog import default_catalog
 from recommender.errors import ConfigError
 from recommender.load.topology import PoolSpec
-from recommender.plan import Plan
+from recommender.plan import Plan, layout_suffix
 from recommender.profiles import EngineProfile, engine_profile
 from recommender.replan.predict import pool_step_costs
 from recommender.search.policy import SearchPolicy, load_search_policy
@@ -205,7 +205,7 @@ def summary_lines(ap: AutoscalePlan) -> list[str]:
     return [
         f"day        {p.mean_rate_per_s:g} req/s mean, {p.peak_to_trough:g}:1 peak-to-trough (peak "
         f"{p.peak_rate_per_s:.2f} req/s at {p.peak_hour:g}h, trough {p.trough_rate_per_s:.2f}); traffic {ap.traffic_source}",
-        f"config     {ap.static_plan.top.id} ({pool.gpu} TP{pool.tp}); static peak plan x{ap.static_replicas} (covers "
+        f"config     {ap.static_plan.top.id} ({pool.gpu} TP{pool.tp}{layout_suffix(pp=pool.pp)}); static peak plan x{ap.static_replicas} (covers "
         f"the SLO windows at their own lengths; busiest 5-min window {ap.peak_window_rate_per_s:.2f} req/s = "
         f"x{ap.static_replicas_at_c1} at c1; the search's x{pool.replicas} at the smooth peak)",
         f"capacity   one replica meets the SLOs up to {r.replica_capacity_per_s:.3f} req/s",
