@@ -21,10 +21,12 @@ from dataclasses import dataclass, field, replace
 from recommender.catalog import KV_DTYPES, WEIGHT_DTYPES, Catalog, Gpu, default_catalog
 from recommender.errors import ConfigError, DoesNotFitError
 from recommender.hf_config import ModelArch
-from recommender.offers import Offer, Rental, cheapest_rental, fits, rent
+from recommender.offers import (Offer, Rental, cheapest_rental, fits, multinode_offers, rent,
+                               slowest_stage_nic_bytes_per_s_per_gpu)
 from recommender.perf.conditions import EngineConditions, engine_conditions, with_limits
 from recommender.perf.steady import Estimate, Load, LoadMode, estimate
 from recommender.perf.moe import check_layout
+from recommender.perf.pipeline import why_not_pipelined
 from recommender.perf.speculative import SpecDecode
 from recommender.perf.step import Deployment, EngineLimits, check_parallelism, default_limits
 from recommender.profiles import EngineProfile, resolve_profile
@@ -73,9 +75,11 @@ def _offer_text(o: Offer) -> str:
             f"(${o.usd_per_gpu_hour:,.2f}/GPU-hour{'; ' + dated if dated else ''})")
 
 
-def pricing_for(gpu: Gpu, *, tp: int, replicas: int, usd_per_gpu_hour: float | None = None) -> Pricing:
-    """The price of ``replicas`` TP groups of ``tp`` GPUs: ``--price`` (USD per GPU-hour) when given, else whole
-    instances of the cheapest catalog offer holding a TP group; error when the GPU has no offer."""
+def pricing_for(gpu: Gpu, *, tp: int, replicas: int, usd_per_gpu_hour: float | None = None, pp: int = 1) -> Pricing:
+    """The price of ``replicas`` TP groups of ``tp`` GPUs (``pp`` > 1: ``replicas x pp`` stage groups, on the offers
+    that name their NIC): ``--price`` (USD per GPU-hour) when given, else whole instances of the cheapest catalog
+    offer holding a TP group; error when the GPU has no offer."""
+    replicas *= pp
     gpus = tp * replicas
     if usd_per_gpu_hour is not None:
         if usd_per_gpu_hour < 0:
@@ -85,7 +89,7 @@ def pricing_for(gpu: Gpu, *, tp: int, replicas: int, usd_per_gpu_hour: float | N
     cheapest = gpu.cheapest_offer
     if cheapest is None:
         raise ConfigError(f"{gpu.id} has no catalog price (none with a source and date was found); pass --price USD_PER_GPU_HOUR")
-    rental = cheapest_rental(gpu.offers, tp, replicas)
+    rental = cheapest_rental(gpu.offers if pp == 1 else multinode_offers(gpu.offers, tp), tp, replicas)
     if rental is None:
         largest = max(o.nvlink_domain_gpus or o.gpus_per_instance for o in gpu.offers)
         note = (f"TP {tp} does not fit one instance of any {gpu.id} offer (the largest holds {largest} "
@@ -97,7 +101,11 @@ def pricing_for(gpu: Gpu, *, tp: int, replicas: int, usd_per_gpu_hour: float | N
     o = rental.offer
     notes: list[str] = []
     if cheapest is not o and cheapest.usd_per_gpu_hour < o.usd_per_gpu_hour:
-        if not fits(cheapest, tp):
+        if pp > 1 and cheapest not in multinode_offers((cheapest,), tp):
+            notes.append(f"pipeline stages rent only offers whose NIC between instances the catalog names; the cheapest "
+                         f"per GPU-hour ({cheapest.provider}, ${cheapest.usd_per_gpu_hour:,.2f}) names none or holds no "
+                         f"TP {tp} stage")
+        elif not fits(cheapest, tp):
             notes.append(f"TP {tp} does not fit one instance of the cheapest offer per GPU-hour ({cheapest.provider}, "
                          f"{cheapest.gpus_per_instance}-GPU instances at ${cheapest.usd_per_gpu_hour:,.2f}/GPU-hour)")
         else:
@@ -118,7 +126,8 @@ def pricing_for(gpu: Gpu, *, tp: int, replicas: int, usd_per_gpu_hour: float | N
 def build_deployment(*, model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, kv_dtype: str,
                      profile: EngineProfile, limits: EngineLimits | None = None, gpu_memory_utilization: float = 0.92,
                      cuda_graphs: bool = True, max_model_len: int = 0, dp: int = 1, ep: bool = False,
-                     spec: SpecDecode | None = None) -> Deployment:
+                     spec: SpecDecode | None = None, pp: int = 1,
+                     stage_nic_bytes_per_s_per_gpu: float = 0.0) -> Deployment:
     """THE way to build a :class:`Deployment` (estimate, calibrate, simulate, search, replan).
 
     ``limits`` default to vLLM's for the GPU; the profile is specialised to the GPU's family and the model
@@ -127,7 +136,8 @@ def build_deployment(*, model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, 
     return Deployment(model=model, gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                       profile=profile.for_gpu(gpu.id, model.id), limits=limits if limits is not None else default_limits(gpu),
                       gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
-                      max_model_len=max_model_len, dp=dp, ep=ep, spec=spec)
+                      max_model_len=max_model_len, dp=dp, ep=ep, spec=spec, pp=pp,
+                      stage_nic_bytes_per_s_per_gpu=stage_nic_bytes_per_s_per_gpu)
 
 
 #: ``--speculative-config`` methods that mean the model's own MTP heads (vLLM 0.33 SpeculativeConfig.method)
@@ -251,12 +261,14 @@ class EstimateRequest:
     speculative_config: str | None = None  # --speculative-config JSON (MTP)
     acceptance_rate: float | None = None  # --acceptance-rate (per draft position)
     scheduler_poll_steps: int = 1        # SGLang --scheduler-recv-interval: new requests are taken every N steps
+    pp: int = 1                          # --pipeline-parallel-size: stages of --tp GPUs, one instance each
 
 
 #: largest values estimate accepts (refused before any loop; workload.MAX_TOKENS is the token bound)
 MAX_SEQS = 1_000_000
 MAX_REPLICAS = 100_000
 MAX_TP = 1024
+MAX_PP = 256
 MAX_RATE_PER_S = 1e6
 
 
@@ -299,7 +311,8 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
                          ("--max-num-seqs", req.max_num_seqs, MAX_SEQS),
                          ("--max-num-batched-tokens", req.max_num_batched_tokens, None),
                          ("--max-model-len", req.max_model_len, None),
-                         ("--scheduler-poll-steps", req.scheduler_poll_steps, 1000)):
+                         ("--scheduler-poll-steps", req.scheduler_poll_steps, 1000),
+                         ("--pipeline-parallel-size", req.pp, MAX_PP)):
         _positive(name, v, cap)
     if req.usd_per_gpu_hour is not None and not (math.isfinite(req.usd_per_gpu_hour) and 0 < req.usd_per_gpu_hour <= 1000):
         raise ConfigError(f"--price {req.usd_per_gpu_hour}: USD per GPU-hour must be above 0 and at most 1000")
@@ -352,8 +365,27 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
     )
     dep = build_deployment(model=model, gpu=gpu, tp=req.tp, weight_dtype=wd, kv_dtype=kd, profile=prof, limits=limits,
                            gpu_memory_utilization=req.gpu_memory_utilization, cuda_graphs=req.cuda_graphs,
-                           max_model_len=max_len, dp=req.dp, ep=req.ep, spec=spec)
+                           max_model_len=max_len, dp=req.dp, ep=req.ep, spec=spec, pp=req.pp,
+                           stage_nic_bytes_per_s_per_gpu=_stage_nic(req, model, gpu, spec))
     return dep, load
+
+
+def _stage_nic(req: EstimateRequest, model: ModelArch, gpu: Gpu, spec: SpecDecode | None) -> float:
+    """``--pipeline-parallel-size`` > 1: the NIC per GPU between the stages' instances, the slowest of the catalog's
+    offers of ``gpu`` that hold a ``--tp`` stage and name one (as the search prices a pipeline); 0 for one stage.
+    Refused in one line where the search would not plan it: sliding-window models, DP attention, EP or MTP."""
+    if req.pp == 1:
+        return 0.0
+    why = why_not_pipelined(model, req.pp)
+    if why or req.dp > 1 or req.ep or spec is not None:
+        raise ConfigError(f"--pipeline-parallel-size {req.pp}: {why or 'pipeline stages are modelled for plain TP engines'}"
+                          f"; try it without --data-parallel-size, --enable-expert-parallel and --speculative-config, "
+                          f"or --pipeline-parallel-size 1")
+    nic = slowest_stage_nic_bytes_per_s_per_gpu(gpu.offers, req.tp)
+    if nic is None:
+        raise ConfigError(f"--pipeline-parallel-size {req.pp}: no {gpu.id} offer in the catalog names the NIC between "
+                          f"instances that the stages talk over; try --pipeline-parallel-size 1 or another --gpu")
+    return nic
 
 
 def estimate_request(req: EstimateRequest, catalog: Catalog | None = None,
@@ -361,20 +393,41 @@ def estimate_request(req: EstimateRequest, catalog: Catalog | None = None,
     """Build and evaluate; the caller decides what to do when ``estimate.fits`` is False."""
     cat = catalog or default_catalog()
     dep, load = build(req, cat, profile)
-    price = pricing_for(dep.gpu, tp=req.tp * req.dp, replicas=req.replicas, usd_per_gpu_hour=req.usd_per_gpu_hour)
+    price = pricing_for(dep.gpu, tp=req.tp * req.dp, replicas=req.replicas, usd_per_gpu_hour=req.usd_per_gpu_hour,
+                        pp=req.pp)
     return dep, load, estimate(dep, load, req.replicas, price.usd_per_gpu_hour)
 
 
 def does_not_fit_message(dep: Deployment, est: Estimate) -> str:
     m = dep.memory()
     need = m.weights_bytes_per_gpu + m.activation_bytes_per_gpu + m.runtime_reserve_bytes_per_gpu + m.cuda_graph_bytes_per_gpu + m.min_kv_bytes_per_gpu
-    return (f"{dep.model.id} ({dep.weight_dtype}) does not fit {dep.tp} x {dep.gpu.id}: each GPU needs "
+    where = f"{dep.tp} x {dep.gpu.id}" + (f" in {dep.pp} pipeline stages" if dep.pp > 1 else "")
+    stages = _stages_that_fit(dep)
+    tries = (f"--pipeline-parallel-size {stages} (stages on {stages} instances), " if stages else "") + (
+        "a larger --tp, " if dep.tp < dep.gpu.interconnect.gpus_per_domain else "")
+    return (f"{dep.model.id} ({dep.weight_dtype}) does not fit {where}: each GPU needs "
             f"{units.fmt_bytes(need)} (weights {units.fmt_bytes(m.weights_bytes_per_gpu)} + activations/runtime "
             f"{units.fmt_bytes(m.activation_bytes_per_gpu + m.runtime_reserve_bytes_per_gpu + m.cuda_graph_bytes_per_gpu)} "
             f"+ one {dep.max_model_len}-token sequence's KV {units.fmt_bytes(m.min_kv_bytes_per_gpu)}) but has "
             f"{units.fmt_bytes(m.budget_bytes_per_gpu)} at gpu-memory-utilization {dep.gpu_memory_utilization}: "
-            f"short by {units.fmt_bytes(est.shortfall_bytes_per_gpu)} per GPU; try a larger --tp, a smaller "
+            f"short by {units.fmt_bytes(est.shortfall_bytes_per_gpu)} per GPU; try {tries}a smaller "
             f"--weight-dtype (fp8, int4) or a GPU with more memory")
+
+
+def _stages_that_fit(dep: Deployment) -> int | None:
+    """The fewest pipeline stages (2, 4 or 8, as the search tries them and more) above ``dep.pp`` whose fullest
+    stage fits, for a plain-TP engine whose ``--tp`` fills the GPU's interconnect domain and whose GPU has an
+    offer naming the NIC the stages talk over; else None."""
+    if dep.tp < dep.gpu.interconnect.gpus_per_domain or dep.dp > 1 or dep.ep or dep.spec is not None:
+        return None
+    nic = slowest_stage_nic_bytes_per_s_per_gpu(dep.gpu.offers, dep.tp)
+    if nic is None:
+        return None
+    for pp in (2, 4, 8):
+        if pp > dep.pp and not why_not_pipelined(dep.model, pp) and \
+                replace(dep, pp=pp, stage_nic_bytes_per_s_per_gpu=nic).memory().fits:
+            return pp
+    return None
 
 
 def raise_if_not_fit(dep: Deployment, est: Estimate) -> None:

@@ -211,6 +211,19 @@ def fits(offer: Offer, tp: int) -> bool:
     return tp <= offer.gpus_per_instance
 
 
+def multinode_offers(offers: Iterable[Offer], tp: int) -> tuple[Offer, ...]:
+    """The offers a pipeline-parallel replica may span: a stage (TP group of ``tp``) fits one instance, and the
+    offer names its NIC (stages talk over it every step; an assumed 10 Gb/s is no basis for a multi-node plan)."""
+    return tuple(o for o in offers if o.network.known and fits(o, tp) and not o.per_tp_group)
+
+
+def slowest_stage_nic_bytes_per_s_per_gpu(offers: Iterable[Offer], tp: int) -> float | None:
+    """The NIC per GPU (bytes/s) a pipeline's stage hops are priced at: the slowest of :func:`multinode_offers`;
+    None when no offer names one."""
+    nics = [o.nic_bytes_per_s_per_gpu for o in multinode_offers(offers, tp)]
+    return min(nics) if nics else None
+
+
 def rent(offer: Offer, tp: int, replicas: int) -> Rental | None:
     """Fewest whole instances of ``offer`` holding ``replicas`` TP groups; None if a group cannot fit."""
     if replicas < 1 or tp < 1 or not fits(offer, tp):

@@ -34,19 +34,18 @@ from recommender.hf_config import ModelArch
 from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
 from recommender.load.capacity import analytic_capacity_per_s, saturation_rate_per_s
 from recommender.load.link import KvLink
-from recommender.offers import KvPath, Offer, Rental, cheapest_rental, fits, rent_colocated, workload_offer
+from recommender.offers import (KvPath, Offer, Rental, cheapest_rental, multinode_offers, rent_colocated,
+                               slowest_stage_nic_bytes_per_s_per_gpu, workload_offer)
 from recommender.perf import memory as mem
 from recommender.catalog import default_catalog
 from recommender.estimator import build_deployment, default_acceptance
+from recommender.perf.pipeline import why_not_pipelined
 from recommender.perf.speculative import SpecDecode
 from recommender.perf.step import EngineLimits, StepCostModel
 from recommender.profiles import EngineProfile
 from recommender.workload import Workload
 
 INFEASIBLE_OBJECTIVE = 1e9
-#: Fixed cost of one pipeline-stage hop per step (an RDMA send and the next stage's wait): an assumption of the
-#: order of a NIC round trip plus a kernel launch, not a measured figure.
-PP_HOP_LATENCY_S = 50e-6
 
 
 @dataclass(frozen=True)
@@ -252,45 +251,25 @@ def _latencies(res: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def pipeline_stage(model: ModelArch, pp: int) -> ModelArch:
-    """The fullest of ``pp`` pipeline stages as a model of its own: ``ceil(L / pp)`` layers and, of a MoE model, as
-    many of them MoE layers as the model has (``min(ceil(L / pp), n_moe)``: a stage of the MoE layers that follow the
-    first dense ones, as vLLM splits layers contiguously). Its parameter counts (``count_params``) follow, so a stage
-    holds its share of the experts; with the layers cut alone a MoE stage kept every expert layer (and a negative
-    count of dense ones)."""
-    layers = math.ceil(model.num_layers / pp)
-    moe = model.moe
-    if moe is None:
-        return dataclasses.replace(model, num_layers=layers)
-    return dataclasses.replace(model, num_layers=layers,
-                               moe=dataclasses.replace(moe, num_moe_layers=min(layers, moe.num_moe_layers)))
-
-
 def pipeline_cost_model(*, model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, kv_dtype: str,
                         profile: EngineProfile, limits: EngineLimits, gpu_memory_utilization: float,
                         max_model_len: int, pp: int, stage_nic_bytes_per_s_per_gpu: float,
                         cuda_graphs: bool = True) -> tuple[StepCostModel | None, str]:
-    """(StepCostModel, "") of a replica of ``pp`` pipeline stages of ``tp`` GPUs (vLLM
-    ``--pipeline-parallel-size``), stage k on its own instance, else (None, why not). The search, the re-planner
-    and ``simulate --plan`` all price a pipeline with it:
-
-    * memory: each stage is :func:`pipeline_stage` (ceil(L / pp) layers, conservatively both the embedding and the
-      head) on ``tp`` GPUs; the replica holds the KV of the tokens one stage holds;
-    * time: a step passes through the stages in turn, so it costs the whole model on ``tp`` GPUs (each stage reads
-      its weights and KV once) plus, per stage boundary, the activations of the step's new tokens (``hidden x 2 B``
-      each) over ``stage_nic_bytes_per_s_per_gpu`` (bytes/s) and a fixed ``PP_HOP_LATENCY_S``. One batch is in
-      flight (vLLM can keep up to ``pp`` in flight: conservative by up to ``pp`` x in throughput, not in latency)."""
-    if model.num_sliding_layers or model.num_layers < pp:
-        return None, f"pipeline parallel is not modelled for {model.id} (sliding-window layers or too few layers)"
-    common = dict(gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, profile=profile, limits=limits,
-                  gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, cuda_graphs=cuda_graphs)
-    m = build_deployment(model=pipeline_stage(model, pp), **common).memory()  # type: ignore[arg-type]
+    """(StepCostModel, "") of a replica of ``pp`` pipeline stages of ``tp`` GPUs over a NIC of
+    ``stage_nic_bytes_per_s_per_gpu`` (bytes/s), else (None, why not: the stage does not fit, or the model is not
+    pipelined); the physics is ``perf.pipeline``'s. The search, the re-planner and ``simulate --plan`` price a
+    pipeline with it."""
+    why = why_not_pipelined(model, pp)
+    if why:
+        return None, why
+    dep = build_deployment(model=model, gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                           profile=profile, limits=limits, gpu_memory_utilization=gpu_memory_utilization,
+                           max_model_len=max_model_len, cuda_graphs=cuda_graphs, pp=pp,
+                           stage_nic_bytes_per_s_per_gpu=stage_nic_bytes_per_s_per_gpu)
+    m = dep.memory()
     if not m.fits:
         return None, f"does not fit: a PP{pp} stage is short by {m.shortfall_bytes_per_gpu / 1e9:.1f} GB per GPU"
-    whole = StepCostModel.build(build_deployment(model=model, **common))  # type: ignore[arg-type]
-    return dataclasses.replace(
-        whole, kv_capacity_tokens=m.kv_capacity_tokens, overhead_s=whole.overhead_s + (pp - 1) * PP_HOP_LATENCY_S,
-        pp_hop_s_per_token=(pp - 1) * model.hidden_size * 2.0 / stage_nic_bytes_per_s_per_gpu), ""
+    return StepCostModel.build(dep), ""
 
 
 @dataclass
@@ -358,15 +337,13 @@ class Sizer:
         return hit
 
     def multinode_offers(self, gpu: str, tp: int) -> tuple[Offer, ...]:
-        """Offers a pipeline-parallel replica may span: a stage (TP group) fits one instance, and the offer
-        names its NIC (stages talk over it every step; an assumed 10 Gb/s is no basis for a multi-node plan)."""
-        return tuple(o for o in self.offers_of(gpu) if o.network.known and fits(o, tp) and not o.per_tp_group)
+        """Offers a pipeline-parallel replica of ``gpu`` may span (``offers.multinode_offers``)."""
+        return multinode_offers(self.offers_of(gpu), tp)
 
     def stage_nic_bytes_per_s_per_gpu(self, gpu_id: str, tp: int) -> float | None:
         """The NIC per GPU a pipeline's stage hops are priced at: the slowest of the offers a ``tp``-GPU stage
-        may rent (:meth:`multinode_offers`), bytes/s; None when no offer names one."""
-        offers = self.multinode_offers(gpu_id, tp)
-        return min(o.nic_bytes_per_s_per_gpu for o in offers) if offers else None
+        may rent (``offers.slowest_stage_nic_bytes_per_s_per_gpu``), bytes/s; None when no offer names one."""
+        return slowest_stage_nic_bytes_per_s_per_gpu(self.offers_of(gpu_id), tp)
 
     def _pipeline_cost(self, gpu_id: str, tp: int, wd: str, kd: str, limits: EngineLimits,
                        pp: int) -> tuple[StepCostModel | None, str]:

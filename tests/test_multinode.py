@@ -19,7 +19,7 @@ from recommender.perf.step import EngineLimits
 from recommender.profiles import engine_profile
 from recommender.search.planner import SearchSettings, build_context, recommend
 from recommender.search.policy import SearchPolicy
-from recommender.sizing import PP_HOP_LATENCY_S
+from recommender.perf.pipeline import PP_HOP_LATENCY_S
 from recommender.workload import LengthDist, Slo, Workload
 
 CAT = default_catalog()
@@ -112,7 +112,7 @@ def test_a_moe_pipeline_stage_holds_its_share_of_the_expert_layers() -> None:
     catalogs/models/deepseek-v3.yaml) in two stages: the fullest holds ceil(61 / 2) = 31 layers, all of them MoE, so
     31 x 256 x 3 x 7168 x 2048 = 349.5e9 expert weights, not all 58 layers' (with the layers cut alone, a stage kept
     every expert layer and counted 31 - 58 dense ones)."""
-    from recommender.sizing import pipeline_stage
+    from recommender.perf.pipeline import pipeline_stage
 
     model = CAT.model("deepseek-v3")
     stage = pipeline_stage(model, 2)

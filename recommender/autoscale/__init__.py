@@ -171,7 +171,7 @@ def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, pro
     (pm,) = pool_step_costs(static_plan, peak_w, profile=profile, catalog=catalog)
     cost, limits, dep = pm.cost, pm.limits, pm.deployment
     c1 = replica_capacity_per_s(static_plan, peak_w, profile=profile, search=search)
-    weight_bytes = dep.memory().weights_bytes_per_gpu * dep.tp  # pp > 1: the whole model on one stage's TP group
+    weight_bytes = dep.memory().weights_bytes_per_gpu * dep.tp  # pp > 1: one stage's, loaded on its nodes in parallel
     start = startup_override_s or spec.startup_s or startup_s(weight_bytes, auto)
     served = static_plan.workload.hf_repo or workload.model
     day = _day_traffic(spec, workload, seed)

@@ -43,6 +43,7 @@ def estimate_cmd(
     random_input_len: Optional[int] = typer.Option(None, "--random-input-len", parser=options.tokens("--random-input-len"), help="[--bench] prompt tokens (default 1024, or --prompt-tokens)."),
     random_output_len: Optional[int] = typer.Option(None, "--random-output-len", parser=options.tokens("--random-output-len"), help="[--bench] output tokens (default 128, or --output-tokens)."),
     seed: int = typer.Option(0, "--seed", help="[--bench] random seed of the simulated arrivals."),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages of --tp GPUs, one instance each, over the catalog offers' NIC (a model no instance holds: DeepSeek-R1 on H100 is --tp 8 -pp 2)."),
     data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp", help="vLLM's attention data-parallel ranks per engine (each TP --tp; MoE layers span tp x dp GPUs)."),
     enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", "-ep", help="Experts split whole over the engine's tp x dp GPUs (vLLM's flag; MoE models)."),
     speculative_config: Optional[str] = typer.Option(None, "--speculative-config", "-sc", help='vLLM\'s JSON, e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' (k defaults to the model\'s MTP layers).'),
@@ -59,7 +60,7 @@ def estimate_cmd(
                           gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
                           max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                           dp=data_parallel_size, ep=enable_expert_parallel, speculative_config=speculative_config,
-                          acceptance_rate=acceptance_rate)
+                          acceptance_rate=acceptance_rate, pp=pipeline_parallel_size)
     if bench:
         _bench(req, num_prompts, request_rate, max_concurrency, burstiness, random_input_len, random_output_len, seed, fmt, wide)
         return
@@ -70,7 +71,8 @@ def estimate_cmd(
 
         extra = under_load(dep, load, est, rate, replicas)
     cond = conditions_of(dep).lines()
-    pricing = pricing_for(dep.gpu, tp=tp * data_parallel_size, replicas=replicas, usd_per_gpu_hour=price)
+    pricing = pricing_for(dep.gpu, tp=tp * data_parallel_size, replicas=replicas, usd_per_gpu_hour=price,
+                          pp=pipeline_parallel_size)
     bands = None
     if est.fits:
         from recommender.search.estimate_bands import open_loop_bands, steady_bands

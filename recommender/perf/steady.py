@@ -39,7 +39,7 @@ Modes (``LoadMode``):
 
 Every TTFT (and so E2E) includes the profile's fixed ``request_overhead_s``.
 
-Cost: ``usd_per_hour = usd_per_gpu_hour x tp x replicas``;
+Cost: ``usd_per_hour = usd_per_gpu_hour x tp x pp x replicas``;
 ``usd_per_million_output_tokens = usd_per_hour / (output_tokens_per_s x 3600) x 1e6``; per million
 total tokens uses prompt + output tokens/s.
 """
@@ -234,7 +234,7 @@ def admitted(dep: Deployment, cost: StepCostModel, n: int, prompt: int, output: 
     The KV capacity is counted at the mean context ``prompt + output / 2`` (blocks are allocated as
     sequences grow; the engine preempts and re-admits around that point)."""
     ctx = max(prompt + max(output, 1) // 2, 1)
-    by_kv = mem.max_concurrent_sequences(dep.memory(), dep.model, dep.kv_dtype, dep.tp, ctx, cost.kv_block_tokens)
+    by_kv = mem.max_concurrent_sequences(dep.memory(), dep.stage_model, dep.kv_dtype, dep.tp, ctx, cost.kv_block_tokens)
     return max(1, min(n, dep.limits.max_num_seqs, by_kv))
 
 
@@ -279,7 +279,7 @@ def _estimate_rank(dep: Deployment, load: Load, replicas: int, usd_per_gpu_hour:
     """:func:`estimate` for one attention rank (all of a TP-only deployment)."""
     if load.mode in (LoadMode.OPEN, LoadMode.FINITE):
         raise ValueError(f"{load.mode} loads are predicted by recommender.estimator.predict (queueing model, simulator)")
-    m, tp = dep.model, dep.tp
+    m, tp = dep.stage_model, dep.tp  # the KV one GPU holds: its pipeline stage's layers (perf.pipeline)
     memb = dep.memory()
     cost = StepCostModel.build(dep)
     notes: list[str] = []
@@ -345,10 +345,10 @@ def _estimate_rank(dep: Deployment, load: Load, replicas: int, usd_per_gpu_hour:
             e2e *= batch / run
         out_tps = batch * load.output_tokens / e2e * replicas
         total_tps = batch * (load.output_tokens + prompt) / e2e * replicas
-    usd_per_hour = usd_per_gpu_hour * tp * replicas
+    usd_per_hour = usd_per_gpu_hour * tp * dep.pp * replicas  # a pipeline's every stage is a TP group
     return Estimate(
         fits=memb.fits, shortfall_bytes_per_gpu=memb.shortfall_bytes_per_gpu,
-        weights_bytes_per_gpu=memb.weights_bytes_per_gpu, weights_bytes_total=mem.weight_bytes(m, dep.weight_dtype),
+        weights_bytes_per_gpu=memb.weights_bytes_per_gpu, weights_bytes_total=mem.weight_bytes(dep.model, dep.weight_dtype),
         kv_cache_bytes_per_token=memb.kv_cache_bytes_per_token, kv_cache_capacity_bytes=memb.kv_cache_capacity_bytes,
         kv_capacity_tokens=memb.kv_capacity_tokens, max_concurrent_sequences=cap_seqs, batch=batch,
         decode_step_floor_s=max(floor["memory_s"], floor["compute_s"]), decode_step_s=decode_step_s,

@@ -58,6 +58,7 @@ from functools import cached_property
 import numpy as np
 
 from recommender.catalog import Gpu
+from recommender.perf.pipeline import PP_HOP_LATENCY_S, hop_s_per_token, pipeline_stage
 from recommender.errors import ConfigError
 from recommender.hf_config import ModelArch
 from recommender.perf import memory as mem
@@ -133,19 +134,33 @@ class Deployment:
     dp: int = 1                                  # attention data-parallel ranks (``--data-parallel-size``)
     ep: bool = False                             # ``--enable-expert-parallel``
     spec: spec_mod.SpecDecode | None = None      # MTP speculative decoding (``--speculative-config``)
+    pp: int = 1                                  # pipeline stages (``--pipeline-parallel-size``), one instance each
+    stage_nic_bytes_per_s_per_gpu: float = 0.0   # pp > 1: the NIC per GPU between the stages' instances (bytes/s)
+
+    def __post_init__(self) -> None:
+        if self.pp < 1 or (self.pp > 1 and not self.stage_nic_bytes_per_s_per_gpu > 0):
+            raise ConfigError(f"pipeline stages must be >= 1 and more than one needs the NIC between them "
+                              f"(got pp={self.pp}, {self.stage_nic_bytes_per_s_per_gpu:g} B/s per GPU)")
 
     @property
     def gpus(self) -> int:
-        """GPUs of one engine: ``tp x dp``."""
-        return self.tp * self.dp
+        """GPUs of one engine: ``tp x dp x pp``."""
+        return self.tp * self.dp * self.pp
+
+    @property
+    def stage_model(self) -> ModelArch:
+        """What one GPU holds the layers of: the fullest pipeline stage (``perf.pipeline``), else the model."""
+        return pipeline_stage(self.model, self.pp) if self.pp > 1 else self.model
 
     def memory(self) -> mem.MemoryBreakdown:
-        """Per-GPU memory of one attention rank (perf.moe: experts over tp x dp; MTP weights and draft-layer KV)."""
-        w = moe_mod.weights_bytes_per_gpu(self.model, self.weight_dtype, self.tp, self.dp)
+        """Per-GPU memory of one attention rank (perf.moe: experts over tp x dp; MTP weights and draft-layer KV);
+        with ``pp > 1``, of the fullest stage (its layers' weights and KV)."""
+        model = self.stage_model
+        w = moe_mod.weights_bytes_per_gpu(model, self.weight_dtype, self.tp, self.dp)
         if self.spec is not None:
             w += spec_mod.draft_weights_bytes_per_gpu(self.model, self.weight_dtype, self.tp, self.dp)
         b = mem.memory_breakdown(
-            self.model, self.gpu, self.tp, self.weight_dtype, self.kv_dtype, self.profile,
+            model, self.gpu, self.tp, self.weight_dtype, self.kv_dtype, self.profile,
             self.gpu_memory_utilization, self.limits.max_num_batched_tokens, self.limits.max_num_seqs,
             self.cuda_graphs, self.max_model_len, weights_bytes_per_gpu=w,
         )
@@ -263,7 +278,8 @@ class StepCostModel:
         cdt = compute_dtype(dep.weight_dtype, g)
         overhead = (p.step_overhead_s + m.num_layers * p.layer_overhead_s
                     + (0.0 if dep.cuda_graphs else m.num_layers * p.layer_launch_overhead_s)
-                    + n_moe * p.moe_layer_overhead_s)
+                    + n_moe * p.moe_layer_overhead_s
+                    + (dep.pp - 1) * PP_HOP_LATENCY_S)  # a step passes every stage: perf.pipeline
         layout = _moe_layout(dep) if m.moe is not None and (dep.dp > 1 or dep.ep) else None
         routed = 2.0 * params.expert_one * (m.moe.top_k if m.moe else 0) * n_moe
         eff = g.kernels.efficiency(dep.weight_dtype)
@@ -297,6 +313,7 @@ class StepCostModel:
             moe_layer_overhead_s=p.moe_layer_overhead_s if m.moe is not None else 0.0,
             gemm_curve_hidden=p.gemm_curve_hidden_fraction,
             attention_ratio=p.attention_efficiency_ratio, decode_attention_scale=decode_scale,
+            pp_hop_s_per_token=hop_s_per_token(m, dep.pp, dep.stage_nic_bytes_per_s_per_gpu),
         )
 
     # -- per-sequence costs -------------------------------------------------------------------

@@ -3,8 +3,8 @@
 A plan file records each pool's engine settings (GPU, TP, pipeline stages, dtypes, limits, MoE layout, MTP) and,
 where the search priced a link, the link it priced: the KV path of a P/D row (``kv_link_model``) and the NIC
 behind a pipeline's stage hops (``Pool.stage_nic_bytes_per_s_per_gpu``). :func:`pool_models` turns them back into
-the step-cost models the search sized the row with (``recommender.estimator.build_deployment``;
-``recommender.sizing.pipeline_cost_model`` for ``pp > 1``), so the re-planner's prediction at the plan's own rate
+the step-cost models the search sized the row with (``recommender.estimator.build_deployment``, pipeline stages
+included: ``recommender.perf.pipeline``), so the re-planner's prediction at the plan's own rate
 is the plan's.
 """
 
@@ -17,12 +17,12 @@ from recommender.errors import RecommenderError
 from recommender.estimator import build_deployment, mtp_spec
 from recommender.hf_config import ModelArch
 from recommender.load.link import KvLink
-from recommender.offers import fits
+from recommender.offers import slowest_stage_nic_bytes_per_s_per_gpu
 from recommender.perf import memory as mem
+from recommender.perf.pipeline import why_not_pipelined
 from recommender.perf.step import Deployment, EngineLimits, StepCostModel
 from recommender.plan.types import Pool, PlanRow
 from recommender.profiles import EngineProfile
-from recommender.sizing import pipeline_cost_model
 
 __all__ = ["PoolModel", "engine_limits", "pool_models", "row_kv_link", "stage_nic_bytes_per_s_per_gpu"]
 
@@ -30,7 +30,7 @@ __all__ = ["PoolModel", "engine_limits", "pool_models", "row_kv_link", "stage_ni
 @dataclass(frozen=True)
 class PoolModel:
     """One pool of a plan row under the perf model: its engine's step costs, the limits vLLM was given, and the
-    deployment of one replica (``pp > 1``: the whole model on one stage's TP group, whose time the step is)."""
+    deployment of one replica."""
 
     pool: Pool
     deployment: Deployment
@@ -59,30 +59,26 @@ def stage_nic_bytes_per_s_per_gpu(pool: Pool, gpu: Gpu) -> float:
     the search chose it (``recommender.sizing.Sizer.stage_nic_bytes_per_s_per_gpu``)."""
     if pool.stage_nic_bytes_per_s_per_gpu is not None:
         return pool.stage_nic_bytes_per_s_per_gpu
-    nics = [o.nic_bytes_per_s_per_gpu for o in gpu.offers
-            if o.network.known and fits(o, pool.tp) and not o.per_tp_group]
-    if not nics:
+    nic = slowest_stage_nic_bytes_per_s_per_gpu(gpu.offers, pool.tp)
+    if nic is None:
         raise RecommenderError(f"the plan's {gpu.id} TP{pool.tp} x PP{pool.pp} pool records no NIC for its stage hops "
                                f"and no {gpu.id} offer in the catalog names one; re-plan from the workload file")
-    return min(nics)
+    return nic
 
 
 def _pool_model(pool: Pool, *, model: ModelArch, gpu: Gpu, profile: EngineProfile, catalog: Catalog,
                 max_model_len: int) -> PoolModel:
     limits = engine_limits(pool, max_model_len)
-    common = dict(gpu=gpu, tp=pool.tp, weight_dtype=pool.weight_dtype, kv_dtype=pool.kv_dtype, profile=profile,
-                  limits=limits, gpu_memory_utilization=pool.gpu_memory_utilization, cuda_graphs=pool.cuda_graphs,
-                  max_model_len=max_model_len)
     what = f"the plan's {gpu.id} TP{pool.tp}{f' x PP{pool.pp}' if pool.pp > 1 else ''} {pool.weight_dtype} pool"
-    if pool.pp > 1:
-        cost, why = pipeline_cost_model(model=model, pp=pool.pp,
-                                        stage_nic_bytes_per_s_per_gpu=stage_nic_bytes_per_s_per_gpu(pool, gpu),
-                                        **common)  # type: ignore[arg-type]
-        if cost is None:
-            raise RecommenderError(f"{what} is no longer modelled ({why}); re-plan from the workload file")
-        return PoolModel(pool, build_deployment(model=model, **common), cost, limits)  # type: ignore[arg-type]
-    dep = build_deployment(model=model, dp=pool.data_parallel_size, ep=pool.enable_expert_parallel,
-                           spec=mtp_spec(model, pool.num_speculative_tokens, catalog), **common)  # type: ignore[arg-type]
+    why = why_not_pipelined(model, pool.pp)
+    if why:
+        raise RecommenderError(f"{what} is no longer modelled ({why}); re-plan from the workload file")
+    dep = build_deployment(model=model, gpu=gpu, tp=pool.tp, weight_dtype=pool.weight_dtype, kv_dtype=pool.kv_dtype,
+                           profile=profile, limits=limits, gpu_memory_utilization=pool.gpu_memory_utilization,
+                           cuda_graphs=pool.cuda_graphs, max_model_len=max_model_len, dp=pool.data_parallel_size,
+                           ep=pool.enable_expert_parallel, spec=mtp_spec(model, pool.num_speculative_tokens, catalog),
+                           pp=pool.pp, stage_nic_bytes_per_s_per_gpu=(stage_nic_bytes_per_s_per_gpu(pool, gpu)
+                                                                      if pool.pp > 1 else 0.0))
     if not dep.memory().fits:
         raise RecommenderError(f"{what} no longer fits in memory under this profile; re-plan from the workload file")
     return PoolModel(pool, dep, StepCostModel.build(dep), limits)

@@ -9,6 +9,7 @@ from typing import Any
 
 from recommender.estimator import Pricing
 from recommender.perf import memory as mem
+from recommender.perf.pipeline import PP_HOP_LATENCY_S
 from recommender.perf.steady import Estimate, Load, admitted
 from recommender.perf.step import Deployment, StepCostModel, compute_dtype
 from recommender.render.plan import model_label
@@ -60,14 +61,15 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
 def _header_lines(dep: Deployment, replicas: int, conditions: list[str] | None) -> list[str]:
     """The configuration in one line, then the engine conditions (and the parallelism flags) when given."""
     m, g, tp, p = dep.model, dep.gpu, dep.tp, dep.profile
-    par = (f", DP attention {dep.dp}" if dep.dp > 1 else "") + (", expert parallel" if dep.ep else "")
-    out = [f"{model_label(m.id, m.hf_repo)} on {replicas * tp * dep.dp} x {g.id} (TP {tp}{par}, {replicas} replica{'s' if replicas > 1 else ''}), "
+    par = ((f" x PP {dep.pp}: {dep.pp} instances a replica" if dep.pp > 1 else "")
+           + (f", DP attention {dep.dp}" if dep.dp > 1 else "") + (", expert parallel" if dep.ep else ""))
+    out = [f"{model_label(m.id, m.hf_repo)} on {replicas * dep.gpus} x {g.id} (TP {tp}{par}, {replicas} replica{'s' if replicas > 1 else ''}), "
            f"weights {dep.weight_dtype}, KV cache {dep.kv_dtype}, engine profile {p.engine}"
            f"{_fit_label(dep)}{'' if dep.cuda_graphs else ', CUDA graphs off'}", ""]
     if conditions:
         out.append("Engine conditions")
         out += [f"  {c}" for c in conditions]
-        if dep.dp > 1 or dep.ep or dep.spec is not None:
+        if dep.dp > 1 or dep.ep or dep.spec is not None or dep.pp > 1:
             out.append(f"  vllm serve {m.hf_repo or m.id} {' '.join(_quote(a) for a in parallel_flags(dep))} "
                        f"(parallelism and speculation flags, checked against vLLM 0.33's parser)")
         out.append("")
@@ -75,10 +77,13 @@ def _header_lines(dep: Deployment, replicas: int, conditions: list[str] | None) 
 
 
 def _memory_lines(dep: Deployment, load: Load, est: Estimate, cost: StepCostModel) -> list[str]:
-    """Memory per GPU: weights, budget, reserves, KV cache and what it holds, and whether it fits."""
-    m, g, tp = dep.model, dep.gpu, dep.tp
+    """Memory per GPU: weights, budget, reserves, KV cache and what it holds, and whether it fits (of the fullest
+    pipeline stage with ``--pipeline-parallel-size``)."""
+    m, g, tp = dep.stage_model, dep.gpu, dep.tp
     mb = est.memory
-    out = ["Memory (per GPU)"]
+    out = ["Memory (per GPU)" if dep.pp == 1 else
+           f"Memory (per GPU of the fullest of {dep.pp} stages: {m.num_layers} of {dep.model.num_layers} layers"
+           + (f", {m.moe.num_moe_layers} of them MoE" if m.moe is not None else "") + ")"]
     wpp = mem.bytes_per_weight(dep.weight_dtype)
     q_bytes, o_bytes = mem._linear_split(m, dep.weight_dtype)
     stored = f"{q_bytes / wpp / 1e9:.4f}e9 quantized x {wpp:g} B + {o_bytes / 2 / 1e9:.4f}e9 other x 2 B"
@@ -164,8 +169,15 @@ def _decode_lines(dep: Deployment, est: Estimate, cost: StepCostModel, b: int, c
     attn_note = (f"; {cost.attention_ratio:.0%} of the GEMMs' rate" if cost.attention_ratio != 1.0 else "")
     out.append(_line("attention", f"max({B(b * kv / tp)} / {_tbs(cost.hbm_bytes_per_s)}, {b * fl:.4g} FLOPs / "
                      f"{_tflops(cost.group_flops_per_s * cost.attention_ratio)}){attn_note}", S(real["attention_s"])))
+    hop = ""
+    if dep.pp > 1:
+        out.append(_line("stage hops", f"{dep.pp - 1} x {b} tokens x {dep.model.hidden_size} x 2 B / "
+                         f"{dep.stage_nic_bytes_per_s_per_gpu / 1e9:.4g} GB/s NIC per GPU; activations between "
+                         f"stages (their fixed {dep.pp - 1} x {S(PP_HOP_LATENCY_S)} is in the overhead)",
+                         S(b * cost.pp_hop_s_per_token)))
+        hop = f" + {S(b * cost.pp_hop_s_per_token)}"
     out.append(_line("decode step", f"{S(real['gemm_s'])} + {S(real['attention_s'])} + {S(real['allreduce_s'])} + "
-                     f"{S(real['overhead_s'])}; GEMMs + attention + all-reduce + overhead"
+                     f"{S(real['overhead_s'])}{hop}; GEMMs + attention + all-reduce + overhead{' + stage hops' if hop else ''}"
                      + ("; per output token with MTP below" if cost.draft else ""), S(est.decode_step_s)))
     return out
 
@@ -290,6 +302,8 @@ def parallel_flags(dep: Deployment) -> list[str]:
     from recommender.deploy.vllm_flags import check_serve_args
 
     flags = ["--tensor-parallel-size", str(dep.tp)]
+    if dep.pp > 1:
+        flags += ["--pipeline-parallel-size", str(dep.pp)]
     if dep.dp > 1:
         flags += ["--data-parallel-size", str(dep.dp)]
     if dep.ep:
@@ -334,6 +348,7 @@ def estimate_json(dep: Deployment, load: Load, est: Estimate, extra: dict[str, A
     d.update({"model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "weight_dtype": dep.weight_dtype,
               "kv_dtype": dep.kv_dtype, "engine": dep.profile.engine, "profile_family": dep.profile.family or None,
               "mode": str(load.mode), "vllm_serve_flags": parallel_flags(dep), "data_parallel_size": dep.dp, "enable_expert_parallel": dep.ep,
+              "pipeline_parallel_size": dep.pp, "stage_nic_bytes_per_s_per_gpu": dep.stage_nic_bytes_per_s_per_gpu or None,
               "speculative": None if dep.spec is None else {
                   "method": "mtp", "num_speculative_tokens": dep.spec.num_speculative_tokens,
                   "acceptance_rate": dep.spec.acceptance_rate, "acceptance_source": dep.spec.acceptance_source,

@@ -309,7 +309,7 @@ PIPELINE_STAGES = (2, 4)
 def pipeline_shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
     """Aggregated shapes whose replica spans instances (``pp`` stages of the largest TP group an offer with a
     NIC holds), for each GPU and dtype pair where the weights alone exceed that TP group's memory: models
-    that do not fit one instance. The sizer prices the stage hops (``recommender.sizing.Sizer._pipeline_cost``)."""
+    that do not fit one instance. The sizer prices the stage hops (``recommender.sizing.pipeline_cost_model``, physics in ``recommender.perf.pipeline``)."""
     out: list[Candidate] = []
     frac = ctx.rules.gpu_memory_utilization
     for g in ch.gpus:
