@@ -268,3 +268,12 @@ def test_the_autoscaler_counts_every_gpu_of_a_pipeline_replica(tmp_path) -> None
     (pool,) = ap.static_plan.top.pools
     assert (pool.tp, pool.pp) == (8, 2) and ap.rule.gpus_per_replica == 16
     assert ap.certification.static_gpu_hours == pytest.approx(ap.static_replicas * 16 * 24)
+
+
+def test_the_price_sensitivity_starts_from_the_offer_the_pipeline_rents(plan) -> None:  # type: ignore[no-untyped-def]
+    """A pipeline rents only offers that name their NIC, so rank 1 here pays CoreWeave's $49.24 per 8-GPU HGX H100
+    instance-hour ([P4], catalogs/gpus/h100-sxm.yaml) = $6.155/GPU-h, not the cheapest H100 offer's $2.69 (RunPod, no
+    NIC in the catalog); the "now" of its price threshold said $2.69."""
+    (price,) = plan.search.sensitivity["prices"]
+    assert price["gpu"] == "h100-sxm" and price["usd_per_gpu_hour"] == pytest.approx(49.24 / 8)
+    assert plan.top.pools[0].rental.provider == "coreweave"

@@ -5,7 +5,8 @@
   ``cost_i(f) = cost_i x (A_i + f B_i) / (A_i + B_i)`` with ``B_i`` its USD/h on that GPU and ``A_i`` the rest.
   Over every feasible plan the search evaluated (``ctx.evaluator``), the first ``f > 1`` at which one costs
   less than rank 1 is ``f* = min over j (a_j - a_1) / (b_1 - b_j)`` for ``b_1 > b_j`` (``a = cost A/(A+B)``,
-  ``b = cost B/(A+B)``); the threshold is ``f*`` x today's USD per GPU-hour (none: rank 1 uses that GPU no
+  ``b = cost B/(A+B)``); the threshold is ``f*`` x what rank 1 pays per GPU-hour today, the per-GPU price of the
+  offer it rents (:func:`paid_per_gpu_hour`: a pipeline rents only offers naming a NIC) (none: rank 1 uses that GPU no
   more than any cheaper-to-be plan does). The shape search evaluates, after its proof, every entry whose cost
   bound is below rank 1's cost at these thresholds capped at ``PRICE_SETTLE_FACTOR`` (1.25) x today's price
   (``search.shapes.price_settle_cost``), so no unevaluated plan overtakes first; a threshold beyond that factor,
@@ -40,7 +41,7 @@ REL_TOL = 1e-3
 @dataclass(frozen=True)
 class PriceThreshold:
     gpu: str
-    usd_per_gpu_hour: float  # today's (the cheapest offer's per-GPU price)
+    usd_per_gpu_hour: float  # today's: the per-GPU price of the offer rank 1 rents (paid_per_gpu_hour)
     overtaken_at_usd_per_gpu_hour: float | None  # None: no evaluated plan overtakes rank 1 as this price rises
     overtaken_by: str = ""
     at_least: bool = False  # the first overtaking is beyond PRICE_SETTLE_FACTOR x today: "until at least"
@@ -90,6 +91,16 @@ def gpu_share(ev: Evaluation, gpu: str) -> tuple[float, float]:
     return ev.usd_per_million_tokens * (total - on) / total, ev.usd_per_million_tokens * on / total
 
 
+def paid_per_gpu_hour(ev: Evaluation, gpu: str, cheapest: float) -> float:
+    """What ``ev`` pays per GPU-hour of ``gpu`` today: the per-GPU price of the offer its first pool on ``gpu``
+    rents (a pipeline rents only offers that name their NIC, so it may not be the cheapest), else ``cheapest``
+    (the cheapest offer's). Every offer of ``gpu`` scales alike, so a threshold is ``f*`` x this price."""
+    for p in ev.pools:
+        if p.gpu == gpu:
+            return p.rental.offer.usd_per_gpu_hour if p.rental is not None else p.usd_per_gpu_hour
+    return cheapest
+
+
 def price_thresholds(ctx: SearchContext, first: Evaluation, *, complete: bool = False) -> tuple[PriceThreshold, ...]:
     """Per GPU type of ``first``: the price at which an evaluated feasible plan first ranks above it. With
     ``prefer_measured``, a plan on a GPU family without measurements ranks above a measured rank 1 only once
@@ -121,7 +132,7 @@ def price_thresholds(ctx: SearchContext, first: Evaluation, *, complete: bool = 
             f = (aj - a1) / (b1 - bj)
             if f >= 1.0 - 1e-9 and (best is None or f < best[0] - 1e-12):
                 best = (max(f, 1.0), e.candidate.key)
-        now = ctx.prices.get(gpu, 0.0)
+        now = paid_per_gpu_hour(first, gpu, ctx.prices.get(gpu, 0.0))
         # exact when the whole space was evaluated, or it has no other GPU (every plan's cost scales alike)
         exact = complete or (best is None and not any(g != gpu for g in ctx.prices))
         if not exact and (best is None or best[0] > PRICE_SETTLE_FACTOR):  # unevaluated plans may overtake first beyond it
