@@ -132,6 +132,29 @@ def test_replay_meets_the_slo_and_costs_between_ideal_and_static() -> None:
     assert cert.static_gpu_hours == pytest.approx(static * 2.0)           # x replicas for 2 h
 
 
+def test_a_replica_of_dp_ranks_serves_as_that_many_replicas_of_one_rank() -> None:
+    """A data-parallel-attention engine is ``dp`` schedulers with their own batches and KV caches: one replica of two
+    ranks deals its requests round-robin over them, so its SLO windows are exactly those of two one-rank replicas
+    (the same round-robin partition), while it counts two ranks' GPUs as one replica's."""
+    pool = PoolSpec(cost=LinearStepCost(), limits=ToyLimits())
+    prof = DiurnalProfile(mean_rate_per_s=3.0, peak_to_trough=1.0, peak_hour=1.0, period_s=1800.0)
+    day = poisson_day(prof, np.array([500]), np.array([50]), seed=1)
+    policy = dataclasses.replace(AutoscalePolicy(), min_scale_down_stabilisation_s=300.0)
+    slos = (Slo("ttft", 2.0), Slo("tpot", 0.1))
+
+    def fixed(n: int, gpus: int) -> ScalingRule:
+        rule = derive_rule(capacity_per_s=10.0, profile=prof, startup=60.0, policy=policy, gpus_per_replica=gpus,
+                           model_name="m", arrival_s=day.arrival_s)
+        return dataclasses.replace(rule, min_replicas=n, max_replicas=n)
+
+    two_ranks = replay(pool, fixed(1, 2), day, prof, slos, static_replicas=1, slo_window_s=300.0, ranks_per_replica=2)
+    two_replicas = replay(pool, fixed(2, 1), day, prof, slos, static_replicas=2, slo_window_s=300.0)
+    assert two_ranks.worst_window == two_replicas.worst_window and two_ranks.windows_met == two_replicas.windows_met
+    assert two_ranks.gpu_hours == pytest.approx(two_replicas.gpu_hours) == pytest.approx(2 * 0.5)  # 2 GPUs x 30 min
+    one_rank = replay(pool, fixed(1, 2), day, prof, slos, static_replicas=1, slo_window_s=300.0)
+    assert one_rank.worst_window["ttft_p90_s"] > two_ranks.worst_window["ttft_p90_s"]  # half the schedulers: slower
+
+
 # -- the files: KEDA ScaledObject against KEDA's CRD schema, the HPA against Kubernetes' own ----------------
 def _settings(**kw: object) -> object:
     from recommender.deploy.keda import AutoscalerSettings

@@ -163,10 +163,6 @@ def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, pro
     if static_plan.top.disaggregated:
         raise ConfigError("autoscaling plans one aggregated pool; this plan's rank 1 is prefill/decode "
                           "disaggregated (set disaggregation: false in the search policy)")
-    if static_plan.top.pools[0].data_parallel_size > 1:
-        raise ConfigError(f"autoscaling replays one plain-TP pool; this plan's rank 1 ({static_plan.top.id}) runs "
-                          f"data-parallel attention, which the day-long replay does not model yet (docs/moe.md); "
-                          f"restrict the workload's gpus or deploy the static plan")
     catalog = default_catalog()
     (pm,) = pool_step_costs(static_plan, peak_w, profile=profile, catalog=catalog)
     cost, limits, dep = pm.cost, pm.limits, pm.deployment
@@ -191,7 +187,8 @@ def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, pro
 
     def run(r: ScalingRule) -> Certification:
         return replay(PoolSpec(cost=cost, limits=limits), r, day, spec.profile, workload.slos, static_replicas=n_static,
-                      shared_prefix_fraction=workload.shared_prefix_fraction, slo_window_s=auto.slo_window_s)
+                      shared_prefix_fraction=workload.shared_prefix_fraction, slo_window_s=auto.slo_window_s,
+                      ranks_per_replica=pm.pool.data_parallel_size)
 
     static = run(dataclasses.replace(rule, min_replicas=n_static, max_replicas=n_static)) if compare_static else None
     return AutoscalePlan(static_plan, rule, run(rule), spec.profile, day.source, static, static_replicas=n_static,
@@ -205,7 +202,7 @@ def summary_lines(ap: AutoscalePlan) -> list[str]:
     return [
         f"day        {p.mean_rate_per_s:g} req/s mean, {p.peak_to_trough:g}:1 peak-to-trough (peak "
         f"{p.peak_rate_per_s:.2f} req/s at {p.peak_hour:g}h, trough {p.trough_rate_per_s:.2f}); traffic {ap.traffic_source}",
-        f"config     {ap.static_plan.top.id} ({pool.gpu} TP{pool.tp}{layout_suffix(pp=pool.pp)}); static peak plan x{ap.static_replicas} (covers "
+        f"config     {ap.static_plan.top.id} ({pool.gpu} TP{pool.tp}{layout_suffix(pp=pool.pp, dp=pool.data_parallel_size, ep=pool.enable_expert_parallel, mtp=pool.num_speculative_tokens)}); static peak plan x{ap.static_replicas} (covers "
         f"the SLO windows at their own lengths; busiest 5-min window {ap.peak_window_rate_per_s:.2f} req/s = "
         f"x{ap.static_replicas_at_c1} at c1; the search's x{pool.replicas} at the smooth peak)",
         f"capacity   one replica meets the SLOs up to {r.replica_capacity_per_s:.3f} req/s",

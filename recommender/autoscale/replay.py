@@ -139,8 +139,12 @@ def _route(reps: list[_Replica], arrival_s: np.ndarray) -> list[list[int]]:
 
 
 def replay(pool: PoolSpec, rule: ScalingRule, day: DayTraffic, profile: DiurnalProfile, slos: tuple[Slo, ...], *,
-           static_replicas: int, shared_prefix_fraction: float = 0.0, slo_window_s: float = 300.0) -> Certification:
-    """Run the day (``pool`` gives one replica's step cost and limits; its replica count is ignored)."""
+           static_replicas: int, shared_prefix_fraction: float = 0.0, slo_window_s: float = 300.0,
+           ranks_per_replica: int = 1) -> Certification:
+    """Run the day (``pool`` gives one scheduler's step cost and limits; its replica count is ignored). A replica
+    of a data-parallel-attention engine is ``ranks_per_replica`` schedulers, each with its own batch and KV cache
+    (``pool``'s cost is one rank's, ``recommender.sizing``): its requests are dealt round-robin over them, as the
+    replicas' are, so one replica of ``k`` ranks serves as ``k`` replicas of one rank would."""
     wall0, cpu0 = time.perf_counter(), time.process_time()
     arr = np.asarray(day.arrival_s, dtype=float)
     period = profile.period_s
@@ -151,8 +155,10 @@ def replay(pool: PoolSpec, rule: ScalingRule, day: DayTraffic, profile: DiurnalP
     req = Requests.new(arr.tolist(), prompts, outputs, hits, hits)
     routed = _route(reps, arr)
     for ids in routed:
-        if ids:
-            ReplicaScheduler(pool.cost, pool.limits, req, ids, sample_interval_s=period, max_samples=2).run()
+        for rank in range(ranks_per_replica):
+            if ids[rank::ranks_per_replica]:
+                ReplicaScheduler(pool.cost, pool.limits, req, ids[rank::ranks_per_replica], sample_interval_s=period,
+                                 max_samples=2).run()
     overhead = float(pool.cost.request_overhead_s)
     first = np.asarray(req.first_token) + overhead
     finish = np.asarray(req.finish) + overhead
