@@ -167,7 +167,9 @@ def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, pro
     (pm,) = pool_step_costs(static_plan, peak_w, profile=profile, catalog=catalog)
     cost, limits, dep = pm.cost, pm.limits, pm.deployment
     c1 = replica_capacity_per_s(static_plan, peak_w, profile=profile, search=search)
-    weight_bytes = dep.memory().weights_bytes_per_gpu * dep.tp  # pp > 1: one stage's, loaded on its nodes in parallel
+    # what one pod reads: every GPU of its engine its share (DP ranks each their dense weights and their experts;
+    # pp > 1: one stage's, the stages' pods loading in parallel)
+    weight_bytes = dep.memory().weights_bytes_per_gpu * dep.tp * dep.dp
     start = startup_override_s or spec.startup_s or startup_s(weight_bytes, auto)
     served = static_plan.workload.hf_repo or workload.model
     day = _day_traffic(spec, workload, seed)
