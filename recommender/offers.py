@@ -125,20 +125,21 @@ class Rental:
     offer: Offer
     tp: int
     instances: int
-    replicas: int  # TP groups the instances hold (>= the replicas asked for)
+    replicas: int  # TP groups the instances hold (>= the replicas asked for); with stages > 1, whole pipelines
     share: float = 1.0  # fraction of the instances billed to this pool (< 1: P and D share one instance)
+    stages: int = 1  # TP groups a replica takes: its pipeline stages (recommender.sizing.Sizer.rent_pool)
 
     @property
     def gpus_billed(self) -> int:
         """GPUs this pool pays for (a shared instance: its share, rounded; owned nodes: the GPUs in use)."""
         if self.offer.per_tp_group or self.offer.owned:
-            return self.tp * self.replicas
+            return self.tp * self.replicas * self.stages
         return round(self.instances * self.offer.gpus_per_instance * self.share)
 
     @property
     def usd_per_hour(self) -> float:
         if self.offer.per_tp_group or self.offer.owned:
-            return self.offer.usd_per_gpu_hour * self.tp * self.replicas
+            return self.offer.usd_per_gpu_hour * self.tp * self.replicas * self.stages
         return self.instances * self.offer.usd_per_instance_hour * self.share
 
     @property
@@ -161,6 +162,7 @@ class OwnedGpus:
     count: int
     usd_per_gpu_hour: float | None = None
     gpus_per_node: int = 0
+    network: Network = field(default=UNKNOWN_NETWORK)  # between the nodes (pipeline stages need a known one)
 
     def label(self) -> str:
         price = f" at ${self.usd_per_gpu_hour:g}/GPU-h" if self.usd_per_gpu_hour is not None else ""
@@ -178,7 +180,7 @@ def owned_offer(owned: OwnedGpus, gpus_per_node: int, *, limited: bool = True) -
     return Offer(provider=OWNED_PROVIDER, gpu=owned.gpu, gpus_per_instance=gpus_per_node,
                  usd_per_instance_hour=price * gpus_per_node, source="--inventory (amortised $/GPU-hour)"
                  if owned.usd_per_gpu_hour is not None else "--inventory (no price: 1 per GPU-hour)",
-                 owned=True, owned_nodes=owned.count // gpus_per_node if limited else 0)
+                 owned=True, owned_nodes=owned.count // gpus_per_node if limited else 0, network=owned.network)
 
 
 def parse_inventory(text: str, what: str = "--inventory") -> tuple[OwnedGpus, ...]:

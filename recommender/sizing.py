@@ -578,7 +578,7 @@ class Sizer:
             stages = cheapest_rental(self.multinode_offers(gpu, tp), tp, replicas * pp)
             if stages is None:
                 return None, f"no {gpu} offer with a NIC in the catalog holds a TP{tp} stage"
-            rental: Rental | None = dataclasses.replace(stages, replicas=stages.replicas // pp)
+            rental: Rental | None = dataclasses.replace(stages, replicas=stages.replicas // pp, stages=pp)
             cap = self.workload.max_gpus
             if cap and stages.replicas * tp > cap:
                 return None, f"{stages.instances} x {stages.offer.gpus_per_instance}-GPU instances exceed max_gpus {cap}"

@@ -45,7 +45,7 @@ from pydantic import (
 from recommender import units
 from recommender.bounded import read_file_text
 from recommender.errors import ConfigError
-from recommender.offers import OwnedGpus
+from recommender.offers import UNKNOWN_NETWORK, OwnedGpus, network_from_doc
 from recommender.yamlfile import read_yaml_file, validation_message
 
 PERCENTILES = ("mean", "p50", "p90", "p95", "p99")
@@ -401,15 +401,43 @@ class _Traffic(BaseModel):
         return self
 
 
+#: largest NIC an inventory entry may state, Gb/s per GPU or per node (above any NIC made)
+MAX_NIC_GBPS = 100_000.0
+
+
+class _OwnedNetwork(BaseModel):
+    """The NIC between the user's nodes (an offer's ``network:`` without the catalog's sourcing and device-plugin
+    fields: the user states the fabric, nothing they write reaches a manifest)."""
+
+    model_config = _STRICT
+    kind: Literal["infiniband", "roce", "efa", "ethernet"]
+    gbps_per_gpu: float | None = Field(default=None, gt=0, le=MAX_NIC_GBPS)
+    gbps_per_node: float | None = Field(default=None, gt=0, le=MAX_NIC_GBPS)
+
+    @model_validator(mode="after")
+    def _one(self) -> "_OwnedNetwork":
+        if (self.gbps_per_gpu is None) == (self.gbps_per_node is None):
+            raise ValueError("give exactly one of gbps_per_gpu or gbps_per_node")
+        return self
+
+
 class _OwnedSpec(BaseModel):
     model_config = _STRICT
     gpus: int = Field(gt=0, le=MAX_GPUS)
     usd_per_gpu_hour: str | float | None = None
     gpus_per_node: int = Field(default=0, ge=0, le=MAX_GPUS)
+    network: _OwnedNetwork | None = None  # between the nodes: lets a model no node holds run in pipeline stages
+
+    @model_validator(mode="before")
+    @classmethod
+    def _count(cls, v: Any) -> Any:
+        """``h100-sxm: 16`` is ``{gpus: 16}`` (one schema, so an error names the field of the mapping form)."""
+        return {"gpus": v} if isinstance(v, int) and not isinstance(v, bool) else v
 
 
-def _inventory(doc: Mapping[str, int | _OwnedSpec], source: str) -> tuple[OwnedGpus, ...]:
-    """``inventory: {h100-sxm: 16, a100-80gb: {gpus: 8, usd_per_gpu_hour: 1.2, gpus_per_node: 8}}``."""
+def _inventory(doc: Mapping[str, _OwnedSpec], source: str) -> tuple[OwnedGpus, ...]:
+    """``inventory: {h100-sxm: 16, a100-80gb: {gpus: 8, usd_per_gpu_hour: 1.2, gpus_per_node: 8, network: {kind:
+    infiniband, gbps_per_gpu: 400}}}``."""
     from recommender.catalog import default_catalog
     from recommender.errors import CatalogError
 
@@ -419,13 +447,18 @@ def _inventory(doc: Mapping[str, int | _OwnedSpec], source: str) -> tuple[OwnedG
             gpu = default_catalog().gpu_id(gpu)
         except CatalogError as e:
             raise CatalogError(f"{source}: inventory: {e}") from None
-        spec = _OwnedSpec(gpus=v) if isinstance(v, int) else v
+        spec = v
         price = None if spec.usd_per_gpu_hour is None else units.parse_usd_per_hour(
             spec.usd_per_gpu_hour, f"{source}: inventory.{gpu}.usd_per_gpu_hour")
         if price is not None and not (math.isfinite(price) and 0 < price <= MAX_USD_PER_GPU_HOUR):
             raise ConfigError(f"{source}: inventory.{gpu}.usd_per_gpu_hour must be above $0 and at most "
                               f"${MAX_USD_PER_GPU_HOUR:g}")
-        out.append(OwnedGpus(gpu=str(gpu), count=spec.gpus, usd_per_gpu_hour=price, gpus_per_node=spec.gpus_per_node))
+        net = spec.network
+        network = UNKNOWN_NETWORK if net is None else network_from_doc(
+            {"kind": net.kind, "gbps_per_gpu": net.gbps_per_gpu, "gbps_per_instance": net.gbps_per_node,
+             "source": f"{source}: inventory.{gpu}.network"}, f"{source}: inventory.{gpu}")
+        out.append(OwnedGpus(gpu=str(gpu), count=spec.gpus, usd_per_gpu_hour=price, gpus_per_node=spec.gpus_per_node,
+                             network=network))
     return tuple(out)
 
 
@@ -447,7 +480,7 @@ class WorkloadSpec(BaseModel):
     checkpoints: dict[str, str] = Field(default_factory=dict)
     description: str | None = None
     day: dict[str, Any] | None = None  # traffic over a day: recommender.autoscale.spec checks it
-    inventory: dict[str, int | _OwnedSpec] = Field(default_factory=dict)
+    inventory: dict[str, _OwnedSpec] = Field(default_factory=dict)
 
     _no_bool = field_validator("name", "model", "shared_prefix_fraction", "max_gpus", "gpus", "prices", "slo",
                                "checkpoints", mode="before")(classmethod(lambda cls, v: _refuse_bools(v)))

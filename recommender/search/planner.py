@@ -232,6 +232,23 @@ def infeasible_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) ->
 
 
 def _no_fit_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) -> str:
+    """Why no GPU set holds the model, and the way out (:func:`_why_no_fit`), with the inventory's NIC hint."""
+    return _why_no_fit(ctx) + _owned_nic_hint(ctx)
+
+
+def _owned_nic_hint(ctx: SearchContext) -> str:
+    """'; or run it in pipeline stages over your 2 nodes of h100-sxm: ...' when owned GPUs span several nodes whose
+    NIC the inventory does not state (a pipeline's stages talk over it every step, so none is assumed)."""
+    for o in ctx.workload.inventory:
+        node = o.gpus_per_node or (ctx.gpus[o.gpu].interconnect.gpus_per_domain if o.gpu in ctx.gpus else 0)
+        if node and o.count >= 2 * node and not o.network.known:
+            return (f"; or run it in pipeline stages over your {o.count // node} nodes of {o.gpu}: state the NIC "
+                    f"between them in the workload (inventory: {{{o.gpu}: {{gpus: {o.count}, network: {{kind: "
+                    f"infiniband, gbps_per_gpu: 400}}}}}})")
+    return ""
+
+
+def _why_no_fit(ctx: SearchContext) -> str:
     from recommender.perf import memory as mem
 
     m = ctx.model
