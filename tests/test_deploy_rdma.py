@@ -90,3 +90,14 @@ def test_p_and_d_on_one_instance_are_scheduled_onto_one_node() -> None:
     assert "podAffinity" not in engines["prefill"]["spec"]["template"]["spec"].get("affinity", {})
     # across instances, no such constraint
     assert "podAffinity" not in _engines(_plan("efa"))["decode"]["spec"]["template"]["spec"].get("affinity", {})
+
+
+@pytest.mark.parametrize("resource", ['evil"\n  x: $(rm -rf /)', "no-slash", "UPPER/efa", "a/" + "b" * 80])
+def test_a_plan_whose_rdma_resource_is_no_kubernetes_resource_name_is_refused(resource: str) -> None:
+    """The RDMA device resource becomes a key of a pod's resource limits: a hand-edited plan file must name a
+    Kubernetes extended resource (domain/name), or nothing is written."""
+    from recommender.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"rental.rdma_resource .* is not a Kubernetes extended resource name") as e:
+        render_deploy(_plan("efa", resource=resource, per_gpu=4), 1, "k8s")
+    assert "\n" not in str(e.value)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -234,6 +235,8 @@ def load_plan(source: str | Path | Mapping[str, Any]) -> Plan:
 #: sequences per engine, tokens per step / sequence
 MAX_REPLICAS = 100_000
 MAX_TP = 1024
+#: a Kubernetes extended resource name (a DNS subdomain prefix, '/', a name): what a pod requests RDMA NICs by
+K8S_EXTENDED_RESOURCE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 MAX_PP = 256  # pipeline stages: at most one per layer (the catalog's deepest model has 126)
 MAX_NIC_BYTES_PER_S = 1e13  # 80 Tb/s per GPU, above any NIC or NVLink
 MAX_ENGINE_SEQS = 1_000_000
@@ -297,6 +300,10 @@ def _check_row(row: PlanRow, where: str) -> None:
             r = p.rental
             _nonneg(r.usd_per_instance_hour, "rental.usd_per_instance_hour", pw, MAX_USD_PER_GPU_HOUR * 1000)
             _nonneg(r.usd_per_hour, "rental.usd_per_hour", pw, MAX_USD_PER_HOUR)
+            _nonneg(r.rdma_per_gpu, "rental.rdma_per_gpu", pw, 64)
+            if r.rdma_resource and not K8S_EXTENDED_RESOURCE.fullmatch(r.rdma_resource):
+                raise ConfigError(f"{pw}: rental.rdma_resource {r.rdma_resource[:80]!r} is not a Kubernetes extended "
+                                  f"resource name (domain/name, e.g. vpc.amazonaws.com/efa); {_HINT}")
         _nonneg(p.kv_capacity_tokens, "kv_capacity_tokens", pw, 1e15)
     _nonneg(row.usd_per_hour, "usd_per_hour", where, MAX_USD_PER_HOUR)
     for name in ("usd_per_million_output_tokens", "usd_per_million_tokens", "ttft_s", "tpot_s", "e2e_s",
