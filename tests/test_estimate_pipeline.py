@@ -84,3 +84,10 @@ def test_pipelines_the_model_does_not_price_are_one_line(extra: list[str], needl
 def test_a_sliding_window_model_is_not_pipelined() -> None:
     code, out = _run("--model", "gpt-oss-20b", "--gpu", "h100-sxm", "--context", "2000", "-pp", "2")
     assert code == 2 and "pipeline parallel is not modelled for gpt-oss-20b" in out
+
+
+def test_simulate_takes_the_same_stages() -> None:
+    res = CliRunner().invoke(app, ["simulate", *R1, "-pp", "2", "--rate", "1", "-n", "200", "-f", "json", "-q"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["config"] == "deepseek-v3 on 1 x 8 x PP2 h100-sxm" and d["simulated"]["stable"]

@@ -115,7 +115,8 @@ def _flag_setup(kw: dict[str, Any], workload: Optional[Path]) -> dict[str, Any]:
                           weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], prompt_tokens=p_tok, output_tokens=o_tok,
                           engine=kw["engine"], profile_file=kw["profile"], gpu_memory_utilization=kw["gpu_memory_utilization"],
                           cuda_graphs=kw["cuda_graphs"], max_num_seqs=kw["max_num_seqs"],
-                          max_num_batched_tokens=kw["max_num_batched_tokens"], chunked_prefill=kw["chunked_prefill"])
+                          max_num_batched_tokens=kw["max_num_batched_tokens"], chunked_prefill=kw["chunked_prefill"],
+                          pp=kw["pp"])
     dep, _, est = estimate_request(req)
     raise_if_not_fit(dep, est)
     rate = kw["rate"] if kw["rate"] is not None else (wl.effective_rate_per_s if wl is not None else None)
@@ -126,7 +127,7 @@ def _flag_setup(kw: dict[str, Any], workload: Optional[Path]) -> dict[str, Any]:
         dep = _with_prefix_caching(dep)
     return {"pools": [("both", dep, StepCostModel.build(dep), kw["replicas"])], "rate": rate, "prompt": prompt,
             "output": output, "shared_prefix_fraction": frac, "kv_transfer_s_per_token": 0.0,
-            "label": f"{dep.model.id} on {kw['replicas']} x {kw['tp']} {dep.gpu.id}"}
+            "label": f"{dep.model.id} on {kw['replicas']} x {kw['tp']}{f' x PP{dep.pp}' if dep.pp > 1 else ''} {dep.gpu.id}"}
 
 
 def _with_prefix_caching(dep: Any) -> Any:
@@ -232,6 +233,7 @@ def simulate_cmd(
     model: options.Model = None,
     gpu: options.Gpu = None,
     tp: options.Tp = 1,
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages of --tp GPUs, one instance each (as `estimate -pp`)."),
     replicas: options.Replicas = 1,
     weight_dtype: options.WeightDtype = None,
     kv_dtype: options.KvDtype = "bf16",
@@ -287,7 +289,7 @@ def simulate_cmd(
         if shared_prefix_fraction is not None:
             setup["shared_prefix_fraction"] = shared_prefix_fraction
     else:
-        setup = _flag_setup(dict(model=model, gpu=gpu, tp=tp, replicas=replicas, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+        setup = _flag_setup(dict(model=model, gpu=gpu, tp=tp, pp=pipeline_parallel_size, replicas=replicas, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                                  prompt_tokens=prompt_tokens, output_tokens=output_tokens, engine=engine, profile=profile,
                                  gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
                                  max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
