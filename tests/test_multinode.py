@@ -277,3 +277,17 @@ def test_the_price_sensitivity_starts_from_the_offer_the_pipeline_rents(plan) ->
     (price,) = plan.search.sensitivity["prices"]
     assert price["gpu"] == "h100-sxm" and price["usd_per_gpu_hour"] == pytest.approx(49.24 / 8)
     assert plan.top.pools[0].rental.provider == "coreweave"
+
+
+def test_recommend_gpus_says_which_gpus_can_be_planned_over_nodes() -> None:
+    """The catalog's H100 SXM offers that name their NIC: AWS p5 (EFA), Azure ND H100 v5 (InfiniBand), CoreWeave HGX
+    H100 (InfiniBand), 400 Gb/s per GPU each (catalogs/gpus/h100-sxm.yaml); the A10G has none, so a pipeline there is
+    never planned, and the table says so."""
+    from recommender.render.catalog import gpu_records, render_gpus
+
+    recs = {r["id"]: r for r in gpu_records(CAT)}
+    assert recs["h100-sxm"]["multinode"] == {"offers": 3, "providers": ["aws", "azure", "coreweave"],
+                                             "slowest_nic_gbps_per_gpu": 400.0}
+    assert recs["a10g"]["multinode"] is None
+    line = next(x for x in render_gpus(CAT, width=400).splitlines() if x.startswith("h100-sxm "))
+    assert "400 Gb/s (3)" in line

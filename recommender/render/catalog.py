@@ -39,8 +39,19 @@ def gpu_records(cat: Catalog) -> list[dict[str, Any]]:
                         "provider": g.cheapest_offer.provider, "gpus_per_instance": g.cheapest_offer.gpus_per_instance,
                         "date": g.cheapest_offer.date, "source": g.cheapest_offer.source},
                     "offers": len(g.offers), "arch": g.arch,
-                    "vllm_supported": g.vllm_supported})
+                    "vllm_supported": g.vllm_supported, "multinode": _multinode(g.offers)})
     return out
+
+
+def _multinode(offers: Any) -> dict[str, Any] | None:
+    """The offers whose NIC between instances the catalog names (pipeline stages over nodes rent only these):
+    how many, their providers, and the slowest NIC per GPU (Gb/s, what a pipeline is priced at); None without."""
+    named = [o for o in offers if o.network.known and not o.per_tp_group]
+    if not named:
+        return None
+    slowest = min(o.nic_bytes_per_s_per_gpu for o in named)
+    return {"offers": len(named), "providers": sorted({o.provider for o in named}),
+            "slowest_nic_gbps_per_gpu": round(slowest * 8 / 1e9, 3)}
 
 
 def _params(n: int) -> str:
@@ -75,13 +86,18 @@ def render_gpus(cat: Catalog, *, fmt: str = "table", width: int | None = None) -
                         for d in _FLOPS_DTYPES)
         ic = r["interconnect"]
         price = "-" if r["usd_per_gpu_hour"] is None else f"{r['usd_per_gpu_hour']:.2f}"
+        mn = r["multinode"]
+        nic = "-" if mn is None else f"{mn['slowest_nic_gbps_per_gpu']:g} Gb/s ({mn['offers']})"
         rows.append([r["id"], fmt_bytes(r["memory_bytes"]), f"{r['hbm_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s", peak,
-                     f"{ic['kind']} {fmt_bytes(ic['bandwidth_bytes_per_s'])}/s x{ic['gpus_per_domain']}", price,
+                     f"{ic['kind']} {fmt_bytes(ic['bandwidth_bytes_per_s'])}/s x{ic['gpus_per_domain']}", price, nic,
                      ", ".join(r["aliases"])])
-    hdr = ["id", "memory", "HBM", "TFLOP/s " + "/".join(_FLOPS_DTYPES), "interconnect", "$/GPU-h", "aliases"]
-    text, _ = fit_table(hdr, rows, width=width, drop_order=["aliases", "interconnect"])
+    hdr = ["id", "memory", "HBM", "TFLOP/s " + "/".join(_FLOPS_DTYPES), "interconnect", "$/GPU-h", "multi-node NIC",
+           "aliases"]
+    text, _ = fit_table(hdr, rows, width=width, drop_order=["aliases", "multi-node NIC", "interconnect"])
     return text + "\n\n" + wrap_text(
         "TFLOP/s are dense (no sparsity); '-' = no tensor-core path for that dtype. "
         "$/GPU-h is the cheapest dated offer in the catalog (offers: per provider and instance size; "
-        "--provider restricts, prices: in a workload overrides).\n"
+        "--provider restricts, prices: in a workload overrides). Multi-node NIC: the slowest NIC per GPU of the offers "
+        "whose NIC between instances the catalog names (how many): only these run a model no instance holds in "
+        "pipeline stages; '-' = none (owned nodes: state it in the inventory).\n"
         "Any id, alias or datasheet name works as --gpu / --gpus (any case, vendor prefix optional).", width)
