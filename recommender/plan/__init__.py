@@ -7,7 +7,7 @@ the same typed rows. :func:`with_replicas` holds the cost arithmetic for resizin
 
 from recommender.plan.cost import pools_usd_per_hour, with_replicas
 from recommender.plan.io import PLAN_VERSION, dump_plan, load_plan, plan_document
-from recommender.plan.types import Evidence, KvLinkInfo, LengthSummary, Offer, Plan, PlanRow, Pool, PoolEvidence, PoolRole, Rental, SearchMeta, WorkloadEcho, layout_suffix
+from recommender.plan.types import Evidence, GpuPrice, KvLinkInfo, LengthSummary, Offer, Plan, PlanRow, Pool, PoolEvidence, PoolRole, Rental, SearchMeta, WorkloadEcho, layout_suffix
 
-__all__ = ["PLAN_VERSION", "Evidence", "KvLinkInfo", "LengthSummary", "Offer", "Plan", "PlanRow", "Pool", "PoolEvidence", "PoolRole", "Rental", "SearchMeta", "WorkloadEcho", "layout_suffix",
+__all__ = ["PLAN_VERSION", "Evidence", "GpuPrice", "KvLinkInfo", "LengthSummary", "Offer", "Plan", "PlanRow", "Pool", "PoolEvidence", "PoolRole", "Rental", "SearchMeta", "WorkloadEcho", "layout_suffix",
            "dump_plan", "load_plan", "plan_document", "pools_usd_per_hour", "with_replicas"]

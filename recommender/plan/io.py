@@ -86,6 +86,8 @@ def plan_document(plan: Plan) -> dict[str, Any]:
             for k, v in LAYOUT_DEFAULTS.items():
                 if pool.get(k) == v:
                     pool.pop(k)
+    if not raw["workload"].get("prices"):  # the user's own prices appear only where given
+        raw["workload"].pop("prices", None)
     for row, d in zip(plan.rows, raw["rows"]):
         head = {"rank": d.pop("rank"), "id": d.pop("id")}
         rows.append({**head, **_row_summary(row, plan.workload), **d})
@@ -267,6 +269,12 @@ def _check(plan: Plan, where: str) -> None:
         if isinstance(text, str) and (not text.isprintable() or len(text) > 4096):
             raise ConfigError(f"{where}: workload.{key} must be one printable line (no control or invisible "
                               f"characters) of at most 4096 characters; {_HINT}")
+    for gp in plan.workload.prices:  # they price the re-planner's searches
+        if not (isinstance(gp.gpu, str) and gp.gpu.isprintable() and 0 < len(gp.gpu) <= 200):
+            raise ConfigError(f"{where}: workload.prices names a GPU that is not one printable name; {_HINT}")
+        _nonneg(gp.usd_per_gpu_hour, f"workload.prices {gp.gpu}", where, MAX_USD_PER_GPU_HOUR)
+        if gp.usd_per_gpu_hour <= 0:
+            raise ConfigError(f"{where}: workload.prices {gp.gpu} must be above $0 per GPU-hour; {_HINT}")
     cd = plan.workload.checkpoint_dtype
     if cd is not None and cd not in WEIGHT_DTYPES:
         raise ConfigError(f"{where}: workload.checkpoint_dtype {cd!r} is not one of {', '.join(WEIGHT_DTYPES)}; {_HINT}")

@@ -275,6 +275,14 @@ class LengthSummary:
 
 
 @dataclass(frozen=True)
+class GpuPrice:
+    """A price the user gave for a GPU (``--price GPU=$X/h``, ``prices:``), USD per GPU-hour."""
+
+    gpu: str
+    usd_per_gpu_hour: float
+
+
+@dataclass(frozen=True)
 class WorkloadEcho:
     """The workload the plan was made for, as far as consumers of the plan need it."""
 
@@ -293,6 +301,7 @@ class WorkloadEcho:
     params: float | None = None  # parameter count, only for models outside the catalog
     gpus: tuple[str, ...] | None = None  # the GPU types the workload allowed (None: every priced catalog GPU)
     inventory: tuple[OwnedGpus, ...] = ()  # GPUs the user owns (--inventory): re-planning stays on them
+    prices: tuple[GpuPrice, ...] = ()  # the workload's own prices (--price / prices:): re-planning keeps them
 
 
 @dataclass(frozen=True)

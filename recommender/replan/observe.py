@@ -110,8 +110,8 @@ def _dist_from_summary(d: LengthSummary | None, what: str) -> LengthDist:
 def base_workload_from_plan(plan: Plan, where: str = "current plan") -> Workload:
     """The workload a plan was made for (model, SLOs, lengths from their summaries).
 
-    GPU types are restricted to those the plan's rank-1 row already uses (a plan does not carry the user's
-    prices); pass the original workload file to widen that.
+    GPU types are restricted to those the plan's rank-1 row already uses, at the prices the user gave for them
+    (``--price`` / ``prices:``, which the plan carries); pass the original workload file to widen that.
     """
     row = plan.top
     gpus = tuple(sorted({p.gpu for p in row.pools} | {row.gpu}))
@@ -126,7 +126,8 @@ def _base_workload(wl: WorkloadEcho, slos: tuple[Slo, ...], gpus: tuple[str, ...
         model=_model_name(wl), prompt_tokens=_dist_from_summary(wl.prompt_tokens, "prompt_tokens"),
         output_tokens=_dist_from_summary(wl.output_tokens, "output_tokens"),
         arrival_rate_per_s=wl.arrival_rate_per_s, shared_prefix_fraction=wl.shared_prefix_fraction,
-        gpus=gpus, slos=slos, name=wl.name or "workload", source=wl.source, inventory=wl.inventory)
+        gpus=gpus, slos=slos, name=wl.name or "workload", source=wl.source, inventory=wl.inventory,
+        usd_per_gpu_hour_overrides={p.gpu: p.usd_per_gpu_hour for p in wl.prices if p.gpu in gpus})
 
 
 def _model_name(wl: WorkloadEcho) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from recommender.hf_config import ModelArch
-from recommender.plan import KvLinkInfo, LengthSummary, Offer, Plan, PlanRow, Pool, PoolRole, Rental, SearchMeta, WorkloadEcho
+from recommender.plan import GpuPrice, KvLinkInfo, LengthSummary, Offer, Plan, PlanRow, Pool, PoolRole, Rental, SearchMeta, WorkloadEcho
 from recommender.search.evaluate import Evaluation
 from recommender.search.evaluate import Pool as EvalPool
 from recommender.search.recommend_rows import RankedRow
@@ -94,7 +94,8 @@ def workload_echo(w: Workload, model: ModelArch) -> WorkloadEcho:
                         deadline_s=w.deadline_s, prompt_tokens=_lengths(w.prompt_tokens),
                         output_tokens=_lengths(w.output_tokens), max_model_len=w.max_model_len,
                         shared_prefix_fraction=w.shared_prefix_fraction, source=w.source, gpus=w.gpus,
-                        inventory=w.inventory)
+                        inventory=w.inventory,
+                        prices=tuple(GpuPrice(g, float(v)) for g, v in sorted(w.usd_per_gpu_hour_overrides.items())))
 
 
 def build_plan(*, workload: Workload, model: ModelArch, rows: Sequence[RankedRow], why: str, engine: str,
