@@ -291,3 +291,35 @@ def test_recommend_gpus_says_which_gpus_can_be_planned_over_nodes() -> None:
     assert recs["a10g"]["multinode"] is None
     line = next(x for x in render_gpus(CAT, width=400).splitlines() if x.startswith("h100-sxm "))
     assert "400 Gb/s (3)" in line
+
+
+def _lws_containers(doc) -> list[dict]:  # type: ignore[no-untyped-def,type-arg]
+    lws = next(d for d in yaml.safe_load_all(render_deploy(doc, 1, "k8s")["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet")
+    assert errors_of(lws) == []
+    tmpl = lws["spec"]["leaderWorkerTemplate"]
+    return [tmpl[p]["spec"]["containers"][0] for p in ("leaderTemplate", "workerTemplate")]
+
+
+@pytest.mark.parametrize(("network", "resource", "per_gpu", "want"), [
+    # CoreWeave HGX H100 over InfiniBand, no device resource in the catalog: the shared RDMA device
+    ("infiniband 400 Gb/s per GPU", "", 0.0, {"rdma/rdma_shared_device_a": "1"}),
+    # AWS p5: 32 EFA devices for 8 GPUs ([N1]), a TP8 stage requests all 32
+    ("efa 400 Gb/s per GPU", "vpc.amazonaws.com/efa", 4.0, {"vpc.amazonaws.com/efa": "32"}),
+    ("ethernet 100 Gb/s per instance", "", 0.0, {}),
+])
+def test_pipeline_stages_request_the_rdma_nic_they_talk_over(plan, network: str, resource: str, per_gpu: float,  # type: ignore[no-untyped-def]
+                                                              want: dict[str, str]) -> None:
+    """The stages pass activations over the offer's NIC every step (NCCL): over RDMA a pod must request the NIC's
+    devices and may pin memory (IPC_LOCK), else NCCL falls back to TCP sockets."""
+    import json
+
+    from recommender.plan import dump_plan
+
+    doc = json.loads(dump_plan(plan))
+    rental = doc["plans"][0]["pools"][0]["rental"]
+    rental.update(network=network, rdma_resource=resource, rdma_per_gpu=per_gpu)
+    for c in _lws_containers(doc):
+        limits = c["resources"]["limits"]
+        assert {k: v for k, v in limits.items() if k != "nvidia.com/gpu"} == want
+        assert ("IPC_LOCK" in c.get("securityContext", {}).get("capabilities", {}).get("add", [])) == bool(want)
+        assert ({"name": "FI_PROVIDER", "value": "efa"} in c["env"]) == network.startswith("efa")

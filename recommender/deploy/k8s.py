@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from recommender.offers import RDMA_KINDS
 from recommender.deploy.gpu_select import gpu_affinity
 from recommender.deploy.spec import (
     DeploySpec,
@@ -179,7 +180,7 @@ def engine_container(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
     rdma = rdma_devices(spec, pool)
     requests: dict[str, Any] = {"cpu": cpu, "memory": memory, pool.gpu.k8s_resource: gpus, **rdma}
     limits: dict[str, Any] = {pool.gpu.k8s_resource: gpus, **rdma}
-    if rdma and spec.kv_link is not None and spec.kv_link.kind == "efa":
+    if rdma and rdma_kind(spec, pool) == "efa":
         env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"}]
     out: dict[str, Any] = {
         "name": "vllm",
@@ -194,7 +195,7 @@ def engine_container(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         "readinessProbe": _http_probe(5, 3),
         "livenessProbe": _http_probe(10, 3),
     }
-    if rdma:  # RDMA registers (pins) the KV cache's memory
+    if rdma:  # RDMA registers (pins) the memory it moves (the KV cache, a stage's activations)
         out["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     return out
 
@@ -204,12 +205,22 @@ def engine_container(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
 DEFAULT_RDMA_RESOURCE = "rdma/rdma_shared_device_a"
 
 
-def rdma_devices(spec: DeploySpec, pool: PoolSpec) -> dict[str, str]:
-    """The RDMA NIC devices a P/D pod requests when the plan's KV path is RDMA (across instances over
-    InfiniBand, RoCE or EFA), so NIXL moves the KV by RDMA instead of falling back to TCP: the offer's
-    device resource x ceil(tp x devices per GPU) (AWS p5: 4 EFA per GPU), else one shared RDMA device."""
+def rdma_kind(spec: DeploySpec, pool: PoolSpec) -> str:
+    """The RDMA NIC kind a pod talks over, "" for none: a P/D pod's when the plan's KV path is RDMA (across
+    instances), a pipeline stage's when its offer's NIC is (the stages pass activations every step)."""
     link = spec.kv_link
-    if pool.role == "both" or link is None or not link.rdma:
+    if pool.role != "both" and link is not None and link.rdma:
+        return link.kind
+    if pool.pp > 1 and pool.stage_network in RDMA_KINDS:
+        return pool.stage_network
+    return ""
+
+
+def rdma_devices(spec: DeploySpec, pool: PoolSpec) -> dict[str, str]:
+    """The RDMA NIC devices a pod requests where it talks over RDMA (:func:`rdma_kind`: a P/D pod's KV path, so NIXL
+    moves the KV by RDMA instead of falling back to TCP; a pipeline stage's NIC, so NCCL passes activations over it):
+    the offer's device resource x ceil(tp x devices per GPU) (AWS p5: 4 EFA per GPU), else one shared RDMA device."""
+    if not rdma_kind(spec, pool):
         return {}
     if pool.rdma_resource and pool.rdma_per_gpu > 0:
         return {pool.rdma_resource: str(max(1, math.ceil(pool.tp * pool.rdma_per_gpu - 1e-9)))}

@@ -78,6 +78,7 @@ class PoolSpec:
     checkpoint_bytes: float  # bytes vLLM downloads and loads for one replica (whole checkpoint)
     rdma_resource: str = ""  # the offer's RDMA NIC device resource in Kubernetes ("" = not known)
     rdma_per_gpu: float = 0.0  # those devices per GPU
+    stage_network: str = ""  # the rented offer's NIC kind (infiniband, roce, efa, ethernet; "" = not known)
     pp: int = 1  # pipeline stages per replica, one node (TP group) each: a multi-node replica
     data_parallel_size: int = 1        # attention ranks per replica (MoE): a replica (pod) runs tp x dp GPUs
     enable_expert_parallel: bool = False
@@ -349,6 +350,7 @@ def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str,
         weights=weights, checkpoint_bytes=nbytes,
         rdma_resource=raw.rental.rdma_resource if raw.rental else "",
         rdma_per_gpu=raw.rental.rdma_per_gpu if raw.rental else 0.0, pp=raw.pp,
+        stage_network=_network_kind(raw.rental.network if raw.rental else ""),
         data_parallel_size=raw.data_parallel_size,
         enable_expert_parallel=raw.enable_expert_parallel, num_speculative_tokens=raw.num_speculative_tokens,
     )
@@ -413,6 +415,15 @@ def refuse_multinode(spec: DeploySpec, target: str) -> None:
         which = "a replica" if p.role == "both" else f"a {p.role} replica"
         raise DeployError(f"{target}: {which} of plan {spec.plan_id} spans {node_layout(p)} and {target} runs one "
                           f"pod per replica here; use {MULTINODE_FORMATS}")
+
+
+def _network_kind(label: str) -> str:
+    """The NIC kind of a rental's network label ('infiniband 400 Gb/s per GPU' -> 'infiniband'); "" when the label
+    names none of the kinds the catalog knows."""
+    from recommender.offers import NETWORK_KINDS
+
+    kind = label.split(" ", 1)[0].lower() if label else ""
+    return kind if kind in NETWORK_KINDS else ""
 
 
 def build_spec(plan: Plan | Mapping[str, Any], rank: int = 1, checkpoint: str | None = None, *,
