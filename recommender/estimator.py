@@ -262,6 +262,7 @@ class EstimateRequest:
     acceptance_rate: float | None = None  # --acceptance-rate (per draft position)
     scheduler_poll_steps: int = 1        # SGLang --scheduler-recv-interval: new requests are taken every N steps
     pp: int = 1                          # --pipeline-parallel-size: stages of --tp GPUs, one instance each
+    stage_nic_bytes_per_s_per_gpu: float | None = None  # pp > 1: the NIC between them (None: the catalog offers')
 
 
 #: largest values estimate accepts (refused before any loop; workload.MAX_TOKENS is the token bound)
@@ -371,8 +372,9 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
 
 
 def _stage_nic(req: EstimateRequest, model: ModelArch, gpu: Gpu, spec: SpecDecode | None) -> float:
-    """``--pipeline-parallel-size`` > 1: the NIC per GPU between the stages' instances, the slowest of the catalog's
-    offers of ``gpu`` that hold a ``--tp`` stage and name one (as the search prices a pipeline); 0 for one stage.
+    """``--pipeline-parallel-size`` > 1: the NIC per GPU between the stages' instances: the request's (a plan pool's,
+    which may be owned nodes'), else the slowest of the catalog's offers of ``gpu`` that hold a ``--tp`` stage and
+    name one (as the search prices a pipeline); 0 for one stage.
     Refused in one line where the search would not plan it: sliding-window models, DP attention, EP or MTP."""
     if req.pp == 1:
         return 0.0
@@ -381,7 +383,10 @@ def _stage_nic(req: EstimateRequest, model: ModelArch, gpu: Gpu, spec: SpecDecod
         raise ConfigError(f"--pipeline-parallel-size {req.pp}: {why or 'pipeline stages are modelled for plain TP engines'}"
                           f"; try it without --data-parallel-size, --enable-expert-parallel and --speculative-config, "
                           f"or --pipeline-parallel-size 1")
-    nic = slowest_stage_nic_bytes_per_s_per_gpu(gpu.offers, req.tp)
+    given = req.stage_nic_bytes_per_s_per_gpu
+    if given is not None and not (math.isfinite(given) and given > 0):
+        raise ConfigError(f"the stages' NIC must be above 0 bytes/s per GPU, got {given}")
+    nic = given if given is not None else slowest_stage_nic_bytes_per_s_per_gpu(gpu.offers, req.tp)
     if nic is None:
         raise ConfigError(f"--pipeline-parallel-size {req.pp}: no {gpu.id} offer in the catalog names the NIC between "
                           f"instances that the stages talk over; try --pipeline-parallel-size 1 or another --gpu")

@@ -43,6 +43,8 @@ def estimate_cmd(
     random_input_len: Optional[int] = typer.Option(None, "--random-input-len", parser=options.tokens("--random-input-len"), help="[--bench] prompt tokens (default 1024, or --prompt-tokens)."),
     random_output_len: Optional[int] = typer.Option(None, "--random-output-len", parser=options.tokens("--random-output-len"), help="[--bench] output tokens (default 128, or --output-tokens)."),
     seed: int = typer.Option(0, "--seed", help="[--bench] random seed of the simulated arrivals."),
+    chunked_prefill: options.ChunkedPrefill = True,
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", parser=options.tokens("--max-model-len"), help="vLLM's --max-model-len (default: the longest request of the load)."),
     pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages of --tp GPUs, one instance each, over the catalog offers' NIC (a model no instance holds: DeepSeek-R1 on H100 is --tp 8 -pp 2)."),
     data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp", help="vLLM's attention data-parallel ranks per engine (each TP --tp; MoE layers span tp x dp GPUs)."),
     enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", "-ep", help="Experts split whole over the engine's tp x dp GPUs (vLLM's flag; MoE models)."),
@@ -60,7 +62,8 @@ def estimate_cmd(
                           gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
                           max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                           dp=data_parallel_size, ep=enable_expert_parallel, speculative_config=speculative_config,
-                          acceptance_rate=acceptance_rate, pp=pipeline_parallel_size)
+                          acceptance_rate=acceptance_rate, pp=pipeline_parallel_size, chunked_prefill=chunked_prefill,
+                          max_model_len=max_model_len)
     if bench:
         _bench(req, num_prompts, request_rate, max_concurrency, burstiness, random_input_len, random_output_len, seed, fmt, wide)
         return

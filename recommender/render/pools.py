@@ -43,13 +43,10 @@ def _mean(row: PlanRow, metric: str, fallback: float | None) -> float:
 
 def _prefill_alone_s(plan: Plan, row: PlanRow, pool: Pool, prompt: int) -> float | None:
     """One mean prompt prefilled alone on one replica of ``pool`` (the perf model), or None."""
-    from recommender.estimator import EstimateRequest, estimate_request
+    from recommender.estimator import estimate_request
+    from recommender.render.pool_estimate import pool_request
 
-    req = EstimateRequest(model=plan.workload.model, gpu=pool.gpu, tp=pool.tp, replicas=1,
-                          weight_dtype=pool.weight_dtype, kv_dtype=pool.kv_dtype, batch=1, prompt_tokens=prompt,
-                          output_tokens=1, engine=plan.engine, gpu_memory_utilization=pool.gpu_memory_utilization,
-                          max_num_seqs=pool.max_num_seqs, max_num_batched_tokens=pool.max_num_batched_tokens,
-                          chunked_prefill=pool.chunked_prefill, max_model_len=row.max_model_len)
+    req = pool_request(plan, row, pool, prompt_tokens=prompt, output_tokens=1, batch=1, replicas=1)
     try:
         return float(estimate_request(req)[2].prefill_s)
     except RecommenderError:

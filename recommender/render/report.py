@@ -64,8 +64,9 @@ def _percentile_table(row: PlanRow) -> str:
 
 def _walkthrough(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str:
     """The ``recommend estimate`` walkthrough of each pool at the workload's mean lengths, KV-capacity load."""
-    from recommender.estimator import EstimateRequest, Pricing, conditions_of, estimate_request
+    from recommender.estimator import Pricing, conditions_of, estimate_request
     from recommender.render.estimate import render_walkthrough
+    from recommender.render.pool_estimate import estimate_command, pool_request
 
     w = plan.workload
     prompt = max(1, round(w.prompt_tokens.mean)) if w.prompt_tokens else 1
@@ -82,18 +83,8 @@ def _walkthrough(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str
         # the pool's own cost (whole instances of its rented offer), per GPU it runs
         price = (pool.usd_per_hour or 0.0) / pool.gpus
         out_tokens = 1 if role == "prefill" else output
-        req = EstimateRequest(model=w.model, gpu=pool.gpu, tp=pool.tp, replicas=pool.replicas,
-                              weight_dtype=pool.weight_dtype, kv_dtype=pool.kv_dtype, concurrency="max",
-                              prompt_tokens=prompt, output_tokens=out_tokens, engine=plan.engine,
-                              usd_per_gpu_hour=price,
-                              gpu_memory_utilization=pool.gpu_memory_utilization,
-                              max_num_seqs=pool.max_num_seqs,
-                              max_num_batched_tokens=pool.max_num_batched_tokens,
-                              chunked_prefill=pool.chunked_prefill, max_model_len=row.max_model_len)
-        cmd = (f"recommend estimate --model {w.model} --gpu {pool.gpu} --tp {pool.tp} --replicas {pool.replicas} "
-               f"--weight-dtype {pool.weight_dtype} --kv-dtype {pool.kv_dtype} --concurrency max "
-               f"--prompt-tokens {prompt} --output-tokens {out_tokens} --max-num-seqs {pool.max_num_seqs} "
-               f"--max-num-batched-tokens {pool.max_num_batched_tokens} --price {price:g}")
+        req = pool_request(plan, row, pool, prompt_tokens=prompt, output_tokens=out_tokens, usd_per_gpu_hour=price)
+        cmd = estimate_command(req)
         try:
             dep, load, est = estimate_request(req, profile=profile)
             r = pool.rental
