@@ -67,3 +67,43 @@ def test_dp_ep_and_mtp_reach_the_command() -> None:
     plain = dataclasses.replace(pool, data_parallel_size=1, enable_expert_parallel=False, num_speculative_tokens=0)
     argv = shlex.split(estimate_command(pool_request(plan, row, plain, prompt_tokens=1000, output_tokens=1000)))
     assert not {"--data-parallel-size", "--enable-expert-parallel", "--speculative-config"} & set(argv)
+
+
+def test_estimate_plan_explains_a_row_as_deployed(r1_h100, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`recommend estimate --plan`: the row's engine at the workload's (constant) lengths and rate gives the plan's
+    own latencies, and the first line names the flags that reproduce it."""
+    from recommender.plan import dump_plan
+
+    path = tmp_path / "plan.json"
+    path.write_text(dump_plan(r1_h100))
+    res = CliRunner().invoke(app, ["estimate", "--plan", str(path), "-f", "json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output)
+    lat = r1_h100.top.latency_percentiles
+    assert got["pipeline_parallel_size"] == 2 and got["rate_per_s"] == 1.0
+    assert got["tpot_p90_s"] == pytest.approx(lat["tpot"]["p90"], rel=1e-6)
+    assert got["ttft_p90_s"] == pytest.approx(lat["ttft"]["p90"], rel=1e-6)
+    text = CliRunner().invoke(app, ["estimate", "--plan", str(path)]).output
+    first = text.splitlines()[0]
+    assert first.startswith(f"{path} rank 1 (") and "--pipeline-parallel-size 2" in first and first.endswith("--rate 1")
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--model", "llama-3.1-8b"], "--plan takes the model and the GPUs from the plan"),
+    (["--rank", "7"], "--rank 7"),
+])
+def test_estimate_plan_refusals_are_one_line(r1_h100, tmp_path, args: list[str], needle: str) -> None:  # type: ignore[no-untyped-def]
+    from recommender.plan import dump_plan
+
+    path = tmp_path / "plan.json"
+    path.write_text(dump_plan(r1_h100))
+    res = CliRunner().invoke(app, ["estimate", "--plan", str(path), *args])
+    assert res.exit_code == 2 and needle in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_estimate_plan_points_a_pd_row_to_the_report() -> None:
+    from pathlib import Path
+
+    pd = Path(__file__).parent / "data" / "plans" / "disagg-llama70b-h200.json"
+    res = CliRunner().invoke(app, ["estimate", "--plan", str(pd)])
+    assert res.exit_code == 2 and "prefill/decode plan" in res.output and "--report" in res.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -16,8 +17,10 @@ from recommender.render.estimate import estimate_json, render_bands, render_walk
 @app.command("estimate")
 @one_line_errors
 def estimate_cmd(
-    model: options.Model,
-    gpu: options.Gpu,
+    model: options.Model = None,
+    gpu: options.Gpu = None,
+    plan: Optional[Path] = typer.Option(None, "--plan", help="Explain a plan's row instead of flags: its engine as deployed, at the workload's mean lengths and rate (`recommend --format json`)."),
+    rank: int = typer.Option(1, "--rank", "-r", help="Which row of --plan."),
     tp: options.Tp = 1,
     replicas: options.Replicas = 1,
     weight_dtype: options.WeightDtype = None,
@@ -55,15 +58,25 @@ def estimate_cmd(
 ) -> None:
     """Explain one configuration: memory -> decode floor -> batched decode -> prefill -> capacity -> throughput -> cost."""
     fmt = options.choice(options.TextOrJson, fmt_name, "--format")
-    assert model is not None and gpu is not None  # required: the options have no default here
-    req = EstimateRequest(model=model, gpu=gpu, tp=tp, replicas=replicas, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                          batch=batch, concurrency=concurrency, context_tokens=context, prompt_tokens=prompt_tokens,
-                          output_tokens=output_tokens, engine=engine, profile_file=profile, usd_per_gpu_hour=price,
-                          gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
-                          max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                          dp=data_parallel_size, ep=enable_expert_parallel, speculative_config=speculative_config,
-                          acceptance_rate=acceptance_rate, pp=pipeline_parallel_size, chunked_prefill=chunked_prefill,
-                          max_model_len=max_model_len)
+    said = ""
+    if plan is not None:
+        if model is not None or gpu is not None:
+            raise ConfigError("--plan takes the model and the GPUs from the plan; drop --model / --gpu")
+        req, plan_rate, said = _plan_request(plan, rank, batch=batch, concurrency=concurrency, context=context,
+                                             prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+        rate = plan_rate if rate is None and context is None else rate  # one decode step has no arrival rate
+    else:
+        if model is None or gpu is None:
+            raise ConfigError("give --model and --gpu (or --plan PLAN.json to explain a plan's row)")
+        req = EstimateRequest(model=model, gpu=gpu, tp=tp, replicas=replicas, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                              batch=batch, concurrency=concurrency, context_tokens=context, prompt_tokens=prompt_tokens,
+                              output_tokens=output_tokens, engine=engine, profile_file=profile, usd_per_gpu_hour=price,
+                              gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
+                              max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                              dp=data_parallel_size, ep=enable_expert_parallel, speculative_config=speculative_config,
+                              acceptance_rate=acceptance_rate, pp=pipeline_parallel_size, chunked_prefill=chunked_prefill,
+                              max_model_len=max_model_len)
+    replicas = req.replicas
     if bench:
         _bench(req, num_prompts, request_rate, max_concurrency, burstiness, random_input_len, random_output_len, seed, fmt, wide)
         return
@@ -74,8 +87,8 @@ def estimate_cmd(
 
         extra = under_load(dep, load, est, rate, replicas)
     cond = conditions_of(dep).lines()
-    pricing = pricing_for(dep.gpu, tp=tp * data_parallel_size, replicas=replicas, usd_per_gpu_hour=price,
-                          pp=pipeline_parallel_size)
+    pricing = pricing_for(dep.gpu, tp=req.tp * req.dp, replicas=replicas, usd_per_gpu_hour=req.usd_per_gpu_hour,
+                          pp=req.pp)
     bands = None
     if est.fits:
         from recommender.search.estimate_bands import open_loop_bands, steady_bands
@@ -84,7 +97,7 @@ def estimate_cmd(
     if fmt == "json":
         typer.echo(estimate_json(dep, load, est, extra, cond, pricing, bands))
     else:
-        text = [render_walkthrough(dep, load, est, replicas, pricing, cond)]
+        text = ([said, ""] if said else []) + [render_walkthrough(dep, load, est, replicas, pricing, cond)]
         if extra:
             from recommender.units import fmt_seconds
 
@@ -101,6 +114,39 @@ def estimate_cmd(
     if not est.fits:
         typer.echo(f"error: {does_not_fit_message(dep, est)}", err=True)
         raise typer.Exit(3)
+
+
+def _plan_request(path: Path, rank: int, *, batch: Optional[int], concurrency: Optional[str], context: Optional[int],
+                  prompt_tokens: Optional[int], output_tokens: Optional[int]) -> tuple[EstimateRequest, Optional[float], str]:
+    """Row ``rank`` of the plan file as a request (``render.pool_estimate``: its engine as deployed, at the price it
+    pays per GPU-hour), at the workload's mean lengths and, unless the load flags say otherwise, the KV-capacity load
+    (``--concurrency max``); the workload's rate; and the line that says so, with the equivalent flags."""
+    from recommender.plan import load_plan
+    from recommender.render.pool_estimate import estimate_command, pool_request
+
+    doc = load_plan(path)
+    row = doc.row(rank)
+    if row is None:
+        raise ConfigError(f"--rank {rank}: {path} has {len(doc.rows)} plan(s)")
+    if row.disaggregated:
+        raise ConfigError(f"--rank {rank} of {path} is a prefill/decode plan: each pool is explained in the plan's "
+                          f"report (`recommend --workload FILE --report out.html`); `recommend simulate --plan` runs it")
+    (pool,) = row.pools
+    w = doc.workload
+    prompt = prompt_tokens or max(1, round(w.prompt_tokens.mean if w.prompt_tokens else 1))
+    output = output_tokens or max(1, round(w.output_tokens.mean if w.output_tokens else 1))
+    price = pool.usd_per_hour / pool.gpus if pool.usd_per_hour else None
+    req = pool_request(doc, row, pool, prompt_tokens=prompt, output_tokens=output, batch=batch,
+                       concurrency=concurrency if concurrency is not None or batch is not None else "max",
+                       usd_per_gpu_hour=price)
+    if context is not None:
+        req = EstimateRequest(**{**req.__dict__, "context_tokens": context, "prompt_tokens": None, "output_tokens": None,
+                                 "concurrency": None})
+    if doc.profile and Path(doc.profile).is_file():
+        req = EstimateRequest(**{**req.__dict__, "profile_file": doc.profile})
+    rate = w.arrival_rate_per_s if context is None else None
+    said = f"{path} rank {rank} ({row.id}), as: {estimate_command(req)}" + (f" --rate {rate:g}" if rate else "")
+    return req, rate, said
 
 
 def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optional[float], max_concurrency: Optional[int],

@@ -64,7 +64,8 @@ def estimate_command(req: EstimateRequest) -> str:
     args += ["--weight-dtype", str(req.weight_dtype), "--kv-dtype", req.kv_dtype]
     args += ["--batch", str(req.batch)] if req.batch is not None else (
         ["--concurrency", req.concurrency] if req.concurrency is not None else [])
-    args += ["--prompt-tokens", str(req.prompt_tokens), "--output-tokens", str(req.output_tokens)]
+    args += (["--context", str(req.context_tokens)] if req.context_tokens is not None
+             else ["--prompt-tokens", str(req.prompt_tokens), "--output-tokens", str(req.output_tokens)])
     for flag, opt in (("--max-num-seqs", req.max_num_seqs), ("--max-num-batched-tokens", req.max_num_batched_tokens),
                       ("--max-model-len", req.max_model_len)):
         if opt is not None:
