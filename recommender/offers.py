@@ -204,6 +204,21 @@ def parse_inventory(text: str, what: str = "--inventory") -> tuple[OwnedGpus, ..
     return tuple(out)
 
 
+def parse_network_flag(text: str, what: str = "--inventory-network") -> Network:
+    """``infiniband=400`` (also ``400Gb/s``, ``400G``): the NIC per GPU between the user's nodes, Gb/s one direction.
+    Kind and figure only, bounded (at most 100,000 Gb/s), as the workload's ``inventory: {gpu: {network: ...}}``."""
+    kind, eq, gbps_text = text.strip().partition("=")
+    number = gbps_text.strip().lower().removesuffix("gb/s").removesuffix("g").strip()
+    try:
+        gbps = float(number)
+    except ValueError:
+        gbps = math.nan
+    if not eq or kind.strip().lower() not in NETWORK_KINDS or not (math.isfinite(gbps) and 0 < gbps <= 100_000):
+        raise CatalogError(f"{what} {text[:80]!r}: give KIND=GBPS per GPU, KIND one of {', '.join(sorted(NETWORK_KINDS))} "
+                           f"and GBPS above 0 and at most 100000, e.g. infiniband=400")
+    return Network(kind=kind.strip().lower(), gbps_per_gpu=gbps, gbps_per_instance=0.0, source=what, known=True)
+
+
 def fits(offer: Offer, tp: int) -> bool:
     """Whether a TP group of ``tp`` GPUs stays inside one instance (or one NVLink domain) of ``offer``."""
     if offer.per_tp_group:

@@ -47,7 +47,9 @@ def test_without_a_network_the_refusal_says_how_to_state_one(tmp_path: Path) -> 
     w = _load(tmp_path, "h100-sxm: {gpus: 16}")
     with pytest.raises(DoesNotFitError) as e:
         recommend(w, settings=SearchSettings(seed=0, verify=0))  # type: ignore[arg-type]
-    assert "pipeline stages over your 2 nodes of h100-sxm" in str(e.value) and "network: {kind:" in str(e.value)
+    assert "pipeline stages over your 2 nodes of h100-sxm" in str(e.value)
+    assert "--inventory-network infiniband=400" in str(e.value) and "allow larger GPUs" not in str(e.value)
+    assert len(str(e.value)) <= 500  # an error line is cut at 500 characters (cli.app.MAX_MESSAGE_CHARS)
     one_node = _load(tmp_path, "h100-sxm: {gpus: 8}")
     with pytest.raises(DoesNotFitError) as e:
         recommend(one_node, settings=SearchSettings(seed=0, verify=0))  # type: ignore[arg-type]
@@ -65,4 +67,26 @@ def test_a_bad_inventory_network_is_one_line(tmp_path: Path, network: str, needl
     path = tmp_path / "w.yaml"
     path.write_text(R1 + f"inventory:\n  h100-sxm: {{gpus: 16, network: {network}}}\n", encoding="utf-8")
     res = CliRunner().invoke(app, ["--workload", str(path)])
+    assert res.exit_code == 2 and needle in res.output and len(res.output.strip().splitlines()) == 1
+
+
+QUICK = ["--model", "deepseek-r1", "--rate", "1", "--prompt-tokens", "2000", "--output-tokens", "500", "--slo", "tpot=50ms"]
+
+
+def test_the_inventory_network_flag_plans_the_stages() -> None:
+    res = CliRunner().invoke(app, [*QUICK, "--inventory", "h100-sxm=16@$2/h", "--inventory-network", "infiniband=400Gb/s",
+                                   "-f", "json", "--verify", "0"])
+    assert res.exit_code == 0, res.output
+    (pool,) = __import__("json").loads(res.output)["plans"][0]["pools"]
+    assert (pool["tp"], pool["pp"], pool["stage_nic_bytes_per_s_per_gpu"]) == (8, 2, 400e9 / 8)
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["--inventory", "h100-sxm=16", "--inventory-network", "ib=400"], "KIND=GBPS"),
+    (["--inventory", "h100-sxm=16", "--inventory-network", "infiniband=0"], "above 0"),
+    (["--inventory", "h100-sxm=16", "--inventory-network", "infiniband=1e9"], "at most 100000"),
+    (["--inventory-network", "infiniband=400"], "give them with --inventory"),
+])
+def test_a_bad_inventory_network_flag_is_one_line(flags: list[str], needle: str) -> None:
+    res = CliRunner().invoke(app, [*QUICK, *flags])
     assert res.exit_code == 2 and needle in res.output and len(res.output.strip().splitlines()) == 1

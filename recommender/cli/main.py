@@ -15,6 +15,7 @@ from recommender.errors import ConfigError
 
 if TYPE_CHECKING:
     from recommender.plan import Plan
+    from recommender.workload import Workload
 
 
 def _print_version(value: bool) -> None:
@@ -52,6 +53,7 @@ def main_job(
     policy: Optional[str] = typer.Option(None, "--policy", help="Search policy YAML (default policies/search.yaml)."),
     verify: Optional[int] = typer.Option(None, "--verify", help="Verify the top K plans in the discrete-event simulator (default 3; 0 = off)."),
     confidence: float = typer.Option(0.5, "--confidence", help="Rank only plans whose P(all SLOs met), from the held-out error of their evidence class, is at least P (default 0.5: the point prediction meets them)."),
+    inventory_network: Optional[str] = typer.Option(None, "--inventory-network", metavar="KIND=GBPS", help="The NIC per GPU between the nodes you own (infiniband=400, roce=200, efa=400, ethernet=100): lets a model no node holds run in pipeline stages over them (the inventory's network: in a workload file)."),
     inventory: Optional[str] = typer.Option(None, "--inventory", help="Plan onto GPUs you own: h100-sxm=16,a100-80gb=8 (add @$2.10/h for an amortised price per GPU-hour; without one the cost counts GPU-hours). Nodes as they are (the GPU's NVLink domain; inventory: in the workload for other node sizes); says how many more GPUs the SLO needs when these are not enough."),
     price: Optional[str] = typer.Option(None, "--price", help="USD per GPU-hour for GPUs without an offer, or to override the catalog's: mi355x=$3.50/h,h100=2.49, or one price with one --gpus (as prices: in a workload file, which it joins)."),
     provider: Optional[str] = typer.Option(None, "--provider", help="Price with this provider's offers only (catalogs/gpus offers:, e.g. lambda, coreweave, runpod); default: the cheapest offer per GPU."),
@@ -115,6 +117,8 @@ def main_job(
         from recommender.offers import parse_inventory
 
         w = dataclasses.replace(w, inventory=parse_inventory(inventory))
+    if inventory_network is not None:
+        w = _with_inventory_network(w, inventory_network)
     w = resolve_workload_names(w)
     if report:  # the report shows simulated against analytic percentiles for every listed plan
         verify = top if verify is None else max(verify, top) if verify else verify
@@ -165,3 +169,17 @@ def _emit(emit: str, plan: Plan, source: str, formats: str) -> None:
     paths = write_deploy_files(plan, out, rank=1, formats=formats, plan_name=str(out / "plan.json"),
                                extra_files={"plan.json": dump_plan(plan)}, on_skip=options.note_skipped)
     typer.echo(f"wrote {out / 'plan.json'} and {len(paths)} deployment files to {out}", err=True)
+
+
+def _with_inventory_network(w: Workload, text: str) -> Workload:
+    """The owned GPUs of ``w`` with the NIC ``--inventory-network`` states (entries that name their own keep it)."""
+    import dataclasses
+
+    from recommender.offers import parse_network_flag
+
+    if not w.inventory:
+        raise ConfigError("--inventory-network states the NIC between GPUs you own; give them with --inventory "
+                          "(or inventory: in the workload)")
+    net = parse_network_flag(text)
+    return dataclasses.replace(w, inventory=tuple(o if o.network.known else dataclasses.replace(o, network=net)
+                                                  for o in w.inventory))
