@@ -90,3 +90,26 @@ def test_the_inventory_network_flag_plans_the_stages() -> None:
 def test_a_bad_inventory_network_flag_is_one_line(flags: list[str], needle: str) -> None:
     res = CliRunner().invoke(app, [*QUICK, *flags])
     assert res.exit_code == 2 and needle in res.output and len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("field", "value", "needle"), [
+    ("k8s_resource", 'evil"\n  x: $(rm -rf /)', "not a Kubernetes extended resource name"),
+    ("kind", "carrier-pigeon", "network.kind"),
+    ("gbps_per_gpu", 1e12, "network.gbps_per_gpu"),
+])
+def test_a_plan_files_owned_network_is_checked(tmp_path: Path, field: str, value: object, needle: str) -> None:
+    """The re-planner rents the plan's owned nodes again, and their NIC's device resource becomes a key of the
+    pods' resource limits: a hand-edited plan file is refused before any of it is used."""
+    import json
+
+    from recommender.errors import ConfigError
+    from recommender.plan import dump_plan, load_plan
+
+    w = _load(tmp_path, "h100-sxm: {gpus: 16, network: {kind: infiniband, gbps_per_gpu: 400}}")
+    doc = json.loads(dump_plan(recommend(w, settings=SearchSettings(seed=0, verify=0, top=1))))  # type: ignore[arg-type]
+    doc["workload"]["inventory"][0]["network"][field] = value
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match=needle) as e:
+        load_plan(path)
+    assert "\n" not in str(e.value)

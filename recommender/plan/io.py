@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from recommender.bounded import load_json_text, read_file_text
 from recommender.errors import ConfigError
 from recommender.dtypes import KV_DTYPES, WEIGHT_DTYPES
+from recommender.offers import NETWORK_KINDS, Network
 from recommender.plan.cost import job_of
 from recommender.plan.types import Plan, PlanRow, Pool, WorkloadEcho
 from recommender.yamlfile import validation_message
@@ -269,6 +270,8 @@ def _check(plan: Plan, where: str) -> None:
         if isinstance(text, str) and (not text.isprintable() or len(text) > 4096):
             raise ConfigError(f"{where}: workload.{key} must be one printable line (no control or invisible "
                               f"characters) of at most 4096 characters; {_HINT}")
+    for owned in plan.workload.inventory:  # the re-planner rents them: their NIC reaches its plans' pods
+        _check_network(owned.network, f"{where}: workload.inventory {owned.gpu}")
     for gp in plan.workload.prices:  # they price the re-planner's searches
         if not (isinstance(gp.gpu, str) and gp.gpu.isprintable() and 0 < len(gp.gpu) <= 200):
             raise ConfigError(f"{where}: workload.prices names a GPU that is not one printable name; {_HINT}")
@@ -280,6 +283,19 @@ def _check(plan: Plan, where: str) -> None:
         raise ConfigError(f"{where}: workload.checkpoint_dtype {cd!r} is not one of {', '.join(WEIGHT_DTYPES)}; {_HINT}")
     for row in plan.rows:
         _check_row(row, f"{where}: plan {row.id!r}")
+
+
+def _check_network(net: Network, where: str) -> None:
+    """An owned node's NIC as a plan file states it: a known kind, Gb/s bounded, and a device resource (which
+    becomes a key of a pod's resource limits) that is a Kubernetes extended resource name."""
+    if net.kind not in NETWORK_KINDS:
+        raise ConfigError(f"{where}: network.kind {net.kind[:40]!r} is not one of {', '.join(sorted(NETWORK_KINDS))}; {_HINT}")
+    _nonneg(net.gbps_per_gpu, "network.gbps_per_gpu", where, 100_000)
+    _nonneg(net.gbps_per_instance, "network.gbps_per_instance", where, 100_000)
+    _nonneg(net.k8s_per_gpu, "network.k8s_per_gpu", where, 64)
+    if net.k8s_resource and not K8S_EXTENDED_RESOURCE.fullmatch(net.k8s_resource):
+        raise ConfigError(f"{where}: network.k8s_resource {net.k8s_resource[:80]!r} is not a Kubernetes extended "
+                          f"resource name; {_HINT}")
 
 
 def _nonneg(value: float | None, name: str, where: str, limit: float) -> None:
