@@ -56,6 +56,8 @@ RDMA_KINDS = frozenset({"infiniband", "roce", "efa"})
 NETWORK_KINDS = RDMA_KINDS | {"ethernet"}
 #: What an offer without a ``network:`` is taken to have: 10 Gb/s Ethernet per instance (shared by its GPUs).
 UNKNOWN_NIC_GBPS = 10.0
+#: The largest NIC a user may state for their own nodes, Gb/s per GPU or per node (above any NIC made).
+MAX_NIC_GBPS = 100_000.0
 
 
 @dataclass(frozen=True)
@@ -206,16 +208,16 @@ def parse_inventory(text: str, what: str = "--inventory") -> tuple[OwnedGpus, ..
 
 def parse_network_flag(text: str, what: str = "--inventory-network") -> Network:
     """``infiniband=400`` (also ``400Gb/s``, ``400G``): the NIC per GPU between the user's nodes, Gb/s one direction.
-    Kind and figure only, bounded (at most 100,000 Gb/s), as the workload's ``inventory: {gpu: {network: ...}}``."""
+    Kind and figure only, bounded (at most ``MAX_NIC_GBPS``), as the workload's ``inventory: {gpu: {network: ...}}``."""
     kind, eq, gbps_text = text.strip().partition("=")
     number = gbps_text.strip().lower().removesuffix("gb/s").removesuffix("g").strip()
     try:
         gbps = float(number)
     except ValueError:
         gbps = math.nan
-    if not eq or kind.strip().lower() not in NETWORK_KINDS or not (math.isfinite(gbps) and 0 < gbps <= 100_000):
+    if not eq or kind.strip().lower() not in NETWORK_KINDS or not (math.isfinite(gbps) and 0 < gbps <= MAX_NIC_GBPS):
         raise CatalogError(f"{what} {text[:80]!r}: give KIND=GBPS per GPU, KIND one of {', '.join(sorted(NETWORK_KINDS))} "
-                           f"and GBPS above 0 and at most 100000, e.g. infiniband=400")
+                           f"and GBPS above 0 and at most {MAX_NIC_GBPS:g}, e.g. infiniband=400")
     return Network(kind=kind.strip().lower(), gbps_per_gpu=gbps, gbps_per_instance=0.0, source=what, known=True)
 
 

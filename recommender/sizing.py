@@ -257,8 +257,8 @@ def pipeline_cost_model(*, model: ModelArch, gpu: Gpu, tp: int, weight_dtype: st
                         cuda_graphs: bool = True) -> tuple[StepCostModel | None, str]:
     """(StepCostModel, "") of a replica of ``pp`` pipeline stages of ``tp`` GPUs over a NIC of
     ``stage_nic_bytes_per_s_per_gpu`` (bytes/s), else (None, why not: the stage does not fit, or the model is not
-    pipelined); the physics is ``perf.pipeline``'s. The search, the re-planner and ``simulate --plan`` price a
-    pipeline with it."""
+    pipelined); the physics is ``perf.pipeline``'s, carried by ``Deployment(pp=...)``, which the estimate and the
+    plan rebuild (``plan.rebuild``) build the same way."""
     why = why_not_pipelined(model, pp)
     if why:
         return None, why

@@ -45,7 +45,7 @@ from pydantic import (
 from recommender import units
 from recommender.bounded import read_file_text
 from recommender.errors import ConfigError
-from recommender.offers import UNKNOWN_NETWORK, OwnedGpus, network_from_doc
+from recommender.offers import MAX_NIC_GBPS, UNKNOWN_NETWORK, OwnedGpus, network_from_doc
 from recommender.yamlfile import read_yaml_file, validation_message
 
 PERCENTILES = ("mean", "p50", "p90", "p95", "p99")
@@ -399,10 +399,6 @@ class _Traffic(BaseModel):
         if (self.arrival_rate is None) == (self.offline is None):
             raise ValueError("give exactly one of arrival_rate (requests/s) or offline {requests, deadline}")
         return self
-
-
-#: largest NIC an inventory entry may state, Gb/s per GPU or per node (above any NIC made)
-MAX_NIC_GBPS = 100_000.0
 
 
 class _OwnedNetwork(BaseModel):

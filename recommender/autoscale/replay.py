@@ -156,9 +156,8 @@ def replay(pool: PoolSpec, rule: ScalingRule, day: DayTraffic, profile: DiurnalP
     routed = _route(reps, arr)
     for ids in routed:
         for rank in range(ranks_per_replica):
-            if ids[rank::ranks_per_replica]:
-                ReplicaScheduler(pool.cost, pool.limits, req, ids[rank::ranks_per_replica], sample_interval_s=period,
-                                 max_samples=2).run()
+            if dealt := ids[rank::ranks_per_replica]:
+                ReplicaScheduler(pool.cost, pool.limits, req, dealt, sample_interval_s=period, max_samples=2).run()
     overhead = float(pool.cost.request_overhead_s)
     first = np.asarray(req.first_token) + overhead
     finish = np.asarray(req.finish) + overhead

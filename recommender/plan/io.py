@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from recommender.bounded import load_json_text, read_file_text
 from recommender.errors import ConfigError
 from recommender.dtypes import KV_DTYPES, WEIGHT_DTYPES
-from recommender.offers import NETWORK_KINDS, Network
+from recommender.offers import MAX_NIC_GBPS, NETWORK_KINDS, Network
 from recommender.plan.cost import job_of
 from recommender.plan.types import Plan, PlanRow, Pool, WorkloadEcho
 from recommender.yamlfile import validation_message
@@ -290,8 +290,8 @@ def _check_network(net: Network, where: str) -> None:
     becomes a key of a pod's resource limits) that is a Kubernetes extended resource name."""
     if net.kind not in NETWORK_KINDS:
         raise ConfigError(f"{where}: network.kind {net.kind[:40]!r} is not one of {', '.join(sorted(NETWORK_KINDS))}; {_HINT}")
-    _nonneg(net.gbps_per_gpu, "network.gbps_per_gpu", where, 100_000)
-    _nonneg(net.gbps_per_instance, "network.gbps_per_instance", where, 100_000)
+    _nonneg(net.gbps_per_gpu, "network.gbps_per_gpu", where, MAX_NIC_GBPS)
+    _nonneg(net.gbps_per_instance, "network.gbps_per_instance", where, MAX_NIC_GBPS)
     _nonneg(net.k8s_per_gpu, "network.k8s_per_gpu", where, 64)
     if net.k8s_resource and not K8S_EXTENDED_RESOURCE.fullmatch(net.k8s_resource):
         raise ConfigError(f"{where}: network.k8s_resource {net.k8s_resource[:80]!r} is not a Kubernetes extended "

@@ -124,7 +124,7 @@ class Pool:
     enable_expert_parallel: bool = False
     num_speculative_tokens: int = 0
     # pp > 1: the NIC per GPU (bytes/s) the search priced the stage hops at, so the re-planner and `simulate --plan`
-    # rebuild the same pipeline (recommender.sizing.pipeline_cost_model); None: plain TP, or a plan written before
+    # rebuild the same pipeline (recommender.plan.rebuild); None: plain TP, or a plan written before
     stage_nic_bytes_per_s_per_gpu: float | None = None
 
     @property

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from recommender.catalog import Catalog
+from recommender.offers import multinode_offers
 from recommender.render.table import fit_table, wrap_text
 from recommender.units import fmt_bytes
 
@@ -46,7 +47,7 @@ def gpu_records(cat: Catalog) -> list[dict[str, Any]]:
 def _multinode(offers: Any) -> dict[str, Any] | None:
     """The offers whose NIC between instances the catalog names (pipeline stages over nodes rent only these):
     how many, their providers, and the slowest NIC per GPU (Gb/s, what a pipeline is priced at); None without."""
-    named = [o for o in offers if o.network.known and not o.per_tp_group]
+    named = multinode_offers(offers, 1)  # every instance holds a 1-GPU stage: the filter is the NIC alone
     if not named:
         return None
     slowest = min(o.nic_bytes_per_s_per_gpu for o in named)

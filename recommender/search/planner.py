@@ -264,17 +264,17 @@ def _why_no_fit(ctx: SearchContext) -> str:
         head = (f"{m.id} does not fit any allowed GPU set: at {smallest} its {need / 1e9:,.0f} GB of weights, the "
                 f"engine's reserves and one max-length sequence's KV cache exceed {n} x {biggest.id} "
                 f"({group / 1e9:,.0f} GB at gpu-memory-utilization {ctx.policy.gpu_memory_utilization})")
-    larger = "" if ctx.workload.inventory else ", or allow larger GPUs (h200, b200, mi325x)"  # owned: what there is
+    owned = bool(ctx.workload.inventory)  # GPUs the user owns: "allow larger GPUs" is no way out
+    larger = "allow larger GPUs (h200, b200, mi325x)"
     narrower = sorted({resolve_dtype(d, m) for d in ctx.policy.weight_dtypes} - set(searched), key=by_size)
     if narrower and by_size(narrower[0]) < by_size(smallest):
         d = narrower[0]
         at = mem.weight_bytes(m, d)
         if at <= group:  # a checkpoint the search could not load without would be the way out
             return (f"{head}; at {d} they would be {at / 1e9:,.0f} GB: name a pre-quantized {d} checkpoint "
-                    f"(checkpoints: {{{d}: ORG/REPO}} in the workload){larger}")
-        return f"{head} (at {d} still {at / 1e9:,.0f} GB)" + (f"; {larger[5:]}" if larger else "")
-    return f"{head}; allow larger GPUs (h200, b200, mi325x) or a smaller weight dtype" if larger else \
-        f"{head}; try a smaller weight dtype"
+                    f"(checkpoints: {{{d}: ORG/REPO}} in the workload)" + ("" if owned else f", or {larger}"))
+        return f"{head} (at {d} still {at / 1e9:,.0f} GB)" + ("" if owned else f"; {larger}")
+    return f"{head}; try a smaller weight dtype" if owned else f"{head}; {larger} or a smaller weight dtype"
 
 
 def shortfall_message(workload: Workload, why: str, *, settings: SearchSettings, profile: EngineProfile,
