@@ -18,7 +18,7 @@ published rows; GPU x engine x parallelism x MTP x dtype x ISL/OSL for Inference
   ``benchmarks/bench_inferencex.py`` predicts them.
 
 - the disaggregated rows of ``inferencex-dsr1.csv``, predicted as P/D plans by ``benchmarks/bench_inferencex_disagg.py``
-  with nothing fitted on them, those within the search policy's ``max_utilisation``: not a class of their own but
+  with the one constant fitted on them (the P/D handoff) held out by configuration, those within the search policy's ``max_utilisation``: not a class of their own but
   ``evidence.yaml``'s ``disaggregated`` entry, which widens a P/D plan's band (``bands.with_disaggregated``).
 
 Each row gives a slowdown ``g`` = measured / predicted for a time (TTFT, TPOT, ITL, e2e), predicted / measured for a
@@ -212,8 +212,8 @@ PD_SOURCE = "inferencex-disagg"
 
 
 def disagg_rows() -> list[Row]:
-    """InferenceX's disaggregated DeepSeek-R1 rows predicted as P/D plans (``bench_inferencex_disagg.py``, nothing
-    fitted on them, so held out by construction) at a predicted utilisation within the search policy's
+    """InferenceX's disaggregated DeepSeek-R1 rows predicted as P/D plans (``bench_inferencex_disagg.py``; the one
+    constant fitted on them, the P/D handoff, held out by configuration) at a predicted utilisation within the search policy's
     ``max_utilisation``: the ``disaggregated`` entry of ``catalogs/evidence.yaml``, which widens a P/D plan's band."""
     import bench_inferencex_disagg as bd
 
@@ -221,7 +221,7 @@ def disagg_rows() -> list[Row]:
     from recommender.search.policy import load_search_policy
 
     cat = default_catalog()
-    pairs = bd.predict_all(bd.disagg_cases(bd.bx.DEFAULT_CSV))
+    pairs = bd.held_out_pairs(bd.disagg_cases(bd.bx.DEFAULT_CSV))
     out = []
     for c, p in bd.within_utilisation(pairs, load_search_policy().max_utilisation):
         gpu = bd.GPU[c.gpu]
@@ -246,7 +246,7 @@ def pd_entry(pd: Sequence[Row]) -> dict[str, Any]:
 
     out: dict[str, Any] = {
         "source": "benchmarks/bench_inferencex_disagg.py: InferenceX's disaggregated DeepSeek-R1 rows (Dynamo SGLang / "
-                  "TensorRT-LLM, MoRI SGLang) predicted as P/D plans, nothing fitted on them",
+                  "TensorRT-LLM, MoRI SGLang) predicted as P/D plans, the P/D handoff held out by configuration",
         "max_utilisation": load_search_policy().max_utilisation}
     for kind in ("ttft", "decode"):
         v = [r for r in pd if BAND_KIND[r.metric] == kind]
@@ -376,7 +376,8 @@ def report(rows: Sequence[Row], seconds: float) -> str:
     if pd:
         e = doc["disaggregated"]
         lines += ["## P/D plans (`catalogs/evidence.yaml` `disaggregated`)", "",
-                  "InferenceX's disaggregated rows predicted as P/D plans with nothing fitted on them "
+                  "InferenceX's disaggregated rows predicted as P/D plans, the one constant fitted on them (the P/D handoff) "
+                  "held out by configuration "
                   "(`bench_inferencex_disagg.py`), those the model runs at a utilisation within the search policy's "
                   f"`max_utilisation` ({e['max_utilisation']:g}). A P/D plan's band takes the wider of its pools' class "
                   "and this entry per kind (`recommender/search/bands.py`); its sigma is these rows' own 80th "

@@ -5,13 +5,15 @@
 The 284 rows of ``tests/data/measurements/inferencex-dsr1.csv`` with ``disagg`` true (Dynamo SGLang / TensorRT-LLM
 and MoRI SGLang: ``prefill_workers`` engines of ``num_prefill_gpu / prefill_workers`` GPUs feed ``decode_workers``
 engines, each side with its own TP, EP and DP attention) are predicted as a plan's P/D deployment is
-(``recommender.load.analyze_disaggregated``), from the shipped profiles, without fitting anything on them:
+(``recommender.load.analyze_disaggregated``), from the shipped profiles, with one constant fitted on them, the P/D
+handoff (:func:`fit_handoff`; every reported error is held out by configuration, :func:`held_out_handoff`):
 
 - each side is one engine per worker, built as ``recommend estimate`` builds it (``tp`` = the worker's GPUs, or
   ``tp`` 1 and ``dp`` = its GPUs under DP attention; EP where ``*_ep`` > 1; the decode side with MTP where the
   row ran it, at the engine's acceptance); the load model's replicas are the attention ranks (workers x dp);
 - the KV moves over NVLink (900 GB/s per GPU) where both sides fit one NVLink domain (a GB200 / GB300 NVL72 rack), else over
-  one 400 Gb/s NIC per GPU (50 GB/s), with the search policy's fixed cost per transfer;
+  one 400 Gb/s NIC per GPU (50 GB/s), with the search policy's fixed cost per transfer and the P/D handoff, a delay
+  per request that holds no link (``recommender.load.link``);
 - the harness keeps ``CONC`` requests in flight (a closed loop): the arrival rate ``R`` the open-loop model needs
   is the one with ``R x E2E(R) = CONC`` (Little's law; bisection below the deployment's capacity);
 - measured TTFT is the row's median (the model's p50): the steady-state model has no cold first wave, which moves a
@@ -172,8 +174,9 @@ def _pool(c: DisaggCase, side: Side, fw: str, engine: str, gpu: str, with_mtp: b
                      "hold the weights at memory fraction 0.96")
 
 
-def predict(c: DisaggCase) -> dict[str, float] | str:
-    """{ttft, tpot, tput} of the row's P/D deployment in a closed loop of ``conc`` requests, or why not."""
+def predict(c: DisaggCase, handoff_s: float | None = None) -> dict[str, float] | str:
+    """{ttft, tpot, tput} of the row's P/D deployment in a closed loop of ``conc`` requests, or why not; the KV link
+    carries the search policy's handoff (``kv_handoff_s``) unless ``handoff_s`` is given."""
     from recommender.catalog import default_catalog
     from recommender.errors import RecommenderError
     from recommender.load import Disaggregated, PoolSpec, Traffic, analyze_disaggregated
@@ -202,7 +205,8 @@ def predict(c: DisaggCase) -> dict[str, float] | str:
     link = KvLink(bytes_per_token=mem.kv_cache_bytes_per_token(model, bx.kv_cache_dtype(fw, c.gpu, c.weight_dtype,
                                                                                       c.row["date"]), 1),
                   nic_bytes_per_s=nic, prefill_tp=c.prefill.tp, decode_tp=c.decode.tp,
-                  latency_s=load_search_policy().kv_transfer_latency_s)
+                  latency_s=load_search_policy().kv_transfer_latency_s,
+                  handoff_s=load_search_policy().kv_handoff_s if handoff_s is None else handoff_s)
     topo = Disaggregated(prefill=PoolSpec(cost=cost_p, limits=lim_p, replicas=c.prefill.workers * c.prefill.dp),
                          decode=PoolSpec(cost=cost_d, limits=lim_d, replicas=c.decode.workers * c.decode.dp), kv_link=link)
 
@@ -270,15 +274,61 @@ def _table(title: str, rows: list[list[Any]]) -> list[str]:
             + ["| " + " | ".join(str(x) for x in r) + " |" for r in rows] + [""])
 
 
-def predict_all(cases: Sequence[DisaggCase]) -> list[tuple[DisaggCase, dict[str, float] | str]]:
-    """Every case with its prediction (or why not), each distinct point (configuration x concurrency) predicted once."""
+def predict_all(cases: Sequence[DisaggCase], handoff_s: float | None = None,
+                ) -> list[tuple[DisaggCase, dict[str, float] | str]]:
+    """Every case with its prediction (or why not), each distinct point (configuration x concurrency) predicted once,
+    at ``handoff_s`` (default: the search policy's)."""
     memo: dict[tuple[Any, ...], dict[str, float] | str] = {}
     out = []
     for c in cases:
         if c.point not in memo:
-            memo[c.point] = predict(c)
+            memo[c.point] = predict(c, handoff_s)
         out.append((c, memo[c.point]))
     return out
+
+
+#: Rows whose predicted utilisation is at most this fit the handoff: there queueing, which the closed loop's
+#: burstiness moves, is a small part of TTFT, and what is left is the path's fixed cost.
+HANDOFF_FIT_UTILISATION = 0.5
+HANDOFF_FOLDS = 3
+
+
+def config_of(c: DisaggCase) -> tuple[Any, ...]:
+    """One configuration: everything but the concurrency and the date (held out whole)."""
+    return (c.gpu, c.framework, c.weight_dtype, c.mtp, c.prefill, c.decode, c.row["isl"], c.row["osl"])
+
+
+def fit_handoff(pairs0: Sequence[tuple[DisaggCase, dict[str, float] | str]]) -> float:
+    """The P/D handoff (s): the median of measured minus predicted TTFT over ``pairs0`` (predicted without a handoff)
+    at utilisation <= :data:`HANDOFF_FIT_UTILISATION`; NaN without such rows. Adding a constant to every TTFT moves
+    the closed loop's rate a little, which the re-prediction at the fitted value accounts for."""
+    r = [c.measured["ttft"] - p["ttft"] for c, p in pairs0
+         if isinstance(p, dict) and "ttft" in c.measured and p["utilisation"] <= HANDOFF_FIT_UTILISATION]
+    return statistics.median(r) if r else float("nan")
+
+
+def held_out_pairs(cases: Sequence[DisaggCase]) -> list[tuple[DisaggCase, dict[str, float] | str]]:
+    """Every case predicted at a handoff fitted without its whole configuration (:func:`held_out_handoff`): what the
+    README's P/D figures and the P/D error band (``bench_bands.py``) are computed from."""
+    return held_out_handoff(cases, predict_all(cases, 0.0))[0]
+
+
+def held_out_handoff(cases: Sequence[DisaggCase], pairs0: Sequence[tuple[DisaggCase, dict[str, float] | str]],
+                     group: Any = None) -> tuple[list[tuple[DisaggCase, dict[str, float] | str]], dict[Any, float]]:
+    """Every case predicted at a handoff fitted without it (``group``: case -> key, default whole configurations dealt
+    round-robin into :data:`HANDOFF_FOLDS` folds), and the handoff each fold was fitted to."""
+    key = group or config_of
+    names = sorted({key(c) for c in cases}, key=repr)
+    fold_of = {n: (i % HANDOFF_FOLDS if group is None else n) for i, n in enumerate(names)}
+    fitted: dict[Any, float] = {}
+    out: dict[int, tuple[DisaggCase, dict[str, float] | str]] = {}
+    for f in sorted(set(fold_of.values()), key=repr):
+        train = [(c, p) for c, p in pairs0 if fold_of[key(c)] != f]
+        fitted[f] = fit_handoff(train)
+        test = [i for i, c in enumerate(cases) if fold_of[key(c)] == f]
+        for i, pair in zip(test, predict_all([cases[i] for i in test], fitted[f])):
+            out[i] = pair
+    return [out[i] for i in range(len(cases))], fitted
 
 
 def within_utilisation(pairs: Sequence[tuple[DisaggCase, dict[str, float] | str]],
@@ -286,7 +336,7 @@ def within_utilisation(pairs: Sequence[tuple[DisaggCase, dict[str, float] | str]
     """The covered rows whose deployment the model runs at or below ``max_utilisation`` (the regime a plan is sized
     for: the search policy's ``max_utilisation``; above it the closed loop's queue, not the P/D path, sets TTFT):
     the rows behind ``catalogs/evidence.yaml``'s ``disaggregated`` entry (``benchmarks/bench_bands.py --write``).
-    Nothing is fitted on these rows, so each error is held out."""
+    Pass held-out pairs (:func:`held_out_pairs`) for held-out errors."""
     return [(c, p) for c, p in pairs if isinstance(p, dict) and p["utilisation"] <= max_utilisation]
 
 
@@ -302,6 +352,18 @@ def headline(pairs: Sequence[tuple[DisaggCase, dict[str, float] | str]]) -> dict
     return {"coverage": 100.0 * len(ok) / len(pairs), "tpot": med("tpot"), "tput": med("tput"), "ttft_signed": med("ttft", True)}
 
 
+def load_policy_handoff() -> float:
+    from recommender.search.policy import load_search_policy
+
+    return load_search_policy().kv_handoff_s
+
+
+def _ttft_line(label: str, pairs: Sequence[tuple[DisaggCase, dict[str, float] | str]]) -> str:
+    xs = [p["ttft"] / c.measured["ttft"] for c, p in pairs if isinstance(p, dict) and "ttft" in c.measured and p["ttft"] > 0]
+    return (f"| {label} | {len(xs)} | {100 * (statistics.median(xs) - 1):+.0f} | "
+            f"{statistics.median(abs(x - 1) for x in xs) * 100:.1f} |")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -311,17 +373,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = disagg_cases(bx.DEFAULT_CSV)
     if a.limit:
         cases = cases[:a.limit]
-    pairs = predict_all(cases)
+    pairs0 = predict_all(cases, 0.0)
+    shipped = predict_all(cases)
+    pairs, folds = held_out_handoff(cases, pairs0)
+    by_fw, fw_fit = held_out_handoff(cases, pairs0, group=lambda c: c.framework)
     reasons: dict[str, int] = defaultdict(int)
     for _, p in pairs:
         if isinstance(p, str):
             reasons[p] += 1
     conc = lambda c: "conc <= 64" if c.conc <= 64 else "conc 128-1024" if c.conc <= 1024 else "conc > 1024"  # noqa: E731
+    own = {fw: fit_handoff([(c, p) for c, p in pairs0 if c.framework == fw]) for fw in sorted(fw_fit)}
     md = ["# InferenceX disaggregated DeepSeek-R1 rows: the P/D load model against measured runs", "",
           f"Generated by `python3 benchmarks/bench_inferencex_disagg.py` in {time.perf_counter() - t0:.0f} s from "
-          "`tests/data/measurements/inferencex-dsr1.csv` (rows with `disagg` true). Nothing is fitted on these rows: "
-          "the shipped profiles predict them (module docstring: the layout, the KV link, the closed loop). Error = "
-          "|predicted / measured - 1|, mean / median %; signed = median of predicted / measured - 1.", ""]
+          "`tests/data/measurements/inferencex-dsr1.csv` (rows with `disagg` true). The shipped profiles predict them "
+          "(module docstring: the layout, the KV link, the closed loop); one constant is fitted on them, the P/D "
+          "handoff (below), so every table is held out: each row predicted at a handoff fitted without its whole "
+          f"configuration ({HANDOFF_FOLDS} folds of configurations). Error = |predicted / measured - 1|, mean / median %; "
+          "signed = median of predicted / measured - 1.", "",
+          "## The P/D handoff", "",
+          "A request's delay between its prefill and its decode engine beyond the KV transfer, holding no link "
+          "(`recommender.load.link`): the median of measured minus predicted TTFT, the model without a handoff, over "
+          f"the rows it runs at utilisation <= {HANDOFF_FIT_UTILISATION} (queueing small).", "",
+          "| fitted on | handoff ms |", "|---|---:|",
+          f"| all frameworks | {1e3 * fit_handoff(pairs0):.0f} |"]
+    md += [f"| {fw} alone | {1e3 * v:.0f} |" for fw, v in own.items()]
+    md += [f"| shipped (`policies/search.yaml` `kv_handoff_s`) | {1e3 * load_policy_handoff():.0f} |", "",
+           "TTFT median signed / median absolute % error:", "",
+           "| predicted with | rows | TTFT median signed % | TTFT median abs % |", "|---|---:|---:|---:|"]
+    for label, ps in (("no handoff", pairs0), ("the shipped handoff (in sample)", shipped),
+                      ("a handoff fitted without the row's configuration", pairs),
+                      ("a handoff fitted on the other two frameworks", by_fw)):
+        md.append(_ttft_line(label, ps))
+    md += ["", "Held out by framework, each fitted on the other two: "
+           + ", ".join(f"{fw} {1e3 * v:.0f} ms" for fw, v in fw_fit.items()) + ".", ""]
     md += _table("all", _tally(pairs, lambda c: "all"))
     md += _table("GPU", _tally(pairs, lambda c: c.gpu))
     md += _table("framework", _tally(pairs, lambda c: c.framework))

@@ -33,7 +33,7 @@ from recommender.catalog import Gpu
 from recommender.hf_config import ModelArch
 from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
 from recommender.load.capacity import analytic_capacity_per_s, saturation_rate_per_s
-from recommender.load.link import KvLink
+from recommender.load.link import KV_HANDOFF_S, KvLink
 from recommender.offers import (KvPath, Offer, Rental, cheapest_rental, multinode_offers, rent_colocated,
                                slowest_stage_nic_bytes_per_s_per_gpu, workload_offer)
 from recommender.perf import memory as mem
@@ -97,6 +97,7 @@ class SizingRules:
     max_replicas: int = 256
     kv_transfer_bandwidth_bytes_per_s: float = 5e10
     kv_transfer_latency_s: float = 0.002
+    kv_handoff_s: float = KV_HANDOFF_S
     # the smallest max_num_seqs of the search grid: a pool may run above what its KV cache holds only at it
     max_num_seqs_floor: int = 0
 
@@ -556,13 +557,14 @@ class Sizer:
 
     def kv_link(self, c: Candidate, path: KvPath | None = None) -> KvLink:
         """The P/D KV-transfer link over ``path`` (default: the fastest of :meth:`kv_paths`): KV bytes per
-        token, the path's bandwidth per GPU, both TP sizes and the fixed ``kv_transfer_latency_s`` per transfer."""
+        token, the path's bandwidth per GPU, both TP sizes, the fixed ``kv_transfer_latency_s`` per transfer and the
+        ``kv_handoff_s`` delay per request (``recommender.load.link``)."""
         if path is None:
             paths = self.kv_paths(c)
             path = paths[0] if paths else KvPath("ethernet", self.rules.kv_transfer_bandwidth_bytes_per_s, known=False)
         return KvLink(bytes_per_token=mem.kv_cache_bytes_per_token(self.model, c.kv_dtype, 1),
                       nic_bytes_per_s=path.bytes_per_s_per_gpu, prefill_tp=c.tp, decode_tp=c.decode_tp,
-                      latency_s=self.rules.kv_transfer_latency_s)
+                      latency_s=self.rules.kv_transfer_latency_s, handoff_s=self.rules.kv_handoff_s)
 
     def kv_transfer_s_per_token(self, c: Candidate) -> float:
         """Seconds to move one token's KV from a prefill replica to a decode replica at least: over the

@@ -58,3 +58,31 @@ def test_simulated_link_over_capacity_grows_a_queue() -> None:
     link = KvLink(bytes_per_token=1e5, nic_bytes_per_s=1e9)  # 0.1 s per 1,000-token transfer: 10 req/s at most
     s = simulate_disaggregated(Disaggregated(prefill=PoolSpec(cost=PLAIN, limits=ToyLimits()), decode=PoolSpec(cost=PLAIN, limits=ToyLimits()), kv_link=link), Traffic(rate_per_s=12.0, prompt=FixedLength(1000), output=FixedLength(11)), n_requests=3000, seed=1)
     assert not s.stable and s.requests_per_s == pytest.approx(10.0, rel=0.05)
+
+
+def test_the_handoff_is_a_delay_in_ttft_that_holds_no_link() -> None:
+    # the same M/D/1 link as above (S = 0.1 s, 7 req/s: rho 0.7) with a 90 ms handoff (recommender.load.link):
+    # TTFT moves by exactly 0.09 s, mean and p90, analytic and simulated; the link's utilisation does not move
+    # (a 0.09 s service time would have made it 7 x 0.19 = 1.33, over-subscribed)
+    pools = {"prefill": PoolSpec(cost=PLAIN, limits=ToyLimits()), "decode": PoolSpec(cost=PLAIN, limits=ToyLimits())}
+    traffic = Traffic(rate_per_s=7.0, prompt=FixedLength(1000), output=FixedLength(11))
+    runs = []
+    for handoff in (0.0, 0.09):
+        topo = Disaggregated(**pools, kv_link=KvLink(bytes_per_token=1e5, nic_bytes_per_s=1e9, handoff_s=handoff))
+        a = analyze_disaggregated(topo, traffic)
+        s = simulate_disaggregated(topo, traffic, n_requests=3000, seed=4, warmup_requests=300)
+        assert a.stable and s.stable and a.link_utilisation == pytest.approx(0.7)
+        runs.append((a, s))
+    (a0, s0), (a1, s1) = runs
+    for q in ("mean", "p90"):
+        assert a1.ttft_s.at(q) - a0.ttft_s.at(q) == pytest.approx(0.09, rel=1e-6)
+        assert s1.ttft_s.at(q) - s0.ttft_s.at(q) == pytest.approx(0.09, rel=1e-6)
+    assert a1.tpot_s.mean == pytest.approx(a0.tpot_s.mean, rel=1e-9)
+
+
+@pytest.mark.parametrize("bad", [-0.01, float("nan"), float("inf")])
+def test_a_handoff_must_be_finite_and_not_negative(bad: float) -> None:
+    from recommender.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="handoff_s"):
+        KvLink(bytes_per_token=1e5, nic_bytes_per_s=1e9, handoff_s=bad)

@@ -8,6 +8,7 @@ case where it should be exact, and the replicas or rental it derives equal what 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -31,6 +32,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def tight():
     w = load_workload(ROOT / "benchmarks" / "workloads" / "tight-tpot-70b.yaml")
     ctx = build_context(w, load_search_policy(), engine_profile("vllm"), default_catalog())
+    ch = space_choices(ctx)
+    return w, ctx, Bounds(ctx, ch.max_num_seqs, ch.budgets)
+
+
+@pytest.fixture(scope="module")
+def tight_no_handoff():
+    # the queue terms below are about the prefill lane: without the P/D handoff (a constant, tested on its own)
+    w = load_workload(ROOT / "benchmarks" / "workloads" / "tight-tpot-70b.yaml")
+    policy = dataclasses.replace(load_search_policy(), kv_handoff_s=0.0)
+    ctx = build_context(w, policy, engine_profile("vllm"), default_catalog())
     ch = space_choices(ctx)
     return w, ctx, Bounds(ctx, ch.max_num_seqs, ch.budgets)
 
@@ -125,11 +136,11 @@ def test_pd_rental_bound_is_the_cheapest_kv_path_and_equals_the_evaluation(tight
     assert b.usd_per_hour == pytest.approx(ev.usd_per_hour, rel=1e-9)
 
 
-def test_prefill_ttft_queue_counts_the_prompts_that_join_its_last_step(tight) -> None:
+def test_prefill_ttft_queue_counts_the_prompts_that_join_its_last_step(tight_no_handoff) -> None:
     # h100 TP2 int4 prefill pool: a 1,500-token prompt prefills in ~166 ms; at 3 req/s per replica (2 replicas) it
     # waits ~85 ms at p90 in the lane, and the ~380 prompt tokens arriving meanwhile join its step (~0.1 ms each):
     # TTFT p90 > 250 ms, so 3 prefill replicas, as the evaluation's own pools on that path need
-    w, ctx, bounds = tight
+    w, ctx, bounds = tight_no_handoff
     c = Candidate("h100-sxm", 2, "int4", "fp8", 16, 8192, True, "h100-sxm", 4)
     gen = bounds.generous_cost("h100-sxm", 2, "int4", "fp8")
     xfer = 1500 * mem.kv_cache_bytes_per_token(ctx.model, "fp8", 1) / (2 * 64e9)  # PCIe Gen5 host staging, 2 GPUs
@@ -145,6 +156,29 @@ def test_prefill_ttft_queue_counts_the_prompts_that_join_its_last_step(tight) ->
     assert ttft[0] > 0.25 >= ttft[1]
     b = bounds.of(c)
     assert b is not None and b.usd_per_hour * 1e6 / (5.0 * 1650 * 3600) > 0.95 * 0.9145  # above P/D's 5% bar
+
+
+def test_a_pd_bound_counts_the_handoff_and_stays_below_the_evaluation(tight, tight_no_handoff) -> None:
+    # the handoff (recommender.load.link, 90 ms shipped) is a delay in every P/D request's TTFT: the prefill pool's
+    # TTFT bound moves by exactly it, and the evaluated TTFT by about it (the same pools, a constant added)
+    w, ctx, bounds = tight
+    _, ctx0, bounds0 = tight_no_handoff
+    handoff = ctx.kv_link(Candidate("h100-sxm", 2, "int4", "fp8", 16, 8192, True, "h100-sxm", 4)).handoff_s
+    assert handoff == pytest.approx(0.09) and ctx.rules.kv_handoff_s == handoff
+    key = ("h100-sxm", 2, "int4", "fp8", 1, False, 0)
+    with_h, without = bounds._prefill(key, 8192), bounds0._prefill(key, 8192)
+    assert with_h is not None and without is not None
+    for q in ("mean", "p50", "p90", "p99"):
+        assert with_h[1][q] - without[1][q] == pytest.approx(handoff, abs=1e-12)
+    c = Candidate("h100-sxm", 2, "int4", "fp8", 16, 8192, True, "h100-sxm", 4)
+    p_cost, p_lim = _cost(ctx, w, c, pd=True)
+    d_lim = pd_limits(c, w.max_model_len, False)[1]
+    d_cost, _ = ctx.cost_model("h100-sxm", 4, "int4", "fp8", d_lim)
+    path = ctx.kv_paths(c)[0]
+    pools = (PoolSpec(cost=p_cost, limits=p_lim, replicas=4), PoolSpec(cost=d_cost, limits=d_lim, replicas=1))
+    got = [cx.analyze_pd(c, *pools, 2.0, cx.kv_link(c, path)).ttft_s.at("p50") for cx in (ctx, ctx0)]
+    assert got[0] - got[1] == pytest.approx(handoff, rel=0.05)
+    assert with_h[1]["p50"] <= got[0]
 
 
 def test_the_tight_tpot_bounds_stay_below_these_evaluations(tight) -> None:

@@ -223,7 +223,8 @@ def analyze_disaggregated(topology: Disaggregated, traffic: Traffic, /) -> LoadR
     Its KV moves to a decode replica in ``kv_transfer_s_per_token * P`` seconds. Decode pool: the
     request waits for a slot, then its first step computes one token (the prompt's KV is remote)
     and produces the first token the client sees, then ``O - 1`` decode steps without prefill
-    interference. ``TTFT = W_p + own_p(P) + transfer(P) + W_d + R_d + first step``.
+    interference. ``TTFT = W_p + own_p(P) + transfer(P) + W_d + R_d + first step`` (+ the link's
+    ``handoff_s``, a delay that holds no link).
 
     With ``kv_link`` the transfer is a queue with a capacity (``recommender.load.link``): its wait and
     ``S(P)`` replace ``kv_transfer_s_per_token * P``, its utilisation counts like any pool's, and an
@@ -263,7 +264,8 @@ def analyze_disaggregated(topology: Disaggregated, traffic: Traffic, /) -> LoadR
         pre_queue, _ = pre.ttft_wait(e[:, 2], u[:, 3])
         pre_extra, _, _ = pre.co_scheduled(pre_queue * pre.lane_share, np.zeros_like(pre_queue), u[:, 4])
         dec_queue, dec_resid = dec.ttft_wait(e[:, 5], u[:, 3])
-        fixed = float(topology.decode.cost.request_overhead_s)
+        # the request's own fixed costs: the engine's per-request overhead and the P/D handoff (recommender.load.link)
+        fixed = float(topology.decode.cost.request_overhead_s) + (kv_link.handoff_s if kv_link is not None else 0.0)
         # the link queue shares the prefill wait's quasi-random column: both are high together (conservative)
         link_wait = link.wait(e[:, 2]) if link is not None else 0.0
         ttft = pre_queue + pre_own + pre_extra + transfer_pts + link_wait + dec_queue + dec_resid + dec_own + fixed

@@ -6,6 +6,9 @@ Each prefill replica pushes every finished prompt's KV cache to a decode replica
     S(P) = latency_s + P x bytes_per_token / bytes_per_s,   bytes_per_s = min(tp_p, tp_d) x nic_bytes_per_s
 
 (the slower end bounds it). Transfers queue FIFO per prefill replica (the simulator does exactly this).
+Besides the transfer, every request pays ``handoff_s`` on its way from prefill to decode that holds no link
+(the router's second hop, the decode engine's bootstrap and admission of the landed KV): a delay, not a
+service time, so it adds to TTFT and never to the link's utilisation. :data:`KV_HANDOFF_S` is its measured value.
 Analytically the link is an M/G/1 queue per prefill replica at ``lam_p = lam / R_p``:
 ``rho_link = lam_p E[S]`` (and the decode side's ingress ``lam / R_d x E[P] x bytes_per_token /
 (tp_d x nic_bytes_per_s)``, whichever is higher), Pollaczek-Khinchine wait
@@ -22,21 +25,32 @@ import numpy as np
 
 from recommender.errors import ConfigError
 
+#: Seconds a P/D request spends between its prefill and its decode engine beyond the KV transfer: the median, over
+#: InferenceX's disaggregated DeepSeek-R1 rows at utilisation <= 0.5, of measured minus predicted median TTFT, with
+#: a 2 ms handshake priced as link time. Dynamo SGLang, Dynamo TensorRT-LLM and MoRI SGLang each measure 90-95 ms
+#: (``benchmarks/bench_inferencex_disagg.py``, ``benchmarks/results/inferencex-disagg.md``); vLLM's NIXL path
+#: (a proxy's second request, the decode engine polling for the landed blocks) is not measured there.
+KV_HANDOFF_S = 0.09
+
 
 @dataclass(frozen=True)
 class KvLink:
     """KV transfer between the pools: bytes of KV per prompt token (whole model), NIC bandwidth per
-    GPU (one direction), the TP sizes of both ends and a fixed cost per transfer (handshake, proxy hop)."""
+    GPU (one direction), the TP sizes of both ends, a fixed cost per transfer that holds the link (the
+    handshake) and a fixed delay per request that does not (``handoff_s``: module docstring)."""
 
     bytes_per_token: float
     nic_bytes_per_s: float
     prefill_tp: int = 1
     decode_tp: int = 1
     latency_s: float = 0.0
+    handoff_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (self.bytes_per_token >= 0.0 and self.nic_bytes_per_s > 0.0 and self.latency_s >= 0.0):
-            raise ConfigError(f"KV link needs bytes_per_token >= 0, nic_bytes_per_s > 0, latency_s >= 0; got {self}")
+        if not (self.bytes_per_token >= 0.0 and self.nic_bytes_per_s > 0.0 and self.latency_s >= 0.0
+                and 0.0 <= self.handoff_s < math.inf):
+            raise ConfigError("KV link needs bytes_per_token >= 0, nic_bytes_per_s > 0, latency_s >= 0, "
+                              f"0 <= handoff_s < inf; got {self}")
         if self.prefill_tp < 1 or self.decode_tp < 1:
             raise ConfigError(f"KV link TP sizes must be >= 1, got {self.prefill_tp} / {self.decode_tp}")
 

@@ -294,7 +294,8 @@ def simulate_disaggregated(
     ``kv_transfer_s_per_token * prompt`` seconds, then a decode pool where the request's first step
     computes one token (the rest of its KV is remote) and emits the first token the client sees.
     With ``kv_link`` the transfers queue FIFO on their prefill replica's link, each holding it for
-    ``kv_link.transfer_s(prompt)`` (instead of the fixed delay). Requests and keywords as ``simulate``.
+    ``kv_link.transfer_s(prompt)`` (instead of the fixed delay), and reach the decode pool ``kv_link.handoff_s``
+    after their transfer ends. Requests and keywords as ``simulate``.
     ``timeseries`` is the decode pool, ``prefill_timeseries`` the prefill pool."""
     prefill, decode, fraction = topology.prefill, topology.decode, load.shared_prefix_fraction
     arr, prompts, outputs = _workload(load, n_requests, seed, burstiness)
@@ -309,7 +310,9 @@ def simulate_disaggregated(
         transfer = [topology.kv_transfer_s_per_token * p for p in prompts]
         arr_d = [pre.finish[i] + transfer[i] for i in range(n)]
     else:
-        arr_d = _link_fifo(topology.kv_link, pre.finish, prompts, prefill.replicas)
+        # the handoff is a delay after the transfer that holds no link (recommender.load.link)
+        arr_d = [t + topology.kv_link.handoff_s for t in _link_fifo(topology.kv_link, pre.finish, prompts,
+                                                                      prefill.replicas)]
         transfer = [arr_d[i] - pre.finish[i] for i in range(n)]
     remote = tokens_in_kv(decode, PoolKind.DECODE, prompts, fraction)
     recompute = tokens_in_kv(decode, PoolKind.AGGREGATED, prompts, fraction)  # after a preemption

@@ -96,13 +96,15 @@ def pool_models(row: PlanRow, *, model: ModelArch, profile: EngineProfile, catal
 def row_kv_link(row: PlanRow, model: ModelArch, prefill: PoolModel, decode: PoolModel, *,
                 default_bytes_per_s_per_gpu: float, default_latency_s: float) -> KvLink:
     """The KV link of a P/D row: the one the search sized it with (``kv_link_model``: bytes per token, NIC per
-    GPU, both TPs, latency), else (older plans) its path's bandwidth (``kv_link``) or the default, at the
-    default latency, for the prefill pool's KV dtype."""
+    GPU, both TPs, latency, handoff), else (older plans) its path's bandwidth (``kv_link``) or the default, at the
+    default latency, for the prefill pool's KV dtype. A plan written before the P/D handoff was priced (no
+    ``handoff_s``) is rebuilt as it was sized, without one."""
     kl = row.kv_link_model
     if kl:
         return KvLink(bytes_per_token=float(kl["bytes_per_token"]), nic_bytes_per_s=float(kl["nic_bytes_per_s"]),
                       prefill_tp=int(kl.get("prefill_tp", prefill.pool.tp)),
-                      decode_tp=int(kl.get("decode_tp", decode.pool.tp)), latency_s=float(kl.get("latency_s", 0.0)))
+                      decode_tp=int(kl.get("decode_tp", decode.pool.tp)), latency_s=float(kl.get("latency_s", 0.0)),
+                      handoff_s=float(kl.get("handoff_s", 0.0)))
     nic = row.kv_link.bytes_per_s_per_gpu if row.kv_link is not None else default_bytes_per_s_per_gpu
     return KvLink(bytes_per_token=mem.kv_cache_bytes_per_token(model, prefill.pool.kv_dtype, 1), nic_bytes_per_s=nic,
                   prefill_tp=prefill.pool.tp, decode_tp=decode.pool.tp, latency_s=default_latency_s)

@@ -5,9 +5,10 @@ to the decode pool, which only decodes. So each pool is explained by what it doe
 
     prefill pool   prompts/s            = arrival rate (per replica: rate / replicas)
                    prompt tokens/s      = rate x mean prompt tokens
-                   TTFT (the plan's)    = one prompt's prefill + KV transfer + waiting (the rest)
+                   TTFT (the plan's)    = one prompt's prefill + KV transfer + handoff + waiting (the rest)
                    KV transfer          = KV bytes per token x mean prompt / (min(TP_p, TP_d) x link bandwidth)
-                                          + link latency (the search policy's link)
+                                          + link latency (the link the row was sized with)
+                   handoff              = the link's fixed delay per request (recommender.load.link)
     decode pool    TPOT (the plan's)    = one decode step per output token
                    in flight / replica  = rate x mean output x mean TPOT / replicas        (Little's law)
                    KV use               = in flight x (mean prompt + mean output / 2) / KV capacity
@@ -53,18 +54,28 @@ def _prefill_alone_s(plan: Plan, row: PlanRow, pool: Pool, prompt: int) -> float
         return None
 
 
-def _transfer_s(plan: Plan, prefill: Pool, decode: Pool, prompt: int) -> float | None:
+def _transfer_s(plan: Plan, row: PlanRow, prefill: Pool, decode: Pool, prompt: int) -> tuple[float, float] | None:
+    """(one mean prompt's KV transfer, the per-request handoff) in seconds over the link the row was sized with
+    (``kv_link_model``; older plans: the search policy's link, no handoff), or None."""
     from recommender.catalog import default_catalog
     from recommender.perf import memory as mem
     from recommender.search.policy import SearchPolicy
 
+    kl = row.kv_link_model
+    if kl:
+        tps = min(int(kl.get("prefill_tp", prefill.tp)), int(kl.get("decode_tp", decode.tp)))
+        per_token, nic = float(kl.get("bytes_per_token", 0.0)), float(kl.get("nic_bytes_per_s", 0.0))
+        if per_token >= 0.0 and nic > 0.0 and tps >= 1:
+            return (per_token * prompt / (tps * nic) + float(kl.get("latency_s", 0.0)),
+                    float(kl.get("handoff_s", 0.0)))
     try:
         model = default_catalog().model(plan.workload.model)
     except RecommenderError:
         return None
     pol = SearchPolicy()
     per_token = mem.kv_cache_bytes_per_token(model, prefill.kv_dtype, 1)
-    return per_token * prompt / (min(prefill.tp, decode.tp) * pol.kv_transfer_bandwidth_bytes_per_s) + pol.kv_transfer_latency_s
+    return (per_token * prompt / (min(prefill.tp, decode.tp) * pol.kv_transfer_bandwidth_bytes_per_s)
+            + pol.kv_transfer_latency_s, 0.0)
 
 
 def pd_pool_text(plan: Plan, row: PlanRow, pool: Pool) -> str:
@@ -84,14 +95,18 @@ def pd_pool_text(plan: Plan, row: PlanRow, pool: Pool) -> str:
                          f"{rate:.3g} prompts/s ({rate / pool.replicas:.3g} per replica)"))
         out.append(_line("prompt tokens/s", f"rate x mean prompt ({prompt:,.0f} tokens)", f"{rate * prompt:,.0f} tok/s"))
         alone = _prefill_alone_s(plan, row, pool, max(1, round(prompt)))
-        xfer = _transfer_s(plan, pool, decode, max(1, round(prompt)))
+        link = _transfer_s(plan, row, pool, decode, max(1, round(prompt)))
         ttft = row.ttft_s
-        out.append(_line(f"TTFT {pct}", "the plan's: waiting + prefill + KV transfer", S(ttft) if ttft else "-"))
-        if ttft and alone is not None and xfer is not None:
+        out.append(_line(f"TTFT {pct}", "the plan's: waiting + prefill + KV transfer + handoff", S(ttft) if ttft else "-"))
+        if ttft and alone is not None and link is not None:
+            xfer, handoff = link
             out.append(_line("  prefill", "one mean prompt alone on one replica", f"{S(alone)} ({alone / ttft:.0%} of TTFT)"))
             out.append(_line("  KV transfer", "KV bytes x prompt / (min TP x link) + latency",
                              f"{S(xfer)} ({xfer / ttft:.0%} of TTFT)"))
-            rest = max(ttft - alone - xfer, 0.0)
+            if handoff > 0.0:
+                out.append(_line("  handoff", "prefill to decode beyond the transfer (measured)",
+                                 f"{S(handoff)} ({handoff / ttft:.0%} of TTFT)"))
+            rest = max(ttft - alone - xfer - handoff, 0.0)
             out.append(_line("  waiting", "queue and batching with other prompts (the rest)",
                              f"{S(rest)} ({rest / ttft:.0%} of TTFT)"))
     else:

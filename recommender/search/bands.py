@@ -147,7 +147,7 @@ def class_from_table(table: Mapping[str, Any], engine: str, family: str, dtype: 
 
 def with_disaggregated(cls: EvidenceClass, table: Mapping[str, Any] | None) -> EvidenceClass:
     """A P/D plan's class: per kind (TTFT, decode side) the wider of its pools' class and the table's
-    ``disaggregated`` entry (real P/D runs predicted with nothing fitted on them, ``benchmarks/bench_bands.py``),
+    ``disaggregated`` entry (real P/D runs predicted held out, ``benchmarks/bench_bands.py``),
     that entry's sigma shrunk to its rows like a class's (:func:`class_sigma`, prior ``PRIOR_SIGMA``). The pools'
     classes measure single-node serving; the P/D path adds a prefill queue, a KV hand-off and a second engine,
     whose error only P/D runs show (InferenceX: TTFT measured at a median 1.9x the model's). Without the entry, or

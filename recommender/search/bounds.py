@@ -42,7 +42,7 @@ Throughput of one replica (requests/s), ``u = max_utilisation``:
   at its high end, and ``R`` is the fewest replicas for which some piece meets ``L`` (``TPOT_SLACK`` on the
   interference);
 * TTFT with the prefill lane's queue (P/D prefill pools; TTFT SLOs at p90 and above): ``TTFT_q >= min(own) +
-  transfer + W_q + J(W_q)`` with the M/G/1 lane wait ``W_q >= E[S] ca2 g / (2 (1 - rho)) ln(rho / (1 - q))``
+  transfer + handoff + W_q + J(W_q)`` with the M/G/1 lane wait ``W_q >= E[S] ca2 g / (2 (1 - rho)) ln(rho / (1 - q))``
   (``cs2 = 0`` in the model's Kraemer-Langenbach-Belz factor ``g``, ``ca2 = 1 / R``; ``E[S] >= E[own - (n - Pc / C)
   T]``, the lane's share of the decode-only step) and ``J(W) = min(lam E[Pc] W, spare budget) E[D] / E[Pc]``, the
   prompts that arrive while it waits joining its last step (vLLM fills the budget at each step boundary); this
@@ -74,7 +74,7 @@ reads the weights ``W`` once; ``g`` concave, so the fewest and largest chunks ad
 its attention FLOPs, all-reduces and ``n`` step overheads, plus fixed (``_ttft``); TPOT ``>=`` the shortest decode step, ``max(W / hbm,
 decode_step_s(1, 0.9 x mean_ctx))`` (every decode step reads the weights; the load model's step is at a mean
 batch of at least one; halved at p50, where the batch-noise factor may be below 1); E2E ``>=`` TTFT's bound (plus
-``E[O - 1] x W / hbm`` for the mean). P/D: prefill's TTFT bound plus the KV transfer, decode's TPOT.
+``E[O - 1] x W / hbm`` for the mean). P/D: prefill's TTFT bound plus the KV transfer and the handoff, decode's TPOT.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ class Bounds:
 
     def _ttft_queue_replicas(self, cost: StepCostModel, budget: int, r0: int, extra_s: float = 0.0) -> int:
         """Fewest prefill replicas (at least ``r0``) whose TTFT bound with the lane's queue meets each TTFT SLO
-        at p90 and above: ``TTFT_q >= min(own) + extra_s + W_q`` (``extra_s``: the shortest KV transfer of P/D), the
+        at p90 and above: ``TTFT_q >= min(own) + extra_s + W_q`` (``extra_s``: the shortest KV transfer of P/D and its handoff), the
         lane an M/G/1 queue at ``rho = lam E[S]`` (``E[S] >= TTFT_SLACK x E[own]``) whose wait is 0 with probability
         ``1 - rho``, else exponential with mean ``E[S] ca2 g / (2 (1 - rho))`` at least (``ca2 = 1 / R`` round-robin;
         ``cs2 = 0`` minimises it, with the Kraemer-Langenbach-Belz factor ``g = exp(-2 (1 - rho) (1 - ca2)^2 / (3 rho
@@ -676,7 +676,9 @@ class Bounds:
                 # KV transfer runs on min(tp_p, tp_d) NICs: at least the time over the prefill pool's tp NICs
                 xfer = self.sizer.kv_transfer_s_per_token(Candidate(key[0], key[1], key[2], key[3], 1, 0, True, key[0], key[1]))
                 usd = self._usd(key[0], key[1], r, self._lam(cost, 1, budget, False, True, 1.0))
-                self._pre_cache[k] = (usd, self._ttft_cached(cost, key, budget, xfer), r)
+                # ... and every request's P/D handoff, a delay that holds no link (recommender.load.link)
+                ttft = {q: v + self.sizer.rules.kv_handoff_s for q, v in self._ttft_cached(cost, key, budget, xfer).items()}
+                self._pre_cache[k] = (usd, ttft, r)
         return self._pre_cache[k]
 
     def _decode(self, key: ShapeKey, seqs: int) -> tuple[float, float, int] | None:
@@ -768,10 +770,10 @@ class Bounds:
                     link = self.sizer.kv_link(c, path)
                     s = np.asarray(link.transfer_s(P), dtype=float)
                     ingress = float(P.mean()) * link.bytes_per_token / (link.decode_tp * link.nic_bytes_per_s)
-                    self._link_cache[lk] = (float(s.mean()), float(s.min()), ingress)
+                    self._link_cache[lk] = (float(s.mean()), float(s.min()) + link.handoff_s, ingress)
                 s_mean, s_min, ingress = self._link_cache[lk]
                 rp = max(rp0, math.ceil(self.target_req_s * s_mean / u - 1e-9))
-                rp = self._ttft_queue_replicas(cost, budget, rp, s_min)
+                rp = self._ttft_queue_replicas(cost, budget, rp, s_min)  # s_min: the shortest transfer and the handoff
                 out.append((path, rp, math.ceil(self.target_req_s * ingress / u - 1e-9)))
             self._pd_paths_cache[key] = tuple(out)
         return self._pd_paths_cache[key]

@@ -35,7 +35,7 @@ def rules_of(policy: SearchPolicy) -> SizingRules:
     return SizingRules(headroom=policy.headroom, max_utilisation=policy.max_utilisation,
                        gpu_memory_utilization=policy.gpu_memory_utilization, max_replicas=policy.max_replicas,
                        kv_transfer_bandwidth_bytes_per_s=policy.kv_transfer_bandwidth_bytes_per_s,
-                       kv_transfer_latency_s=policy.kv_transfer_latency_s,
+                       kv_transfer_latency_s=policy.kv_transfer_latency_s, kv_handoff_s=policy.kv_handoff_s,
                        max_num_seqs_floor=min(policy.max_num_seqs, default=0))
 
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from recommender.errors import ConfigError
+from recommender.load.link import KV_HANDOFF_S
 from recommender.shipped import shipped_dir
 from recommender.yamlfile import read_yaml_file, validation_message
 
@@ -37,6 +38,7 @@ class _SearchPolicySpec(BaseModel):
     evidence_band: float = Field(0.15, ge=0.0, le=2.0)
     kv_transfer_bandwidth_bytes_per_s: float = Field(5e10, gt=0)
     kv_transfer_latency_s: float = Field(0.002, ge=0)
+    kv_handoff_s: float = Field(KV_HANDOFF_S, ge=0, le=60)
     max_replicas: int = Field(256, gt=0)
     verify: int = Field(3, ge=0)
     verify_requests: int = Field(20000, gt=0)  # at most, per verified plan (search/verify.py sizes the run)
@@ -69,6 +71,7 @@ class SearchPolicy:
     evidence_band: float = 0.15
     kv_transfer_bandwidth_bytes_per_s: float = 5e10
     kv_transfer_latency_s: float = 0.002
+    kv_handoff_s: float = KV_HANDOFF_S  # measured: recommender.load.link
     max_replicas: int = 256
     verify: int = 3
     verify_requests: int = 20000
