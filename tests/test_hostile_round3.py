@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import tracemalloc
 from pathlib import Path
@@ -322,3 +323,34 @@ def test_duplicate_yaml_keys_are_refused(tmp_path: Path) -> None:
     wl = tmp_path / "w.yaml"
     wl.write_text("model: llama-3.1-8b\nmodel: qwen3-8b\ntraffic: {arrival_rate: 2}\n")
     assert "duplicate key 'model' at line 2" in assert_one_line_error(run("--workload", str(wl)), 2)
+
+
+@pytest.mark.parametrize("link, message", [
+    ({"handoff_s": -1.0}, "kv_link_model.handoff_s must be between 0 and 60, got -1"),
+    ({"handoff_s": 1e308}, "kv_link_model.handoff_s must be between 0 and 60"),
+    ({"latency_s": 61.0}, "kv_link_model.latency_s must be between 0 and 60"),
+    ({"nic_bytes_per_s": 0.0}, "nic_bytes_per_s above 0"),
+    ({"prefill_tp": 0.0}, "TPs of at least 1"),
+    ({"evil": 1.0}, "kv_link_model has unknown field(s) evil"),
+])
+def test_a_pd_rows_kv_link_is_bounded_on_read(link: dict[str, float], message: str) -> None:
+    # the KV link a P/D row was sized with is rebuilt by simulate --plan, replan and the report: a hand-edited one is
+    # refused with one line naming the field, before the load model sees it
+    from recommender.errors import ConfigError
+    from recommender.plan import load_plan
+
+    doc = json.loads((Path(__file__).parent / "data" / "plans" / "pd-rag-tpot30.plan.json").read_text())
+    doc["plans"][0]["kv_link_model"].update(link)
+    with pytest.raises(ConfigError, match=re.escape(message)) as e:
+        load_plan(doc)
+    assert "\n" not in str(e.value)
+
+
+def test_a_pd_rows_kv_link_names_its_bytes_and_nic() -> None:
+    from recommender.errors import ConfigError
+    from recommender.plan import load_plan
+
+    doc = json.loads((Path(__file__).parent / "data" / "plans" / "pd-rag-tpot30.plan.json").read_text())
+    del doc["plans"][0]["kv_link_model"]["bytes_per_token"]
+    with pytest.raises(ConfigError, match="kv_link_model lacks bytes_per_token"):
+        load_plan(doc)

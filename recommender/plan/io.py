@@ -333,12 +333,36 @@ def _check_row(row: PlanRow, where: str) -> None:
     for name in ("usd_per_million_output_tokens", "usd_per_million_tokens", "ttft_s", "tpot_s", "e2e_s",
                  "output_tokens_per_s", "load_utilisation"):
         _nonneg(getattr(row, name, None), name, where, 1e15)
+    _check_kv_link_model(row.kv_link_model, where)
     pool_usd = [p.usd_per_hour for p in row.pools]
     if row.usd_per_hour is not None and all(u is not None for u in pool_usd):
         total = sum(u for u in pool_usd if u is not None)
         if abs(total - row.usd_per_hour) > 0.01 + 1e-3 * total:
             raise ConfigError(f"{where}: usd_per_hour {row.usd_per_hour:g} is not the sum of its pools' "
                               f"({total:g}); {_HINT}")
+
+
+#: the KV link a P/D row was sized with (``kv_link_model``, recommender.load.link.KvLink's fields): each bounded
+KV_LINK_LIMITS = {"bytes_per_token": 1e9, "nic_bytes_per_s": MAX_NIC_BYTES_PER_S, "prefill_tp": MAX_TP,
+                  "decode_tp": MAX_TP, "latency_s": 60.0, "handoff_s": 60.0}
+
+
+def _check_kv_link_model(kl: Mapping[str, float] | None, where: str) -> None:
+    """A P/D row's KV link: only :class:`KvLink`'s fields, each between 0 and its bound (the NIC above 0, the TPs
+    at least 1), so a hand-edited link is refused on read rather than by the load model."""
+    if not kl:
+        return
+    unknown = sorted(set(kl) - set(KV_LINK_LIMITS))
+    if unknown:
+        raise ConfigError(f"{where}: kv_link_model has unknown field(s) {', '.join(k[:40] for k in unknown[:3])} "
+                          f"(known: {', '.join(KV_LINK_LIMITS)}); {_HINT}")
+    missing = [k for k in ("bytes_per_token", "nic_bytes_per_s") if k not in kl]
+    if missing:
+        raise ConfigError(f"{where}: kv_link_model lacks {' and '.join(missing)}; {_HINT}")
+    for name, value in kl.items():
+        _nonneg(value, f"kv_link_model.{name}", where, KV_LINK_LIMITS[name])
+    if kl.get("nic_bytes_per_s", 1.0) <= 0 or min(kl.get("prefill_tp", 1.0), kl.get("decode_tp", 1.0)) < 1:
+        raise ConfigError(f"{where}: kv_link_model needs nic_bytes_per_s above 0 and TPs of at least 1; {_HINT}")
 
 
 def _check_pool(p: Pool, max_model_len: int, where: str) -> None:
