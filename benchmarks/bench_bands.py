@@ -381,7 +381,7 @@ def report(rows: Sequence[Row], seconds: float) -> str:
                   "(`bench_inferencex_disagg.py`), those the model runs at a utilisation within the search policy's "
                   f"`max_utilisation` ({e['max_utilisation']:g}). A P/D plan's band takes the wider of its pools' class "
                   "and this entry per kind (`recommender/search/bands.py`); its sigma is these rows' own 80th "
-                  "percentile, so 80% lie inside by construction (no fit saw them).", "",
+                  "percentile, so 80% lie inside by construction (each predicted held out).", "",
                   "| kind | rows | configs | sigma | band p10-p90 | median ln g (measured / predicted) |",
                   "|---|---:|---:|---:|---|---:|"]
         for kind in ("ttft", "decode"):

@@ -6,6 +6,7 @@ expected layouts are read off the rows' own columns by hand.
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -60,19 +61,20 @@ def test_every_disaggregated_row_is_read_and_the_covered_ones_predicted() -> Non
 
 
 def test_the_handoff_fit_is_the_median_excess_at_low_load_and_held_out_by_configuration() -> None:
-    # stand-in predictions: the fit takes the median of measured - predicted TTFT over rows at utilisation <= 0.5 only
-    cases = bd.disagg_cases(bd.bx.DEFAULT_CSV)[:5]
-    pairs = [(c, {"ttft": c.measured["ttft"] - d, "tpot": 1.0, "tput": 1.0, "utilisation": u})
-             for c, d, u in zip(cases, (0.05, 0.09, 0.10, 2.0, 0.0), (0.1, 0.2, 0.5, 0.9, 0.3))]
+    # stand-in predictions: the fit takes the median of measured - predicted TTFT over rows of <= 8 in flight only
+    cases = [dataclasses.replace(c, conc=n) for c, n in zip(bd.disagg_cases(bd.bx.DEFAULT_CSV)[:5], (1, 4, 8, 64, 2))]
+    pairs = [(c, {"ttft": c.measured["ttft"] - d, "tpot": 1.0, "tput": 1.0, "utilisation": 0.1})
+             for c, d in zip(cases, (0.05, 0.09, 0.10, 2.0, 0.0))]
     assert all("ttft" in c.measured for c in cases)
-    assert bd.fit_handoff(pairs) == pytest.approx(0.07)   # median of 0.05, 0.09, 0.10, 0.0 (the 0.9-busy row left out)
+    assert bd.fit_handoff(pairs) == pytest.approx(0.07)   # median of 0.05, 0.09, 0.10, 0.0 (the 64-deep row left out)
     assert bd.fit_handoff(pairs[3:4]) != bd.fit_handoff(pairs[3:4])   # none at low load: NaN
 
 
 @pytest.mark.slow
 def test_the_shipped_handoff_is_what_the_pd_rows_measure() -> None:
-    # policies/search.yaml kv_handoff_s (recommender.load.link.KV_HANDOFF_S): fitted on InferenceX's P/D rows, each
-    # framework alone within 80-100 ms of the rest (benchmarks/results/inferencex-disagg.md: 90 / 94 / 95 / 90 ms)
+    # policies/search.yaml kv_handoff_s (recommender.load.link.KV_HANDOFF_S): fitted on InferenceX's P/D rows of <= 8
+    # in flight (benchmarks/results/inferencex-disagg.md: 60 ms pooled; MoRI SGLang 70, Dynamo SGLang 40, Dynamo
+    # TensorRT-LLM -3: the stacks differ, the SGLang ones pay one)
     from recommender.load.link import KV_HANDOFF_S
     from recommender.search.policy import load_search_policy
 
@@ -80,5 +82,6 @@ def test_the_shipped_handoff_is_what_the_pd_rows_measure() -> None:
     pairs0 = bd.predict_all(cases, 0.0)
     fitted = bd.fit_handoff(pairs0)
     assert load_search_policy().kv_handoff_s == KV_HANDOFF_S == pytest.approx(fitted, abs=0.005)
-    for fw in ("dynamo-sglang", "dynamo-trt", "mori-sglang"):
-        assert 0.08 <= bd.fit_handoff([(c, p) for c, p in pairs0 if c.framework == fw]) <= 0.1
+    own = {fw: bd.fit_handoff([(c, p) for c, p in pairs0 if c.framework == fw])
+           for fw in ("dynamo-sglang", "dynamo-trt", "mori-sglang")}
+    assert 0.03 <= own["dynamo-sglang"] <= 0.05 and 0.06 <= own["mori-sglang"] <= 0.08 and abs(own["dynamo-trt"]) <= 0.01

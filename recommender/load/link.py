@@ -26,11 +26,12 @@ import numpy as np
 from recommender.errors import ConfigError
 
 #: Seconds a P/D request spends between its prefill and its decode engine beyond the KV transfer: the median, over
-#: InferenceX's disaggregated DeepSeek-R1 rows at utilisation <= 0.5, of measured minus predicted median TTFT, with
-#: a 2 ms handshake priced as link time. Dynamo SGLang, Dynamo TensorRT-LLM and MoRI SGLang each measure 90-95 ms
-#: (``benchmarks/bench_inferencex_disagg.py``, ``benchmarks/results/inferencex-disagg.md``); vLLM's NIXL path
-#: (a proxy's second request, the decode engine polling for the landed blocks) is not measured there.
-KV_HANDOFF_S = 0.09
+#: InferenceX's disaggregated DeepSeek-R1 rows of at most 8 requests in flight (nothing queues), of measured minus
+#: predicted median TTFT, with a 2 ms handshake priced as link time: 60 ms over the three stacks, MoRI SGLang 70,
+#: Dynamo SGLang 40, Dynamo TensorRT-LLM -3 (``benchmarks/bench_inferencex_disagg.py``,
+#: ``benchmarks/results/inferencex-disagg.md``). vLLM's NIXL path (a proxy's second request, the decode engine
+#: polling for the landed blocks) is not measured there.
+KV_HANDOFF_S = 0.06
 
 
 @dataclass(frozen=True)
