@@ -300,3 +300,15 @@ def test_an_offline_plan_says_when_its_job_ends_and_what_it_costs() -> None:
     assert float(first[header.index("job_usd")]) == pytest.approx(doc["plans"][0]["job"]["usd"], rel=1e-9)
     online = json.loads((path.parent / "chat.plan.json").read_text())
     assert all("job" not in row for row in online["plans"])
+
+
+def test_a_plan_rows_label_names_its_engine_layout_as_the_searchs_does() -> None:
+    # the report's row headings and chart hovers use PlanRow.label; a DP-attention MoE engine with MTP 2 must read as
+    # the search's row label (RankedRow.label: 'b200 TP2 DP4 EP MTP2 x1'), not as a plain TP2 engine
+    plan = load_plan(Path(__file__).resolve().parents[1] / "examples" / "plans" / "chat.plan.json")
+    row = plan.rows[0]
+    pool = dataclasses.replace(row.pools[0], gpu="b200", tp=2, replicas=1, data_parallel_size=4,
+                               enable_expert_parallel=True, num_speculative_tokens=2)
+    assert dataclasses.replace(row, pools=(pool,)).label() == "b200 TP2 DP4 EP MTP2 x1"
+    plain = dataclasses.replace(pool, data_parallel_size=1, enable_expert_parallel=False, num_speculative_tokens=0)
+    assert dataclasses.replace(row, pools=(plain,)).label() == "b200 TP2 x1"

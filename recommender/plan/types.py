@@ -240,12 +240,14 @@ class PlanRow:
         return math.inf if v is None else float(v)
 
     def label(self) -> str:
-        """'h100-sxm TP4 x2' or 'P 2xh200 TP2 + D 1xh200 TP4'."""
+        """'h100-sxm TP4 x2', 'b200 TP2 DP4 EP MTP2 x1' or 'P 2xh200 TP2 + D 1xh200 TP4': the search's row label
+        (``RankedRow.label``) for the same row."""
         if self.disaggregated:
             p, d = self.pools
             return f"P {p.replicas}x{p.gpu} TP{p.tp} + D {d.replicas}x{d.gpu} TP{d.tp}"
         p = self.pools[0]
-        return f"{p.gpu} TP{p.tp}{layout_suffix(pp=p.pp, dp=p.data_parallel_size, ep=p.enable_expert_parallel)} x{p.replicas}"
+        suffix = layout_suffix(pp=p.pp, dp=p.data_parallel_size, ep=p.enable_expert_parallel, mtp=p.num_speculative_tokens)
+        return f"{p.gpu} TP{p.tp}{suffix} x{p.replicas}"
 
 
 def layout_suffix(*, pp: int = 1, dp: int = 1, ep: bool = False, mtp: int = 0) -> str:
