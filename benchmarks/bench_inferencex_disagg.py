@@ -202,11 +202,12 @@ def predict(c: DisaggCase, handoff_s: float | None = None) -> dict[str, float] |
     g, model = cat.gpu(gpu), cat.model(bx.MODEL)
     one_domain = c.prefill.gpus + c.decode.gpus <= g.interconnect.gpus_per_domain
     nic = g.interconnect.bandwidth_bytes_per_s if one_domain else NIC_BYTES_PER_S
+    policy = load_search_policy()
     link = KvLink(bytes_per_token=mem.kv_cache_bytes_per_token(model, bx.kv_cache_dtype(fw, c.gpu, c.weight_dtype,
                                                                                       c.row["date"]), 1),
                   nic_bytes_per_s=nic, prefill_tp=c.prefill.tp, decode_tp=c.decode.tp,
-                  latency_s=load_search_policy().kv_transfer_latency_s,
-                  handoff_s=load_search_policy().kv_handoff_s if handoff_s is None else handoff_s)
+                  latency_s=policy.kv_transfer_latency_s,
+                  handoff_s=policy.kv_handoff_s if handoff_s is None else handoff_s)
     topo = Disaggregated(prefill=PoolSpec(cost=cost_p, limits=lim_p, replicas=c.prefill.workers * c.prefill.dp),
                          decode=PoolSpec(cost=cost_d, limits=lim_d, replicas=c.decode.workers * c.decode.dp), kv_link=link)
 

@@ -354,3 +354,13 @@ def test_a_pd_rows_kv_link_names_its_bytes_and_nic() -> None:
     del doc["plans"][0]["kv_link_model"]["bytes_per_token"]
     with pytest.raises(ConfigError, match="kv_link_model lacks bytes_per_token"):
         load_plan(doc)
+
+
+def test_the_plan_readers_kv_link_bounds_cover_exactly_the_links_fields() -> None:
+    # a field KvLink gains must be bounded on read too (and nothing else accepted): the two lists are one contract
+    import dataclasses
+
+    from recommender.load.link import KvLink
+    from recommender.plan.io import KV_LINK_LIMITS
+
+    assert set(KV_LINK_LIMITS) == {f.name for f in dataclasses.fields(KvLink)}

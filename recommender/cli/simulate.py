@@ -65,7 +65,7 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
     link = None
     if len(models) == 2:  # the KV link the row was sized with (older plans: its path's bandwidth, or the policy's)
         policy = SearchPolicy()
-        link = row_kv_link(row, model, models[0], models[1],
+        link = row_kv_link(row, model, models[0].pool, models[1].pool,
                            default_bytes_per_s_per_gpu=policy.kv_transfer_bandwidth_bytes_per_s,
                            default_latency_s=policy.kv_transfer_latency_s)
     if lengths is not None:

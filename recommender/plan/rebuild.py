@@ -93,7 +93,7 @@ def pool_models(row: PlanRow, *, model: ModelArch, profile: EngineProfile, catal
                              max_model_len=max_model_len) for p in row.pools)
 
 
-def row_kv_link(row: PlanRow, model: ModelArch, prefill: PoolModel, decode: PoolModel, *,
+def row_kv_link(row: PlanRow, model: ModelArch, prefill: Pool, decode: Pool, *,
                 default_bytes_per_s_per_gpu: float, default_latency_s: float) -> KvLink:
     """The KV link of a P/D row: the one the search sized it with (``kv_link_model``: bytes per token, NIC per
     GPU, both TPs, latency, handoff), else (older plans) its path's bandwidth (``kv_link``) or the default, at the
@@ -102,9 +102,9 @@ def row_kv_link(row: PlanRow, model: ModelArch, prefill: PoolModel, decode: Pool
     kl = row.kv_link_model
     if kl:
         return KvLink(bytes_per_token=float(kl["bytes_per_token"]), nic_bytes_per_s=float(kl["nic_bytes_per_s"]),
-                      prefill_tp=int(kl.get("prefill_tp", prefill.pool.tp)),
-                      decode_tp=int(kl.get("decode_tp", decode.pool.tp)), latency_s=float(kl.get("latency_s", 0.0)),
+                      prefill_tp=int(kl.get("prefill_tp", prefill.tp)),
+                      decode_tp=int(kl.get("decode_tp", decode.tp)), latency_s=float(kl.get("latency_s", 0.0)),
                       handoff_s=float(kl.get("handoff_s", 0.0)))
     nic = row.kv_link.bytes_per_s_per_gpu if row.kv_link is not None else default_bytes_per_s_per_gpu
-    return KvLink(bytes_per_token=mem.kv_cache_bytes_per_token(model, prefill.pool.kv_dtype, 1), nic_bytes_per_s=nic,
-                  prefill_tp=prefill.pool.tp, decode_tp=decode.pool.tp, latency_s=default_latency_s)
+    return KvLink(bytes_per_token=mem.kv_cache_bytes_per_token(model, prefill.kv_dtype, 1), nic_bytes_per_s=nic,
+                  prefill_tp=prefill.tp, decode_tp=decode.tp, latency_s=default_latency_s)

@@ -55,27 +55,20 @@ def _prefill_alone_s(plan: Plan, row: PlanRow, pool: Pool, prompt: int) -> float
 
 
 def _transfer_s(plan: Plan, row: PlanRow, prefill: Pool, decode: Pool, prompt: int) -> tuple[float, float] | None:
-    """(one mean prompt's KV transfer, the per-request handoff) in seconds over the link the row was sized with
-    (``kv_link_model``; older plans: the search policy's link, no handoff), or None."""
+    """(one mean prompt's KV transfer, the per-request handoff) in seconds over the link the row was sized with, as
+    ``replan`` and ``simulate --plan`` rebuild it (``plan.rebuild.row_kv_link``), or None."""
     from recommender.catalog import default_catalog
-    from recommender.perf import memory as mem
+    from recommender.plan.rebuild import row_kv_link
     from recommender.search.policy import SearchPolicy
 
-    kl = row.kv_link_model
-    if kl:
-        tps = min(int(kl.get("prefill_tp", prefill.tp)), int(kl.get("decode_tp", decode.tp)))
-        per_token, nic = float(kl.get("bytes_per_token", 0.0)), float(kl.get("nic_bytes_per_s", 0.0))
-        if per_token >= 0.0 and nic > 0.0 and tps >= 1:
-            return (per_token * prompt / (tps * nic) + float(kl.get("latency_s", 0.0)),
-                    float(kl.get("handoff_s", 0.0)))
     try:
         model = default_catalog().model(plan.workload.model)
     except RecommenderError:
         return None
     pol = SearchPolicy()
-    per_token = mem.kv_cache_bytes_per_token(model, prefill.kv_dtype, 1)
-    return (per_token * prompt / (min(prefill.tp, decode.tp) * pol.kv_transfer_bandwidth_bytes_per_s)
-            + pol.kv_transfer_latency_s, 0.0)
+    link = row_kv_link(row, model, prefill, decode, default_bytes_per_s_per_gpu=pol.kv_transfer_bandwidth_bytes_per_s,
+                       default_latency_s=pol.kv_transfer_latency_s)
+    return float(link.transfer_s(prompt)), link.handoff_s
 
 
 def pd_pool_text(plan: Plan, row: PlanRow, pool: Pool) -> str:

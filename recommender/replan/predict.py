@@ -100,7 +100,7 @@ def predict_plan(plan: Plan, workload: Workload, *, profile: EngineProfile | Non
     sfx = workload.shared_prefix_fraction
     link: KvLink | None = None
     if len(pools) > 1:  # the KV link the search sized the plan with (older plans: its path's, or the policy's)
-        link = row_kv_link(row, catalog.model(workload.model), pools[0], pools[-1],
+        link = row_kv_link(row, catalog.model(workload.model), pools[0].pool, pools[-1].pool,
                            default_bytes_per_s_per_gpu=policy.kv_transfer_bandwidth_bytes_per_s,
                            default_latency_s=policy.kv_transfer_latency_s)
 
