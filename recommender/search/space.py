@@ -93,9 +93,10 @@ def layout_valid(model: ModelArch, gpu: Gpu, tp: int, dp: int, ep: bool) -> str 
 
     The search also keeps ``tp x dp`` dividing the domain, its space before ``check_layout`` let an engine span
     part of an NVL72 rack (on GB200: engines of at most 8 GPUs, as TP 8): ``recommend estimate`` explains a GB200
-    DP 16 / 32 engine, but the deploy renderers run one engine in one pod (a multi-node replica only as pipeline
-    stages), and a pod wider than a 4-GPU tray does not schedule. (An 8-GPU GB200 engine, TP 8 or TP x DP = 8, is
-    already two trays: the renderers do not deploy it across them either.)"""
+    DP 16 / 32 engine; its only evidence is InferenceX's disaggregated rows (their decode workers,
+    docs/accuracy.md), which no aggregated plan's band carries. An engine over several
+    4-GPU trays (TP 8 or TP x DP = 8 on GB200) deploys as a LeaderWorkerSet group of one pod per tray (``recommend
+    deploy --format k8s``, Ray across them); the one-pod-per-replica outputs refuse it (``deploy.spec.refuse_multinode``)."""
     if dp == 1 and not ep:
         return None
     if model.moe is None:
