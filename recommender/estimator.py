@@ -114,8 +114,10 @@ def pricing_for(gpu: Gpu, *, tp: int, replicas: int, usd_per_gpu_hour: float | N
             notes.append(f"the cheapest offer per GPU-hour ({cheapest.provider}, ${cheapest.usd_per_gpu_hour:,.2f}) sells "
                          f"{cheapest.gpus_per_instance}-GPU instances only, which{cost} here")
     if rental.gpus_billed > gpus:
+        # with pp > 1 the rental counts stage groups: a replica is pp of them
+        fit = f": up to {rental.replicas // pp} replicas cost the same" if rental.replicas // pp > replicas // pp else ""
         notes.append(f"{rental.instances} instance{'s hold' if rental.instances > 1 else ' holds'} {rental.gpus_billed} "
-                     f"GPUs for the {gpus} this runs: up to {rental.replicas} replicas cost the same")
+                     f"GPUs for the {gpus} this runs{fit}")
     plural = "s" if rental.instances > 1 else ""
     return Pricing(usd_per_hour=rental.usd_per_hour, gpus=gpus, rental=rental, notes=tuple(notes),
                    basis=f"{rental.instances} x {o.provider} {o.gpus_per_instance}-GPU instance{plural} "

@@ -41,6 +41,25 @@ def test_deepseek_r1_in_two_stages_by_hand() -> None:
     # offer naming the NIC between instances (RunPod's is cheaper per GPU-hour and names none)
     assert d["usd_per_hour"] == pytest.approx(2 * 49.24)
     assert (d["pricing"]["provider"], d["pricing"]["instances"]) == ("coreweave", 2)
+    # the replica's GPUs are both stages': TP 8 x PP 2 = 16 (it counted one stage, 8)
+    assert d["gpus_total"] == 16
+    assert d["output_tokens_per_s"] / d["gpus_total"] == pytest.approx(d["output_tokens_per_s"] / 16)
+
+
+def test_a_pipeline_counts_a_replica_as_all_its_stages() -> None:
+    """TP 4 x PP 3 of Llama-3.1-70B: 12 GPUs on two 8-GPU instances (16 billed). The text names 3 stages, not
+    instances, and the spare 4 GPUs hold no second replica (one would need 12 more), where it said 4."""
+    args = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4", "-pp", "3"]
+    code, out = _run(*args)
+    assert code == 0, out
+    assert "on 12 x h100-sxm (TP 4 x PP 3: 3 pipeline stages a replica, 1 replica)" in out
+    assert "2 instances hold 16 GPUs for the 12 this runs\n" in out + "\n" and "replicas cost the same" not in out
+    code, out = _run(*args, "-f", "json")
+    assert json.loads(out)["gpus_total"] == 12
+    # two replicas: 24 GPUs on three instances, nothing spare
+    code, out = _run(*args, "--replicas", "2", "-f", "json")
+    d = json.loads(out)
+    assert (d["gpus_total"], d["pricing"]["instances"]) == (24, 3) and not any("cost the same" in n for n in d["pricing"]["notes"])
 
 
 def test_the_estimate_prices_a_pipeline_as_the_search_does() -> None:

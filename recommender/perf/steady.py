@@ -357,6 +357,6 @@ def _estimate_rank(dep: Deployment, load: Load, replicas: int, usd_per_gpu_hour:
         prefill_flops=prefill_flops, prefill_compute_floor_s=prefill_floor, prefill_s=prefill_s,
         tpot_s=tpot, ttft_s=ttft, e2e_s=e2e, output_tokens_per_s=out_tps, total_tokens_per_s=total_tps,
         usd_per_hour=usd_per_hour, usd_per_million_output_tokens=_usd(usd_per_hour, out_tps),
-        usd_per_million_tokens=_usd(usd_per_hour, total_tps), gpus_total=tp * replicas, memory=memb,
+        usd_per_million_tokens=_usd(usd_per_hour, total_tps), gpus_total=tp * dep.pp * replicas, memory=memb,
         notes=tuple(notes),
     )

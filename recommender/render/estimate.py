@@ -61,7 +61,7 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
 def _header_lines(dep: Deployment, replicas: int, conditions: list[str] | None) -> list[str]:
     """The configuration in one line, then the engine conditions (and the parallelism flags) when given."""
     m, g, tp, p = dep.model, dep.gpu, dep.tp, dep.profile
-    par = ((f" x PP {dep.pp}: {dep.pp} instances a replica" if dep.pp > 1 else "")
+    par = ((f" x PP {dep.pp}: {dep.pp} pipeline stages a replica" if dep.pp > 1 else "")
            + (f", DP attention {dep.dp}" if dep.dp > 1 else "") + (", expert parallel" if dep.ep else ""))
     out = [f"{model_label(m.id, m.hf_repo)} on {replicas * dep.gpus} x {g.id} (TP {tp}{par}, {replicas} replica{'s' if replicas > 1 else ''}), "
            f"weights {dep.weight_dtype}, KV cache {dep.kv_dtype}, engine profile {p.engine}"
