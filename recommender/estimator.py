@@ -360,9 +360,13 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
         load = Load.context(batch=req.batch or 1, context_tokens=req.context_tokens or 1)
     lim = default_limits(gpu)
     max_len = req.max_model_len or max(load.context_tokens, load.prompt_tokens + load.output_tokens, 1)
+    _check_lengths(req, model, max_len)
+    budget = req.max_num_batched_tokens or lim.max_num_batched_tokens
+    if not req.chunked_prefill and req.max_num_batched_tokens is None:
+        budget = max(budget, max_len)   # vLLM's default without chunked prefill: a whole prompt fits one step
     limits = EngineLimits(
         max_num_seqs=req.max_num_seqs or lim.max_num_seqs,
-        max_num_batched_tokens=req.max_num_batched_tokens or lim.max_num_batched_tokens,
+        max_num_batched_tokens=budget,
         chunked_prefill=req.chunked_prefill,
         scheduler_poll_steps=req.scheduler_poll_steps,
     )
@@ -371,6 +375,23 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
                            max_model_len=max_len, dp=req.dp, ep=req.ep, spec=spec, pp=req.pp,
                            stage_nic_bytes_per_s_per_gpu=_stage_nic(req, model, gpu, spec))
     return dep, load
+
+
+def _check_lengths(req: EstimateRequest, model: ModelArch, max_len: int) -> None:
+    """Refuse, in one line, what vLLM refuses at start-up: ``max_model_len`` (``--max-model-len``, else the longest
+    request or context) above the model's context (``max_position_embeddings``), and, with chunked prefill off, a
+    ``--max-num-batched-tokens`` below ``max_model_len`` (``SchedulerConfig``: a prompt must fit one step)."""
+    context = model.max_position_embeddings
+    if max_len > context:
+        what = (f"--max-model-len {max_len:,}" if req.max_model_len else f"--context {max_len:,} tokens"
+                if req.context_tokens is not None else f"prompt + output {max_len:,} tokens")
+        raise ConfigError(f"{what} exceeds {model.id}'s context of {context:,} tokens (max_position_embeddings), which "
+                          f"vLLM refuses; use at most {context:,} tokens or a longer-context model")
+    budget = req.max_num_batched_tokens
+    if not req.chunked_prefill and budget is not None and budget < max_len:
+        raise ConfigError(f"--max-num-batched-tokens {budget:,} with chunked prefill off: vLLM requires it >= "
+                          f"max_model_len ({max_len:,}), a prompt being prefilled in one step; raise it, or drop "
+                          f"--no-chunked-prefill")
 
 
 def _stage_nic(req: EstimateRequest, model: ModelArch, gpu: Gpu, spec: SpecDecode | None) -> float:

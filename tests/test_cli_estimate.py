@@ -182,7 +182,34 @@ BAD = [
     (("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--price", "-1"), ("price",)),
     (("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "bogus"), ("unknown engine", "vllm")),
     (("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--profile", "/nonexistent/profile.yaml"), ("does not exist",)),
+    # vLLM refuses a max_model_len above the model's context (Llama-3.1-8B's config.json: max_position_embeddings
+    # 131072), whether it is given or the longest request / context needs it
+    (("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--prompt-tokens", "200k", "--output-tokens", "10"),
+     ("prompt + output 200,010 tokens", "context of 131,072 tokens")),
+    (("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "200k"), ("--context 200,000", "131,072")),
+    (("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "500k"), ("--max-model-len 500,000", "131,072")),
+    (("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--bench", "--random-input-len", "200k"), ("200,128 tokens", "131,072")),
+    # with chunked prefill off vLLM's SchedulerConfig requires max_num_batched_tokens >= max_model_len
+    (("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--no-chunked-prefill", "--max-num-batched-tokens", "512",
+      "--prompt-tokens", "2k", "--output-tokens", "200"), ("--max-num-batched-tokens 512", "max_model_len (2,200)")),
 ]
+
+
+def test_without_chunked_prefill_the_default_budget_holds_a_whole_prompt() -> None:
+    """vLLM's default token budget with chunked prefill off is max(max_model_len, its default): a 10k prompt is one
+    prefill step of 10,200 tokens, where the estimate kept H100's 8,192 default and prefilled 10k tokens in one step
+    anyway."""
+    code, d = run_json("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--no-chunked-prefill", "--prompt-tokens", "10k",
+                       "--output-tokens", "200")
+    assert code == 0
+    assert any("max_num_batched_tokens 10200" in c for c in d["conditions"]), d["conditions"]
+
+
+def test_simulate_refuses_what_vllm_refuses_too() -> None:
+    res = CliRunner().invoke(app, ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5",
+                                   "--requests", "100", "--max-num-batched-tokens", "512", "--no-chunked-prefill",
+                                   "--prompt-tokens", "2k", "--output-tokens", "200"])
+    assert res.exit_code == 2 and res.stderr.startswith("error: --max-num-batched-tokens 512") and res.stdout == ""
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
