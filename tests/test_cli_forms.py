@@ -148,3 +148,26 @@ def test_calibrate_and_simulate_outputs_are_checked_before_the_work() -> None:
     plan = Path(__file__).resolve().parent.parent / "examples" / "plans" / "chat.plan.json"
     res = run("simulate", "--plan", str(plan), "--timeseries", "/proc/t.csv", "-n", "100", "-q")
     assert res.exit_code == 2 and res.stderr.startswith("error: --timeseries /proc/t.csv: cannot write in /proc")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--bogus"], "error: No such option: --bogus (Possible options: --gpus); see 'recommend -h'"),
+    (["nosuchcmd"], "error: No such command 'nosuchcmd'; see 'recommend -h'"),
+    (["calibrate", "x.json"], "error: Missing option '--out' / '-o'; see 'recommend calibrate -h'"),
+    (["estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "extra"],
+     "error: Got unexpected extra argument(s) (extra); see 'recommend estimate -h'"),
+    (["simulate", "-dp", "8"], "error: No such option: -d; see 'recommend simulate -h'"),
+])
+def test_a_usage_mistake_is_one_line_naming_the_commands_help(args: list[str], line: str) -> None:
+    """Click's usage box (Usage: / Try ... / Error: ...) was four lines; every other mistake is one."""
+    res = run(*args)
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr == line + "\n"
+
+
+@pytest.mark.parametrize("cmd", ["gpus", "models"])
+def test_the_catalog_commands_take_wide_as_every_command_does(cmd: str) -> None:
+    narrow, wide = run(cmd, COLUMNS="60"), run(cmd, "--wide", COLUMNS="60")
+    assert narrow.exit_code == wide.exit_code == 0, wide.output
+    assert max(map(len, wide.stdout.splitlines())) > max(map(len, narrow.stdout.splitlines()))
+    assert wide.stdout == run("--wide", cmd, COLUMNS="60").stdout

@@ -8,11 +8,49 @@ import sys
 from typing import Any, Callable, TypeVar
 
 import typer
+import typer.core
+from typer._click.exceptions import ClickException, UsageError  # typer >= 0.29 vendors click; no public alias
 
 from recommender.errors import RecommenderError
 
+class _UsageLine(ClickException):
+    """A usage mistake (unknown option or command, missing option, extra argument) as one line on stderr, exit 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, command_path: str) -> None:
+        super().__init__(message)
+        self.command_path = command_path
+
+    def show(self, file: Any = None) -> None:
+        typer.echo(f"error: {one_line(self.message.rstrip('.'))}; see '{self.command_path} -h'", err=True)
+
+
+class OneLineUsageGroup(typer.core.TyperGroup):
+    """The app's command group: click's usage errors, raised while a command line is parsed (the group's options,
+    or a command's in :meth:`invoke`), become one line (:class:`_UsageLine`) instead of click's usage box."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except UsageError as e:
+            raise _usage_line(e, info_name or "recommend") from None
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UsageError as e:
+            raise _usage_line(e, ctx.command_path) from None
+
+
+def _usage_line(e: Any, fallback_path: str) -> _UsageLine:
+    path = e.ctx.command_path if getattr(e, "ctx", None) is not None else fallback_path
+    return _UsageLine(e.format_message(), path)
+
+
 app = typer.Typer(
     name="recommend",
+    cls=OneLineUsageGroup,
     help="Plan LLM serving deployments: ranked Pareto plans with $/M tokens, estimates, vLLM deployment files.",
     no_args_is_help=False,
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
 from recommender.errors import ConfigError
 
@@ -17,23 +18,21 @@ def _check(fmt: str) -> None:
 
 @app.command("models")
 @one_line_errors
-def models_cmd(fmt: str = typer.Option("table", "--format", "-f", help="table|json")) -> None:
+def models_cmd(fmt: str = typer.Option("table", "--format", "-f", help="table|json"), wide: options.Wide = False) -> None:
     """List catalog models: id, Hugging Face repo, parameters, context length."""
     from recommender.catalog import default_catalog
     from recommender.render.catalog import render_models
-    from recommender.render.table import terminal_width
 
     _check(fmt)
-    typer.echo(render_models(default_catalog(), fmt=fmt, width=terminal_width()))
+    typer.echo(render_models(default_catalog(), fmt=fmt, width=None if wide else options.fitted_width()))
 
 
 @app.command("gpus")
 @one_line_errors
-def gpus_cmd(fmt: str = typer.Option("table", "--format", "-f", help="table|json")) -> None:
+def gpus_cmd(fmt: str = typer.Option("table", "--format", "-f", help="table|json"), wide: options.Wide = False) -> None:
     """List catalog GPUs: memory, bandwidth, peak per dtype, interconnect, price, aliases."""
     from recommender.catalog import default_catalog
     from recommender.render.catalog import render_gpus
-    from recommender.render.table import terminal_width
 
     _check(fmt)
-    typer.echo(render_gpus(default_catalog(), fmt=fmt, width=terminal_width()))
+    typer.echo(render_gpus(default_catalog(), fmt=fmt, width=None if wide else options.fitted_width()))
