@@ -364,3 +364,25 @@ def test_the_plan_readers_kv_link_bounds_cover_exactly_the_links_fields() -> Non
     from recommender.plan.io import KV_LINK_LIMITS
 
     assert set(KV_LINK_LIMITS) == {f.name for f in dataclasses.fields(KvLink)}
+
+
+@pytest.mark.parametrize("patch, message", [
+    ({"arrival_rate_per_s": -4.0}, "workload.arrival_rate_per_s must be above 0 and at most 1e+06, got -4"),
+    ({"arrival_rate_per_s": 1e300}, "workload.arrival_rate_per_s must be above 0 and at most 1e+06, got 1e+300"),
+    ({"arrival_rate_per_s": 0.0}, "workload.arrival_rate_per_s must be above 0"),
+    ({"shared_prefix_fraction": 1.0}, "workload.shared_prefix_fraction must be in [0, 1), got 1"),
+    ({"prompt_tokens": {"dist": "constant", "mean": -5.0}}, "workload.prompt_tokens.mean must be between 0 and"),
+    ({"output_tokens": {"dist": "empirical", "mean": 10.0, "samples": [10, -3], "weights": [1.0, 1.0]}},
+     "workload.output_tokens.samples must be above 0"),
+    ({"deadline_s": -1.0}, "workload.deadline_s must be above 0"),
+])
+def test_a_plans_workload_figures_are_bounded_on_read(patch: dict[str, object], message: str, tmp_path: Path) -> None:
+    """They reach vllm bench serve's --request-rate and KEDA's threshold: a hand-edited rate of -4 req/s was written
+    into bench.sh and keda.yaml. Refused with one line, no file written, as a workload file's would be."""
+    doc = json.loads((Path(__file__).parent.parent / "examples" / "plans" / "rag.plan.json").read_text())
+    doc["workload"].update(patch)
+    plan = tmp_path / "edited.json"
+    plan.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    err = assert_one_line_error(run("deploy", str(plan), "--format", "bench,keda", "-o", str(out)), 2)
+    assert message in err and not out.exists()

@@ -249,6 +249,9 @@ MAX_ENGINE_TOKENS = 100_000_000
 MAX_USD_PER_GPU_HOUR = 1000.0
 MAX_USD_PER_HOUR = 1e7
 MIN_GPU_MEMORY_UTILIZATION = 0.05
+#: an offline job's deadline beyond ten years, or a model above 10^15 parameters, is a corrupt plan
+MAX_DEADLINE_S = 10 * 365 * 86400.0
+MAX_PARAMS = 1e15
 
 
 def _check(plan: Plan, where: str) -> None:
@@ -278,11 +281,43 @@ def _check(plan: Plan, where: str) -> None:
         _nonneg(gp.usd_per_gpu_hour, f"workload.prices {gp.gpu}", where, MAX_USD_PER_GPU_HOUR)
         if gp.usd_per_gpu_hour <= 0:
             raise ConfigError(f"{where}: workload.prices {gp.gpu} must be above $0 per GPU-hour; {_HINT}")
+    _check_workload_figures(plan.workload, where)
     cd = plan.workload.checkpoint_dtype
     if cd is not None and cd not in WEIGHT_DTYPES:
         raise ConfigError(f"{where}: workload.checkpoint_dtype {cd!r} is not one of {', '.join(WEIGHT_DTYPES)}; {_HINT}")
     for row in plan.rows:
         _check_row(row, f"{where}: plan {row.id!r}")
+
+
+def _positive(value: float | None, name: str, where: str, limit: float) -> None:
+    if value is not None and not (math.isfinite(value) and 0 < value <= limit):
+        raise ConfigError(f"{where}: {name} must be above 0 and at most {limit:g}, got {value:g}; {_HINT}")
+
+
+def _check_workload_figures(w: WorkloadEcho, where: str) -> None:
+    """The workload's numbers within the bounds a workload file takes (``recommender.workload``): they reach
+    ``vllm bench serve``'s ``--request-rate``, KEDA thresholds and the re-planner's searches (a rate of -4 req/s
+    was written into bench.sh and keda.yaml)."""
+    from recommender.workload import MAX_DIST_POINTS, MAX_OFFLINE_REQUESTS, MAX_RATE_PER_S, MAX_TOKENS
+
+    _positive(w.arrival_rate_per_s, "workload.arrival_rate_per_s", where, MAX_RATE_PER_S)
+    _positive(w.offline_requests, "workload.offline_requests", where, MAX_OFFLINE_REQUESTS)
+    _positive(w.deadline_s, "workload.deadline_s", where, MAX_DEADLINE_S)
+    _positive(w.params, "workload.params", where, MAX_PARAMS)
+    if not (math.isfinite(w.shared_prefix_fraction) and 0 <= w.shared_prefix_fraction < 1):
+        raise ConfigError(f"{where}: workload.shared_prefix_fraction must be in [0, 1), got {w.shared_prefix_fraction:g}; "
+                          f"{_HINT}")
+    for name, summary in (("prompt_tokens", w.prompt_tokens), ("output_tokens", w.output_tokens)):
+        if summary is None:
+            continue
+        for key in ("mean", "p50", "p90", "p99", "min", "max", "mean_param", "std_param"):
+            _nonneg(getattr(summary, key), f"workload.{name}.{key}", where, MAX_TOKENS)
+        if len(summary.samples) > MAX_DIST_POINTS or len(summary.weights) > MAX_DIST_POINTS:
+            raise ConfigError(f"{where}: workload.{name} holds more than {MAX_DIST_POINTS:,} samples; {_HINT}")
+        for v in summary.samples:
+            _positive(v, f"workload.{name}.samples", where, MAX_TOKENS)
+        for v in summary.weights:
+            _nonneg(v, f"workload.{name}.weights", where, 1e300)
 
 
 def _check_network(net: Network, where: str) -> None:
