@@ -221,6 +221,20 @@ def test_sidecar_and_flags_fill_what_the_file_lacks(tmp_path):
     assert read_bench_json(p, {"gpu": "a100"}).measurements[0].gpu == "h100-sxm"
 
 
+@pytest.mark.parametrize(("sidecar", "words"), [
+    ("tp: 1\ntp: 2\ngpu: h100\n", "duplicate key 'tp'"),          # the last one had silently won (TP 2)
+    ("gpu: h100\ntp: 1\ndata_parallel_size: 2\n", "unknown key(s) 'data_parallel_size'"),  # ignored before
+])
+def test_a_sidecar_key_given_twice_or_unknown_is_refused(tmp_path, sidecar, words):
+    doc = json.loads(REF_JSON.read_text())
+    del doc["gpu"], doc["tp"]
+    p = _write(tmp_path, doc)
+    (tmp_path / "run.json.yaml").write_text(sidecar)
+    with pytest.raises(CalibrationError, match="sidecar") as e:
+        read_bench_json(p)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
 def test_append_result_json_lines(tmp_path):
     doc = json.loads(REF_JSON.read_text())
     p = _write(tmp_path, json.dumps(doc) + "\n" + json.dumps(dict(doc, max_concurrency=4)) + "\n", "runs.jsonl")

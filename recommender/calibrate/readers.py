@@ -46,6 +46,7 @@ from recommender.errors import CalibrationError, ConfigError, RecommenderError
 from recommender.perf.conditions import engine_conditions
 from recommender.perf.steady import Load
 from recommender.perf.step import EngineLimits, default_limits
+from recommender.yamlfile import load_yaml_text
 
 CSV_COLUMNS = ("id", "model", "gpu", "tp", "weight_dtype", "kv_dtype", "engine", "isl", "osl",
                "batch_or_concurrency", "request_rate", "metric", "value")
@@ -241,16 +242,25 @@ BENCH_REQUIRED_KEYS = ("completed", "total_input_tokens", "total_output_tokens",
 
 
 def _sidecar(path: Path) -> dict[str, Any]:
+    """The sidecar YAML next to a result (``<file>.yaml``, ``<stem>.yaml``, ``.yml``): a mapping of :data:`FIELD_KEYS`'
+    keys, each once (a key given twice, or one it does not know, is refused: it would silently pick a value)."""
     for cand in (Path(str(path) + ".yaml"), path.with_suffix(".yaml"), Path(str(path) + ".yml"), path.with_suffix(".yml")):
         if cand.exists() and cand != path:
             try:
-                doc = yaml.safe_load(_read_results(cand, "sidecar"))
+                doc = load_yaml_text(_read_results(cand, "sidecar"))
             except yaml.YAMLError as e:
-                raise CalibrationError(f"sidecar {cand} is not valid YAML: {str(e).splitlines()[0]}") from None
+                context = getattr(e, "context", None)
+                why = context if context and str(context).startswith("duplicate key") else str(e).splitlines()[0]
+                raise CalibrationError(f"sidecar {cand} is not valid YAML: {why}") from None
             if doc is None:
                 return {}
             if not isinstance(doc, dict):
                 raise CalibrationError(f"sidecar {cand} must be a mapping of fields (model, gpu, tp, ...)")
+            known = {k for keys in FIELD_KEYS.values() for k in keys}
+            unknown = sorted(str(k)[:40] for k in doc if k not in known)
+            if unknown:
+                raise CalibrationError(f"sidecar {cand}: unknown key(s) {', '.join(repr(k) for k in unknown[:5])}; it "
+                                       f"takes {', '.join(sorted(FIELD_KEYS))} (or their vLLM spellings)")
             return doc
     return {}
 
