@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from recommender.deploy.shell import quote
-from recommender.deploy.spec import DeploySpec
+from recommender.deploy.spec import DeploySpec, PoolSpec
 from recommender.plan import LengthSummary, Plan, PlanRow
 from recommender.render.plan import latency_band_cells
 from recommender.units import fmt_seconds
@@ -136,6 +136,23 @@ def render_bench(spec: DeploySpec, plan: Plan) -> dict[str, str]:
             prompts=num_prompts(per_replica, None if w.offline_requests is None
                                 else math.ceil(w.offline_requests / pool.replicas)),
             result_file="replica.json")))
-        lines += ["", "# 3. Feed the replica's result back: a profile fitted to your cluster, for --profile",
-                  _command("recommend calibrate", calibrate_args(spec, plan))]
+        beyond = calibrate_cannot_describe(pool)
+        if beyond:
+            lines += ["", f"# 3. Not fed back: recommend calibrate fits TP engines, and this replica runs {beyond}; a",
+                      "#    profile fitted to it would describe another engine. Run 2's result is the replica's measured"
+                      " figures against the plan's."]
+        else:
+            lines += ["", "# 3. Feed the replica's result back: a profile fitted to your cluster, for --profile",
+                      _command("recommend calibrate", calibrate_args(spec, plan))]
     return {"bench.sh": "\n".join(lines) + "\n"}
+
+
+def calibrate_cannot_describe(pool: PoolSpec) -> str:
+    """What of a pool's engine ``recommend calibrate`` cannot state (its results carry TP, dtypes and limits, not
+    pipeline stages, DP attention, EP or MTP: ``calibrate.readers.FIELD_KEYS``), as words; "" when it can."""
+    parts = [f"{pool.pp} pipeline stages" if pool.pp > 1 else "",
+             f"data-parallel attention over {pool.data_parallel_size} ranks" if pool.data_parallel_size > 1 else "",
+             "expert parallelism" if pool.enable_expert_parallel else "",
+             (f"MTP with {pool.num_speculative_tokens} draft token{'s' if pool.num_speculative_tokens > 1 else ''}"
+              if pool.num_speculative_tokens else "")]
+    return ", ".join(x for x in parts if x)
