@@ -147,7 +147,8 @@ def test_higher_confidence_never_gives_a_cheaper_rank_1():
     for conf in (0.5, 0.6, 0.7, 0.8, 0.9):
         plan = plan_at(conf)
         costs.append(plan.top.usd_per_million_tokens)
-        if conf > 0.5 and plan.search.confidence is not None:
+        assert plan.search.confidence == (conf if conf > 0.5 else None)
+        if plan.search.confidence_met:
             assert all(r.bands["p_slo"] >= conf for r in plan.rows)
     assert costs == sorted(costs), costs
 
@@ -159,8 +160,27 @@ def test_property_a_higher_confidence_never_gives_a_cheaper_rank_1(c1, c2):
     lo, hi = sorted((c1, c2))
     a, b = plan_at(lo), plan_at(hi)
     assert b.top.usd_per_million_tokens >= a.top.usd_per_million_tokens, (lo, hi)
-    if b.search.confidence is not None and any(r.bands["p_slo"] >= hi for r in b.rows):
+    if b.search.confidence_met and any(r.bands["p_slo"] >= hi for r in b.rows):
         assert b.top.bands["p_slo"] >= hi  # chance-constrained: rank 1 reaches the confidence when any plan does
+
+
+def test_a_confidence_no_plan_reaches_is_recorded_as_unmet_and_rank_1_is_not_called_cheapest():
+    """Ranked by P(SLO met) when none reaches it: the plan file keeps the target and says it was not met (it had
+    dropped the target), and the footer no longer says the most likely plan "stays cheapest" beside cheaper ranks."""
+    from recommender.plan import load_plan, plan_document
+
+    unmet = plan_at(0.999)
+    assert (unmet.search.confidence, unmet.search.confidence_met) == (0.999, False)
+    assert all(r.bands["p_slo"] < 0.999 for r in unmet.rows)
+    ps = [r.bands["p_slo"] for r in unmet.rows]
+    assert ps == sorted(ps, reverse=True)  # the most likely first
+    assert "stays cheapest" not in unmet.search.sensitivity["text"]
+    assert unmet.search.sensitivity["text"].startswith("Rank 1 as deployed meets its SLOs up to")
+    again = load_plan(plan_document(unmet))
+    assert (again.search.confidence, again.search.confidence_met) == (0.999, False)
+    met = plan_at(0.6)
+    assert (met.search.confidence, met.search.confidence_met) == (0.6, True)
+    assert (plan_at(0.5).search.confidence, plan_at(0.5).search.confidence_met) == (None, None)
 
 
 @pytest.mark.slow

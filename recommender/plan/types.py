@@ -337,7 +337,8 @@ class SearchMeta:
     sized_rate_per_s: float | None = None  # the rate replicas were sized for: arrival_rate_per_s x (1 + headroom)
     verification: str | None = None  # what the simulator's verification changed (None: every checked plan passed)
     sensitivity: Mapping[str, Any] | None = None  # how far rank 1 holds (recommender.search.sensitivity)
-    confidence: float | None = None  # --confidence: rows ranked only with P(all SLOs met) >= this
+    confidence: float | None = None  # --confidence asked (above 0.5): rows ranked only with P(all SLOs met) >= this
+    confidence_met: bool | None = None  # False: no evaluated plan reached it, rows ranked by P instead (the why says so)
 
 
 @dataclass(frozen=True)

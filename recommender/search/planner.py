@@ -453,7 +453,8 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
         raise InfeasibleError(infeasible_message(ctx, all_evals))
     from recommender.search.bands import p_slo, with_bands
 
-    confident, conf_note = settings.confidence > DEFAULT_CONFIDENCE, ""
+    asked = confident = settings.confidence > DEFAULT_CONFIDENCE
+    conf_note = ""
     if confident:
         rows, confident, conf_note = _confident_rows(ctx, all_evals, settings, policy)
     verification, lost_first = "", False
@@ -469,7 +470,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
             r for r in rows if p_slo(r) >= settings.confidence)]
     from recommender.search.sensitivity import sensitivity
 
-    sens = sensitivity(ctx, rows[0].evaluation, complete=res.complete)
+    sens = sensitivity(ctx, rows[0].evaluation, complete=res.complete, prices=not asked)
     elapsed = time.perf_counter() - t0
     meta = {"seed": settings.seed, "trials": max(stored, len(all_evals)), "trials_run": len(res.evaluations) + agg_runs, "trials_asked": trials,
             "timeout_s": timeout, "stopped_by": res.stopped_by, "search_complete": res.complete, "rank1_proven": res.rank1_proven and not lost_first,
@@ -480,7 +481,7 @@ def recommend(workload: Workload, *, settings: SearchSettings | None = None, pro
             "evaluations_per_s": round(ctx.evaluations / elapsed, 1) if elapsed else None,
             "headroom": headroom(ctx), "verified": verify, **sizing_record(workload, headroom(ctx), policy.rate_basis),
             **({"verification": verification} if verification else {}), "sensitivity": sens.to_dict(),
-            **({"confidence": settings.confidence} if confident else {}), "pricing": pricing_note(ctx, settings.provider),
+            **({"confidence": settings.confidence, "confidence_met": confident} if asked else {}), "pricing": pricing_note(ctx, settings.provider),
             "aggregated_rank1_proven": agg_proven}
     return build_plan(workload=workload, model=ctx.model, rows=rows, why=conf_note + why_rank_one(ctx, rows), engine=profile.engine,
                       profile=profile.source, gpu_memory_utilization=policy.gpu_memory_utilization, meta=meta,

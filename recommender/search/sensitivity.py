@@ -74,6 +74,8 @@ class Sensitivity:
                         f"({self.max_rate_per_s / self.rate_per_s:.2f}x)")
         if self.max_output_scale is not None:
             tail.append(f"output lengths x{self.max_output_scale:.2f}")
+        if not parts:
+            return "Rank 1 as deployed " + " and ".join(tail) + "." if tail else ""
         return head + ("; as deployed it " + " and ".join(tail) if tail else "") + "."
 
     def to_dict(self) -> dict[str, Any]:
@@ -181,8 +183,10 @@ def _largest(ok: Any) -> float | None:
     return lo
 
 
-def sensitivity(ctx: SearchContext, first: Evaluation, *, complete: bool = False) -> Sensitivity:
-    """``complete``: the search evaluated the whole space (its price thresholds are exact, never "at least")."""
+def sensitivity(ctx: SearchContext, first: Evaluation, *, complete: bool = False, prices: bool = True) -> Sensitivity:
+    """``complete``: the search evaluated the whole space (its price thresholds are exact, never "at least");
+    ``prices`` False: no price thresholds (rank 1 was chosen by ``--confidence``, not as the cheapest plan, so
+    "stays cheapest until" would compare it with plans that rank below it for their P(SLO met))."""
     w = ctx.workload
     rate = float(w.effective_rate_per_s)
     max_rate = max_out = None
@@ -191,5 +195,6 @@ def sensitivity(ctx: SearchContext, first: Evaluation, *, complete: bool = False
         max_rate = None if k is None else round(rate * k, 4)
         out_k = _largest(lambda x: meets_at(ctx, first, rate, scaled(w.output_tokens, x)))
         max_out = None if out_k is None else round(out_k, 4)
-    return Sensitivity(prices=price_thresholds(ctx, first, complete=complete), rate_per_s=rate, max_rate_per_s=max_rate,
+    return Sensitivity(prices=price_thresholds(ctx, first, complete=complete) if prices else (), rate_per_s=rate,
+                       max_rate_per_s=max_rate,
                        max_output_scale=max_out)
