@@ -220,6 +220,9 @@ def test_price_flag_prices_a_gpu_without_an_offer_and_joins_the_files_prices(tmp
         top = json.loads(res.stdout)["plans"][0]
         gpus = sum(p["tp"] * p["replicas"] for p in top["pools"])
         assert top["usd_per_hour"] == pytest.approx(3.00 * gpus)  # $3.00 per GPU-hour, per GPU in use
+        # every GPU priced by the workload: the footer names those prices (it read "among 0 providers (; ...)")
+        assert json.loads(res.stdout)["search"]["pricing"] == ("the workload's own prices only (--price / prices:, "
+                                                               "billed per GPU): mi355x $3.00/GPU-hour")
     res = run(*flags[:2], "--gpus", "mi355x,h100", *flags[4:], "--price", "3")  # two GPUs: which one?
     assert res.exit_code != 0 and "give GPU=$PRICE/h" in res.stderr, res.stderr
     from recommender.workload import load_workload, parse_price_flag, workload_from_flags

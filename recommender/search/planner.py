@@ -315,13 +315,14 @@ def pricing_note(ctx: SearchContext, provider: str | None) -> str:
                 + ": cost counts its GPU-hours ($1 = 1 GPU-hour)")
         return (f"owned GPUs only (--inventory {', '.join(o.label() for o in ctx.workload.inventory)}): whole nodes "
                 f"as they are, a TP group inside one node, billed per GPU in use; {what}")
-    if ctx.workload.usd_per_gpu_hour_overrides:
-        over = f"; workload prices: for {', '.join(sorted(ctx.workload.usd_per_gpu_hour_overrides))}"
-    else:
-        over = ""
+    overrides = ctx.workload.usd_per_gpu_hour_overrides
+    given = ", ".join(f"{g} ${usd:,.2f}/GPU-hour" for g, usd in sorted(overrides.items()))
+    over = f"; the workload's own prices (--price / prices:, billed per GPU): {given}" if overrides else ""
     providers = sorted({o.provider for offs in ctx.offers.values() for o in offs} - {"workload"})
     if provider:
         return f"{provider} offers only (--provider){over}"
+    if not providers:  # every GPU priced by the workload
+        return f"the workload's own prices only (--price / prices:, billed per GPU): {given}"
     return (f"cheapest whole-instance offer per GPU and pool among {len(providers)} providers "
             f"({', '.join(providers)}; catalogs/gpus, dated); --provider NAME restricts{over}")
 
