@@ -280,7 +280,16 @@ def _positive(name: str, v: int | None, cap: int | None = None) -> None:
 
     cap = MAX_TOKENS if cap is None else cap
     if v is not None and not 0 < v <= cap:
-        raise ConfigError(f"{name} must be a positive number of tokens/sequences up to {cap:,}, got {v}")
+        raise ConfigError(f"{name} must be a positive {_POSITIVE_WHAT.get(name, 'number')} up to {cap:,}, got {v}")
+
+
+#: what each count :func:`_positive` checks counts (the default: tokens)
+_POSITIVE_WHAT = {"--tp": "number of GPUs", "--replicas": "number of replicas", "--batch": "number of sequences",
+                  "--max-num-seqs": "number of sequences", "--scheduler-poll-steps": "number of steps",
+                  "--pipeline-parallel-size": "number of stages", "--context": "number of tokens",
+                  "--prompt-tokens": "number of tokens", "--output-tokens": "number of tokens",
+                  "--max-num-batched-tokens": "number of tokens", "--max-model-len": "number of tokens",
+                  "--concurrency": "number of requests"}
 
 
 def check_vllm_runs(catalog: Catalog, gpu: Gpu, *, weight_dtype: str, kv_dtype: str) -> None:

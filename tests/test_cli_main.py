@@ -14,6 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from recommender.cli import app
+from recommender.units import fmt_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "main" / "chat-golden.plan.json"
@@ -236,3 +237,16 @@ def test_price_flag_prices_a_gpu_without_an_offer_and_joins_the_files_prices(tmp
         res = run(*flags, "--price", bad)
         err = [ln for ln in res.stderr.splitlines() if ln.strip()]
         assert res.exit_code != 0 and len(err) == 1 and err[0].startswith("error: ") and "--price" in err[0], (bad, res.stderr)
+
+
+def test_a_tie_without_slos_compares_the_ranks_latencies() -> None:
+    """Two ranks at one cost with no SLOs: the why-line compares their TTFT and TPOT p90 (it said "same latencies"
+    where rank 2's TPOT was 12.24 ms against 11.86 ms)."""
+    res = run("--model", "deepseek-r1", "--rate", "1", "--prompt-tokens", "2k", "--output-tokens", "500",
+              "--inventory", "h100-sxm=16@$2.00/h", "--inventory-network", "infiniband=400", "--verify", "0", "-f", "json")
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    a, b = doc["plans"][:2]
+    assert a["usd_per_million_tokens"] == pytest.approx(b["usd_per_million_tokens"], rel=0.005)
+    assert "same latencies" not in doc["why"]
+    assert f"tpot {fmt_seconds(a['tpot_s'])} vs {fmt_seconds(b['tpot_s'])}" in doc["why"]

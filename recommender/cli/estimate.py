@@ -174,8 +174,10 @@ def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optio
                     ("--max-concurrency", max_concurrency if max_concurrency is not None else 1)):
         if v < 1:
             raise ConfigError(f"{name} {v}: must be at least 1")
-    if not rate > 0 or not burstiness > 0:
-        raise ConfigError(f"--request-rate {request_rate} / --burstiness {burstiness}: must be > 0")
+    if not rate > 0:
+        raise ConfigError(f"--request-rate {request_rate:g}: must be above 0 requests/s (omit it for vLLM's inf)")
+    if not burstiness > 0:
+        raise ConfigError(f"--burstiness {burstiness:g}: must be above 0 (1 is Poisson arrivals)")
     check_request_count(n, "--num-prompts")
     for name, v in (("--random-input-len", p_tok), ("--random-output-len", o_tok)):
         if v > MAX_TOKENS:

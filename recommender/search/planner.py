@@ -146,8 +146,8 @@ def why_rank_one(ctx: SearchContext, rows: Sequence[RankedRow]) -> str:
     eb = b.evaluation
     saving = 1 - ea.usd_per_million_tokens / eb.usd_per_million_tokens if eb.usd_per_million_tokens else 0.0
     if abs(saving) < 0.005:
-        lat = [f"{sl.metric} {fmt_seconds(ea.latency(sl.metric, sl.percentile))} vs {fmt_seconds(eb.latency(sl.metric, sl.percentile))}"
-               for sl in ctx.workload.slos]
+        shown = [(sl.metric, sl.percentile) for sl in ctx.workload.slos] or [("ttft", "p90"), ("tpot", "p90")]
+        lat = [f"{m} {fmt_seconds(ea.latency(m, pct))} vs {fmt_seconds(eb.latency(m, pct))}" for m, pct in shown]
         return (f"Rank 1 ({a.label()}, {a.candidate.weight_dtype}/{a.candidate.kv_dtype} KV) and rank 2 ({b.label()}, "
                 f"{b.candidate.weight_dtype}/{b.candidate.kv_dtype} KV) cost the same, ${ea.usd_per_million_tokens:.3f}/M tokens "
                 f"on {ea.gpus_total} vs {eb.gpus_total} GPUs ({', '.join(lat) or 'same latencies'}); rank 1 is listed first for "
