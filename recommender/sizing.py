@@ -629,6 +629,20 @@ class Sizer:
                 return False
         return True
 
+    def why_not_ok(self, res: Any, where: str) -> str:
+        """Which check of :meth:`ok` ``res`` fails, as the reason an evaluation carries: '<where> saturates', 'its
+        KV cache peaks at 97% of capacity', or the SLOs it misses, each followed by ``where`` ('with 256 replicas')."""
+        u = self.max_utilisation
+        if not res.stable or res.utilisation > u:
+            util = f"{res.utilisation:.2f}" if math.isfinite(res.utilisation) else "unbounded"
+            return f"saturates {where} (utilisation {util} > {u:g})"
+        if res.kv_peak_utilisation > u:
+            return (f"its KV cache peaks at {res.kv_peak_utilisation:.0%} of capacity (> {u:.0%}) {where}: a replica "
+                    "holds too few of these sequences (a larger TP, fp8 KV or shorter requests give it room)")
+        missed = [str(s) for s in self.workload.slos
+                  if not _finite_or_inf(getattr(res, f"{s.metric}_s").at(s.percentile)) <= s.limit_s]
+        return f"misses {', '.join(missed) or 'its SLOs'} {where}"
+
     # -- sizing -----------------------------------------------------------------------------------
 
     def infeasible(self, c: Candidate, reason: str, fits: bool, binding: str) -> Evaluation:
@@ -724,7 +738,8 @@ class Sizer:
             pools = (Pool("both", c.gpu, c.tp, cap, c.weight_dtype, c.kv_dtype, limits, self.prices[c.gpu],
                           cost.kv_capacity_tokens, pp=c.pp, dp=dp, ep=c.ep, mtp=c.mtp,
                           stage_nic_bytes_per_s_per_gpu=nic),)
-            return self.price(c, pools, run(cap, rate), ok=False, reason=f"misses its SLOs even with {cap} replicas",
+            return self.price(c, pools, run(cap, rate), ok=False,
+                              reason=self.why_not_ok(run(cap, target), f"even with {cap} replicas"),
                               saturation_rate_per_s=cap * per_replica_cap if w.is_offline else None)
         rental, why = self.rent_pool(c.gpu, g, r, c.pp)
         if rental is None:
@@ -788,9 +803,10 @@ class Sizer:
                 lo_p, lo_d = sized if sized is not None else (max([1, *hint[:1]]), max([1, *hint[1:2]]))
                 got_p, got_d = self._pd_replicas(run, (lo_p, lo_d), (cap_p, cap_d), target)
                 if got_p is None or got_d is None:  # slower paths need more: stop here
-                    why = ("decode pool misses its SLOs at its cap" if got_d is None
-                           else "prefill pool misses its SLOs at its cap or max_gpus")
                     rd_f = got_d or cap_d
+                    why = ("decode pool: " + self.why_not_ok(run(cap_p, cap_d, target), f"at its cap of {cap_d} replicas")
+                           if got_d is None else "prefill pool: " + self.why_not_ok(run(cap_p, rd_f, target),
+                                                                                   f"at its cap of {cap_p} replicas"))
                     failure = failure or self.price(c, pools_of(cap_p, rd_f), run(cap_p, rd_f, rate), ok=False, reason=why)
                     break
                 sized = (got_p, got_d)

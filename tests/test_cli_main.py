@@ -250,3 +250,19 @@ def test_a_tie_without_slos_compares_the_ranks_latencies() -> None:
     assert a["usd_per_million_tokens"] == pytest.approx(b["usd_per_million_tokens"], rel=0.005)
     assert "same latencies" not in doc["why"]
     assert f"tpot {fmt_seconds(a['tpot_s'])} vs {fmt_seconds(b['tpot_s'])}" in doc["why"]
+
+
+def test_an_infeasible_job_names_the_check_its_closest_plan_fails() -> None:
+    """DeepSeek-R1 with 32k + 2k-token requests on RunPod's GPUs, no SLOs: every plan's KV cache peaks above the 85%
+    cap (policies/search.yaml max_utilisation) whatever its replicas. The error said 'within max_gpus=None' and
+    'the closest ... at utilisation 0.07; raise max_gpus or the deadline' (an online job has no deadline)."""
+    res = run("-m", "deepseek-r1", "--rate", "1", "--prompt-tokens", "32k", "--output-tokens", "2k", "--provider",
+              "runpod", "-q")
+    assert res.exit_code == 4 and res.stdout == ""
+    err = res.stderr.strip()
+    assert "\n" not in err and "max_gpus=None" not in err and "deadline" not in err
+    assert "within max_replicas=256" in err and "its KV cache peaks at" in err and "of capacity (> 85%)" in err
+    res = run("-m", "llama-3.1-70b", "--rate", "20", "--prompt-tokens", "2k", "--output-tokens", "64", "--gpus", "a10g",
+              "--slo", "tpot=30ms", "-q")
+    assert res.exit_code == 4
+    assert "meets them at the workload's rate" in res.stderr and "; or allow more GPU types than a10g" in res.stderr

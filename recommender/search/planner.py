@@ -199,9 +199,11 @@ def infeasible_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) ->
                 f"stably within {cap}: every candidate saturates; raise max_gpus, allow larger GPUs, or lower the rate")
     if not w.slos:
         best = min(fit, key=lambda e: e.utilisation)
-        return (f"no plan carries {w.effective_rate_per_s:.3g} req/s within max_gpus={w.max_gpus} and "
-                f"utilisation <= {ctx.policy.max_utilisation}: the closest is {best.candidate.key} at utilisation "
-                f"{best.utilisation:.2f}; raise max_gpus or the deadline")
+        cap = f"max_gpus={w.max_gpus}" if w.max_gpus else f"max_replicas={ctx.policy.max_replicas}"
+        fix = "raise max_gpus" if w.max_gpus else "allow larger GPUs or more GPU types"
+        return (f"no plan carries {w.effective_rate_per_s:.3g} req/s within {cap} and utilisation <= "
+                f"{ctx.policy.max_utilisation:g}: the closest, {best.candidate.key}, {best.reason or 'exceeds a limit'}; "
+                f"{fix}{', or the deadline' if w.is_offline else ', or lower the rate'}")
     def worst(e: Evaluation) -> float:
         return max(e.latency(s.metric, s.percentile) / s.limit_s for s in w.slos)
 
@@ -221,12 +223,13 @@ def infeasible_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) ->
             parts.append(f"the closest plan, {c.key}, meets them ({lat}) on {closest.gpus_total} GPUs, "
                          f"above max_gpus {w.max_gpus}")
         elif worst(closest) <= 1.0:
-            parts.append(f"the closest plan, {c.key}, meets them ({lat}) but {closest.reason or 'exceeds a capacity limit'}")
+            parts.append(f"the closest plan, {c.key}, meets them at the workload's rate ({lat}) but "
+                         f"{closest.reason or 'exceeds a capacity limit'}")
         else:
             parts.append(f"each SLO is reachable alone but not together; the closest plan is {c.key} ({lat})")
     others = ""
     if w.gpus:
-        others = f" or allow more GPU types than {', '.join(w.gpus)}"
+        others = f"; or allow more GPU types than {', '.join(w.gpus)}"
     cap = f" or raise max_gpus ({w.max_gpus})" if w.max_gpus else ""
     return f"no plan meets {slos}: " + "; ".join(parts) + others + cap
 
