@@ -312,3 +312,27 @@ def test_a_plan_rows_label_names_its_engine_layout_as_the_searchs_does() -> None
     assert dataclasses.replace(row, pools=(pool,)).label() == "b200 TP2 DP4 EP MTP2 x1"
     plain = dataclasses.replace(pool, data_parallel_size=1, enable_expert_parallel=False, num_speculative_tokens=0)
     assert dataclasses.replace(row, pools=(plain,)).label() == "b200 TP2 x1"
+
+
+def test_a_shared_pd_instance_counts_once_and_per_gpu_billing_rents_none() -> None:
+    """tests/data/plans/pd-h100-one-instance.plan.json rank 1: P and D on one 8-GPU instance, which both pools' rentals
+    name (1 each): the row rents 1 instance, not 2 (the rent column said '1 x runpod 8-GPU (P+D)' beside instances 2).
+    GPUs billed at the workload's own per-GPU price rent no instance: the CSV leaves the cell empty."""
+    import csv
+    import dataclasses
+    import io
+    from pathlib import Path
+
+    from recommender.plan import load_plan
+    from recommender.render.plan import render_csv
+
+    plan = load_plan(Path(__file__).parent / "data" / "plans" / "pd-h100-one-instance.plan.json")
+    top = plan.top
+    assert [(p.rental.instances, p.rental.shared) for p in top.pools if p.rental] == [(1, True), (1, True)]
+    assert top.instances == 1
+    cells = [r["instances"] for r in csv.DictReader(io.StringIO(render_csv(plan))) if r["rank"] == "1"]
+    assert cells == ["1", "1"]  # each pool's line names the instance it shares
+    per_gpu = dataclasses.replace(top.pools[0].rental, shared=False, provider="workload",
+                                  offer=dataclasses.replace(top.pools[0].rental.offer, per_gpu_billing=True))
+    row = dataclasses.replace(top, pools=(dataclasses.replace(top.pools[0], rental=per_gpu),))
+    assert row.instances == 0

@@ -224,8 +224,13 @@ class PlanRow:
 
     @property
     def instances(self) -> int:
-        """Whole instances rented over all pools."""
-        return sum(p.rental.instances for p in self.pools if p.rental is not None)
+        """Whole instances rented over all pools: a P/D instance both pools share counts once, and GPUs billed per
+        GPU at the workload's own prices (``--price``) count none (no instance is rented; owned nodes count)."""
+        shared = sum(1 for p in self.pools if p.rental is not None and p.rental.shared)
+        return sum(p.rental.instances for p in self.pools if p.rental is not None and not p.rental.shared
+                   and (p.rental.provider == "owned" or not p.rental.offer.per_gpu_billing)) + (
+            max((p.rental.instances for p in self.pools if p.rental is not None and p.rental.shared), default=0)
+            if shared else 0)
 
     @property
     def pool_replicas(self) -> tuple[int, ...]:

@@ -250,6 +250,15 @@ def rent_label(pools: Sequence[Pool]) -> str:
     return " + ".join(parts) or "-"
 
 
+def _pool_instances(p: Pool) -> int | str:
+    """A CSV pool's whole instances: '' without a rental or billed per GPU at the workload's own prices (no
+    instance is rented; the rental counts TP groups there), else the rental's (a shared P/D instance on both lines)."""
+    r = p.rental
+    if r is None or (r.offer.per_gpu_billing and r.provider != "owned"):
+        return ""
+    return r.instances
+
+
 def render_json(plan: Plan) -> str:
     return dump_plan(plan).rstrip("\n")
 
@@ -302,7 +311,7 @@ def render_csv(plan: Plan) -> str:
                 "max_num_batched_tokens": p.max_num_batched_tokens, "chunked_prefill": p.chunked_prefill,
                 "enable_prefix_caching": p.enable_prefix_caching, "gpu_memory_utilization": p.gpu_memory_utilization,
                 "usd_per_gpu_hour": p.usd_per_gpu_hour, "provider": p.rental.provider if p.rental else "",
-                "instances": p.rental.instances if p.rental else "", "gpus_total": r.gpus_total, "ttft_s": r.ttft_s,
+                "instances": _pool_instances(p), "gpus_total": r.gpus_total, "ttft_s": r.ttft_s,
                 "tpot_s": r.tpot_s, "e2e_s": r.e2e_s, "percentile": r.percentile,
                 "output_tokens_per_s": r.output_tokens_per_s, "load_utilisation": r.load_utilisation,
                 "usd_per_hour": r.usd_per_hour, "usd_per_million_output_tokens": r.usd_per_million_output_tokens,
