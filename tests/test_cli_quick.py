@@ -132,6 +132,21 @@ def test_table_fits_80_columns_and_wide_shows_every_column() -> None:
     assert piped.stdout.split("\n\n")[1] == wide.stdout.split("\n\n")[1]
 
 
+def test_a_pd_table_with_twin_dtypes_drops_weights_last_and_says_when_the_rest_is_still_wider() -> None:
+    """rag at tpot=30ms ranks P/D plans whose weights/KV cells hold twins ('fp8/fp8 | int8/fp8'): at 80 columns the
+    table was 88 wide under a footer saying it fitted 80. weights/KV is the last column dropped; at 60 columns the
+    essential ones still need 68, and the footer says so instead of 'to fit 60 columns'."""
+    args = ("--workload", str(ROOT / "examples" / "rag.yaml"), "--slo", "tpot=30ms", "-q", "--verify", "0")
+    at80 = run(*args, env={"COLUMNS": "80"})
+    assert at80.exit_code == 0, at80.output
+    assert max(len(ln) for ln in at80.stdout.splitlines()) <= 80
+    flat = " ".join(at80.stdout.split())
+    assert "columns hidden to fit 80 columns" in flat and "binding, weights/KV); --wide" in flat
+    at60 = " ".join(run(*args, env={"COLUMNS": "60"}).stdout.split())
+    need = re.search(r"13 columns hidden \(the rest need (\d+) of 60 columns\)", at60)
+    assert need is not None and int(need.group(1)) > 60, at60
+
+
 def test_help_fits_80_columns_without_truncated_option_names() -> None:
     for cmd in ([], ["estimate"], ["simulate"], ["deploy"], ["models"]):
         res = run(*cmd, "-h", env={"COLUMNS": "80"})

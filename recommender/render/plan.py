@@ -18,7 +18,8 @@ TABLE_HEADERS = ["rank", "deployment", "GPUs", "rent", "TP", "replicas", "weight
 #: Columns a narrow terminal loses first (first listed goes first); what stays at 80 columns is the compact set:
 #: rank, deployment, GPUs, weights/KV, TTFT, TPOT, $/M tok. TP and replicas go first: the deployment cell
 #: holds them (:func:`deployment_cell`).
-DROP_ORDER = ["replicas", "TP", "note", "P(SLO)", "$/M out", "util", "max seqs", "chunk", "out tok/s", "$/hour", "rent", "binding"]
+DROP_ORDER = ["replicas", "TP", "note", "P(SLO)", "$/M out", "util", "max seqs", "chunk", "out tok/s", "$/hour", "rent", "binding",
+              "weights/KV"]
 
 
 def _pct_label(plan: Plan, metric: str) -> str:
@@ -189,7 +190,9 @@ def render_table(plan: Plan, *, width: int | None = None) -> str:
     if m.pricing:
         foot += f"\nPrices: {m.pricing}."
     if dropped:
-        foot += f"\n{len(dropped)} columns hidden to fit {width} columns ({', '.join(dropped)}); --wide shows all."
+        need = max(map(len, body.splitlines()), default=0)
+        fit = f"to fit {width} columns" if width is None or need <= width else f"(the rest need {need} of {width} columns)"
+        foot += f"\n{len(dropped)} columns hidden {fit} ({', '.join(dropped)}); --wide shows all."
     lines = [wrap_text(head, width), "", body, "", wrap_text(plan.why, width), wrap_text(foot, width)]
     for extra in (job_line(plan), verified_line(plan), sensitivity_line(plan)):
         if extra:
