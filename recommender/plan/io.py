@@ -314,10 +314,10 @@ def _check_workload_figures(w: WorkloadEcho, where: str) -> None:
             _nonneg(getattr(summary, key), f"workload.{name}.{key}", where, MAX_TOKENS)
         if len(summary.samples) > MAX_DIST_POINTS or len(summary.weights) > MAX_DIST_POINTS:
             raise ConfigError(f"{where}: workload.{name} holds more than {MAX_DIST_POINTS:,} samples; {_HINT}")
-        for v in summary.samples:
-            _positive(v, f"workload.{name}.samples", where, MAX_TOKENS)
-        for v in summary.weights:
-            _nonneg(v, f"workload.{name}.weights", where, 1e300)
+        for n in summary.samples:
+            _positive(n, f"workload.{name}.samples", where, MAX_TOKENS)
+        for wt in summary.weights:
+            _nonneg(wt, f"workload.{name}.weights", where, 1e300)
 
 
 def _check_network(net: Network, where: str) -> None:
