@@ -98,8 +98,8 @@ def test_insufficient_data_exits_11_and_says_how_much_more(env):
 def test_live_metrics_endpoint_first_run_waits_one_interval(env):
     st = VllmState()
 
-    def body() -> str:  # every scrape finds 10 more finished requests
-        st.serve(10, prompt=800, output=100, ttft_s=0.2, itl_s=0.02)
+    def body() -> str:  # every scrape finds 25 more finished requests (a window needs the policy's 20)
+        st.serve(25, prompt=800, output=100, ttft_s=0.2, itl_s=0.02)
         return st.exposition()
 
     with MetricsServer(body) as srv:
@@ -109,7 +109,7 @@ def test_live_metrics_endpoint_first_run_waits_one_interval(env):
     # the wait for the second scrape is announced on stderr (stdout stays the JSON document)
     assert "replan: no earlier scrape of 1 of 1 /metrics endpoint(s) to diff against: waiting 0 s" in r.stderr
     doc = json.loads(r.stdout)
-    assert doc["observed"]["requests"] == 10 and doc["observed"]["source"] == "vllm-metrics"
+    assert doc["observed"]["requests"] == 25 and doc["observed"]["source"] == "vllm-metrics"
     assert 0.19 <= doc["observed"]["window_s"] < 2.0  # the 0.2 s min_scrape_interval, plus scheduling
     assert doc["observed"]["slo"][0]["observed_s"] == pytest.approx(0.1 + 0.15 * 0.99, rel=1e-3)  # ttft (0.1, 0.25]
     state = Path(str(env["db"]) + ".metrics-state.json")

@@ -199,7 +199,7 @@ def test_prefix_cache_counters_give_the_observed_prefix_share_and_reach_the_work
     from test_replan_support import fake_plan
 
     def text(queries: float, hits: float) -> str:
-        st = VllmState()
+        st = VllmState(model_name="my-model")
         st.serve(30, prompt=800, output=100, ttft_s=0.2, itl_s=0.02)
         return (st.exposition()
                 .replace('vllm:prefix_cache_queries_total{engine="0",model_name="my-model"} 0.0',

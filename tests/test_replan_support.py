@@ -6,7 +6,7 @@
   ``gpus_per_instance`` GPUs, ``ceil(replicas * tp / gpus_per_instance) * usd_per_instance_hour``).
 * ``VllmState.exposition()``: the real vLLM 0.33 exposition (tests/data/traffic/vllm-metrics-example.txt)
   with the sample values of the families we read rewritten from a simple state, so a test knows exactly
-  what the endpoint served.
+  what the endpoint served, under ``model_name`` (default: fake_plan's model).
 * ``MetricsServer``: that text (or anything) served on 127.0.0.1 from a thread (http.server, port 0).
 """
 
@@ -109,6 +109,7 @@ class VllmState:
     waiting: float = 0.0
     kv_usage: float = 0.0
     drop: tuple[str, ...] = ()  # family names to leave out (missing-family tests)
+    model_name: str = "llama-3.1-8b"  # the label vLLM reports (the fixture's 'my-model'); fake_plan's model
 
     def serve(self, n: int, prompt: int, output: int, ttft_s: float, itl_s: float, e2e_s: float = 5.0,
               queue_s: float = 0.0) -> None:
@@ -171,7 +172,7 @@ class VllmState:
             if any(name == d or name.startswith(d + "_") for d in self.drop):
                 continue
             out.append(f"{left} {self._value(name, labels, value)}")
-        return "\n".join(out) + "\n"
+        return "\n".join(out).replace('model_name="my-model"', f'model_name="{self.model_name}"') + "\n"
 
 
 class MetricsServer:

@@ -19,7 +19,7 @@ from tabulate import tabulate
 
 from recommender import units
 from recommender.cli import options
-from recommender.cli.app import app, one_line_errors
+from recommender.cli.app import app, one_line, one_line_errors
 from recommender.cli.checks import check_storage
 from recommender.errors import ConfigError, RecommenderError
 from recommender.workload import Workload, load_workload
@@ -28,6 +28,7 @@ from recommender.workload import Workload, load_workload
 # that `recommend --help` and the other commands start fast.
 if TYPE_CHECKING:
     from recommender.plan import Plan
+    from recommender.replan.history import History
     from recommender.replan.runner import Planner, ReplanResult
 
 
@@ -144,13 +145,14 @@ def _emit(r: ReplanResult, fmt: options.TableOrJson, wide: bool = False) -> None
     else:
         options.echo_fitted(render_result(r), wide)
     if r.decision == "error":
-        typer.echo(f"error: {r.reason}", err=True)
+        typer.echo(f"error: {one_line(r.reason)}", err=True)
 
 
 @app.command("replan")
 @one_line_errors
 def replan_cmd(
     current: Path = typer.Option(..., "--current", help="The deployed plan (plan JSON from `recommend --format json`)."),
+    rank: int = typer.Option(1, "--rank", "-r", help="Which row of --current is deployed (`recommend deploy --rank N`): the traffic is compared with that row and the re-planner resizes it. A stamped --out DIR/plan.json, once written, is the current plan instead."),
     traffic: List[str] = typer.Option(..., "--traffic", help="vLLM /metrics URL(s) (one per replica), prometheus+http://HOST:9090, or request-log file(s) (JSONL/CSV, Azure trace CSV). Repeat or list several."),
     more_traffic: Optional[List[str]] = typer.Argument(None, help="More sources, as in `--traffic A B C`.", show_default=False),
     policy: Optional[Path] = typer.Option(None, "--policy", help="Policy YAML (default: the shipped policies/replan.yaml, else built-in defaults)."),
@@ -165,6 +167,7 @@ def replan_cmd(
     basic_auth_user: Optional[str] = typer.Option(None, "--basic-auth-user", help="HTTP sources: basic auth user (password from --basic-auth-password-file or --basic-auth-password-env)."),
     basic_auth_password_file: Optional[str] = typer.Option(None, "--basic-auth-password-file", help="Basic auth password file."),
     basic_auth_password_env: Optional[str] = typer.Option(None, "--basic-auth-password-env", help="Basic auth password environment variable."),
+    served_name: Optional[List[str]] = typer.Option(None, "--served-model-name", help="/metrics sources: a model_name label (vLLM's --served-model-name) that is the plan's model, besides its catalog id, Hugging Face repo and checkpoints; series of other models are left out. Repeat for several."),
     state: Optional[Path] = typer.Option(None, "--state", help="Scrape state file for /metrics sources (default: beside the SQLite history DB)."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Calibrated engine profile YAML for the planner."),
     workload: Optional[Path] = typer.Option(None, "--workload", help="The original workload YAML (GPUs, prices, SLOs); default: rebuilt from the plan, on its GPU types."),
@@ -173,18 +176,21 @@ def replan_cmd(
     trials: Optional[int] = typer.Option(None, "--trials", help="Planner trials per run (default: the search policy's)."),
     seed: int = typer.Option(0, "--seed", help="Planner seed."),
     timeout: Optional[str] = typer.Option(None, "--timeout", help="Planner time budget per run (e.g. 20s; default: the search policy's)."),
+    exit_zero_unless_error: bool = typer.Option(False, "--exit-zero-unless-error", help="Exit 0 for every outcome (unchanged, changed, not enough data; --format json's exit_code still tells them apart) and non-zero only for errors: for schedulers that mark a non-zero exit failed (the replan CronJob passes it)."),
     wide: options.Wide = False,
 ) -> None:
     """Observe live traffic, forecast it, and propose (or, with --out, write) the next plan only when the policy says it is worth it.
 
     Exit codes: 0 unchanged, 10 changed, 11 not enough data yet (plan kept; says how much more is needed),
-    2-9 error (plan kept).
+    2-9 error (plan kept); with --exit-zero-unless-error 0 for all but the errors.
     """
     from recommender.replan import plans
     from recommender.replan.history import History, storage_url
     from recommender.replan.policy import load_policy
     from recommender.replan.promapi import auth_headers
-    from recommender.replan.runner import adopted_plan, deployment_name, model_predictor, replan_once, watch
+    from recommender.replan.runner import (
+        adopted_plan, deployment_name, job_exit_code, keeping, model_predictor, replan_once, watch,
+    )
     from recommender.replan.sources import default_state_path, open_source
 
     fmt = options.choice(options.TableOrJson, fmt_name, "--format")
@@ -197,18 +203,19 @@ def replan_cmd(
     if deployment is not None:
         check_deployment_name(deployment)
     check_storage(storage)
-    plan = plans.load_current(current)
+    plan = plans.select_rank(plans.load_current(current), rank, str(current))
     dep = deployment or deployment_name(plan)
     url = storage_url(storage)
     history = History(url)
     try:  # from here on every failure is a history row too (an 'error' run), then the one-line error
-        base = load_workload(workload) if workload is not None else None
+        base = plans.check_same_model(plan, load_workload(workload), str(workload)) if workload is not None else None
         plan = adopted_plan(out, dep) or plan
         headers = auth_headers(bearer_token_file=bearer_token_file, bearer_token_env=bearer_token_env,
                                basic_user=basic_auth_user, basic_password_file=basic_auth_password_file,
                                basic_password_env=basic_auth_password_env)
         source = open_source(list(traffic) + list(more_traffic or []), pol, state or default_state_path(storage),
-                             selector=selector, headers=headers, notify=lambda m: typer.echo(f"replan: {m}", err=True))
+                             selector=selector, headers=headers, notify=lambda m: typer.echo(f"replan: {m}", err=True),
+                             served=plans.served_model(plan, extra=served_name or ()))
         planner = search_planner(storage=None, study_name=f"replan:{dep}", profile_file=profile, trials=trials,
                                  seed=seed, timeout_s=timeout_s, history_url=url, deployment=dep)
         prof = None
@@ -219,7 +226,7 @@ def replan_cmd(
         predictor = model_predictor(profile=prof)
     except RecommenderError as e:
         history.record(time_s=time.time(), deployment=dep, decision="error", wanted="",
-                       reason=f"{e}; keeping the current plan", observed=None, current=plan, proposed=None,
+                       reason=keeping(str(e)), observed=None, current=plan, proposed=None,
                        usd_per_hour_current=plan.top.usd_per_hour)
         raise
 
@@ -235,7 +242,7 @@ def replan_cmd(
     if not watch_:
         result = step(plan)
         _emit(result, fmt, wide)
-        raise typer.Exit(result.exit_code)
+        raise typer.Exit(job_exit_code(result.exit_code) if exit_zero_unless_error else result.exit_code)
     try:
         watch(step, plan, interval_s, on_result=lambda r: _emit(r, fmt, wide))
     except KeyboardInterrupt:
@@ -256,6 +263,19 @@ def check_deployment_name(name: str) -> str:
         raise ConfigError(f"--deployment {name[:60]!r}: give one printable line of 1 to 200 characters "
                           f"(no control or invisible characters)")
     return name
+
+
+def no_runs_message(history: History, deployment: str | None) -> str:
+    """Why ``recommend history`` lists nothing: no runs at all, or none of ``deployment`` (naming those there are)."""
+    from recommender.httpread import printable
+
+    recorded = history.deployments(limit=6)
+    if deployment is None or not recorded:
+        return "no re-planning runs recorded yet"
+    shown = ", ".join(f"{printable(d, 80)} ({n} run{'s' if n != 1 else ''})" for d, n in recorded[:5])
+    more = ", ..." if len(recorded) > 5 else ""
+    return (f"no re-planning runs of deployment {printable(deployment, 80)!r}; runs are recorded for: {shown}{more} "
+            f"(--deployment takes one of these)")
 
 
 @app.command("history")
@@ -279,12 +299,13 @@ def history_cmd(
     path = sqlite_path(url)
     if path is not None and not path.exists():
         raise ConfigError(f"no history at {path}: run `recommend replan` first, or pass --storage")
-    records = History(url).list(deployment=deployment, limit=limit)
+    history = History(url)
+    records = history.list(deployment=deployment, limit=limit)
     if fmt is options.TableOrJson.json:
         typer.echo(json.dumps(records_to_dicts(records, full=full), indent=2))
         return
     if not records:
-        typer.echo("no re-planning runs recorded yet")
+        typer.echo(no_runs_message(history, deployment))
         return
     rows = []
     for d in records_to_dicts(records):

@@ -7,15 +7,18 @@ Objects, in apply order:
   Deployments and, with ``apply``, ``patch`` their ``deployments/scale`` (``resourceNames`` limit it to
   exactly those Deployments; a pool whose replica spans the trays of a GB200 rack runs as a LeaderWorkerSet:
   ``leaderworkersets`` and ``leaderworkersets/scale`` instead);
-* ConfigMap ``<name>-replan-plan`` holding the deployed plan JSON (the first run's ``--current``);
+* ConfigMap ``<name>-replan-plan`` holding the plan JSON (the first run's ``--current``; the job passes
+  ``--rank`` of the row deployed, so it compares traffic with that row);
 * PersistentVolumeClaim ``<name>-replan-data`` (1 GiB, ReadWriteOnce): the SQLite history, the scrape
   state and ``/data/plan`` (the adopted plan and its deployment files, which later runs read as
   ``--current``). With a PostgreSQL history the URL comes from Secret ``history_secret`` (key ``url``)
   as env ``REPLAN_HISTORY_URL``; the volume still keeps the adopted plan;
 * CronJob ``<name>-replan``: every ``schedule``, ``concurrencyPolicy: Forbid`` (runs never overlap; the
   history's per-deployment lock covers a manual run too), one try per run (``backoffLimit: 0``),
-  ``recommend replan --current /plan/plan.json --out /data/plan --traffic TRAFFIC --selector ...
-  --storage ... --format json`` and, with ``apply``, ``--apply-to`` each engine Deployment.
+  ``recommend replan --current /plan/plan.json --rank N --out /data/plan --traffic TRAFFIC --selector ...
+  --storage ... --format json --exit-zero-unless-error`` and, with ``apply``, ``--apply-to`` each engine
+  Deployment. ``--exit-zero-unless-error``: the outcomes "changed" (10) and "not enough data" (11) end the Job
+  Succeeded (the log's JSON keeps ``exit_code``), an error fails it.
 
 The default traffic source is a Prometheus server scraping the engine pods, scoped with
 ``model_name="<served model name>"`` (vLLM's own label); every string from the plan or the user that
@@ -118,12 +121,13 @@ def _meta(name: str, spec: DeploySpec) -> dict[str, Any]:
 
 
 def replan_args(spec: DeploySpec, opts: ReplanJobOptions) -> list[str]:
-    """The ``recommend replan`` argv of the job's container (already escaped for Kubernetes)."""
+    """The ``recommend replan`` argv of the job's container (already escaped for Kubernetes): the deployed rank,
+    and an exit code that fails the Job only on an error."""
     selector = opts.selector if opts.selector is not None else f'model_name="{spec.served_model_names[0]}"'
     storage = "$(REPLAN_HISTORY_URL)" if opts.history_secret else f"{DATA_PATH}/history.db"
-    args = ["replan", "--current", f"{PLAN_PATH}/plan.json", "--out", f"{DATA_PATH}/plan",
+    args = ["replan", "--current", f"{PLAN_PATH}/plan.json", "--rank", str(spec.rank), "--out", f"{DATA_PATH}/plan",
             "--traffic", k8s_escape(opts.traffic), "--storage", storage,
-            "--state", f"{DATA_PATH}/metrics-state.json", "--format", "json"]
+            "--state", f"{DATA_PATH}/metrics-state.json", "--format", "json", "--exit-zero-unless-error"]
     if opts.traffic.startswith("prometheus+") and selector:
         args += ["--selector", k8s_escape(selector)]
     if opts.apply:

@@ -253,6 +253,13 @@ class History:
         with self.engine.connect() as conn:
             return [RunRecord(**dict(r._mapping)) for r in conn.execute(_select(deployment, limit, since_s))]
 
+    def deployments(self, limit: int = 10) -> Sequence[tuple[str, int]]:
+        """(deployment, runs) of the deployments with the most runs, at most ``limit``, most runs first."""
+        n = sa.func.count(runs.c.id)
+        q = sa.select(runs.c.deployment, n).group_by(runs.c.deployment).order_by(n.desc(), runs.c.deployment).limit(limit)
+        with self.engine.connect() as conn:
+            return [(str(d), int(c)) for d, c in conn.execute(q)]
+
     def last_change(self, deployment: str) -> RunRecord | None:
         with self.engine.connect() as conn:
             return Transaction(conn, deployment).last_change()

@@ -4,7 +4,13 @@ The exposition is parsed with ``prometheus_client.parser.text_string_to_metric_f
 reference parser). Samples are matched by their exposed names (vLLM 0.33, prometheus_client text
 format): counters ``<name>_total`` (+ ``<name>_created``), histograms ``<name>_bucket{le=...}``,
 ``_sum``, ``_count`` (+ ``_created``), gauges by name. Every label set (``engine``, ``model_name``,
-``finished_reason``) of a sample name is summed, so one URL = one replica with any number of engines.
+``finished_reason``) of a sample name is summed, so one URL = one replica with any number of engines. Given the
+plan's :class:`~recommender.replan.plans.ServedModel`, a series whose ``model_name`` is another model is left out
+(with a note); an endpoint that serves only other models is refused in one line.
+
+A window counts only with at least ``min_requests`` finished requests of the plan's model (over all URLs), as a
+request log's does; with fewer the run ends "not enough data" (exit 11) and keeps its baseline, so the next run
+diffs against the same scrapes over a longer window (up to ``max_interval_s``).
 
 The prefix-cache counters (``vllm:prefix_cache_queries_total`` / ``_hits_total``, in tokens) give the
 observed prefix share ``hits / queries`` of the window when every endpoint exposes them.
@@ -32,6 +38,7 @@ from recommender.bounded import fetch_url_bytes, load_json_text, read_file_text
 from recommender.errors import ConfigError, RecommenderError, TrafficSourceError
 from recommender.httpread import HttpStatusError, printable
 from recommender.replan.filelock import locked
+from recommender.replan.plans import ServedModel
 from recommender.units import MAX_UNIX_S
 from recommender.replan.observation import (
     EMPTY_HISTOGRAM, MAX_GAUGE_REQUESTS, Histogram, InsufficientDataError, LengthObservation, Observation, RatePoint,
@@ -70,6 +77,7 @@ class Scrape:
     gauges: Mapping[str, float]  # running/waiting summed over engines; kv_cache_usage_perc: max
     created_s: float | None = None  # process start as the earliest ``_created`` of the request counter
     models: tuple[str, ...] = ()
+    other_models: tuple[str, ...] = ()  # model_name values left out (not the plan's model); not saved
 
     def to_json(self) -> dict[str, Any]:
         return {"url": self.url, "time_s": self.time_s, "counters": dict(self.counters),
@@ -95,23 +103,52 @@ class Scrape:
                       tuple(str(m) for m in d.get("models", ())))
 
 
-def parse_exposition(text: str, url: str, time_s: float) -> Scrape:
-    """Parse Prometheus text exposition into a :class:`Scrape`; names every missing family."""
+#: characters of a server's text (a parser error's line, a label) a message quotes
+EXCERPT_CHARS = 120
+
+
+def _plan_model(label: str, served: ServedModel | None, seen: dict[str, bool]) -> bool:
+    """Whether a sample's ``model_name`` is the plan's model (every name is, without ``served``); memoised in
+    ``seen``."""
+    if served is None:
+        return True
+    if label not in seen:
+        seen[label] = served.matches(label)
+    return seen[label]
+
+
+def _other_model_error(url: str, others: set[str], served: ServedModel) -> TrafficSourceError:
+    names = ", ".join(printable(m, EXCERPT_CHARS) for m in sorted(others)[:3]) + (", ..." if len(others) > 3 else "")
+    return TrafficSourceError(f"metrics endpoint {url} serves only model_name {names}, not the plan's model "
+                              f"({served.describe()}); point --traffic at the plan's pods, or pass --served-model-name "
+                              f"where it is served under a name of its own")
+
+
+def parse_exposition(text: str, url: str, time_s: float, *, served: ServedModel | None = None) -> Scrape:
+    """Parse Prometheus text exposition into a :class:`Scrape`; names every missing family. With ``served``, the
+    series of other models (their ``model_name`` label) are left out, and an endpoint serving only those is refused;
+    a parser error quotes at most ``EXCERPT_CHARS`` of the page."""
     if not text.strip():
         raise TrafficSourceError(f"metrics endpoint {url} returned an empty page; is it a vLLM server's /metrics?")
     sums: dict[str, float] = {}
     buckets: dict[str, dict[float, float]] = {}
     created: list[float] = []
     models: set[str] = set()
+    others: set[str] = set()
+    seen: dict[str, bool] = {}
     kv_usage: list[float] = []
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
                 if s.name.startswith("vllm:") and not math.isfinite(float(s.value)):
-                    raise TrafficSourceError(f"metrics endpoint {url}: sample {s.name} has the non-finite value "
-                                             f"{s.value}; is the server healthy?")
-                if s.labels.get("model_name"):
-                    models.add(s.labels["model_name"])
+                    raise TrafficSourceError(f"metrics endpoint {url}: sample {printable(s.name, EXCERPT_CHARS)} has "
+                                             f"the non-finite value {s.value}; is the server healthy?")
+                label = s.labels.get("model_name")
+                if label and not _plan_model(label, served, seen):
+                    others.add(label)
+                    continue
+                if label:
+                    models.add(label)
                 if s.name.endswith("_bucket") and "le" in s.labels:
                     le = math.inf if s.labels["le"] in ("+Inf", "Inf", "inf") else float(s.labels["le"])
                     b = buckets.setdefault(s.name[: -len("_bucket")], {})
@@ -123,7 +160,10 @@ def parse_exposition(text: str, url: str, time_s: float) -> Scrape:
                 else:
                     sums[s.name] = sums.get(s.name, 0.0) + float(s.value)
     except ValueError as e:
-        raise TrafficSourceError(f"metrics endpoint {url} is not valid Prometheus text exposition: {e}") from None
+        raise TrafficSourceError(f"metrics endpoint {url} is not valid Prometheus text exposition: "
+                                 f"{printable(str(e), EXCERPT_CHARS)}") from None
+    if served is not None and others and not any(n in sums for n in COUNTERS):
+        raise _other_model_error(url, others, served)
     missing = [n for n in COUNTERS if n not in sums]
     missing += [n for n in HISTOGRAMS if n not in buckets or f"{n}_sum" not in sums or f"{n}_count" not in sums]
     missing += [n for n in GAUGES if n not in sums and not (n == "vllm:kv_cache_usage_perc" and kv_usage)]
@@ -155,8 +195,8 @@ def parse_exposition(text: str, url: str, time_s: float) -> Scrape:
     counters = {n: sums[n] for n in COUNTERS}
     if all(n in sums for n in PREFIX_COUNTERS):
         counters.update({n: sums[n] for n in PREFIX_COUNTERS})
-    return Scrape(url, time_s, counters, histograms, gauges,
-                  min(created) if created else None, tuple(sorted(models)))
+    return Scrape(url, time_s, counters, histograms, gauges, min(created) if created else None,
+                  tuple(sorted(models)), tuple(printable(m, EXCERPT_CHARS) for m in sorted(others)))
 
 
 def fetch_url(url: str, timeout_s: float, headers: Mapping[str, str] | None = None) -> str:
@@ -282,9 +322,11 @@ def observe_deltas(deltas: Sequence[Delta], scrapes: Sequence[Scrape], end_s: fl
               "num_requests_waiting": sum(s.gauges["vllm:num_requests_waiting"] for s in scrapes),
               "kv_cache_usage_perc_max": max(s.gauges["vllm:kv_cache_usage_perc"] for s in scrapes)}
     notes = tuple(n for d in deltas for n in d.notes)
-    models = sorted({m for s in scrapes for m in s.models})
+    models = sorted({printable(m, EXCERPT_CHARS) for s in scrapes for m in s.models})
     if len(models) > 1:
-        notes += (f"the endpoints serve different models ({', '.join(models)}); their traffic was summed",)
+        notes += (f"the endpoints report several model names ({', '.join(models[:5])}); their traffic was summed",)
+    notes += tuple(f"{s.url}: left out the series of model_name {', '.join(s.other_models[:5])} (not the plan's "
+                   f"model)" for s in scrapes if s.other_models)
     return Observation(
         source="vllm-metrics", where=tuple(d.url for d in deltas), end_s=end_s, window_s=window_s,
         requests=requests, arrival_rate_per_s=rate, rate_points=(RatePoint(end_s, window_s, rate),),
@@ -315,7 +357,8 @@ class VllmMetricsSource:
     ``min_interval_s``: shortest span between two scrapes that counts as a window. Without a baseline
     (first run, new URL, or a baseline older than ``max_interval_s``) the source either waits
     ``min_interval_s`` and scrapes again (``wait_for_baseline``) or raises InsufficientDataError saying
-    when the next scrape will have enough data.
+    when the next scrape will have enough data. A window of fewer than ``min_requests`` finished requests raises
+    InsufficientDataError too, keeping the baseline. ``served``: the plan's model (other models' series are left out).
     """
 
     urls: tuple[str, ...]
@@ -329,14 +372,31 @@ class VllmMetricsSource:
     sleep: Callable[[float], None] = time.sleep
     notify: Callable[[str], None] = lambda message: None  # noqa: E731 - e.g. a line on stderr
     headers: Mapping[str, str] = field(default_factory=dict)
+    min_requests: int = 0
+    served: ServedModel | None = None
 
     def scrape_all(self) -> dict[str, Scrape]:
+        """One scrape of every URL (parsed, the plan's model only)."""
         out = {}
         for url in self.urls:
             t = self.clock()
             body = self.fetch(url, self.timeout_s, self.headers) if self.headers else self.fetch(url, self.timeout_s)
-            out[url] = parse_exposition(body, url, t)
+            out[url] = parse_exposition(body, url, t, served=self.served)
         return out
+
+    def _enough(self, deltas: Sequence[Delta], base: Mapping[str, Scrape]) -> None:
+        """InsufficientDataError, the baseline saved again (the next run diffs over a longer window), when the
+        window holds fewer than ``min_requests`` finished requests."""
+        requests = sum(d.counters["vllm:request_success_total"] for d in deltas)
+        if requests >= self.min_requests:
+            return
+        save_state(self.state_path, base)
+        window_s = max(d.window_s for d in deltas)
+        model = f" of {self.served.describe()}" if self.served is not None else ""
+        raise InsufficientDataError(
+            f"insufficient data: {len(deltas)} metrics endpoint(s) finished {requests:.0f} request(s){model} in "
+            f"{window_s:.0f} s; need at least {self.min_requests} ({self.min_requests - requests:.0f} more); the "
+            f"next run counts from the same scrape (up to {self.max_interval_s:.0f} s old); keeping the current plan")
 
     def observe(self) -> Observation:
         """Scrape every URL, diff against the baseline, save the new baseline, return the Observation."""
@@ -373,5 +433,6 @@ class VllmMetricsSource:
                 raise InsufficientDataError(f"insufficient data: {u} was scraped twice at the same instant; "
                                             f"need one more scrape in {self.min_interval_s:.0f} s")
             deltas.append(d)
+        self._enough(deltas, base)
         save_state(self.state_path, cur)
         return observe_deltas(deltas, list(cur.values()), now)

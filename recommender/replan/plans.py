@@ -9,12 +9,15 @@ does the resizing) and applied by scaling the engine Deployments.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
+from recommender.catalog import default_catalog
 from recommender.errors import ConfigError, RecommenderError
 from recommender.plan import Plan, PlanRow, Pool, layout_suffix, load_plan
 from recommender.render.plan import deployment_cell
+from recommender.workload import Workload
 
 
 def check_plan(plan: Any, where: str) -> Plan:
@@ -37,6 +40,72 @@ def load_current(path: str | Path) -> Plan:
     if not p.exists():
         raise ConfigError(f"current plan {p} does not exist; create it with `recommend WORKLOAD --format json > {p}`")
     return check_plan(load_plan(p), str(p))
+
+
+def select_rank(plan: Plan, rank: int, where: str) -> Plan:
+    """``plan`` reduced to its row ``rank`` (``replan --rank``: the row that was deployed), renumbered rank 1 so
+    that it is :attr:`Plan.top` and a plan the re-planner writes from it deploys at the default rank; ``plan``
+    itself for rank 1. ConfigError (one line, the plan's ranks) when it has no such row."""
+    row = plan.row(rank)
+    if row is None:
+        ranks = ", ".join(str(r.rank) for r in sorted(plan.rows, key=lambda r: r.rank))
+        raise ConfigError(f"--rank {rank}: {where} has no plan of that rank (its ranks: {ranks}); pass the rank "
+                          f"you deployed (`recommend deploy --rank N`)")
+    if rank == 1:
+        return plan
+    why = f"rank {rank} of {where}, the row deployed (replan --rank {rank})"
+    return check_plan(dataclasses.replace(plan, rows=(dataclasses.replace(row, rank=1),), why=why),
+                      f"{where} rank {rank}")
+
+
+def catalog_id(name: str) -> str:
+    """The catalog id of a model name, Hugging Face repo or alias (any case); the name itself, lower-cased, where the
+    catalog does not know it (a config.json model) or refuses it."""
+    try:
+        return default_catalog().model_id(name) or name.strip().lower()
+    except RecommenderError:
+        return name.strip().lower()
+
+
+def plan_model_ids(plan: Plan) -> frozenset[str]:
+    """The catalog ids the plan's model is known by: its ``workload.model`` and its ``hf_repo``, each resolved."""
+    wl = plan.workload
+    return frozenset(catalog_id(n) for n in (wl.model, wl.hf_repo) if n)
+
+
+def check_same_model(plan: Plan, workload: Workload, where: str) -> Workload:
+    """``workload`` when its model is the plan's (catalog ids compared, so a repo id matches its catalog id); else a
+    one-line ConfigError: a re-plan for another model would propose a deployment of other weights."""
+    if catalog_id(workload.model) in plan_model_ids(plan):
+        return workload
+    raise ConfigError(f"--workload {where}: its model {workload.model!r} is not the plan's ({plan.workload.model!r}); "
+                      f"pass the workload the plan was made for, or plan the other model from scratch with `recommend`")
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The ``model_name`` label values of vLLM series that are the plan's model: the names it is served under
+    (``workload.model``, ``hf_repo``, a pool's pre-quantized checkpoint) or any name the catalog resolves to its id."""
+
+    names: frozenset[str]
+    ids: frozenset[str]
+
+    def matches(self, model_name: str) -> bool:
+        """Whether a series labelled ``model_name`` is the plan's model."""
+        return model_name in self.names or catalog_id(model_name) in self.ids
+
+    def describe(self) -> str:
+        """The names, sorted, comma-separated (for messages)."""
+        return ", ".join(sorted(self.names))
+
+
+def served_model(plan: Plan, extra: Iterable[str] = ()) -> ServedModel:
+    """:class:`ServedModel` of ``plan`` (every row's checkpoints: a re-plan may deploy another row's), and the names
+    in ``extra`` (``replan --served-model-name``: a name the user served the model under)."""
+    wl = plan.workload
+    names = {n for n in (wl.model, wl.hf_repo, *extra) if n}
+    names |= {c for r in plan.rows for c in (r.checkpoint, *(p.checkpoint for p in r.pools)) if c}
+    return ServedModel(frozenset(names), plan_model_ids(plan))
 
 
 def stored_plan(doc: Mapping[str, Any] | None, where: str = "stored plan") -> Plan | None:

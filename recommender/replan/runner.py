@@ -45,6 +45,12 @@ EXIT_UNCHANGED = 0
 EXIT_CHANGED = 10
 EXIT_INSUFFICIENT_DATA = InsufficientDataError.exit_code  # 11
 
+#: the longest reason a run records and prints: an error's is one line of the house's 500 characters (an excerpt of
+#: what a source answered, never the answer), a decision's (its risks and both plans) at most 2,000
+MAX_ERROR_REASON_CHARS = 500
+MAX_REASON_CHARS = 2000
+KEEPING = "keeping the current plan"
+
 Planner = Callable[[Workload, "Plan | None"], Plan]
 # (plan, workload, replicas per pool or None = the plan's) -> the model's verdict
 Predictor = Callable[..., "Prediction"]
@@ -81,6 +87,28 @@ class ReplanResult:
                 "proposed": None if self.proposed is None else plan_document(self.proposed),
                 "usd_per_hour_delta": self.usd_per_hour_delta,
                 "decision": self.decision, "exit_code": self.exit_code, "written": list(self.written)}
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` on one line (whitespace runs collapsed) of at most ``limit`` characters, ending '...' where cut;
+    only the first ``4 x limit`` characters are looked at, so a 100 MB message costs nothing more."""
+    head = " ".join(text[: 4 * limit].split())
+    if len(head) <= limit and len(text) <= 4 * limit:
+        return head
+    return head[: limit - 3] + "..."
+
+
+def keeping(reason: str) -> str:
+    """An error run's reason: ``reason`` bounded (:func:`bounded`) and ending '; keeping the current plan' once (a
+    source's own message may say so already)."""
+    core = bounded(reason, MAX_ERROR_REASON_CHARS - len(KEEPING) - 2)
+    return core if core.rstrip(" ;,.").endswith(KEEPING) else f"{core.rstrip(' ;,')}; {KEEPING}"
+
+
+def job_exit_code(code: int) -> int:
+    """``replan --exit-zero-unless-error``: 0 for the outcomes (unchanged, changed, not enough data), ``code`` for
+    an error; a scheduler that marks a non-zero exit failed (a Kubernetes Job) then fails only on errors."""
+    return 0 if code in (EXIT_UNCHANGED, EXIT_CHANGED, EXIT_INSUFFICIENT_DATA) else code
 
 
 def deployment_name(plan: Plan) -> str:
@@ -226,6 +254,7 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
 
     def finish(decision: str, wanted: str, reason: str, code: int, t: float, observed: Any = None,
                proposed: Plan | None = None, written: tuple[str, ...] = (), tx: Transaction | None = None) -> ReplanResult:
+        reason = bounded(reason, MAX_ERROR_REASON_CHARS if decision == "error" else MAX_REASON_CHARS)
         row = dict(time_s=t, decision=decision, wanted=wanted, reason=reason, observed=observed, current=current,
                    proposed=proposed, usd_per_hour_current=cur_usd, run_id=run_id, window=window,
                    usd_per_hour_proposed=None if proposed is None else plans.usd_per_hour(proposed))
@@ -240,9 +269,9 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
     except InsufficientDataError as e:
         return finish("unchanged", "", str(e), e.exit_code, clock())
     except RecommenderError as e:  # unreachable, malformed, refused readings, a special file as the state
-        return finish("error", "", f"{e}; keeping the current plan", e.exit_code, clock())
+        return finish("error", "", keeping(str(e)), e.exit_code, clock())
     except Exception as e:  # noqa: BLE001 - a source bug must not kill a --watch loop or skip its history row
-        return finish("error", "", f"traffic source failed ({type(e).__name__}: {e}); keeping the current plan",
+        return finish("error", "", keeping(f"traffic source failed ({type(e).__name__}: {bounded(str(e), 200)})"),
                       2, clock())
     now = obs.end_s
     window = obs.window
@@ -251,7 +280,7 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
         base_wl = base if base is not None else base_workload_from_plan(current)
         workload, notes = observed_workload(obs, base_wl, current, policy, forecast)
     except RecommenderError as e:
-        return finish("error", "", f"{e}; keeping the current plan", e.exit_code, now)
+        return finish("error", "", keeping(str(e)), e.exit_code, now)
     observed_risks = slo_risks(obs, base_wl.slos, policy)
     band = check_band(obs, current, false_alarm=policy.band_false_alarm, subwindow_s=policy.subwindow_s,
                       min_requests=policy.min_requests)
@@ -282,12 +311,12 @@ def replan_once(*, current: Plan, source: TrafficSource, planner: Planner, polic
             proposed = plans.check_plan(planner(scale_down_workload(workload, obs, policy, forecast) if not risks
                                                 else workload, current), "the planner's proposal")
         except RecommenderError as e:
-            return finish("error", "", f"planner failed for the observed workload ({e}); keeping the current plan",
+            return finish("error", "", keeping(f"planner failed for the observed workload ({bounded(str(e), 300)})"),
                           e.exit_code, now, observed)
         except Exception as e:  # noqa: BLE001 - a planner bug must not kill a --watch loop or print a traceback
-            return finish("error", "", f"planner crashed ({type(e).__name__}: {e}); keeping the current plan; please "
-                          f"report this with the observed workload from `recommend history --full --format json`",
-                          2, now, observed)
+            return finish("error", "", keeping(f"planner crashed ({type(e).__name__}: {bounded(str(e), 200)}); please "
+                                               f"report this with the observed workload from `recommend history "
+                                               f"--full --format json`"), 2, now, observed)
         proposal_meets = _proposal_meets(predict, proposed, workload, observed)
     # P(all SLOs met) of each plan's rank 1 from its bands (recommender.search.bands), at the workload it was made
     # for: the proposal's is at this run's forecast; None for plans written without bands
@@ -430,9 +459,9 @@ def watch(step: Callable[[Plan], ReplanResult], current: Plan, interval_s: float
         try:
             last = step(current)
         except RecommenderError as e:  # e.g. the history database went away: report, keep watching
-            last = ReplanResult("error", f"{e}; keeping the current plan", current, None, None, e.exit_code, time.time())
+            last = ReplanResult("error", keeping(str(e)), current, None, None, e.exit_code, time.time())
         except Exception as e:  # noqa: BLE001 - one failed cycle must not end the loop
-            last = ReplanResult("error", f"run failed ({type(e).__name__}: {e}); keeping the current plan", current,
+            last = ReplanResult("error", keeping(f"run failed ({type(e).__name__}: {bounded(str(e), 200)})"), current,
                                 None, None, 2, time.time())
         on_result(last)
         if last.changed and last.proposed is not None:
