@@ -98,3 +98,22 @@ def test_prose_wraps_under_its_second_column(width: int) -> None:
     line = "observed   " + "word " * 40
     out = fit_text(line, width).splitlines()
     assert all(len(x) <= width for x in out) and all(x.startswith(" " * 11) for x in out[1:])
+
+
+def test_simulate_hides_percentiles_from_p95_and_names_them() -> None:
+    """At 60 and 40 columns the latency table lost p95 / p99 with nothing said (only mean and p50 were left at 40,
+    without the p90 the SLOs use). Now p95 goes first and p90 last, and a line names what is hidden."""
+    args = ("simulate", "--plan", str(CHAT_PLAN), "-n", "200", "-q")
+    at60, at40 = run(*args, columns=60), run(*args, columns=40)
+    assert max(map(len, at60.splitlines())) <= 60 and max(map(len, at40.splitlines())) <= 40
+    head60 = next(ln for ln in at60.splitlines() if ln.strip().startswith("mean") or " p90" in ln)
+    assert "p90" in head60 and "p95" not in head60
+    assert "p95 hidden to fit 60 columns" in at60
+    assert "p90" in at40 and "p95, mean" in " ".join(at40.split()) and "hidden to fit 40 columns" in " ".join(at40.split())
+
+
+def test_simulate_says_unbounded_where_the_analytic_model_saturates() -> None:
+    out = run("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "1000", "-n", "300",
+              "--prompt-tokens", "2k", "--output-tokens", "200", "-q", columns=200)
+    assert "analytic: unstable, mean running unbounded" in out and "None" not in out
+    assert "TTFT  analytic   unbounded" in out and " inf " not in out

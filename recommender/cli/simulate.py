@@ -195,13 +195,18 @@ def _doc(setup: dict[str, Any], ana: Any, sim: Any, requests: int, seed: int) ->
     }
 
 
-def _text(doc: dict[str, Any]) -> str:
-    from tabulate import tabulate
+#: the latency columns a narrow terminal hides first; p90 (the SLOs' default percentile) goes last
+_SIM_DROP_ORDER = ["p95", "mean", "p50", "p99", "p90"]
 
+
+def _text(doc: dict[str, Any], width: int | None = None) -> str:
+    """The run's summary and its latency table, fitted to ``width`` by hiding percentiles (p95 first, p90 last)
+    and naming them; an unstable analytic model's latencies read 'unbounded'."""
+    from recommender.render.table import fit_table
     from recommender.units import fmt_seconds
 
     def s(v: float | None) -> str:
-        return "inf" if v is None else fmt_seconds(v)
+        return "unbounded" if v is None else fmt_seconds(v)
 
     rows = []
     for m, d in doc["latency_s"].items():
@@ -215,13 +220,14 @@ def _text(doc: dict[str, Any]) -> str:
     if plan_util is not None:
         util += f"; the plan's load utilisation (rate / capacity) {plan_util:.2f}"
     head = (f"{doc['config']}: {doc['requests']:,} requests at {doc['rate_per_s']:.3g} req/s, seed {doc['seed']}\n"
-            f"analytic: {util}, mean running {a['mean_running_batch'] if a['mean_running_batch'] is None else round(a['mean_running_batch'], 1)}\n"
+            f"analytic: {util}, mean running {'unbounded' if a['mean_running_batch'] is None else round(a['mean_running_batch'], 1)}\n"
             f"simulated: mean running {sm['mean_running_batch']:.1f}, engine stepping {sm['busy_fraction']:.0%} of the time, "
             f"{sm['output_tokens_per_s']:,.0f} output tok/s, {sm['preempted']} preemptions, "
             f"peak queue {sm['max_queue_len']}, peak KV {sm['max_kv_usage']:.0%}"
             + ("" if sm["stable"] else "  [queue still growing: overloaded]"))
-    table: str = tabulate(rows, headers=["", "", "mean", "p50", "p90", "p95", "p99"], tablefmt="simple")
-    return head + "\n\n" + table
+    table, dropped = fit_table(["", "", "mean", "p50", "p90", "p95", "p99"], rows, width=width, drop_order=_SIM_DROP_ORDER)
+    hidden = f"\n{', '.join(dropped)} hidden to fit {width} columns; --wide shows all." if dropped else ""
+    return head + "\n\n" + table + hidden
 
 
 @app.command("simulate")
@@ -315,4 +321,4 @@ def simulate_cmd(
     if fmt == "json":
         typer.echo(json.dumps(doc, indent=2))
     else:
-        options.echo_fitted(_text(doc), wide)
+        options.echo_fitted(_text(doc, None if wide else options.fitted_width()), wide)
