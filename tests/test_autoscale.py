@@ -234,6 +234,12 @@ def test_cli_plans_certifies_and_emits(tmp_path: object) -> None:
         doc["rule"]["target_per_replica_per_s"], rel=1e-3)
     assert so["spec"]["triggers"][0]["metadata"]["query"] == doc["rule"]["metric"]  # one rule, one query
     assert {"metric", "target_per_replica_per_s", "polling_s", "cooldown_s"} <= set(doc["rule"])
+    # plan.json and k8s.yaml run the static peak plan the JSON names, not the search's count
+    plan = json.loads((d / "out" / "plan.json").read_text(encoding="utf-8"))
+    assert plan["plans"][0]["replicas"] == pool["static_replicas"] >= pool["search_replicas"]
+    k8s = [o for o in yaml.safe_load_all((d / "out" / "k8s.yaml").read_text(encoding="utf-8"))
+           if o and o.get("kind") == "Deployment"]
+    assert [o["spec"]["replicas"] for o in k8s] == [pool["static_replicas"]]
 
 
 def test_a_workload_without_a_day_block_is_one_line() -> None:

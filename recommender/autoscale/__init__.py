@@ -32,19 +32,19 @@ from recommender.autoscale.coverage import covered_rule, static_replicas_coverin
 from recommender.autoscale.profile import DayTraffic, DiurnalProfile, poisson_day, tiled_trace_day
 from recommender.autoscale.replay import Certification, replay
 from recommender.autoscale.rule import (
-    AutoscalePolicy, ScalingRule, derive_rule, load_autoscale_policy, replica_capacity_per_s, startup_s,
+    MAX_STARTUP_S, AutoscalePolicy, ScalingRule, derive_rule, load_autoscale_policy, replica_capacity_per_s, startup_s,
 )
 from recommender.catalog import default_catalog
 from recommender.errors import ConfigError
 from recommender.load.topology import PoolSpec
-from recommender.plan import Plan, layout_suffix
+from recommender.plan import Plan, layout_suffix, with_replicas
 from recommender.profiles import EngineProfile, engine_profile
 from recommender.replan.predict import pool_step_costs
 from recommender.search.policy import SearchPolicy, load_search_policy
 from recommender.workload import Workload
 
 __all__ = ["AutoscalePlan", "AutoscalePolicy", "Certification", "DayTraffic", "DaySpec", "DiurnalProfile",
-           "ScalingRule", "day_spec", "plan_autoscaling"]
+           "ScalingRule", "day_spec", "parse_startup_s", "plan_autoscaling", "static_peak_plan"]
 
 
 class _DaySpecModel(BaseModel):
@@ -64,6 +64,16 @@ class DaySpec:
     startup_s: float | None
 
 
+def parse_startup_s(value: str | float, what: str) -> float:
+    """A pod start-up time (``4min``, ``252.66 s`` or seconds as a number) in (0 s, 1 h], else one ConfigError
+    line naming ``what`` (``--startup``, ``day.startup``). Zero is refused, not read as "use the default"."""
+    start = units.parse_duration_s(value, what) if isinstance(value, str) else float(value)
+    if not (math.isfinite(start) and 0 < start <= MAX_STARTUP_S):
+        raise ConfigError(f"{what} {value!r}: a pod start-up time must be in (0 s, 1 h]; e.g. 4min, or leave it out "
+                          "for image pull + weights / storage bandwidth + engine start (policies/autoscale.yaml)")
+    return start
+
+
 def day_spec(workload: Workload) -> DaySpec:
     """The workload's ``day:`` block as a :class:`DaySpec` (one-line ConfigError when absent or invalid)."""
     if workload.day is None or workload.arrival_rate_per_s is None:
@@ -75,11 +85,7 @@ def day_spec(workload: Workload) -> DaySpec:
         first = e.errors()[0]
         raise ConfigError(f"{workload.source or workload.name}: day.{'.'.join(str(x) for x in first['loc'])}: "
                           f"{first['msg']}") from None
-    start = None
-    if m.startup is not None:
-        start = units.parse_duration_s(m.startup, "day.startup") if isinstance(m.startup, str) else float(m.startup)
-        if not (math.isfinite(start) and 0 < start <= 3600):
-            raise ConfigError(f"day.startup {m.startup!r}: a pod start-up time must be in (0 s, 1 h]")
+    start = None if m.startup is None else parse_startup_s(m.startup, "day.startup")
     trace = None
     if m.trace:
         base = Path(workload.source).parent if workload.source else Path(".")
@@ -89,9 +95,50 @@ def day_spec(workload: Workload) -> DaySpec:
     return DaySpec(profile=profile, trace=trace, startup_s=start)
 
 
+def static_peak_plan(plan: Plan, *, replicas: int, peak_window_rate_per_s: float = 0.0) -> Plan:
+    """The static peak plan as a plan document: ``plan``'s rank 1 (the day's configuration) at ``replicas``.
+
+    ``plan`` is the search's plan for the day's smooth peak; unchanged when ``replicas`` is its rank 1's count.
+    Otherwise only rank 1 is kept, resized by :func:`recommender.plan.with_replicas` (whole instances re-rented,
+    ``usd_per_hour`` from the pool prices), and then given back what the resize scales with the rate: the plan
+    serves the same workload at the day's peak rate with more replicas, so the workload echo, its arrival rate
+    and the row's output tokens/s stay the search's, ``load_utilisation`` is the search's x old / new GPUs (as
+    ``with_replicas`` computes it) and $/M tokens follow $/h (``$/M = $/h / (rate x tokens)`` with the rate
+    unchanged). The latencies stay those modelled at the search's count; more replicas at the same rate only
+    lower them. The row's ``quality_note`` and the plan's ``why`` say so."""
+    row = plan.top
+    if len(row.pools) != 1:
+        raise ConfigError("autoscaling plans one aggregated pool; this plan's rank 1 has "
+                          f"{len(row.pools)} pools")
+    old = row.pools[0].replicas
+    if replicas < 1:
+        raise ConfigError(f"static peak plan: {replicas} replicas; it needs at least 1")
+    if replicas == old:
+        return plan
+    window = f" (the day's busiest 5-min window {peak_window_rate_per_s:.2f} req/s)" if peak_window_rate_per_s else ""
+    note = (f"static peak plan of recommend autoscale: x{replicas} replicas for the day's SLO windows{window}, "
+            f"the search's x{old} for its smooth peak; latencies as modelled at x{old}")
+    resized = with_replicas(plan, (replicas,), note)
+    new = resized.top
+    if row.usd_per_hour and new.usd_per_hour is not None:
+        cost_ratio = new.usd_per_hour / row.usd_per_hour
+    else:
+        cost_ratio = new.gpus_total / row.gpus_total if row.gpus_total else 1.0
+
+    def per_m(x: float | None) -> float | None:
+        return None if x is None else x * cost_ratio
+
+    new = dataclasses.replace(new, output_tokens_per_s=row.output_tokens_per_s,
+                              usd_per_million_tokens=per_m(row.usd_per_million_tokens),
+                              usd_per_million_output_tokens=per_m(row.usd_per_million_output_tokens))
+    return dataclasses.replace(resized, rows=(new,), workload=plan.workload,
+                               why=f"{note[0].upper()}{note[1:]}. The search at the smooth peak: {plan.why}")
+
+
 @dataclass(frozen=True)
 class AutoscalePlan:
-    """The static peak plan (its rank 1 is the day's configuration), the rule and the certification."""
+    """The search's plan for the day's smooth peak (its rank 1 is the day's configuration; :meth:`peak_plan` is the
+    static peak plan at ``static_replicas``), the rule and the certification."""
 
     static_plan: Plan
     rule: ScalingRule
@@ -102,6 +149,12 @@ class AutoscalePlan:
     static_replicas: int = 0  # the static peak plan's replicas: the search's, or the busiest window's need
     peak_window_rate_per_s: float = 0.0  # the day's busiest SLO window
     static_replicas_at_c1: int = 0  # ceil(busiest window / c1): the busiest window at the day's mean lengths
+
+    def peak_plan(self) -> Plan:
+        """The static peak plan the report names (rank 1 at ``static_replicas``): what ``--emit`` writes as
+        ``plan.json`` and renders into the deployment files (:func:`static_peak_plan`)."""
+        n = self.static_replicas or self.static_plan.top.pools[0].replicas
+        return static_peak_plan(self.static_plan, replicas=n, peak_window_rate_per_s=self.peak_window_rate_per_s)
 
     def to_dict(self) -> dict[str, Any]:
         r = self.rule
@@ -151,6 +204,8 @@ def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, pro
     """Plan, derive and certify (see the module docstring). ``static_plan``: the search's plan for the day's
     peak, when the caller ran it (it must be aggregated); otherwise the search runs here."""
     spec = day_spec(workload)
+    # checked before the search: 0 s is refused, never read as "no override"
+    override_s = None if startup_override_s is None else parse_startup_s(startup_override_s, "startup_override_s")
     profile = profile or engine_profile("vllm")
     search = policy or load_search_policy()
     auto = autoscale_policy or load_autoscale_policy()
@@ -170,7 +225,8 @@ def plan_autoscaling(workload: Workload, *, static_plan: Plan | None = None, pro
     # what one pod reads: every GPU of its engine its share (DP ranks each their dense weights and their experts;
     # pp > 1: one stage's, the stages' pods loading in parallel)
     weight_bytes = dep.memory().weights_bytes_per_gpu * dep.tp * dep.dp
-    start = startup_override_s or spec.startup_s or startup_s(weight_bytes, auto)
+    start = override_s if override_s is not None else (
+        spec.startup_s if spec.startup_s is not None else startup_s(weight_bytes, auto))
     served = static_plan.workload.hf_repo or workload.model
     day = _day_traffic(spec, workload, seed)
     rule = derive_rule(capacity_per_s=c1, profile=spec.profile, startup=start, policy=auto, gpus_per_replica=pm.pool.gpus_per_replica,

@@ -37,24 +37,28 @@ def autoscale_cmd(
 ) -> None:
     """Plan the configuration for the day's peak, derive the KEDA/HPA rule from the load model and the pod
     start-up time, and certify it in a day-long replay (SLO windows, flaps, GPU-hours vs static and ideal)."""
-    from recommender import units
-    from recommender.autoscale import plan_autoscaling, summary_lines
+    from recommender.autoscale import parse_startup_s, plan_autoscaling, summary_lines
     from recommender.autoscale.rule import load_autoscale_policy
     from recommender.cli.checks import check_writable_dir, resolve_workload_names
+    from recommender.deploy.keda import check_prometheus_url
     from recommender.profiles import resolve_profile
     from recommender.search.policy import load_search_policy
     from recommender.workload import load_workload
 
     if fmt not in ("text", "json"):
         raise fail(f"--format {fmt!r}: use text or json", 2)
+    # every flag is checked before the search and the day's replay (tens of seconds), with or without --emit
+    check_prometheus_url(prometheus, "--prometheus")
+    start = parse_startup_s(startup, "--startup") if startup is not None else None
     if emit:
         check_writable_dir(emit, "--emit")
-    start = units.parse_duration_s(startup, "--startup") if startup else None
     w = resolve_workload_names(load_workload(workload))
     ap = plan_autoscaling(w, profile=resolve_profile(engine, profile), policy=load_search_policy(policy),
                           autoscale_policy=load_autoscale_policy(autoscale_policy), startup_override_s=start,
                           seed=seed, compare_static=compare_static)
     doc = ap.to_dict()
+    if emit:  # written before the report is printed: a folder the writer refuses never follows a printed report
+        _emit(emit, ap, doc, prometheus)
     if fmt == "json":
         typer.echo(json.dumps(doc, indent=2))
     else:
@@ -63,8 +67,6 @@ def autoscale_cmd(
             s = ap.static_certification
             typer.echo(f"static     the peak plan in the same replay: SLOs met in {s.windows_met}/{s.windows} "
                        f"windows ({s.attainment:.1%})")
-    if emit:
-        _emit(emit, ap, doc, prometheus)
 
 
 def _emit(out_dir: str, ap: object, doc: dict[str, object], prometheus: str) -> None:
@@ -83,10 +85,11 @@ def _emit(out_dir: str, ap: object, doc: dict[str, object], prometheus: str) -> 
                                   scale_down_stabilisation_s=int(round(r.scale_down_stabilisation_s)),
                                   metric_hold_s=int(round(r.metric_hold_s)),
                                   prometheus_url=prometheus)
-    extra = {"plan.json": dump_plan(ap.static_plan),
+    plan = ap.peak_plan()  # the static peak plan the report names: its replicas in plan.json and every file
+    extra = {"plan.json": dump_plan(plan),
              "autoscale.json": json.dumps(doc, indent=2) + "\n",
-             **render_autoscaler(build_spec(ap.static_plan, 1, plan_name="plan.json"), settings)}
-    paths = write_deploy_files(ap.static_plan, Path(out_dir), plan_name="plan.json", extra_files=extra,
+             **render_autoscaler(build_spec(plan, 1, plan_name="plan.json"), settings)}
+    paths = write_deploy_files(plan, Path(out_dir), plan_name="plan.json", extra_files=extra,
                                on_skip=options.note_skipped)
     typer.echo(f"wrote plan.json, autoscale.json, keda-scaledobject.yaml, hpa.yaml and {len(paths)} deployment "
                f"files to {out_dir}", err=True)

@@ -25,6 +25,40 @@ def _cron(schedule: str) -> str:
     return " ".join(fields)
 
 
+#: the formats that read each option that does not apply to every output: a run whose formats read none of them
+#: says so on stderr, one note per option given (an option ignored in silence reads as if it took effect)
+_REPLAN_ONLY = ("replan-cronjob",)
+_KUBERNETES = ("k8s", "helm", "kserve", "llm-d", "dynamo", "disaggregatedset", "keda", "replan-cronjob")
+_OPTION_FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "namespace": ("--namespace", _KUBERNETES), "image": ("--image", _KUBERNETES),
+    "router_image": ("--router-image", _KUBERNETES), "storage_class": ("--storage-class", _KUBERNETES),
+    "node_selector": ("--node-selector", _KUBERNETES), "gpu_label": ("--gpu-label", _KUBERNETES),
+    "toleration": ("--toleration", _KUBERNETES), "values": ("--values", _KUBERNETES),
+    "schedule": ("--schedule", _REPLAN_ONLY), "traffic": ("--traffic", _REPLAN_ONLY),
+    "selector": ("--selector", _REPLAN_ONLY), "history_secret": ("--history-secret", _REPLAN_ONLY),
+    "apply": ("--apply", _REPLAN_ONLY), "replan_image": ("--replan-image", _REPLAN_ONLY),
+}
+
+
+def unused_option_notes(ctx: typer.Context, formats: str) -> list[str]:
+    """One ``note: --X not used: ...`` line per option given on the command line (or from the environment) that
+    none of the chosen formats reads (``--schedule`` with ``--format cmd``): the output is written as asked,
+    and stderr says what was left unused, as it does for a format a group left out."""
+    from recommender.deploy import normalise_formats
+
+    chosen = normalise_formats(formats)
+    notes = []
+    for param, (flag, readers) in _OPTION_FORMATS.items():
+        source = ctx.get_parameter_source(param)  # click's ParameterSource (typer vendors click: matched by name)
+        if source is None or source.name not in ("COMMANDLINE", "ENVIRONMENT"):
+            continue
+        if not set(chosen) & set(readers):
+            which = ("only --format replan-cronjob reads it" if readers == _REPLAN_ONLY
+                     else "only the Kubernetes outputs read it, not cmd or bench")
+            notes.append(f"note: {flag} not used: {which}; this run writes {', '.join(chosen)}")
+    return notes
+
+
 def _dns_name(name: str, what: str) -> str:
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", name):
         raise ConfigError(f"{what} {name!r} is not a Kubernetes object name (lowercase letters, digits, '-', '.')")
@@ -34,6 +68,7 @@ def _dns_name(name: str, what: str) -> str:
 @app.command("deploy")
 @one_line_errors
 def deploy_cmd(
+    ctx: typer.Context,
     plan: Path = typer.Argument(..., help="Plan JSON written by `recommend --workload ... --format json`."),
     rank: int = typer.Option(1, "--rank", "-r", help="Which plan of the ranking to deploy."),
     fmt: str = typer.Option("all", "--format", "-f", help="cmd|k8s|helm|all (comma-separated list allowed); kserve|llm-d|dynamo|disaggregatedset, or platforms for all four (docs/deploy-targets.md; a target that cannot run the plan is left out of all or platforms with a note on stderr, refused when named); keda: a KEDA ScaledObject per k8s.yaml Deployment; replan-cronjob: the re-planner as a Kubernetes CronJob; bench: the vllm bench serve runs that check the deployment and the calibrate command (none of these part of all)."),
@@ -67,6 +102,7 @@ def deploy_cmd(
                               selector=None if selector is None else check_selector(selector),
                               history_secret=_dns_name(history_secret, "--history-secret") if history_secret else None,
                               apply=apply, image=replan_image.strip())
+    notes = unused_option_notes(ctx, fmt)  # printed once the files are out (an error stays the one line)
     doc = load_plan(plan)
     cluster = cluster_options(values_file=values, namespace=namespace, image=image, router_image=router_image,
                               storage_class=storage_class, node_selector=node_selector, tolerations=toleration,
@@ -74,6 +110,7 @@ def deploy_cmd(
     if out is None:
         files = render_deploy(doc, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster, replan=replan,
                               on_skip=options.note_skipped)
+        _echo_notes(notes)
         if as_json:
             typer.echo(json.dumps({"plan": str(plan), "rank": rank, "files": files}, indent=2))
             return
@@ -84,6 +121,7 @@ def deploy_cmd(
         return
     paths = write_deploy_files(doc, out, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster, replan=replan,
                                on_skip=options.note_skipped)
+    _echo_notes(notes)
     if as_json:
         typer.echo(json.dumps({"plan": str(plan), "rank": rank, "written": [str(p) for p in paths]}, indent=2))
     else:
@@ -95,3 +133,8 @@ def deploy_cmd(
         else:  # long folder: name it once, then each file under it
             options.echo_fitted(f"wrote {len(paths)} files to {out}/:\n" + "\n".join(
                 f"  {p.relative_to(out) if p.is_relative_to(out) else p}" for p in paths), wide)
+
+
+def _echo_notes(notes: list[str]) -> None:
+    for note in notes:
+        typer.echo(note, err=True)

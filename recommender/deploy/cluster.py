@@ -15,6 +15,10 @@ Values file (YAML, every key optional)::
     node_selector: {cloud.google.com/gke-nodepool: h200-pool}
     tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
     gpu_label: gke                                            # auto | gfd | gke | eks | none
+
+Every value is a YAML string, as in a Kubernetes manifest: ``namespace: 123``, ``node_selector: {a: true}`` or a
+toleration's ``value: true`` are refused in one line naming the field (quote them, ``'123'``, ``'true'``; the API
+server refuses a number or boolean label value too), never written as Python's ``str()`` (``True``).
 """
 
 from __future__ import annotations
@@ -78,6 +82,47 @@ def parse_node_selector(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _kind(value: Any) -> str:
+    """What a YAML value is, for a message: 'a boolean', 'a number', 'a list', 'a mapping', 'null'."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, str):
+        return "a string"
+    return f"a {type(value).__name__}"
+
+
+def _string(value: Any, where: str, expected: str) -> str:
+    """``value`` when it is a YAML string, else one DeployError line "``where`` must be a string (``expected``),
+    got ..." (a scalar gets the quoted spelling to write: ``true`` -> ``'true'``, as kubectl wants it)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, int, float)):
+        spelt = str(value).lower() if isinstance(value, bool) else str(value)
+        raise DeployError(f"{where} must be a string ({expected}), got {_kind(value)}: {spelt}; quote it, "
+                          f"'{spelt}', as a Kubernetes manifest needs")
+    raise DeployError(f"{where} must be a string ({expected}), got {_kind(value)}")
+
+
+def _node_selector_from_doc(sel: Any, where: str) -> tuple[tuple[str, str], ...]:
+    if not isinstance(sel, dict):
+        raise DeployError(f"{where}: node_selector must be a mapping of label key: value strings, got {_kind(sel)}")
+    out = []
+    for k, v in sel.items():
+        key = _string(k, f"{where}: node_selector key {k!r}", "a label key").strip()
+        value = _string(v, f"{where}: node_selector {key}", "a label value").strip()
+        _check_label(key, value, f"{where}: node_selector")
+        out.append((key, value))
+    return tuple(out)
+
+
 def parse_toleration(item: str) -> dict[str, str]:
     """``key=value:Effect``, ``key:Effect`` (operator Exists) or ``key`` (Exists, any effect)."""
     body, _, effect = item.partition(":")
@@ -93,17 +138,17 @@ def parse_toleration(item: str) -> dict[str, str]:
     return tol
 
 
-def _tolerations_from_doc(items: Any) -> tuple[dict[str, str], ...]:
+def _tolerations_from_doc(items: Any, where: str) -> tuple[dict[str, str], ...]:
     if not isinstance(items, list):
-        raise DeployError("values file: tolerations must be a list of {key, operator, value, effect}")
+        raise DeployError(f"{where}: tolerations must be a list of {{key, operator, value, effect}}, got {_kind(items)}")
     out = []
     for t in items:
         if not isinstance(t, dict) or not set(t) <= {"key", "operator", "value", "effect"} or "key" not in t:
-            raise DeployError(f"values file: toleration {t!r} needs key (and optional operator, value, effect)")
-        tol = {k: str(v) for k, v in t.items()}
+            raise DeployError(f"{where}: toleration {t!r} needs key (and optional operator, value, effect)")
+        tol = {str(k): _string(v, f"{where}: toleration {k}", f"a toleration {k}") for k, v in t.items()}
         if tol.get("operator", "Equal") not in ("Equal", "Exists") or tol.get("effect", "NoSchedule") not in EFFECTS:
-            raise DeployError(f"values file: toleration {t!r}: operator Equal|Exists, effect {'|'.join(EFFECTS)}")
-        _check_label(tol["key"], tol.get("value", ""), "values file toleration")
+            raise DeployError(f"{where}: toleration {t!r}: operator Equal|Exists, effect {'|'.join(EFFECTS)}")
+        _check_label(tol["key"], tol.get("value", ""), f"{where}: toleration")
         out.append(tol)
     return tuple(out)
 
@@ -122,6 +167,34 @@ def check(opts: ClusterOptions) -> ClusterOptions:
     return opts
 
 
+#: the values file's string keys and what each must be (the message of a wrong type names it)
+_STRING_VALUES = {"namespace": "a DNS-1123 label such as llm", "image": "an image reference, registry/name:tag",
+                  "router_image": "an image reference, registry/name:tag", "storage_class": "a StorageClass name",
+                  "gpu_label": "auto, gfd, gke, eks or none"}
+
+
+def _values_from_file(path: Path) -> ClusterOptions:
+    """The values file (module docstring) as options: every key known, every value of its type (one line each)."""
+    doc = read_yaml_file(path, "deploy values", "see recommend deploy -h")
+    where = f"values file {path}"
+    if doc is None:
+        return ClusterOptions()
+    if not isinstance(doc, dict):
+        raise DeployError(f"{where}: must be a mapping of namespace, image, router_image, storage_class, "
+                          f"node_selector, tolerations, gpu_label, got {_kind(doc)}")
+    unknown = {str(k) for k in doc} - {*_STRING_VALUES, "node_selector", "tolerations"}
+    if unknown:
+        raise DeployError(f"{where}: unknown key {min(unknown)!r}; use {', '.join([*_STRING_VALUES, 'node_selector', 'tolerations'])}")
+    text = {k: None if doc.get(k) is None else _string(doc[k], f"{where}: {k}", what)
+            for k, what in _STRING_VALUES.items()}
+    return ClusterOptions(
+        namespace=text["namespace"], image=text["image"], router_image=text["router_image"] or ROUTER_IMAGE,
+        storage_class=text["storage_class"],
+        node_selector=_node_selector_from_doc({} if doc.get("node_selector") is None else doc["node_selector"], where),
+        tolerations=_tolerations_from_doc([] if doc.get("tolerations") is None else doc["tolerations"], where),
+        gpu_label=gpu_label_of(text["gpu_label"], f"{where}: gpu_label"))
+
+
 def cluster_options(*, values_file: str | Path | None = None, namespace: str | None = None, image: str | None = None,
                     router_image: str | None = None, storage_class: str | None = None,
                     node_selector: Sequence[str] = (), tolerations: Sequence[str] = (),
@@ -129,22 +202,7 @@ def cluster_options(*, values_file: str | Path | None = None, namespace: str | N
     """Values file first, then flags on top (flags win; list flags add to the file's lists)."""
     opts = ClusterOptions()
     if values_file is not None:
-        doc = read_yaml_file(Path(values_file), "deploy values file", "see recommend deploy -h") or {}
-        if not isinstance(doc, dict):
-            raise DeployError(f"values file {values_file}: must be a mapping")
-        unknown = set(doc) - {"namespace", "image", "router_image", "storage_class", "node_selector", "tolerations",
-                              "gpu_label"}
-        if unknown:
-            raise DeployError(f"values file {values_file}: unknown key {min(unknown)!r}")
-        sel = doc.get("node_selector") or {}
-        if not isinstance(sel, dict):
-            raise DeployError(f"values file {values_file}: node_selector must be a mapping")
-        opts = ClusterOptions(
-            namespace=doc.get("namespace"), image=doc.get("image"), router_image=str(doc.get("router_image") or ROUTER_IMAGE),
-            storage_class=doc.get("storage_class"),
-            node_selector=parse_node_selector([f"{k}={v}" for k, v in sel.items()]),
-            tolerations=_tolerations_from_doc(doc.get("tolerations") or []),
-            gpu_label=gpu_label_of(doc.get("gpu_label"), f"values file {values_file}: gpu_label"))
+        opts = _values_from_file(Path(values_file))
     opts = replace(
         opts, namespace=namespace or opts.namespace, image=image or opts.image,
         router_image=router_image or opts.router_image, storage_class=storage_class or opts.storage_class,

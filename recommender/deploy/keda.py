@@ -12,7 +12,10 @@ bounds, clock and HPA behaviour) for a Deployment of ``k8s.yaml``; two rules fil
   the HPA wants ``ceil(rate / target)`` replicas within ``[min, max]``; scale-up at once (at most doubling, or
   +2 pods, per ``polling`` seconds), scale-down after the stabilisation window, one pod per minute.
   ``hpa.yaml`` is the same rule for clusters without KEDA, on an ``External`` metric that prometheus-adapter
-  serves as ``vllm_request_rate`` (the adapter rule is in the file's header comment).
+  serves as ``vllm_request_rate_<deployment>`` (:func:`external_metric_name`) with the rule in the file's header
+  comment (:func:`adapter_rule`: the same PromQL, its ``model_name`` matcher in the rule, not namespaced). The HPA
+  selects no labels: vLLM's ``model_name`` is the served name (``meta-llama/Llama-3.1-70B-Instruct``) and a
+  Kubernetes label value cannot hold ``/``, so a selector could never match it.
 
 ``deploy --format keda``'s rule. Checked against ``config/crd/bases/keda.sh_scaledobjects.yaml`` of kedacore/keda ``8b4f083c`` (2026-08-20).
 One ScaledObject per pool (P/D: prefill and decode scale apart), each scaling the pool's Deployment (its LeaderWorkerSet for a replica over several nodes)
@@ -45,6 +48,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
 
 from recommender.deploy.k8s import LWS_API_VERSION, STARTUP_PERIOD_S, deployment_name, startup_failure_threshold
 from recommender.deploy.platform import metadata, render_yaml
@@ -63,9 +69,20 @@ EXTERNAL_METRIC = "vllm_request_rate"
 Policy = tuple[str, int, int]  # HPA scaling policy: (type, value, periodSeconds)
 
 
-def _check_url(url: str) -> None:
-    if not url.startswith(("http://", "https://")) or any(c.isspace() or ord(c) < 32 for c in url):
-        raise DeployError(f"autoscaler: Prometheus URL {url!r} must be http(s):// with no spaces or control characters")
+def check_prometheus_url(url: str, what: str = "autoscaler: Prometheus URL") -> str:
+    """The Prometheus server a trigger queries: ``http(s)://host[:port][/path]``, no credentials (they would sit
+    in the manifest in clear: KEDA takes them from a TriggerAuthentication), no spaces or control characters;
+    else one DeployError line naming ``what``."""
+    bad = any(c.isspace() or not c.isprintable() for c in url)
+    parts = None if bad else urlsplit(url)
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        raise DeployError(f"{what} {url!r} must be an http(s)://host[:port] URL with no credentials, spaces or "
+                          f"control characters; e.g. {PROMETHEUS_URL}")
+    try:
+        _ = parts.port  # raises on a port that is not a number in 0..65535
+    except ValueError:
+        raise DeployError(f"{what} {url!r}: the port must be a number in 0..65535") from None
+    return url
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +111,7 @@ class Autoscaler:
         if not 0 <= self.scale_down_stabilisation_s <= MAX_STABILISATION_S:
             raise DeployError(f"autoscaler: scale-down stabilisation {self.scale_down_stabilisation_s} s must be in "
                               f"[0, {MAX_STABILISATION_S}] s (the HPA's limit)")
-        _check_url(self.prometheus_url)
+        check_prometheus_url(self.prometheus_url)
 
     def behavior(self) -> dict[str, Any]:
         """The HPA v2 ``behavior`` (the same block in the ScaledObject's ``horizontalPodAutoscalerConfig``)."""
@@ -135,8 +152,18 @@ def scaled_object(spec: DeploySpec, pool: PoolSpec, a: Autoscaler) -> dict[str, 
             "spec": body}
 
 
+def external_metric_name(spec: DeploySpec, pool: PoolSpec) -> str:
+    """The external metric the HPA reads: ``vllm_request_rate_<deployment>`` (``-`` as ``_``), one per Deployment.
+
+    One name per Deployment because the HPA cannot select the model: vLLM labels its series with the served name
+    (``model_name="meta-llama/Llama-3.1-70B-Instruct"``) and a Kubernetes label value cannot hold ``/``, so the
+    adapter rule (:func:`adapter_rule`) matches ``model_name`` itself and the HPA names the metric, no selector."""
+    return f"{EXTERNAL_METRIC}_{deployment_name(spec, pool).replace('-', '_')}"
+
+
 def hpa(spec: DeploySpec, pool: PoolSpec, a: Autoscaler) -> dict[str, Any]:
-    """The same rule as a plain ``autoscaling/v2`` HPA on prometheus-adapter's external metric."""
+    """The same rule as a plain ``autoscaling/v2`` HPA on prometheus-adapter's external metric
+    (:func:`external_metric_name`; the adapter's rule, :func:`adapter_rule`, carries the query)."""
     target = deployment_name(spec, pool)
     return {
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
@@ -145,16 +172,11 @@ def hpa(spec: DeploySpec, pool: PoolSpec, a: Autoscaler) -> dict[str, Any]:
             "scaleTargetRef": scale_target(spec, pool),
             "minReplicas": a.min_replicas, "maxReplicas": a.max_replicas,
             "metrics": [{"type": "External", "external": {
-                "metric": {"name": EXTERNAL_METRIC, "selector": {"matchLabels": {"model_name": _label(spec)}}},
+                "metric": {"name": external_metric_name(spec, pool)},
                 "target": {"type": "AverageValue", "averageValue": a.threshold}}}],
             "behavior": a.behavior(),
         },
     }
-
-
-def _label(spec: DeploySpec) -> str:
-    """A label value for the served name ('/' is not allowed in label values: the adapter maps it to '_')."""
-    return spec.served_model_names[0].replace("/", "_")[:63].strip("-_.")
 
 
 # --------------------------------------------------------------------------- deploy --format keda: from the plan
@@ -246,16 +268,26 @@ class AutoscalerSettings:
             raise DeployError("autoscaler: the target rate per replica must be > 0")
         if self.metric_hold_s < 0:
             raise DeployError("autoscaler: the metric hold must be >= 0 s")
-        _check_url(self.prometheus_url)
+        check_prometheus_url(self.prometheus_url)
 
 
-def rate_query(spec: DeploySpec, window_s: int, hold_s: int = 0, polling_s: int = POLLING_INTERVAL_S) -> str:
-    """The PromQL of the arrival rate (the served name is a checked repo id: no quote can reach the query),
-    held over ``hold_s`` by ``max_over_time`` when > 0."""
+SUCCESS_SERIES = "vllm:request_success_total"  # vLLM's counter of finished requests, labels model_name, engine, ...
+
+
+def _model_matcher(spec: DeploySpec) -> str:
+    """``model_name="<served name>"``: vLLM's label value, verbatim (the served name is a checked repo id: no quote
+    or backslash can reach the query)."""
     name = spec.served_model_names[0]
-    if '"' in name or "\\" in name:
+    if '"' in name or "\\" in name or not name.isprintable():
         raise DeployError(f"served model name {name!r} cannot be put in a PromQL label matcher")
-    rate = f'sum(rate(vllm:request_success_total{{model_name="{name}"}}[{int(window_s)}s]))'
+    return f'model_name="{name}"'
+
+
+def rate_query(spec: DeploySpec, window_s: int, hold_s: int = 0, polling_s: int = POLLING_INTERVAL_S,
+               series: str = SUCCESS_SERIES) -> str:
+    """The PromQL of the arrival rate, held over ``hold_s`` by ``max_over_time`` when > 0. ``series``: the
+    metric name (the adapter rule passes its template ``<<.Series>>``)."""
+    rate = f"sum(rate({series}{{{_model_matcher(spec)}}}[{int(window_s)}s]))"
     return f"max_over_time({rate}[{int(hold_s)}s:{int(polling_s)}s])" if hold_s > 0 else rate
 
 
@@ -277,16 +309,32 @@ def rate_autoscaler(spec: DeploySpec, s: AutoscalerSettings) -> Autoscaler:
         prometheus_url=s.prometheus_url)
 
 
+def adapter_rule(spec: DeploySpec, s: AutoscalerSettings) -> dict[str, Any]:
+    """prometheus-adapter's external rule (an entry of its config's ``externalRules``, the chart's
+    ``rules.external``) that serves :func:`external_metric_name`: found by the served model's series, not
+    namespaced (the KEDA query reads every namespace too), and queried with the ScaledObject's own PromQL, the
+    ``model_name`` matcher written in the rule. No ``<<.LabelMatchers>>``: the HPA has no selector to pass, as no
+    label value can spell vLLM's ``model_name`` (it holds ``/``)."""
+    pool = _single_pool(spec)
+    return {
+        "seriesQuery": f"{SUCCESS_SERIES}{{{_model_matcher(spec)}}}",
+        "resources": {"namespaced": False},
+        "name": {"matches": f"^{SUCCESS_SERIES}$", "as": external_metric_name(spec, pool)},
+        "metricsQuery": rate_query(spec, s.metric_window_s, s.metric_hold_s, s.polling_s, series="<<.Series>>"),
+    }
+
+
 def render_autoscaler(spec: DeploySpec, s: AutoscalerSettings) -> dict[str, str]:
-    """``keda-scaledobject.yaml`` and ``hpa.yaml`` (each with the plan header)."""
+    """``keda-scaledobject.yaml`` and ``hpa.yaml`` (each with the plan header; ``hpa.yaml``'s header carries the
+    prometheus-adapter rule as YAML comment lines, :func:`adapter_rule`)."""
     pool = _single_pool(spec)
     a = rate_autoscaler(spec, s)
     rule = (f"replicas = ceil(arrival rate / {a.threshold} req/s), {s.min_replicas}..{s.max_replicas} "
             f"(recommend autoscale)")
-    series = f"sum(rate(<<.Series>>{{<<.LabelMatchers>>}}[{int(s.metric_window_s)}s])) by (model_name)"
-    if s.metric_hold_s > 0:
-        series = f"max_over_time({series}[{int(s.metric_hold_s)}s:{int(s.polling_s)}s])"
-    adapter = (f"{rule}. Without KEDA, serve the rate with prometheus-adapter: an external rule with seriesQuery "
-               f"'vllm:request_success_total', name {{as: {EXTERNAL_METRIC}}}, metricsQuery {series}")
+    block = yaml.safe_dump({"externalRules": [adapter_rule(spec, s)]}, sort_keys=False, default_flow_style=False,
+                           width=1_000_000).rstrip("\n").split("\n")
+    adapter = "\n# ".join([f"{rule}. Without KEDA, prometheus-adapter serves the rate as external metric "
+                           f"{external_metric_name(spec, pool)} with this rule in its config (chart value "
+                           "rules.external):", *(f"  {line}" for line in block)])
     return {**render_yaml(spec, "keda-scaledobject.yaml", [scaled_object(spec, pool, a)], rule),
             **render_yaml(spec, "hpa.yaml", [hpa(spec, pool, a)], adapter)}
