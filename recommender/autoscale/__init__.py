@@ -99,12 +99,10 @@ def static_peak_plan(plan: Plan, *, replicas: int, peak_window_rate_per_s: float
     """The static peak plan as a plan document: ``plan``'s rank 1 (the day's configuration) at ``replicas``.
 
     ``plan`` is the search's plan for the day's smooth peak; unchanged when ``replicas`` is its rank 1's count.
-    Otherwise only rank 1 is kept, resized by :func:`recommender.plan.with_replicas` (whole instances re-rented,
-    ``usd_per_hour`` from the pool prices), and then given back what the resize scales with the rate: the plan
-    serves the same workload at the day's peak rate with more replicas, so the workload echo, its arrival rate
-    and the row's output tokens/s stay the search's, ``load_utilisation`` is the search's x old / new GPUs (as
-    ``with_replicas`` computes it) and $/M tokens follow $/h (``$/M = $/h / (rate x tokens)`` with the rate
-    unchanged). The latencies stay those modelled at the search's count; more replicas at the same rate only
+    Otherwise only rank 1 is kept, resized by :func:`recommender.plan.with_replicas` with ``same_rate`` (whole
+    instances re-rented, ``usd_per_hour`` from the pool prices): the same workload at the day's peak rate on more
+    replicas, so the arrival rate and output tokens/s stay the search's, ``load_utilisation`` is the search's x
+    old / new GPUs and $/M tokens follow $/h. The latencies stay those modelled at the search's count; more replicas at the same rate only
     lower them. The row's ``quality_note`` and the plan's ``why`` say so."""
     row = plan.top
     if len(row.pools) != 1:
@@ -118,21 +116,8 @@ def static_peak_plan(plan: Plan, *, replicas: int, peak_window_rate_per_s: float
     window = f" (the day's busiest 5-min window {peak_window_rate_per_s:.2f} req/s)" if peak_window_rate_per_s else ""
     note = (f"static peak plan of recommend autoscale: x{replicas} replicas for the day's SLO windows{window}, "
             f"the search's x{old} for its smooth peak; latencies as modelled at x{old}")
-    resized = with_replicas(plan, (replicas,), note)
-    new = resized.top
-    if row.usd_per_hour and new.usd_per_hour is not None:
-        cost_ratio = new.usd_per_hour / row.usd_per_hour
-    else:
-        cost_ratio = new.gpus_total / row.gpus_total if row.gpus_total else 1.0
-
-    def per_m(x: float | None) -> float | None:
-        return None if x is None else x * cost_ratio
-
-    new = dataclasses.replace(new, output_tokens_per_s=row.output_tokens_per_s,
-                              usd_per_million_tokens=per_m(row.usd_per_million_tokens),
-                              usd_per_million_output_tokens=per_m(row.usd_per_million_output_tokens))
-    return dataclasses.replace(resized, rows=(new,), workload=plan.workload,
-                               why=f"{note[0].upper()}{note[1:]}. The search at the smooth peak: {plan.why}")
+    resized = with_replicas(plan, (replicas,), note, same_rate=True)
+    return dataclasses.replace(resized, why=f"{note[0].upper()}{note[1:]}. The search at the smooth peak: {plan.why}")
 
 
 @dataclass(frozen=True)

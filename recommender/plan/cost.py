@@ -57,29 +57,36 @@ def _resized_id(row_id: str, new: tuple[int, ...]) -> str:
     return f"{base}-r{'+'.join(str(x) for x in new)}"
 
 
-def with_replicas(plan: Plan, new: tuple[int, ...], note: str) -> Plan:
-    """Copy of ``plan`` whose rank-1 row runs ``new`` replicas per pool (only that row is kept)."""
+def with_replicas(plan: Plan, new: tuple[int, ...], note: str, *, same_rate: bool = False) -> Plan:
+    """Copy of ``plan`` whose rank-1 row runs ``new`` replicas per pool (only that row is kept).
+
+    By default the traffic scales with the GPUs (``scale = new / old GPUs``): the arrival rate and output tokens/s
+    x ``scale``, $/M tokens x (new $/h / old $/h) / ``scale``. ``same_rate``: the same traffic on more (or fewer)
+    replicas (``recommend autoscale``'s static peak plan): the rate and output tokens/s stay, $/M tokens follows
+    $/h (x new $/h / old $/h). Either way ``load_utilisation`` (rate / capacity) is divided by ``scale``."""
     row = plan.top
     if len(new) != len(row.pools):
         raise ValueError(f"{len(new)} replica counts for {len(row.pools)} pools")
     pools = tuple(_resized(p, r) for p, r in zip(row.pools, new))
     old_gpus, new_gpus = row.gpus_total, sum(p.gpus for p in pools)
     scale = new_gpus / old_gpus if old_gpus else 1.0
+    rate_scale = 1.0 if same_rate else scale
     exact = pools_usd_per_hour(pools)
     usd = exact if exact is not None else (row.usd_per_hour * scale if row.usd_per_hour is not None else None)
-    per_m = _per_token_factor(row.usd_per_hour, usd, scale)
+    per_m = _per_token_factor(row.usd_per_hour, usd, rate_scale)
     out = dataclasses.replace(
         row, rank=1, id=_resized_id(row.id, new), pools=pools,
         usd_per_hour=None if usd is None else round(usd, 4),
         usd_per_million_tokens=None if row.usd_per_million_tokens is None else row.usd_per_million_tokens * per_m,
         usd_per_million_output_tokens=(None if row.usd_per_million_output_tokens is None
                                        else row.usd_per_million_output_tokens * per_m),
-        output_tokens_per_s=None if row.output_tokens_per_s is None else round(row.output_tokens_per_s * scale, 3),
+        output_tokens_per_s=(None if row.output_tokens_per_s is None
+                             else row.output_tokens_per_s if same_rate else round(row.output_tokens_per_s * scale, 3)),
         load_utilisation=(None if row.load_utilisation is None or scale <= 0 else round(row.load_utilisation / scale, 4)),
         quality_note="; ".join(x for x in (row.quality_note, note) if x),
     )
     wl = plan.workload
-    if wl.arrival_rate_per_s is not None:
+    if wl.arrival_rate_per_s is not None and not same_rate:
         wl = dataclasses.replace(wl, arrival_rate_per_s=round(wl.arrival_rate_per_s * scale, 6))
     return dataclasses.replace(plan, rows=(out,), workload=wl, evaluations=())
 
