@@ -265,6 +265,7 @@ class EstimateRequest:
     scheduler_poll_steps: int = 1        # SGLang --scheduler-recv-interval: new requests are taken every N steps
     pp: int = 1                          # --pipeline-parallel-size: stages of --tp GPUs, one instance each
     stage_nic_bytes_per_s_per_gpu: float | None = None  # pp > 1: the NIC between them (None: the catalog offers')
+    shared_prefix_fraction: float = 0.0  # share of each prompt the prefix cache serves (vLLM's prefix caching on when > 0)
 
 
 #: largest values estimate accepts (refused before any loop; workload.MAX_TOKENS is the token bound)
@@ -328,6 +329,8 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
         _positive(name, v, cap)
     if req.usd_per_gpu_hour is not None and not (math.isfinite(req.usd_per_gpu_hour) and 0 < req.usd_per_gpu_hour <= 1000):
         raise ConfigError(f"--price {req.usd_per_gpu_hour}: USD per GPU-hour must be above 0 and at most 1000")
+    if not (math.isfinite(req.shared_prefix_fraction) and 0.0 <= req.shared_prefix_fraction < 1.0):
+        raise ConfigError(f"--shared-prefix-fraction {req.shared_prefix_fraction}: must be in [0, 1)")
     if not 0.05 <= req.gpu_memory_utilization <= 1.0:
         raise ConfigError(f"--gpu-memory-utilization {req.gpu_memory_utilization} must be in [0.05, 1.0]")
     wd = (req.weight_dtype or native_weight_dtype(model)).lower()
@@ -377,6 +380,7 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
         max_num_seqs=req.max_num_seqs or lim.max_num_seqs,
         max_num_batched_tokens=budget,
         chunked_prefill=req.chunked_prefill,
+        enable_prefix_caching=req.shared_prefix_fraction > 0.0,
         scheduler_poll_steps=req.scheduler_poll_steps,
     )
     dep = build_deployment(model=model, gpu=gpu, tp=req.tp, weight_dtype=wd, kv_dtype=kd, profile=prof, limits=limits,
@@ -432,7 +436,7 @@ def estimate_request(req: EstimateRequest, catalog: Catalog | None = None,
     dep, load = build(req, cat, profile)
     price = pricing_for(dep.gpu, tp=req.tp * req.dp, replicas=req.replicas, usd_per_gpu_hour=req.usd_per_gpu_hour,
                         pp=req.pp)
-    return dep, load, estimate(dep, load, req.replicas, price.usd_per_gpu_hour)
+    return dep, load, estimate(dep, load, req.replicas, price.usd_per_gpu_hour, req.shared_prefix_fraction)
 
 
 def does_not_fit_message(dep: Deployment, est: Estimate) -> str:
@@ -472,8 +476,10 @@ def raise_if_not_fit(dep: Deployment, est: Estimate) -> None:
         raise DoesNotFitError(does_not_fit_message(dep, est), est.shortfall_bytes_per_gpu)
 
 
-def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, replicas: int) -> dict[str, object]:
-    """Open-loop Poisson arrivals at ``rate_per_s`` (all replicas): tail latencies from the load model.
+def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, replicas: int, *,
+               shared_prefix_fraction: float = 0.0) -> dict[str, object]:
+    """Open-loop Poisson arrivals at ``rate_per_s`` (all replicas): tail latencies from the load model, with
+    ``shared_prefix_fraction`` of each prompt served by the prefix cache (as the plan's search priced it).
 
     ``ttft_s``, ``tpot_s``, ``e2e_s`` and ``output_tokens_per_s`` become the means under that load
     (what ``vllm bench serve --request-rate R`` reports); an unstable configuration reports
@@ -492,7 +498,7 @@ def under_load(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, re
     cost = StepCostModel.build(dep)
     res = analyze(PoolSpec(cost=cost, limits=dep.limits, replicas=replicas * dep.dp),
                   Traffic(rate_per_s=rate_per_s, prompt=LengthDist.constant(load.prompt_tokens),
-                          output=LengthDist.constant(load.output_tokens)))
+                          output=LengthDist.constant(load.output_tokens), shared_prefix_fraction=shared_prefix_fraction))
     inf = float("inf")
     out: dict[str, object] = {"rate_per_s": rate_per_s, "stable": bool(res.stable), "utilisation": res.utilisation}
     for m in ("ttft", "tpot"):

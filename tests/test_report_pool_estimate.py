@@ -107,3 +107,28 @@ def test_estimate_plan_points_a_pd_row_to_the_report() -> None:
     pd = Path(__file__).parent / "data" / "plans" / "disagg-llama70b-h200.json"
     res = CliRunner().invoke(app, ["estimate", "--plan", str(pd)])
     assert res.exit_code == 2 and "prefill/decode plan" in res.output and "--report" in res.output
+
+
+def test_estimate_plan_serves_the_workloads_shared_prefix_as_the_plan_did(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A workload whose prompts share half their tokens: the search priced the prefix cache, and `estimate --plan`
+    gives the plan's own p90s (it ignored the prefix: TTFT 1.50 s and TPOT 70.4 ms against the plan's 0.327 s and
+    16.9 ms, over the plan's own 30 ms SLO). The reproducing command carries --shared-prefix-fraction."""
+    from recommender.plan import dump_plan
+
+    w = Workload(model="llama-3.1-70b", prompt_tokens=LengthDist.constant(6000), output_tokens=LengthDist.constant(200),
+                 arrival_rate_per_s=4.0, gpus=("h100-sxm",), slos=(Slo("tpot", 0.03, "p90"),), name="pf",
+                 shared_prefix_fraction=0.5)
+    plan = recommend(w, settings=SearchSettings(seed=0, verify=0, top=1, trials=200))
+    assert plan.top.pools[0].enable_prefix_caching
+    path = tmp_path / "plan.json"
+    path.write_text(dump_plan(plan))
+    res = CliRunner().invoke(app, ["estimate", "--plan", str(path), "-f", "json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output)
+    lat = plan.top.latency_percentiles
+    assert got["ttft_p90_s"] == pytest.approx(lat["ttft"]["p90"], rel=1e-6)
+    assert got["tpot_p90_s"] == pytest.approx(lat["tpot"]["p90"], rel=1e-6)
+    first = CliRunner().invoke(app, ["estimate", "--plan", str(path)]).output.splitlines()[0]
+    assert "--shared-prefix-fraction 0.5" in first
+    bad = CliRunner().invoke(app, ["estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--shared-prefix-fraction", "1"])
+    assert bad.exit_code == 2 and "--shared-prefix-fraction 1.0: must be in [0, 1)" in bad.output

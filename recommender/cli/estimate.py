@@ -53,6 +53,7 @@ def estimate_cmd(
     enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", "-ep", help="Experts split whole over the engine's tp x dp GPUs (vLLM's flag; MoE models)."),
     speculative_config: Optional[str] = typer.Option(None, "--speculative-config", "-sc", help='vLLM\'s JSON, e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' (k defaults to the model\'s MTP layers).'),
     acceptance_rate: Optional[float] = typer.Option(None, "--acceptance-rate", help="Per-position draft acceptance in (0, 1] (default: the model catalog's fitted value, the engine's own where measured)."),
+    shared_prefix_fraction: Optional[float] = typer.Option(None, "--shared-prefix-fraction", help="Share of each prompt the prefix cache serves, in [0, 1) (prefix caching on; with --plan: the plan workload's)."),
     fmt_name: Annotated[str, options.format_option(options.TextOrJson)] = "text",
     wide: options.Wide = False,
 ) -> None:
@@ -76,6 +77,8 @@ def estimate_cmd(
                               dp=data_parallel_size, ep=enable_expert_parallel, speculative_config=speculative_config,
                               acceptance_rate=acceptance_rate, pp=pipeline_parallel_size, chunked_prefill=chunked_prefill,
                               max_model_len=max_model_len)
+    if shared_prefix_fraction is not None:
+        req = EstimateRequest(**{**req.__dict__, "shared_prefix_fraction": shared_prefix_fraction})
     replicas = req.replicas
     if bench:
         _bench(req, num_prompts, request_rate, max_concurrency, burstiness, random_input_len, random_output_len, seed, fmt, wide)
@@ -85,7 +88,7 @@ def estimate_cmd(
     if rate is not None:
         from recommender.estimator import under_load
 
-        extra = under_load(dep, load, est, rate, replicas)
+        extra = under_load(dep, load, est, rate, replicas, shared_prefix_fraction=req.shared_prefix_fraction)
     cond = conditions_of(dep).lines()
     pricing = pricing_for(dep.gpu, tp=req.tp * req.dp, replicas=replicas, usd_per_gpu_hour=req.usd_per_gpu_hour,
                           pp=req.pp)
@@ -93,7 +96,8 @@ def estimate_cmd(
     if est.fits:
         from recommender.search.estimate_bands import open_loop_bands, steady_bands
 
-        bands = open_loop_bands(dep, load, est, rate, replicas) if rate is not None else steady_bands(dep, est)
+        bands = (open_loop_bands(dep, load, est, rate, replicas, shared_prefix_fraction=req.shared_prefix_fraction)
+                 if rate is not None else steady_bands(dep, est))
     if fmt == "json":
         typer.echo(estimate_json(dep, load, est, extra, cond, pricing, bands))
     else:

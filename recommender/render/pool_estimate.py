@@ -22,7 +22,8 @@ def pool_request(plan: Plan, row: PlanRow, pool: Pool, *, prompt_tokens: int, ou
                  concurrency: str | None = "max", batch: int | None = None, replicas: int | None = None,
                  usd_per_gpu_hour: float | None = None) -> EstimateRequest:
     """``pool`` of ``row`` as an :class:`EstimateRequest` at a load (``concurrency``, or a static ``batch``) of
-    ``prompt_tokens`` + ``output_tokens`` requests, on ``replicas`` (default the pool's)."""
+    ``prompt_tokens`` + ``output_tokens`` requests, on ``replicas`` (default the pool's), with the workload's shared
+    prefix served by the prefix cache where the pool enables it (as the search priced it)."""
     k = pool.num_speculative_tokens
     spec = json.dumps({"method": "mtp", "num_speculative_tokens": k}, separators=(",", ":")) if k else None
     return EstimateRequest(
@@ -34,7 +35,8 @@ def pool_request(plan: Plan, row: PlanRow, pool: Pool, *, prompt_tokens: int, ou
         max_num_seqs=pool.max_num_seqs, max_num_batched_tokens=pool.max_num_batched_tokens,
         chunked_prefill=pool.chunked_prefill, max_model_len=row.max_model_len or None,
         dp=pool.data_parallel_size, ep=pool.enable_expert_parallel, speculative_config=spec, pp=pool.pp,
-        stage_nic_bytes_per_s_per_gpu=pool.stage_nic_bytes_per_s_per_gpu if pool.pp > 1 else None)
+        stage_nic_bytes_per_s_per_gpu=pool.stage_nic_bytes_per_s_per_gpu if pool.pp > 1 else None,
+        shared_prefix_fraction=plan.workload.shared_prefix_fraction if pool.enable_prefix_caching else 0.0)
 
 
 def _model_name(plan: Plan) -> str:
@@ -78,4 +80,6 @@ def estimate_command(req: EstimateRequest) -> str:
         args += ["--engine", req.engine]
     if req.usd_per_gpu_hour is not None:
         args += ["--price", f"{req.usd_per_gpu_hour:g}"]
+    if req.shared_prefix_fraction:
+        args += ["--shared-prefix-fraction", f"{req.shared_prefix_fraction:g}"]
     return " ".join(shlex.quote(a) for a in args)

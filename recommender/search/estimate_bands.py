@@ -78,12 +78,13 @@ def steady_bands(dep: Deployment, est: Estimate) -> EstimateBands:
 
 
 def open_loop_bands(dep: Deployment, load: Load, est: Estimate, rate_per_s: float, replicas: int,
-                    at: Callable[[float], Mapping[str, object]] | None = None) -> EstimateBands:
+                    at: Callable[[float], Mapping[str, object]] | None = None, *,
+                    shared_prefix_fraction: float = 0.0) -> EstimateBands:
     """Bands of ``--rate``: each latency of :func:`recommender.estimator.under_load` at ``g R``, times ``g`` (TTFT's
     own factor instead); a slow end whose pool saturates (or whose rate is out of range) has no value. ``at``: the
     model at a rate (default ``under_load`` of this deployment)."""
     cls = estimate_class(dep)
-    run = at or (lambda r: under_load(dep, load, est, r, replicas))
+    run = at or (lambda r: under_load(dep, load, est, r, replicas, shared_prefix_fraction=shared_prefix_fraction))
     ends: list[Mapping[str, object] | None] = []
     for z in (-Z90, Z90):
         try:
