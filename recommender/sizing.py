@@ -40,6 +40,7 @@ from recommender.perf import memory as mem
 from recommender.catalog import default_catalog
 from recommender.estimator import build_deployment, default_acceptance
 from recommender.perf.pipeline import why_not_pipelined
+from recommender.units import fmt_seconds
 from recommender.perf.speculative import SpecDecode
 from recommender.perf.step import EngineLimits, StepCostModel
 from recommender.profiles import EngineProfile
@@ -623,6 +624,8 @@ class Sizer:
         u = self.max_utilisation
         if not res.stable or res.utilisation > u or res.kv_peak_utilisation > u:
             return False
+        if not self._within_deadline(res):
+            return False
         for s in self.workload.slos:
             if (metrics is None or s.metric in metrics) and not (
                     _finite_or_inf(getattr(res, f"{s.metric}_s").at(s.percentile)) <= s.limit_s):
@@ -639,9 +642,20 @@ class Sizer:
         if res.kv_peak_utilisation > u:
             return (f"its KV cache peaks at {res.kv_peak_utilisation:.0%} of capacity (> {u:.0%}) {where}: a replica "
                     "holds too few of these sequences (a larger TP, fp8 KV or shorter requests give it room)")
+        if not self._within_deadline(res):
+            return (f"its requests take {fmt_seconds(_finite_or_inf(res.e2e_s.at('p99')))} each (e2e p99) {where}, "
+                    f"past the job's {fmt_seconds(self.workload.deadline_s or 0.0)} deadline")
         missed = [str(s) for s in self.workload.slos
                   if not _finite_or_inf(getattr(res, f"{s.metric}_s").at(s.percentile)) <= s.limit_s]
         return f"misses {', '.join(missed) or 'its SLOs'} {where}"
+
+    def _within_deadline(self, res: Any) -> bool:
+        """An offline job's requests end before its deadline: e2e p99 <= deadline (a job of few requests is bound
+        by one request's latency, not by throughput); always True for live traffic."""
+        w = self.workload
+        if not w.is_offline or not w.deadline_s:
+            return True
+        return _finite_or_inf(res.e2e_s.at("p99")) <= w.deadline_s
 
     # -- sizing -----------------------------------------------------------------------------------
 

@@ -336,3 +336,28 @@ def test_a_shared_pd_instance_counts_once_and_per_gpu_billing_rents_none() -> No
                                   offer=dataclasses.replace(top.pools[0].rental.offer, per_gpu_billing=True))
     row = dataclasses.replace(top, pools=(dataclasses.replace(top.pools[0], rental=per_gpu),))
     assert row.instances == 0
+
+
+def test_a_job_never_finishes_before_one_of_its_requests() -> None:
+    """20 requests of 500 output tokens at a 12.85 ms TPOT cannot end in 309 ms: a job's finish is at least one
+    request's e2e (plan.cost.job_of), and a job whose requests outlast its deadline is infeasible (exit 4), where it
+    had been planned to finish in 309 ms of a 500 ms deadline."""
+    import dataclasses
+
+    from recommender.errors import InfeasibleError
+    from recommender.plan import WorkloadEcho
+    from recommender.plan.cost import job_of
+    from recommender.search import SearchSettings, recommend
+    from recommender.workload import LengthDist, Workload
+
+    plan = load_plan(Path(__file__).parent.parent / "examples" / "plans" / "batch-summarization.plan.json")
+    row = dataclasses.replace(plan.top, load_utilisation=0.01, e2e_s=6.4, usd_per_hour=36.0)
+    job = job_of(row, WorkloadEcho(model="llama-3.1-8b", offline_requests=20, deadline_s=100.0))
+    assert job is not None and job.finish_s == pytest.approx(6.4) and job.usd == pytest.approx(36.0 * 6.4 / 3600)
+    big = job_of(dataclasses.replace(row, load_utilisation=0.5), WorkloadEcho(model="x", offline_requests=10**6,
+                                                                              deadline_s=3600.0))
+    assert big is not None and big.finish_s == pytest.approx(1800.0)   # throughput-bound: 0.5 x 1 h
+    w = Workload(model="llama-3.1-8b", prompt_tokens=LengthDist.constant(1000), output_tokens=LengthDist.constant(500),
+                 offline_requests=20, deadline_s=0.5, name="tiny-job")
+    with pytest.raises(InfeasibleError, match=r"past the job's 500\.00 ms deadline"):
+        recommend(w, settings=SearchSettings(seed=0, verify=0, trials=200))

@@ -93,8 +93,9 @@ def with_replicas(plan: Plan, new: tuple[int, ...], note: str, *, same_rate: boo
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """An offline job on one plan row: it runs flat out, ``finish_s = min(load_utilisation, 1) x deadline_s``
-    (``load_utilisation`` = rate / capacity), and pays ``usd = usd_per_hour x finish_s / 3600``."""
+    """An offline job on one plan row: it runs flat out, ``finish_s = max(min(load_utilisation, 1) x deadline_s,
+    e2e_s)`` (``load_utilisation`` = rate / capacity; no job ends before one of its requests does), and pays
+    ``usd = usd_per_hour x finish_s / 3600``."""
 
     finish_s: float
     margin_s: float
@@ -106,5 +107,6 @@ def job_of(row: PlanRow, workload: WorkloadEcho) -> Job | None:
     if not (workload.offline_requests and workload.deadline_s):
         return None
     util = row.load_utilisation if row.load_utilisation is not None else 1.0
-    finish = min(util, 1.0) * workload.deadline_s
+    # flat out at capacity, but never before one request's latency (a job of few requests is bound by it)
+    finish = max(min(util, 1.0) * workload.deadline_s, row.e2e_s or 0.0)
     return Job(finish_s=finish, margin_s=workload.deadline_s - finish, usd=(row.usd_per_hour or 0.0) * finish / 3600.0)

@@ -32,6 +32,7 @@ from recommender.search.space import (
     resolve_dtype,
 )
 from recommender.search.to_plan import build_plan
+from recommender.sizing import OFFLINE_MAX_UTILISATION
 from recommender.units import fmt_seconds
 from recommender.workload import Workload
 
@@ -201,9 +202,10 @@ def infeasible_message(ctx: SearchContext, evaluations: Sequence[Evaluation]) ->
         best = min(fit, key=lambda e: e.utilisation)
         cap = f"max_gpus={w.max_gpus}" if w.max_gpus else f"max_replicas={ctx.policy.max_replicas}"
         fix = "raise max_gpus" if w.max_gpus else "allow larger GPUs or more GPU types"
-        return (f"no plan carries {w.effective_rate_per_s:.3g} req/s within {cap} and utilisation <= "
-                f"{ctx.policy.max_utilisation:g}: the closest, {best.candidate.key}, {best.reason or 'exceeds a limit'}; "
-                f"{fix}{', or the deadline' if w.is_offline else ', or lower the rate'}")
+        cap_u = OFFLINE_MAX_UTILISATION if w.is_offline else ctx.policy.max_utilisation
+        return (f"no plan carries {w.effective_rate_per_s:.3g} req/s within {cap} and utilisation <= {cap_u:g}: the "
+                f"closest, {best.candidate.key}, {best.reason or 'exceeds a limit'}; "
+                f"{fix}{', or extend the deadline' if w.is_offline else ', or lower the rate'}")
     def worst(e: Evaluation) -> float:
         return max(e.latency(s.metric, s.percentile) / s.limit_s for s in w.slos)
 

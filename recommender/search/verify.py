@@ -136,7 +136,8 @@ def simulate_offline_job(ctx: SearchContext, ev: Evaluation, n_requests: int, se
     per_replica = simulated_capacity_per_s(cost=costs[0], limits=p.limits, prompt=w.prompt_tokens, output=w.output_tokens,
                                            shared_prefix_fraction=w.shared_prefix_fraction, n_requests=max(n // p.ranks, 6 * p.limits.max_num_seqs, 2000),
                                            seed=seed)
-    return burst, w.offline_requests / (p.ranks * per_replica)
+    # throughput-bound, but never before one request's latency (a few requests are bound by it, not by the rate)
+    return burst, max(w.offline_requests / (p.ranks * per_replica), ev.latency("e2e", "p99"))
 
 
 def sim_summary(res: Any) -> dict[str, Any]:
