@@ -52,3 +52,17 @@ def test_every_example_chart_has_dollar_ticks_spanning_its_plans(path: Path) -> 
     names = [t.name for t in fig.data]
     assert RANK1_TRACE in names and PLANS_TRACE in names
     assert all(t.marker.symbol == "circle" for t in fig.data if t.name == PLANS_TRACE)
+
+
+def test_the_chart_title_shows_the_workloads_name_as_text() -> None:
+    """Plotly renders <a href>, <i> and <span style> in a title: a workload named with markup drew a live link and an
+    80px red word in the report's chart. The name goes in as HTML entities, which Plotly shows as the literal text."""
+    import dataclasses
+
+    plan = load_plan(EXAMPLE_PLANS[0])
+    name = "<a href='https://evil.example/x'>click</a> <i>it</i> & more"
+    plan = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, name=name))
+    title = pareto_figure(plan).layout.title.text
+    assert "<a" not in title and "<i>" not in title
+    assert title.startswith(f"{plan.workload.model} / &lt;a href=&#x27;https://evil.example/x&#x27;&gt;click&lt;/a&gt; "
+                            "&lt;i&gt;it&lt;/i&gt; &amp; more: ")

@@ -10,6 +10,7 @@ configurations span orders of magnitude in $/M tokens while the ranked plans sit
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -172,7 +173,8 @@ def pareto_figure(plan: Plan, evaluations: Sequence[Evaluation] | None = None) -
     fig.update_yaxes(title_text="USD per million tokens (log scale)", row=1, col=1)
     w = plan.workload
     fig.update_layout(
-        title={"text": f"{w.model} / {w.name}: cost against each SLO metric", "x": 0.01},
+        # Plotly renders a subset of HTML in text (<a href>, <i>, <span style>): the user's names go in as entities
+        title={"text": f"{html.escape(w.model)} / {html.escape(w.name)}: cost against each SLO metric", "x": 0.01},
         template="plotly_white", height=520, width=max(640, 560 * len(panels)),
         legend={"orientation": "h", "y": -0.18}, margin={"l": 70, "r": 30, "t": 80, "b": 90},
         hoverlabel={"align": "left"},
