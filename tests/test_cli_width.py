@@ -117,3 +117,12 @@ def test_simulate_says_unbounded_where_the_analytic_model_saturates() -> None:
               "--prompt-tokens", "2k", "--output-tokens", "200", "-q", columns=200)
     assert "analytic: unstable, mean running unbounded" in out and "None" not in out
     assert "TTFT  analytic   unbounded" in out and " inf " not in out
+
+
+def test_simulate_plan_runs_a_summary_only_plan_whose_lengths_are_constant() -> None:
+    """tests/data/plans/pd-h100-one-instance.plan.json predates the echo's distribution parameters, but its prompt and
+    output are one length each (min = max = 6,000 and 200): simulate --plan runs them instead of asking for the
+    workload file."""
+    out = run("simulate", "--plan", str(ROOT / "tests" / "data" / "plans" / "pd-h100-one-instance.plan.json"), "-n", "200",
+              "-q", columns=200)
+    assert "TTFT  simulated" in out and "E2E   analytic" in out

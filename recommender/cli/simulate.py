@@ -84,11 +84,14 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
 
 def _echoed_lengths(echo: Any) -> tuple[Any, Any] | None:
     """(prompt, output) length distributions rebuilt from the plan's workload echo, or None when the plan
-    only summarises them (written before the echo carried the parameters)."""
+    only summarises them (written before the echo carried the parameters) and they are not one length each."""
     from recommender.workload import LengthDist
 
     out = []
     for s in (echo.prompt_tokens, echo.output_tokens):
+        if s is not None and s.min is not None and s.min == s.max:  # one length: the summary says it all
+            out.append(LengthDist.constant(int(s.min)))
+            continue
         if s is None or s.mean_param is None or s.min is None or s.max is None:
             return None
         out.append(LengthDist(s.dist, float(s.mean_param), float(s.std_param or 0.0), int(s.min), int(s.max),
