@@ -3,7 +3,7 @@
 A workload file (``examples/*.yaml``)::
 
     name: rag
-    model: llama-3.1-70b            # catalog id, or a path to a HF config.json
+    model: llama-3.1-70b            # catalog id, or a path to a HF config.json (relative to this file)
     traffic:
       arrival_rate: 4               # requests/s  (or: offline: {requests: 10_000_000, deadline: 8h})
     prompt_tokens: {dist: lognormal, mean: 6000, std: 1200, min: 4000, max: 8000}
@@ -44,7 +44,7 @@ from pydantic import (
 
 from recommender import units
 from recommender.bounded import read_file_text
-from recommender.errors import ConfigError
+from recommender.errors import ConfigError, UnitError
 from recommender.offers import MAX_NIC_GBPS, UNKNOWN_NETWORK, OwnedGpus, network_from_doc
 from recommender.yamlfile import read_yaml_file, validation_message
 
@@ -319,6 +319,24 @@ class _DistSpec(BaseModel):
 
     _no_bool = field_validator("*", mode="before")(classmethod(lambda cls, v: _refuse_bools(v)))
 
+    @field_validator("samples", "edges", "counts")
+    @classmethod
+    def _not_empty(cls, v: list[Any] | None) -> list[Any] | None:
+        if v is not None and not v:
+            raise ValueError("give at least one value (an empty list describes no lengths)")
+        return v
+
+    @field_validator("samples", "edges")
+    @classmethod
+    def _token_counts(cls, v: list[float] | None) -> list[float] | None:
+        """Token lengths are at least 1: a sample of 0, or a bucket whose upper edge is below 1 (it holds no whole
+        token count), would become a 0-token request, and a plan echo its own reader refuses."""
+        if v is not None and any(not 1 <= x <= MAX_TOKENS for x in v):
+            bad = next(x for x in v if not 1 <= x <= MAX_TOKENS)
+            raise ValueError(f"token counts must be from 1 to {MAX_TOKENS:,} (a prompt or output holds at least one "
+                             f"token), got {bad:g}")
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> "_DistSpec":
         need = {"constant": ("value",), "normal": ("mean", "std"), "lognormal": ("mean", "std"),
@@ -341,10 +359,6 @@ class _DistSpec(BaseModel):
                 raise ValueError(f"counts must be between 0 and {MAX_BUCKET_COUNT:g}")
             if not sum(self.counts) > 0:
                 raise ValueError("counts must not all be 0")
-        if self.samples is not None and any(s <= 0 or s > MAX_TOKENS for s in self.samples):
-            raise ValueError(f"samples must be positive token counts up to {MAX_TOKENS:,}")
-        if self.edges is not None and any(not 0 < e <= MAX_TOKENS for e in self.edges):
-            raise ValueError(f"edges must be positive token counts up to {MAX_TOKENS:,}")
         if self.counts is not None and any(c < 0 for c in self.counts):
             raise ValueError("counts must be >= 0")
         if self.dist in ("normal", "lognormal") and self.max is None and (self.mean or 0) + 6 * (self.std or 0) > MAX_TOKENS:
@@ -380,12 +394,30 @@ class _Offline(BaseModel):
     model_config = _STRICT
     _no_bool = field_validator("*", mode="before")(classmethod(lambda cls, v: _refuse_bools(v)))
     requests: int = Field(gt=0, le=MAX_OFFLINE_REQUESTS)
-    deadline: str | float
+    deadline: str | float  # seconds once validated (``_deadline_s``)
 
     @field_validator("requests", mode="before")
     @classmethod
     def _count(cls, v: Any) -> Any:
         return units.parse_count(v, "offline.requests") if isinstance(v, str) else v
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline_s(cls, v: str | float) -> float:
+        """'8h', '90min', 3600 -> seconds, positive and finite (an error here names the file, line and field)."""
+        try:
+            seconds = units.parse_duration_s(v, "deadline")
+        except UnitError as e:  # the field is named by the message around it: "<file> line N...: field '...'"
+            raise ValueError(str(e).removeprefix("deadline: ")) from None
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"must be a positive duration (e.g. 8h, 90min), got {v!r}")
+        return seconds
+
+    @model_validator(mode="after")
+    def _rate(self) -> "_Offline":
+        if self.requests / float(self.deadline) > MAX_RATE_PER_S:
+            raise ValueError(f"requests / deadline exceeds {MAX_RATE_PER_S:g} requests/s")
+        return self
 
 
 class _Traffic(BaseModel):
@@ -500,13 +532,9 @@ class WorkloadSpec(BaseModel):
 
     def build(self, source: str = "") -> Workload:
         off = self.traffic.offline
-        deadline_s = units.parse_duration_s(off.deadline, "offline.deadline") if off else None
-        if deadline_s is not None and not (math.isfinite(deadline_s) and deadline_s > 0):
-            raise ConfigError(f"{source}: offline.deadline must be a positive duration, got {off.deadline!r}")  # type: ignore[union-attr]
-        if off and deadline_s and off.requests / deadline_s > MAX_RATE_PER_S:
-            raise ConfigError(f"{source}: offline requests / deadline exceeds {MAX_RATE_PER_S:g} requests/s")
+        deadline_s = float(off.deadline) if off else None  # seconds: _Offline._deadline_s parsed and checked it
         return Workload(
-            model=self.model,
+            model=model_relative_to(self.model, source),
             prompt_tokens=self.prompt_tokens.build(),
             output_tokens=self.output_tokens.build(),
             arrival_rate_per_s=self.traffic.arrival_rate,
@@ -524,6 +552,30 @@ class WorkloadSpec(BaseModel):
             day=self.day,
             inventory=_inventory(self.inventory, source),
         )
+
+
+def model_relative_to(model: str, source: str) -> str:
+    """A workload's ``model:`` read as the file means it: a relative path to a ``config.json`` (or a folder holding
+    one) is relative to the workload file's folder, as ``day.trace`` is, not to the current folder.
+
+    Catalog ids, aliases and Hugging Face repo ids the catalog knows stay as written (they win over a file of that
+    name, as in :meth:`recommender.catalog.Catalog.model`), as do absolute paths and names that are neither a
+    ``.json`` path nor a file or folder beside the workload (an unknown repo id is then refused by the catalog).
+    ``source`` is the workload file; without one (a dict, the command line) ``model`` is returned unchanged."""
+    if not source or Path(model).is_absolute() or not Path(source).is_file():
+        return model
+    beside = Path(source).parent / model
+    try:
+        there = beside.exists()
+    except OSError:  # a name too long for a path (ENAMETOOLONG) is no file: the catalog names the mistake
+        there = False
+    if not (model.endswith(".json") or there):
+        return model
+    from recommender.catalog import default_catalog
+
+    if not model.endswith(".json") and default_catalog().model_id(model) is not None:
+        return model
+    return str(beside)
 
 
 def _slos(texts: Sequence[str], source: str) -> tuple[Slo, ...]:

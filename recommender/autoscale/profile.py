@@ -133,6 +133,9 @@ def tiled_trace_day(profile: DiurnalProfile, arrival_s: np.ndarray, prompts: np.
     if a.size < 2 or not np.all(np.diff(a) >= 0):
         raise ConfigError(f"{source}: a trace needs at least two requests in time order")
     a = a - a[0]
+    if not a[-1] > 0:  # every request at one instant: no rate (n / 0 s) and no burstiness to tile
+        raise ConfigError(f"{source}: its {a.size} requests all share one timestamp, a time span of 0 s; a trace needs "
+                          "requests over a time span (its rate is requests / span): give a longer request log")
     gap = float(np.mean(np.diff(a)))
     span = float(a[-1]) + gap  # the next tile starts one mean gap after this one's last request
     rate = a.size / span

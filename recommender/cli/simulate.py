@@ -157,6 +157,9 @@ def _run(setup: dict[str, Any], requests: int, seed: int, burstiness: float, tra
     if rows is not None and len(rows) > 1:
         span = rows[-1][0] - rows[0][0]
         rate = (len(rows) - 1) / span if span > 0 else rate
+    if rate is None and rows is not None:  # a trace whose requests share one instant has no rate of its own
+        raise ConfigError(f"--trace {trace}: its {len(rows)} request(s) arrive at one instant, a time span of 0 s, so it "
+                          "gives no arrival rate; give --rate R (requests/s) to replay them at R, or a longer log")
     if rate is None:
         raise ConfigError("give --rate R (requests/s), a --workload with an arrival rate, or a --trace")
     frac = setup["shared_prefix_fraction"]

@@ -106,12 +106,23 @@ def _tokens(value: object, where: str, column: str, error: type[RecommenderError
     return int(n)
 
 
-def _pick(keys: dict[str, str], names: tuple[str, ...], what: str, where: str, error: type[RecommenderError]) -> str:
+def _pick(keys: dict[str, str], names: tuple[str, ...], what: str, where: str, error: type[RecommenderError],
+          found: list[str] | None = None) -> str:
+    """``keys[n]`` for the first of ``names`` in ``keys`` (lower-cased column -> what the caller needs of it), else
+    one line naming the columns the file has (``found``, as written; default: ``keys``' values)."""
     for n in names:
         if n in keys:
             return keys[n]
     raise error(f"{where}: no {what} column (expected one of {', '.join(names)}; found "
-                f"{', '.join(keys.values()) or 'none'})")
+                f"{_column_list(list(keys.values()) if found is None else found)})")
+
+
+def _column_list(columns: list[str], most: int = 12) -> str:
+    """Column names for a message: each quoted when blank or odd, at most 40 characters, at most ``most`` of them."""
+    shown = [c if c and c.isprintable() and c.strip() == c and "," not in c and len(c) <= 40 else repr(c[:40])
+             for c in columns[:most]]
+    more = f" and {len(columns) - most} more" if len(columns) > most else ""
+    return ", ".join(shown) + more if shown else "none"
 
 
 def flatten_openai(rec: dict[str, Any]) -> dict[str, Any]:
@@ -195,8 +206,8 @@ def _parse_csv(text: str, where: str, error: type[RecommenderError], limit: int 
     header = next(reader, None)
     if header is None:
         return ParsedRequests(ts, pr, out)
-    keys = {h.strip().lower(): str(j) for j, h in enumerate(header)}
-    it, ip, io_ = (int(_pick(keys, names, what, f"{where}:1", error)) for names, what in
+    keys = {h.strip().lower(): str(j) for j, h in enumerate(header)}  # column name -> its index
+    it, ip, io_ = (int(_pick(keys, names, what, f"{where}:1", error, found=header)) for names, what in
                    ((TIME_COLUMNS, "timestamp"), (PROMPT_COLUMNS, "prompt tokens"), (OUTPUT_COLUMNS, "output tokens")))
     for i, row in enumerate(reader, 2):
         if not row or not any(c.strip() for c in row):
