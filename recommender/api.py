@@ -14,6 +14,7 @@ import math
 import numbers
 from typing import TYPE_CHECKING, Any
 
+from recommender.bounded import MAX_SEED, MAX_VERIFY
 from recommender.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -26,9 +27,6 @@ if TYPE_CHECKING:
     from recommender.search.policy import SearchPolicy
     from recommender.workload import Workload
 
-#: the CLI's bounds (``recommender.cli.checks.check_main_options``): seeds NumPy and Optuna take, plans verified
-MAX_SEED = 2**32 - 1
-MAX_VERIFY = 1000
 
 
 def _show(value: object) -> str:
@@ -68,25 +66,13 @@ def _instance_arg(fn: str, name: str, value: object, cls: type, hint: str) -> No
 
 
 def _storage_arg(storage: object) -> str:
-    """An Optuna storage as the CLI's ``--storage`` takes it: a URL, or a file that is absent or regular."""
-    from pathlib import Path
-
-    from recommender.bounded import NotAFileError
+    """An Optuna storage as the CLI's ``--storage`` takes it (:func:`recommender.bounded.check_storage`), a str."""
+    from recommender.bounded import check_storage
 
     if not isinstance(storage, str):
         raise ConfigError(f"recommend(storage={_show(storage)}): storage takes a str (a database URL or a journal "
                           f"file name), not {type(storage).__name__}")
-    if not storage.strip() or not storage.isprintable():
-        raise ConfigError(f"recommend(storage={_show(storage)}): give a file name or a database URL (one printable "
-                          "line, not blank)")
-    path = storage.split(":///", 1)[1] if storage.startswith("sqlite:///") else None if "://" in storage else storage
-    try:
-        special = path is not None and path != "" and Path(path).exists() and not Path(path).is_file()
-    except OSError:  # a name the file system cannot hold: the storage reports it when it opens the file
-        special = False
-    if special:
-        raise NotAFileError(f"recommend(storage={_show(storage)}): is not a regular file (a folder, device, FIFO or "
-                            "socket); give a database or journal file")
+    check_storage(storage, label=f"recommend(storage={_show(storage)})")
     return storage
 
 

@@ -200,3 +200,31 @@ def check_request_count(n: int, flag: str) -> int:
         raise ConfigError(f"{flag} {n}: give between 1 and {cap:,} requests (raise the limit with "
                           f"{MAX_REQUESTS_ENV}=<n> if you mean it)")
     return n
+
+
+#: the main job's argument bounds, shared by the CLI's flags and the Python API: seeds NumPy and Optuna take,
+#: plans the simulator verifies
+MAX_SEED = 2**32 - 1
+MAX_VERIFY = 1000
+
+
+def check_storage(storage: str | None, flag: str = "--storage", *, label: str | None = None) -> None:
+    """An Optuna / history storage: a URL, or a file that is absent or a regular file (a FIFO or device would
+    hang or be clobbered by SQLite / the journal writer). Messages start with ``label`` (default ``flag storage``)."""
+    if storage is None:
+        return
+    if not storage.strip() or not storage.isprintable():
+        raise ConfigError(f"{label or f'{flag} {storage!r}'}: give a file name or a database URL (one printable line, "
+                          "not blank)")
+    if "://" in storage:
+        path = storage.split(":///", 1)[1] if storage.startswith("sqlite:///") else None
+    else:
+        path = storage
+    if path:
+        try:
+            special = Path(path).exists() and not Path(path).is_file()  # a link to a regular file is fine
+        except OSError:  # a name the file system cannot hold: the storage reports it when it opens the file
+            special = False
+        if special:
+            raise NotAFileError(f"{label or f'{flag} {storage}'}: is not a regular file (a folder, device, FIFO or "
+                                "socket); give a database or journal file")

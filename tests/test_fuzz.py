@@ -28,7 +28,8 @@ from recommender import bounded
 from recommender.atomic import atomic_write_text
 from recommender.calibrate.readers import read_bench_json
 from recommender.cli import app
-from recommender.cli.checks import check_storage, check_writable_file
+from recommender.bounded import check_storage
+from recommender.cli.checks import check_writable_file
 from recommender.deploy import render_deploy
 from recommender.deploy.replan_job import ReplanJobOptions
 from recommender.errors import RecommenderError

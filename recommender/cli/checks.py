@@ -12,6 +12,7 @@ import os
 from collections.abc import Collection
 from pathlib import Path
 
+from recommender.bounded import MAX_SEED, MAX_VERIFY, check_storage
 from recommender.errors import ConfigError
 from recommender.workload import Workload
 
@@ -80,41 +81,21 @@ def check_plot(path: str) -> None:
     check_writable_file(path, "--plot")
 
 
-def check_storage(storage: str | None, flag: str = "--storage") -> None:
-    """An Optuna / history storage: a URL, or a file that is absent or a regular file (a FIFO or device would
-    hang or be clobbered by SQLite / the journal writer)."""
-    if storage is None:
-        return
-    if not storage.strip() or not storage.isprintable():
-        raise ConfigError(f"{flag} {storage!r}: give a file name or a database URL (one printable line, not blank)")
-    if "://" in storage:
-        path = storage.split(":///", 1)[1] if storage.startswith("sqlite:///") else None
-    else:
-        path = storage
-    if path:
-        from recommender.bounded import NotAFileError
-
-        p = Path(path)
-        if p.exists() and not p.is_file():  # follows a symlink: a link to a regular file is fine for a database
-            raise NotAFileError(f"{flag} {storage}: is not a regular file (a folder, device, FIFO or socket); give "
-                                f"a database or journal file")
-
-
 def check_main_options(*, fmt: str, formats: Collection[str], top: int, workers: int, storage: str | None,
                        trials: int | None, seed: int, timeout: float | None, plot: str | None, report: str | None,
                        emit: str | None, verify: int | None = None) -> None:
     """Every main-job option that can be wrong on its own, checked before the search."""
     check_storage(storage)
-    if verify is not None and not 0 <= verify <= 1000:
-        raise ConfigError(f"--verify {verify}: give how many plans to verify, from 0 (off) to 1000")
+    if verify is not None and not 0 <= verify <= MAX_VERIFY:
+        raise ConfigError(f"--verify {verify}: give how many plans to verify, from 0 (off) to {MAX_VERIFY}")
     if fmt not in formats:
         raise ConfigError(f"--format {fmt!r}: use one of {', '.join(formats)}")
     if top < 1:
         raise ConfigError(f"--top {top}: must be >= 1")
     if trials is not None and trials < 1:
         raise ConfigError(f"--trials {trials}: give a positive number of trials (or leave it out for the policy's default)")
-    if seed < 0 or seed >= 2**32:
-        raise ConfigError(f"--seed {seed}: give an integer from 0 to {2**32 - 1}")
+    if not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"--seed {seed}: give an integer from 0 to {MAX_SEED}")
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise ConfigError(f"--timeout {timeout}: give a positive number of seconds")
     if workers < 1:

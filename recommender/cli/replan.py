@@ -20,7 +20,7 @@ from tabulate import tabulate
 from recommender import units
 from recommender.cli import options
 from recommender.cli.app import app, one_line, one_line_errors
-from recommender.cli.checks import check_storage
+from recommender.bounded import check_storage
 from recommender.errors import ConfigError, RecommenderError
 from recommender.workload import Workload, load_workload
 
