@@ -208,6 +208,16 @@ MAX_SEED = 2**32 - 1
 MAX_VERIFY = 1000
 
 
+#: Linux's NAME_MAX and PATH_MAX (bytes): what a file system takes for one name and a whole path
+MAX_FILE_NAME_BYTES = 255
+MAX_PATH_BYTES = 4096
+
+
+def _longest_name_bytes(path: str) -> int:
+    """Bytes of the longest component of ``path`` (UTF-8)."""
+    return max((len(part.encode("utf-8", "replace")) for part in path.replace("\\", "/").split("/")), default=0)
+
+
 def check_storage(storage: str | None, flag: str = "--storage", *, label: str | None = None) -> None:
     """An Optuna / history storage: a URL, or a file that is absent or a regular file (a FIFO or device would
     hang or be clobbered by SQLite / the journal writer). Messages start with ``label`` (default ``flag storage``)."""
@@ -221,6 +231,10 @@ def check_storage(storage: str | None, flag: str = "--storage", *, label: str | 
     else:
         path = storage
     if path:
+        too_long = _longest_name_bytes(path) > MAX_FILE_NAME_BYTES or len(path.encode("utf-8", "replace")) > MAX_PATH_BYTES
+        if too_long:  # SQLite / the journal would fail deep in the search with "file name too long"
+            raise ConfigError(f"{label or f'{flag} {storage[:60]}...'}: the file name is too long (at most "
+                              f"{MAX_FILE_NAME_BYTES} bytes a name, {MAX_PATH_BYTES} a path); give a shorter one")
         try:
             special = Path(path).exists() and not Path(path).is_file()  # a link to a regular file is fine
         except OSError:  # a name the file system cannot hold: the storage reports it when it opens the file

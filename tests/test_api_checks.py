@@ -56,6 +56,16 @@ def test_recommend_refuses_what_the_cli_refuses(workload: recommender.Workload, 
     assert _refused(recommend, workload, **kw).startswith(says)
 
 
+@pytest.mark.parametrize("storage", ["a" * 256, "sqlite:///" + "b" * 300 + ".db", "c/" * 2100 + "d"])
+def test_recommend_refuses_a_storage_name_the_file_system_cannot_hold(workload: recommender.Workload,
+                                                                      storage: str) -> None:
+    # Linux: NAME_MAX 255 bytes a file name, PATH_MAX 4096 a path (SQLite had raised "file name too long" from
+    # inside the search, after the trials)
+    text = _refused(recommend, workload, storage=storage)
+    assert text.startswith("recommend(storage='") and "the file name is too long (at most 255 bytes a name" in text
+    assert len(text) < 300
+
+
 def test_recommend_refuses_a_folder_as_storage_and_a_path_as_workload(workload: recommender.Workload,
                                                                       tmp_path: Path) -> None:
     assert "is not a regular file" in _refused(recommend, workload, storage=str(tmp_path))
@@ -126,3 +136,9 @@ def test_signatures_are_as_docs_python_api_states() -> None:
     deploy = kinds(render_deploy)
     assert deploy[:4] == [("plan", positional), ("rank", positional), ("formats", positional), ("checkpoint", positional)]
     assert {k for _, k in deploy[4:]} == {keyword}
+
+
+def test_dump_plan_takes_a_plan_not_its_parsed_json() -> None:
+    # a plan file's json.load() is a dict: plan_document had raised KeyError('rows')
+    assert "dump_plan(plan): takes a Plan" in _refused(recommender.dump_plan, {})
+    assert "not dict" in _refused(recommender.dump_plan, {"plans": []})

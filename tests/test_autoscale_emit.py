@@ -50,6 +50,9 @@ def test_static_peak_plan_is_rank_1_at_the_static_replicas_for_the_same_rate() -
     assert new.usd_per_million_tokens == pytest.approx(3 * row.usd_per_million_tokens)
     assert new.load_utilisation == pytest.approx(row.load_utilisation / 3, abs=1e-4)
     assert "x3" in new.quality_note and "x1" in new.quality_note and "25.00 req/s" in new.quality_note
+    # chat.plan.json was sized for 20 req/s x (1 + 0.2 headroom) = 24 req/s on x1; x3 serves 3 x 24 = 72 req/s at
+    # the same load per replica, which replan's band holds the traffic to (it had stayed 24: alarms at a third)
+    assert plan.sized_rate_per_s() == pytest.approx(24.0) and peak.sized_rate_per_s() == pytest.approx(72.0)
     assert static_peak_plan(plan, replicas=1) is plan                      # the search's count: its plan as is
 
 

@@ -103,7 +103,9 @@ def static_peak_plan(plan: Plan, *, replicas: int, peak_window_rate_per_s: float
     instances re-rented, ``usd_per_hour`` from the pool prices): the same workload at the day's peak rate on more
     replicas, so the arrival rate and output tokens/s stay the search's, ``load_utilisation`` is the search's x
     old / new GPUs and $/M tokens follow $/h. The latencies stay those modelled at the search's count; more replicas at the same rate only
-    lower them. The row's ``quality_note`` and the plan's ``why`` say so."""
+    lower them. The row's ``quality_note`` and the plan's ``why`` say so. ``search.sized_rate_per_s`` (what ``recommend
+    replan``'s band holds the traffic to) is the search's x new / old replicas: the rate the count serves at the
+    search's load per replica."""
     row = plan.top
     if len(row.pools) != 1:
         raise ConfigError("autoscaling plans one aggregated pool; this plan's rank 1 has "
@@ -117,7 +119,12 @@ def static_peak_plan(plan: Plan, *, replicas: int, peak_window_rate_per_s: float
     note = (f"static peak plan of recommend autoscale: x{replicas} replicas for the day's SLO windows{window}, "
             f"the search's x{old} for its smooth peak; latencies as modelled at x{old}")
     resized = with_replicas(plan, (replicas,), note, same_rate=True)
-    return dataclasses.replace(resized, why=f"{note[0].upper()}{note[1:]}. The search at the smooth peak: {plan.why}")
+    search = resized.search
+    sized = plan.sized_rate_per_s()
+    if sized is not None:  # capacity grows with the replicas: replan's band reads what this count was sized for
+        search = dataclasses.replace(search, sized_rate_per_s=round(sized * replicas / old, 6))
+    return dataclasses.replace(resized, search=search,
+                               why=f"{note[0].upper()}{note[1:]}. The search at the smooth peak: {plan.why}")
 
 
 @dataclass(frozen=True)

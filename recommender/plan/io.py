@@ -107,7 +107,11 @@ LAYOUT_DEFAULTS: dict[str, Any] = {"data_parallel_size": 1, "enable_expert_paral
 
 
 def dump_plan(plan: Plan) -> str:
-    """The plan file text (JSON, version 2, newline-terminated)."""
+    """The plan file text (JSON, version 2, newline-terminated). Raises :class:`ConfigError` for anything but a
+    :class:`Plan` (a dict, e.g. a plan file's parsed JSON, is not one: ``load_plan`` reads a file into a Plan)."""
+    if not isinstance(plan, Plan):
+        raise ConfigError(f"dump_plan(plan): takes a Plan (from recommend() or load_plan('plan.json')), not "
+                          f"{type(plan).__name__}")
     return json.dumps(plan_document(plan), indent=2) + "\n"
 
 
