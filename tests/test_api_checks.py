@@ -123,7 +123,7 @@ def test_simulate_replays_a_whole_trace_with_zero_requests() -> None:
 
 def test_signatures_are_as_docs_python_api_states() -> None:
     # docs/python-api.md: recommend(workload, *, ...), estimate(*, ...), simulate(cost, limits, *, ...), and
-    # render_deploy(plan, rank=1, formats="all", checkpoint=None, *, ...)
+    # render_deploy(plan, *, rank=1, formats="all", checkpoint=None, ...)
     def kinds(fn: object) -> list[tuple[str, inspect._ParameterKind]]:
         return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values()  # type: ignore[arg-type]
                 if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
@@ -134,8 +134,9 @@ def test_signatures_are_as_docs_python_api_states() -> None:
     assert {k for _, k in kinds(estimate)} == {keyword}
     assert [k for _, k in kinds(simulate)] == [positional] * 2 + [keyword] * (len(kinds(simulate)) - 2)
     deploy = kinds(render_deploy)
-    assert deploy[:4] == [("plan", positional), ("rank", positional), ("formats", positional), ("checkpoint", positional)]
-    assert {k for _, k in deploy[4:]} == {keyword}
+    assert deploy[0] == ("plan", positional)
+    assert deploy[1:4] == [("rank", keyword), ("formats", keyword), ("checkpoint", keyword)]
+    assert {k for _, k in deploy[1:]} == {keyword}
 
 
 def test_dump_plan_takes_a_plan_not_its_parsed_json() -> None:

@@ -30,7 +30,7 @@ def test_fp8_rows_load_the_pre_quantized_checkpoint() -> None:
     fp8 = [r for r in doc["plans"] if r["weight_dtype"] == "fp8"]
     assert fp8 and all(r["checkpoint"] == want and "online" not in r["quality_note"] for r in fp8)
     rank = fp8[0]["rank"]
-    script = render_deploy(doc, rank, "cmd")["vllm-serve.sh"]
+    script = render_deploy(doc, rank=rank, formats="cmd")["vllm-serve.sh"]
     assert f"vllm serve {want}" in script and "--quantization" not in script
 
 
@@ -40,7 +40,7 @@ def test_fp8_without_a_checkpoint_is_quantized_online_and_the_plan_says_so() -> 
                 "--output-tokens", "200")
     fp8 = [r for r in doc["plans"] if r["weight_dtype"] == "fp8"]
     assert fp8 and all(not r["checkpoint"] and "fp8 quantized online" in r["quality_note"] for r in fp8)
-    assert "--quantization fp8" in render_deploy(doc, fp8[0]["rank"], "cmd")["vllm-serve.sh"]
+    assert "--quantization fp8" in render_deploy(doc, rank=fp8[0]["rank"], formats="cmd")["vllm-serve.sh"]
 
 
 def test_multi_turn_chat_runs_with_prefix_caching(tmp_path: Path) -> None:
@@ -48,7 +48,7 @@ def test_multi_turn_chat_runs_with_prefix_caching(tmp_path: Path) -> None:
     assert "multi_turn: true" in chat.read_text()
     doc = _plan("--workload", str(chat))
     assert all(p["enable_prefix_caching"] for r in doc["plans"] for p in r["pools"])
-    assert "--enable-prefix-caching" in render_deploy(doc, 1, "cmd")["vllm-serve.sh"]
+    assert "--enable-prefix-caching" in render_deploy(doc, rank=1, formats="cmd")["vllm-serve.sh"]
     off = tmp_path / "single-turn.yaml"
     off.write_text(chat.read_text().replace("multi_turn: true", "multi_turn: false"))
     doc = _plan("--workload", str(off))

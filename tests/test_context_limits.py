@@ -34,7 +34,7 @@ def test_no_emitted_file_asks_for_more_than_the_models_context(path: Path) -> No
     doc = json.loads(path.read_text())
     context = default_catalog().model(doc["workload"]["model"]).max_position_embeddings
     for rank in range(1, len(doc["plans"]) + 1):
-        files = render_deploy(doc, rank, "all")
+        files = render_deploy(doc, rank=rank, formats="all")
         lens = [int(n) for text in files.values() for n in re.findall(r"--max-model-len[\"'\s,=]+\"?(\d+)", text)]
         assert lens and max(lens) <= context, (path.name, rank, lens)
 
@@ -50,4 +50,4 @@ def test_deploy_refuses_a_plan_whose_max_model_len_exceeds_the_context() -> None
             pool["max_num_batched_tokens"] = min(pool["max_num_batched_tokens"], 8192)
     assert doc["plans"]
     with pytest.raises(DeployError, match="above llama-3.1-8b's context of 131,072 tokens"):
-        render_deploy(doc, 1, "cmd")
+        render_deploy(doc, rank=1, formats="cmd")

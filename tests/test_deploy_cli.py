@@ -22,8 +22,8 @@ from recommender import deploy as _deploy
 from recommender.plan import load_plan
 
 
-def render_deploy(doc, *args, **kw):  # the tests edit plan documents, then read them through the one loader
-    return _deploy.render_deploy(load_plan(doc), *args, **kw)
+def render_deploy(doc, **kw):  # the tests edit plan documents, then read them through the one loader
+    return _deploy.render_deploy(load_plan(doc), **kw)
 
 
 def build_spec(doc, *args, **kw):

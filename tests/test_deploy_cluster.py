@@ -29,7 +29,7 @@ OPTS = cluster_options(namespace="llm", image="registry.example.com/vllm/vllm-op
 
 
 def _render(path: Path, fmt: str, opts: Any = None) -> dict[str, str]:
-    return render_deploy(json.loads(path.read_text()), 1, fmt, cluster=opts)
+    return render_deploy(json.loads(path.read_text()), rank=1, formats=fmt, cluster=opts)
 
 
 def _pod_specs(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:

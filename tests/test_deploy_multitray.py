@@ -40,7 +40,7 @@ def _plan_with(gpu: str, tp: int) -> tuple[dict, int]:
 
 
 def _objects(doc: dict, rank: int, fmt: str = "k8s") -> list[dict]:
-    files = render_deploy(doc, rank, fmt)
+    files = render_deploy(doc, rank=rank, formats=fmt)
     return [d for text in files.values() if text.lstrip().startswith(("#", "---", "api")) and not text.startswith("#!")
             for d in yaml.safe_load_all(text) if d]
 
@@ -86,17 +86,17 @@ def test_an_engine_over_two_trays_is_a_leader_worker_set_over_a_compute_domain()
     assert argv[argv.index("--tensor-parallel-size") + 1] == "8"
     assert argv[argv.index("--distributed-executor-backend") + 1] == "ray"
     assert "--pipeline-parallel-size" not in argv
-    script = render_deploy(doc, rank, "cmd")["vllm-serve.sh"]
+    script = render_deploy(doc, rank=rank, formats="cmd")["vllm-serve.sh"]
     assert "4 x gb200 GPU(s)" in script and "--distributed-executor-backend ray" in script
     assert "nvidia.com/gpu.clique" in script
 
 
 def test_the_other_formats_for_it() -> None:
     doc, rank = _plan_with("gb200", 8)
-    assert sorted(render_deploy(doc, rank, "all")) == ["k8s.yaml", "vllm-serve.sh"]  # the chart has no multi-node replica
+    assert sorted(render_deploy(doc, rank=rank, formats="all")) == ["k8s.yaml", "vllm-serve.sh"]  # the chart has no multi-node replica
     for fmt in ("helm", "kserve", "llm-d", "dynamo"):
         with pytest.raises(DeployError, match=r"spans 2 4-GPU gb200 nodes of one NVLink domain .*use --format k8s"):
-            render_deploy(doc, rank, fmt)
+            render_deploy(doc, rank=rank, formats=fmt)
     objs = _objects(doc, rank, "disaggregatedset")
     assert [d["kind"] for d in objs] == ["PersistentVolumeClaim", "ComputeDomain", "LeaderWorkerSet", "Service"]
     assert all(errors_of(d) == [] for d in objs[1:3])
@@ -168,7 +168,7 @@ def test_data_parallel_ranks_over_trays_are_launched_by_vllms_ray_data_parallel_
     assert "--distributed-executor-backend" not in argv
     # the file header counts every GPU: 8 replicas x TP 4 x DP 2
     assert ("# Pool both: 8 x gb200 TP4 x DP2, a replica over 2 4-GPU gb200 nodes of one NVLink domain (TP 4 x DP 2) "
-            "(64 GPUs)") in render_deploy(doc, rank, "cmd")["vllm-serve.sh"]
+            "(64 GPUs)") in render_deploy(doc, rank=rank, formats="cmd")["vllm-serve.sh"]
 
 
 def test_a_data_parallel_rank_wider_than_a_tray_is_refused() -> None:
@@ -181,7 +181,7 @@ def test_the_default_formats_skip_helm_for_it() -> None:
     """``render_deploy``'s default is 'all' (cmd, k8s, helm, helm skipped for a multi-node replica), as the
     re-planner's and ``recommend --emit``'s writes use it; naming helm still refuses."""
     doc, rank = _plan_with("gb200", 8)
-    assert sorted(render_deploy(doc, rank)) == ["k8s.yaml", "vllm-serve.sh"]
+    assert sorted(render_deploy(doc, rank=rank)) == ["k8s.yaml", "vllm-serve.sh"]
 
 
 def test_recommend_emit_writes_rank_1_over_two_trays(tmp_path: Path) -> None:

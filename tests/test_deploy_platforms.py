@@ -80,14 +80,14 @@ def render(path: Path, rank: int, fmt: str = "platforms", **kw: Any) -> dict[str
         return dict(_render_default(path, rank, fmt))
     doc = doc_of(path)
     kw.setdefault("cluster", cluster_for(doc, rank))
-    return render_deploy(load_plan(doc), rank, fmt, **kw)
+    return render_deploy(load_plan(doc), rank=rank, formats=fmt, **kw)
 
 
 @functools.lru_cache(maxsize=None)
 def _render_default(path: Path, rank: int, fmt: str) -> tuple[tuple[str, str], ...]:
     """Rendered once per (plan, rank, formats): several tests read the same files."""
     doc = doc_of(path)
-    return tuple(render_deploy(load_plan(doc), rank, fmt, cluster=cluster_for(doc, rank)).items())
+    return tuple(render_deploy(load_plan(doc), rank=rank, formats=fmt, cluster=cluster_for(doc, rank)).items())
 
 
 def yaml_docs(text: str) -> list[dict[str, Any]]:
@@ -455,7 +455,7 @@ def test_hostile_free_text_never_expands_in_any_target(hostile: str) -> None:
         assert "printable" in str(e) and "\n" not in str(e)
         return
     try:
-        files = render_deploy(plan, 1, "platforms", plan_name=hostile or None)
+        files = render_deploy(plan, rank=1, formats="platforms", plan_name=hostile or None)
     except DeployError as e:
         assert "control characters" in str(e) and "\n" not in str(e)
         return
@@ -542,7 +542,7 @@ def test_a_group_whose_every_output_refuses_the_plan_raises_the_first_refusal(mo
     monkeypatch.setattr(deploy, "_RENDERERS", {f: refuse(f) for f in ("cmd", "k8s", "helm")})
     told: list[str] = []
     with pytest.raises(DeployError, match="^cmd: cannot run this plan$"):
-        render_deploy(load_plan(PLANS / "agg-llama70b-h100.json"), 1, "all", on_skip=lambda f, why: told.append(f))
+        render_deploy(load_plan(PLANS / "agg-llama70b-h100.json"), rank=1, formats="all", on_skip=lambda f, why: told.append(f))
     assert told == []
 
 

@@ -34,7 +34,7 @@ def _plan(kind: str, *, same_instance: bool = False, resource: str = "", per_gpu
 
 
 def _engines(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    objs = k8s_objects(render_deploy(doc, 1, "k8s"))
+    objs = k8s_objects(render_deploy(doc, rank=1, formats="k8s"))
     version = kubernetes_validate.latest_version()
     for o in objs:
         kubernetes_validate.validate(o, version, strict=True)
@@ -99,5 +99,5 @@ def test_a_plan_whose_rdma_resource_is_no_kubernetes_resource_name_is_refused(re
     from recommender.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"rental.rdma_resource .* is not a Kubernetes extended resource name") as e:
-        render_deploy(_plan("efa", resource=resource, per_gpu=4), 1, "k8s")
+        render_deploy(_plan("efa", resource=resource, per_gpu=4), rank=1, formats="k8s")
     assert "\n" not in str(e.value)

@@ -28,8 +28,8 @@ from recommender.errors import DeployError
 from recommender.plan import load_plan
 
 
-def render_deploy(doc, *args, **kw):  # the tests edit plan documents, then read them through the one loader
-    return _deploy.render_deploy(load_plan(doc), *args, **kw)
+def render_deploy(doc, **kw):  # the tests edit plan documents, then read them through the one loader
+    return _deploy.render_deploy(load_plan(doc), **kw)
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,7 +156,7 @@ CHART = jsonschema.Draft202012Validator(CHART_SCHEMA)
 @pytest.mark.parametrize(("path", "rank"), CASES, ids=IDS)
 def test_cmd_scripts_run_vllm_with_the_modelled_settings(path: Path, rank: int, tmp_path: Path) -> None:
     doc = json.loads(path.read_text())
-    files = render_deploy(doc, rank, "cmd", plan_name=rel(path))
+    files = render_deploy(doc, rank=rank, formats="cmd", plan_name=rel(path))
     for name, script in files.items():
         role = "both" if name == "vllm-serve.sh" else name.removeprefix("vllm-serve-").removesuffix(".sh")
         proc, rec = run_script(script, tmp_path, {"VLLM_NIXL_SIDE_CHANNEL_HOST": "10.1.2.3"})
@@ -171,7 +171,7 @@ def test_cmd_scripts_run_vllm_with_the_modelled_settings(path: Path, rank: int, 
 @pytest.mark.parametrize(("path", "rank"), CASES, ids=IDS)
 def test_k8s_manifests_pass_the_kubernetes_schemas_offline(path: Path, rank: int, no_network: None) -> None:
     doc = json.loads(path.read_text())
-    objs = k8s_objects(render_deploy(doc, rank, "k8s", plan_name=rel(path)))
+    objs = k8s_objects(render_deploy(doc, rank=rank, formats="k8s", plan_name=rel(path)))
     version = kubernetes_validate.latest_version()
     for obj in objs:
         kubernetes_validate.validate(obj, version, strict=True)
@@ -185,7 +185,7 @@ def test_k8s_manifests_pass_the_kubernetes_schemas_offline(path: Path, rank: int
 def test_k8s_engines_match_the_plan(path: Path, rank: int) -> None:
     doc = json.loads(path.read_text())
     row = next(r for r in doc["plans"] if r["rank"] == rank)
-    engines = engine_deployments(k8s_objects(render_deploy(doc, rank, "k8s", plan_name=rel(path))))
+    engines = engine_deployments(k8s_objects(render_deploy(doc, rank=rank, formats="k8s", plan_name=rel(path))))
     assert sorted(engines) == sorted("engine" if p["role"] == "both" else p["role"] for p in row["pools"])
     for pool in row["pools"]:
         dep = engines["engine" if pool["role"] == "both" else pool["role"]]
@@ -224,7 +224,7 @@ def test_k8s_engines_match_the_plan(path: Path, rank: int) -> None:
 def test_helm_values_pass_the_chart_schema_and_expand_to_the_modelled_flags(path: Path, rank: int) -> None:
     doc = json.loads(path.read_text())
     row = next(r for r in doc["plans"] if r["rank"] == rank)
-    values = yaml.safe_load(render_deploy(doc, rank, "helm", plan_name=rel(path))["helm-values.yaml"])
+    values = yaml.safe_load(render_deploy(doc, rank=rank, formats="helm", plan_name=rel(path))["helm-values.yaml"])
     CHART.validate(values)
     STRICT_CHART.validate(values)
     specs = values["servingEngineSpec"]["modelSpec"]
@@ -236,14 +236,14 @@ def test_helm_values_pass_the_chart_schema_and_expand_to_the_modelled_flags(path
 
 
 def test_strict_chart_schema_catches_a_key_the_chart_does_not_have() -> None:
-    values = yaml.safe_load(render_deploy(json.loads((PLANS / "agg-llama70b-h100.json").read_text()), 1, "helm")["helm-values.yaml"])
+    values = yaml.safe_load(render_deploy(json.loads((PLANS / "agg-llama70b-h100.json").read_text()), rank=1, formats="helm")["helm-values.yaml"])
     values["servingEngineSpec"]["modelSpec"][0]["vllmConfig"]["maxNumBatchedTokens"] = 8192
     assert not STRICT_CHART.is_valid(values)
 
 
 def test_every_file_starts_with_a_header_naming_plan_and_workload() -> None:
     path = PLANS / "disagg-llama70b-h200.json"
-    files = render_deploy(json.loads(path.read_text()), 1, "all", plan_name=rel(path))
+    files = render_deploy(json.loads(path.read_text()), rank=1, formats="all", plan_name=rel(path))
     assert sorted(files) == ["helm-values.yaml", "k8s.yaml", "vllm-serve-decode.sh", "vllm-serve-prefill.sh"]
     for name, text in files.items():
         lines = text.splitlines()
@@ -258,7 +258,7 @@ def test_every_file_starts_with_a_header_naming_plan_and_workload() -> None:
 
 def test_disaggregated_k8s_layout() -> None:
     doc = json.loads((PLANS / "disagg-llama70b-h200.json").read_text())
-    objs = k8s_objects(render_deploy(doc, 1, "k8s"))
+    objs = k8s_objects(render_deploy(doc, rank=1, formats="k8s"))
     engines = engine_deployments(objs)
     pre, dec = engines["prefill"], engines["decode"]
     assert (pre["spec"]["replicas"], dec["spec"]["replicas"]) == (2, 1)
@@ -290,7 +290,7 @@ def test_disaggregated_k8s_layout() -> None:
 
 def test_disaggregated_helm_layout() -> None:
     doc = json.loads((PLANS / "disagg-llama70b-h200.json").read_text())
-    values = yaml.safe_load(render_deploy(doc, 1, "helm")["helm-values.yaml"])
+    values = yaml.safe_load(render_deploy(doc, rank=1, formats="helm")["helm-values.yaml"])
     pre, dec = values["servingEngineSpec"]["modelSpec"]
     router = values["routerSpec"]
     assert router["routingLogic"] == "disaggregated_prefill_orchestrated"
@@ -302,7 +302,7 @@ def test_disaggregated_helm_layout() -> None:
 
 
 def test_amd_plan_targets_rocm() -> None:
-    values = yaml.safe_load(render_deploy(json.loads((PLANS / "amd-qwen7b-mi300x.json").read_text()), 1, "helm")["helm-values.yaml"])
+    values = yaml.safe_load(render_deploy(json.loads((PLANS / "amd-qwen7b-mi300x.json").read_text()), rank=1, formats="helm")["helm-values.yaml"])
     ms = values["servingEngineSpec"]["modelSpec"][0]
     assert (ms["repository"], ms["requestGPUType"]) == ("vllm/vllm-openai-rocm", "amd.com/gpu")
     assert values["servingEngineSpec"]["runtimeClassName"] == ""
@@ -320,11 +320,11 @@ def test_unusual_model_names_are_refused_and_never_reach_the_shell(name: str, tm
     doc = json.loads((PLANS / "agg-llama70b-h100.json").read_text())
     doc["workload"].update(hf_repo=name, model="served")
     with pytest.raises(DeployError, match="not a Hugging Face repo id"):
-        render_deploy(doc, 2, "all")
+        render_deploy(doc, rank=2, formats="all")
     # as the served alias (the workload's model id) such a name is dropped, and header text stays a comment
     doc["workload"].update(hf_repo="org/model", model=name)
     doc["workload"]["source"] = "x\ntouch PWNED7"  # a newline in a header value must not end the comment
-    files = render_deploy(doc, 2, "all")
+    files = render_deploy(doc, rank=2, formats="all")
     proc, rec = run_script(files["vllm-serve.sh"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert rec["argv"][1] == "org/model"
@@ -343,7 +343,7 @@ GOLDEN_PLANS = ["agg-llama70b-h100.json", "disagg-llama70b-h200.json"]
 def test_golden_files(plan: str) -> None:
     """Byte-for-byte regression; regenerate with RECOMMENDER_UPDATE_GOLDEN=1 after reviewing the diff."""
     path = PLANS / plan
-    files = render_deploy(json.loads(path.read_text()), 1, "all", plan_name=rel(path))
+    files = render_deploy(json.loads(path.read_text()), rank=1, formats="all", plan_name=rel(path))
     folder = GOLDEN / path.stem
     if os.environ.get("RECOMMENDER_UPDATE_GOLDEN"):
         folder.mkdir(parents=True, exist_ok=True)
@@ -357,5 +357,5 @@ def test_golden_files(plan: str) -> None:
 def test_renderers_do_not_mutate_the_plan() -> None:
     doc = json.loads((PLANS / "disagg-llama70b-h200.json").read_text())
     before = copy.deepcopy(doc)
-    render_deploy(doc, 1, "all")
+    render_deploy(doc, rank=1, formats="all")
     assert doc == before

@@ -276,7 +276,7 @@ def check_config(cfg: Any) -> None:
 
 def check_plan(doc: Any) -> None:
     try:
-        files = render_deploy(doc, 1, "all")
+        files = render_deploy(doc, rank=1, formats="all")
     except RecommenderError as e:
         assert "\n" not in str(e)
         return
@@ -414,7 +414,7 @@ def cronjob_options(draw: st.DrawFn) -> dict[str, Any]:
 
 def check_cronjob(kw: dict[str, Any]) -> None:
     try:
-        files = render_deploy(load_plan(AGG), 1, "replan-cronjob", replan=ReplanJobOptions(**kw))
+        files = render_deploy(load_plan(AGG), rank=1, formats="replan-cronjob", replan=ReplanJobOptions(**kw))
     except RecommenderError as e:
         assert "\n" not in str(e)
         return

@@ -21,8 +21,8 @@ from recommender.hf_config import is_model_repo, load_config_file
 from recommender.plan import load_plan
 
 
-def render_deploy(doc: dict[str, Any], *args: Any, **kw: Any) -> dict[str, str]:  # edited documents, read by the one loader
-    return _deploy.render_deploy(load_plan(doc), *args, **kw)
+def render_deploy(doc: dict[str, Any], **kw: Any) -> dict[str, str]:  # edited documents, read by the one loader
+    return _deploy.render_deploy(load_plan(doc), **kw)
 
 DATA = Path(__file__).parent / "data"
 AGG = DATA / "plans" / "agg-llama70b-h100.json"
@@ -132,7 +132,7 @@ def test_hostile_free_text_fields_render_safely_in_every_format(hostile: str, pl
     doc["workload"].update(model=hostile or "m", name=hostile, source=hostile, hf_repo="org/model")
     doc["plans"][0]["id"] = hostile or "id"
     try:
-        files = render_deploy(doc, 1, "all", plan_name=hostile or None)
+        files = render_deploy(doc, rank=1, formats="all", plan_name=hostile or None)
     except (DeployError, ConfigError) as e:  # control characters in a name are refused (plan reader or deploy): one line
         assert "control" in str(e) and "characters" in str(e) and "\n" not in str(e)
         return

@@ -283,5 +283,5 @@ def test_a_plan_key_with_a_line_break_gives_a_one_line_error() -> None:
     doc = json.loads((Path(__file__).resolve().parents[1] / "examples" / "plans" / "chat.plan.json").read_text())
     doc["workload"]["bad\nkey\x1b[2J"] = 1
     with pytest.raises(RecommenderError) as e:
-        render_deploy(doc, 1, "all")
+        render_deploy(doc, rank=1, formats="all")
     assert "field 'workload.bad\\nkey\\x1b[2J'" in str(e.value)

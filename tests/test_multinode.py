@@ -61,10 +61,10 @@ def test_a_plan_for_405b_bf16_on_h100_spans_nodes(plan) -> None:  # type: ignore
 
 
 def test_it_deploys_as_a_leader_worker_set_and_vllm_lines_that_parse(plan) -> None:  # type: ignore[no-untyped-def]
-    files = render_deploy(plan, 1, "all")
+    files = render_deploy(plan, rank=1, formats="all")
     assert sorted(files) == ["k8s.yaml", "vllm-serve.sh"]  # the production-stack chart has no multi-node replica
     with pytest.raises(DeployError, match="spans 2 nodes"):
-        render_deploy(plan, 1, "helm")
+        render_deploy(plan, rank=1, formats="helm")
     lws = [d for d in yaml.safe_load_all(files["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet"]
     assert len(lws) == 1 and errors_of(lws[0]) == []
     pool = plan.top.pools[0]
@@ -131,7 +131,7 @@ def test_deepseek_r1_on_h100_is_planned_over_two_nodes() -> None:
     plan = recommend(w, settings=SearchSettings(seed=0, verify=0, top=2))
     (pool,) = plan.top.pools
     assert (pool.gpu, pool.tp, pool.pp) == ("h100-sxm", 8, 2) and plan.workload.hf_repo == "deepseek-ai/DeepSeek-R1"
-    files = render_deploy(plan, 1, "k8s")
+    files = render_deploy(plan, rank=1, formats="k8s")
     (lws,) = [d for d in yaml.safe_load_all(files["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet"]
     assert errors_of(lws) == [] and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
 
@@ -141,19 +141,19 @@ def test_one_pod_platforms_refuse_a_replica_over_nodes(plan, fmt: str) -> None: 
     """Each of these runs one pod per replica: an 8-GPU pod with --pipeline-parallel-size 2 would wait for the
     second node's GPUs and never start, so the output is refused in one line naming the outputs that work."""
     with pytest.raises(DeployError, match=r"spans 2 nodes .*use --format k8s or disaggregatedset") as e:
-        render_deploy(plan, 1, fmt)
+        render_deploy(plan, rank=1, formats=fmt)
     assert "\n" not in str(e.value)
 
 
 def test_platforms_write_the_leader_worker_set_only(plan) -> None:  # type: ignore[no-untyped-def]
     told: dict[str, str] = {}
-    files = render_deploy(plan, 1, "platforms", on_skip=told.__setitem__)
+    files = render_deploy(plan, rank=1, formats="platforms", on_skip=told.__setitem__)
     assert sorted(files) == ["disaggregatedset.yaml"]  # kserve, llm-d and dynamo skipped, as helm under 'all'
     assert sorted(told) == ["dynamo", "kserve", "llm-d"] and all("spans 2 nodes" in why for why in told.values())
     docs = [d for d in yaml.safe_load_all(files["disaggregatedset.yaml"]) if d]
     (lws,) = [d for d in docs if d["kind"] == "LeaderWorkerSet"]
     assert errors_of(lws) == []
-    k8s = next(d for d in yaml.safe_load_all(render_deploy(plan, 1, "k8s")["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet")
+    k8s = next(d for d in yaml.safe_load_all(render_deploy(plan, rank=1, formats="k8s")["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet")
     pool = plan.top.pools[0]
     tmpl = lws["spec"]["leaderWorkerTemplate"]
     assert lws["spec"]["replicas"] == pool.replicas and tmpl["size"] == pool.pp == 2
@@ -173,13 +173,13 @@ def test_the_autoscaler_scales_the_leader_worker_set(plan) -> None:  # type: ign
     from recommender.deploy.spec import build_spec
 
     spec = build_spec(plan, 1)
-    lws = next(d for d in yaml.safe_load_all(render_deploy(plan, 1, "k8s")["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet")
+    lws = next(d for d in yaml.safe_load_all(render_deploy(plan, rank=1, formats="k8s")["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet")
     (pool,) = spec.pools
     a = plan_autoscaler(spec, pool)
     want = {"apiVersion": lws["apiVersion"], "kind": "LeaderWorkerSet", "name": lws["metadata"]["name"]}
     assert scaled_object(spec, pool, a)["spec"]["scaleTargetRef"] == want
     assert hpa(spec, pool, a)["spec"]["scaleTargetRef"] == want
-    keda = next(d for d in yaml.safe_load_all(render_deploy(plan, 1, "keda")["keda.yaml"]) if d)
+    keda = next(d for d in yaml.safe_load_all(render_deploy(plan, rank=1, formats="keda")["keda.yaml"]) if d)
     assert errors_of(keda) == [] and keda["spec"]["scaleTargetRef"] == want
 
 
@@ -188,8 +188,8 @@ def test_the_replan_cronjob_scales_the_leader_worker_set(plan) -> None:  # type:
     Role may patch the LeaderWorkerSet's scale subresource that k8s.yaml runs the replica as."""
     from recommender.deploy.replan_job import ReplanJobOptions
 
-    lws = next(d for d in yaml.safe_load_all(render_deploy(plan, 1, "k8s")["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet")
-    files = render_deploy(plan, 1, "replan-cronjob", replan=ReplanJobOptions(apply=True))
+    lws = next(d for d in yaml.safe_load_all(render_deploy(plan, rank=1, formats="k8s")["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet")
+    files = render_deploy(plan, rank=1, formats="replan-cronjob", replan=ReplanJobOptions(apply=True))
     role = next(d for d in yaml.safe_load_all(files["replan-cronjob.yaml"]) if d and d["kind"] == "Role")
     scale = [r for r in role["rules"] if r["resources"] == ["leaderworkersets/scale"]]
     assert scale and scale[0]["resourceNames"] == [lws["metadata"]["name"]] and "patch" in scale[0]["verbs"]
@@ -294,7 +294,7 @@ def test_recommend_gpus_says_which_gpus_can_be_planned_over_nodes() -> None:
 
 
 def _lws_containers(doc) -> list[dict]:  # type: ignore[no-untyped-def,type-arg]
-    lws = next(d for d in yaml.safe_load_all(render_deploy(doc, 1, "k8s")["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet")
+    lws = next(d for d in yaml.safe_load_all(render_deploy(doc, rank=1, formats="k8s")["k8s.yaml"]) if d and d["kind"] == "LeaderWorkerSet")
     assert errors_of(lws) == []
     tmpl = lws["spec"]["leaderWorkerTemplate"]
     return [tmpl[p]["spec"]["containers"][0] for p in ("leaderTemplate", "workerTemplate")]

@@ -29,7 +29,7 @@ DISAGG = ROOT / "tests" / "data" / "plans" / "disagg-llama70b-h200.json"
 
 
 def objects(doc: dict[str, Any], opts: ReplanJobOptions) -> list[dict[str, Any]]:
-    files = render_deploy(doc, 1, "replan-cronjob", replan=opts)
+    files = render_deploy(doc, rank=1, formats="replan-cronjob", replan=opts)
     assert list(files) == ["replan-cronjob.yaml"]
     return [o for o in yaml.safe_load_all(files["replan-cronjob.yaml"]) if o]
 
@@ -192,7 +192,7 @@ def _tray_plan() -> dict[str, Any]:
 
 def test_the_job_of_a_plan_over_trays_scales_its_leader_worker_set() -> None:
     doc = _tray_plan()
-    lws = next(o for o in yaml.safe_load_all(render_deploy(doc, 1, "k8s")["k8s.yaml"]) if o and o["kind"] == "LeaderWorkerSet")
+    lws = next(o for o in yaml.safe_load_all(render_deploy(doc, rank=1, formats="k8s")["k8s.yaml"]) if o and o["kind"] == "LeaderWorkerSet")
     objs = objects(doc, ReplanJobOptions(apply=True))
     for o in objs:
         kubernetes_validate.validate(o, kubernetes_validate.latest_version(), strict=True)

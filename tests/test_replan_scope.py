@@ -68,7 +68,7 @@ def one_line_error(r: Any) -> str:
 # ---------------------------------------------------------------------------------------------- 1: the deployed rank
 def _job(rank: int, traffic: str) -> tuple[list[str], str, list[str], list[str]]:
     """(container args, ConfigMap plan, the Role's Deployment names, k8s.yaml's Deployment names) of rank ``rank``."""
-    files = render_deploy(json.loads(RAG.read_text()), rank, "replan-cronjob,k8s", replan=ReplanJobOptions(traffic=traffic))
+    files = render_deploy(json.loads(RAG.read_text()), rank=rank, formats="replan-cronjob,k8s", replan=ReplanJobOptions(traffic=traffic))
     objs = [o for o in yaml.safe_load_all(files["replan-cronjob.yaml"]) if o]
     engines = [o["metadata"]["name"] for o in yaml.safe_load_all(files["k8s.yaml"]) if o and o["kind"] == "Deployment"]
     role_names = [n for rule in objs[1]["rules"] for n in rule["resourceNames"]]

@@ -108,8 +108,8 @@ def deploy_cmd(
                               storage_class=storage_class, node_selector=node_selector, tolerations=toleration,
                               gpu_label=gpu_label)
     if out is None:
-        files = render_deploy(doc, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster, replan=replan,
-                              on_skip=options.note_skipped)
+        files = render_deploy(doc, rank=rank, formats=fmt, checkpoint=checkpoint, plan_name=str(plan), cluster=cluster,
+                              replan=replan, on_skip=options.note_skipped)
         _echo_notes(notes)
         if as_json:
             typer.echo(json.dumps({"plan": str(plan), "rank": rank, "files": files}, indent=2))
@@ -119,8 +119,8 @@ def deploy_cmd(
                 typer.echo(("" if i == 0 else "\n") + f"# ==> {name} <==")
             typer.echo(text, nl=False)
         return
-    paths = write_deploy_files(doc, out, rank, fmt, checkpoint, plan_name=str(plan), cluster=cluster, replan=replan,
-                               on_skip=options.note_skipped)
+    paths = write_deploy_files(doc, out, rank=rank, formats=fmt, checkpoint=checkpoint, plan_name=str(plan),
+                               cluster=cluster, replan=replan, on_skip=options.note_skipped)
     _echo_notes(notes)
     if as_json:
         typer.echo(json.dumps({"plan": str(plan), "rank": rank, "written": [str(p) for p in paths]}, indent=2))

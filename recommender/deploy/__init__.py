@@ -77,8 +77,8 @@ def _named(formats: str | Iterable[str], fmt: str) -> bool:
     return any(part.strip().lower() == fmt for item in items for part in str(item).split(","))
 
 
-def render_deploy(plan: Plan | Mapping[str, Any], rank: int = 1, formats: str | Iterable[str] = "all",
-                  checkpoint: str | None = None, *, plan_name: str | None = None,
+def render_deploy(plan: Plan | Mapping[str, Any], *, rank: int = 1, formats: str | Iterable[str] = "all",
+                  checkpoint: str | None = None, plan_name: str | None = None,
                   gpus: GpuLookup | None = None, cluster: ClusterOptions | None = None,
                   replan: Any = None, on_skip: OnSkip | None = None) -> dict[str, str]:
     """Render row ``rank`` of ``plan`` into deployment files: file name -> text.
@@ -128,8 +128,8 @@ def _render_one(fmt: str, spec: DeploySpec, plan: Plan, replan: Any) -> dict[str
     return _RENDERERS[fmt](spec)
 
 
-def write_deploy_files(plan: Plan | Mapping[str, Any], out_dir: str | Path, rank: int = 1,
-                       formats: str | Iterable[str] = "all", checkpoint: str | None = None, *,
+def write_deploy_files(plan: Plan | Mapping[str, Any], out_dir: str | Path, *, rank: int = 1,
+                       formats: str | Iterable[str] = "all", checkpoint: str | None = None,
                        plan_name: str | None = None, gpus: GpuLookup | None = None,
                        extra_files: Mapping[str, str] | None = None, cluster: ClusterOptions | None = None,
                        replan: Any = None, on_skip: OnSkip | None = None) -> list[Path]:
@@ -139,8 +139,8 @@ def write_deploy_files(plan: Plan | Mapping[str, Any], out_dir: str | Path, rank
     (:func:`recommender.deploy.writer.write_file_set`): it holds the old set or the new one, never a mix.
     Shell scripts are made executable (0o755). Returns the written deployment paths in render order.
     """
-    files = render_deploy(plan, rank, formats, checkpoint, plan_name=plan_name, gpus=gpus, cluster=cluster,
-                          replan=replan, on_skip=on_skip)
+    files = render_deploy(plan, rank=rank, formats=formats, checkpoint=checkpoint, plan_name=plan_name, gpus=gpus,
+                          cluster=cluster, replan=replan, on_skip=on_skip)
     label = f"plan rank {rank}" + (f" of {plan_name}" if plan_name else "")
     paths = write_file_set(out_dir, {**(extra_files or {}), **files}, label=label)
     return [p for p in paths if p.name in files]
