@@ -669,7 +669,10 @@ def bench_run(dep: Deployment, load: Load, *, replicas: int = 1, seed: int = 0) 
     at an infinite rate; the server serves from the profile's ``first_wave_overhead_s``, a cold start) and every
     percentile comes from the simulated requests. With a cap below the
     prompts the run is the analytic finite-run transient (:func:`finite_run`) and only means are given, with
-    medians equal to them (TTFT's: the steady closed loop's, where the first wave is under half the run). ITL is TPOT here (one token per step, no speculative decoding).
+    medians equal to them (TTFT's: the steady closed loop's, where the first wave is under half the run). ITL is the
+    gap between streamed chunks, one per engine step: TPOT without speculative decoding, TPOT x ``tokens_per_step``
+    with MTP (a verify step streams its accepted tokens as one chunk; ``vllm/benchmarks/serve.py`` appends one
+    ITL per chunk).
     Keys and units are the benchmark's (``*_ms``, ``duration`` in s, throughputs per second).
     """
     if load.mode != LoadMode.FINITE or not load.requests:
@@ -679,8 +682,10 @@ def bench_run(dep: Deployment, load: Load, *, replicas: int = 1, seed: int = 0) 
     out: dict[str, object] = {"num_prompts": m, "request_rate": rate if math.isfinite(rate) else "inf",
                               "burstiness": load.burstiness, "max_concurrency": load.batch or None}
     capped = bool(load.batch) and load.batch * replicas < m
+    tau = dep.spec.tokens_per_step if dep.spec is not None else 1.0  # tokens per streamed chunk (MTP)
     if not capped:
         from recommender.load import PoolSpec, Traffic, simulate
+        from recommender.load.percentiles import Percentiles
         from recommender.perf.step import StepCostModel
         from recommender.workload import LengthDist
 
@@ -689,7 +694,9 @@ def bench_run(dep: Deployment, load: Load, *, replicas: int = 1, seed: int = 0) 
                        Traffic(rate_per_s=sim_rate, prompt=LengthDist.constant(p_tok), output=LengthDist.constant(o_tok)),
                        n_requests=m, seed=seed, burstiness=load.burstiness,
                        cold_start_s=dep.profile.first_wave_overhead_s)
-        dist = {"ttft": res.ttft_s, "tpot": res.tpot_s, "itl": res.tpot_s, "e2el": res.e2e_s}
+        t = res.tpot_s
+        itl = Percentiles(t.mean * tau, t.p50 * tau, t.p90 * tau, t.p95 * tau, t.p99 * tau)
+        dist = {"ttft": res.ttft_s, "tpot": res.tpot_s, "itl": itl, "e2el": res.e2e_s}
         out.update({"method": "simulated", "duration": res.duration_s, "completed": res.completed, "failed": 0,
                     "total_input_tokens": res.completed * p_tok, "total_output_tokens": res.completed * o_tok,
                     "request_throughput": res.requests_per_s, "output_throughput": res.output_tokens_per_s,
@@ -706,8 +713,11 @@ def bench_run(dep: Deployment, load: Load, *, replicas: int = 1, seed: int = 0) 
                 "total_input_tokens": m * p_tok, "total_output_tokens": m * o_tok,
                 "request_throughput": req_s, "output_throughput": req_s * o_tok,
                 "total_token_throughput": req_s * (p_tok + o_tok)})
-    means = {"ttft": run.ttft_s, "tpot": run.tpot_s, "itl": run.tpot_s, "e2el": run.e2e_s}
+    means = {"ttft": run.ttft_s, "tpot": run.tpot_s, "itl": run.tpot_s * tau, "e2el": run.e2e_s}
     for k, v in means.items():
-        med = run.percentiles.get(k, {}).get("p50", v)
+        if k == "itl":  # one chunk per step: the step's median, TPOT's x tokens per step
+            med = run.percentiles.get("tpot", {}).get("p50", run.tpot_s) * tau
+        else:
+            med = run.percentiles.get(k, {}).get("p50", v)
         out.update({f"mean_{k}_ms": v * 1e3, f"median_{k}_ms": med * 1e3})
     return out

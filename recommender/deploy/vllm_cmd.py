@@ -14,8 +14,11 @@ gpu_memory_utilization      ``--gpu-memory-utilization``
 kv_dtype bf16|fp16 / fp8    ``--kv-cache-dtype auto`` / ``fp8``
 max_model_len (workload)    ``--max-model-len``
 weights (spec.py policy)    model positional, ``--quantization fp8`` or ``--dtype`` when needed
-cuda_graphs on              ``--max-cudagraph-capture-size min(max_num_seqs, 512)``: every decode
-                            batch the plan allows is captured (vLLM's own cap is 512)
+cuda_graphs on              ``--max-cudagraph-capture-size min(max_num_seqs x q, 512)``, ``q = 1 + k``
+                            query tokens per decoding sequence (``k`` MTP draft tokens, else 1): vLLM's
+                            capture sizes count tokens, so every decode step the plan allows is captured
+                            up to vLLM's cap of 512 (rounded down to a multiple of ``q``, as vLLM
+                            rounds its spec-decode capture sizes)
 cuda_graphs off             ``--enforce-eager``
 disaggregated role          ``--kv-transfer-config`` NixlConnector, kv_producer / kv_consumer
 data_parallel_size > 1      ``--data-parallel-size`` (attention ranks; the engine runs tp x dp GPUs)
@@ -101,6 +104,15 @@ class EngineOptions:
     speculative_config: dict[str, Any] | None = field(default=None, hash=False, compare=True)
 
 
+def cudagraph_capture_size(pool: PoolSpec) -> int:
+    """``--max-cudagraph-capture-size`` that captures the pool's largest decode step: vLLM's capture sizes are
+    tokens, and a decode step of ``max_num_seqs`` sequences with ``k`` MTP draft tokens carries ``max_num_seqs x
+    (1 + k)`` of them (vLLM's own default is ``min(max_num_seqs x (1 + k) x 2, 512)``). Capped at 512 and kept a
+    multiple of ``1 + k``, the only sizes a uniform spec-decode step takes."""
+    q = 1 + max(pool.num_speculative_tokens, 0)
+    return min(pool.max_num_seqs * q, MAX_CUDAGRAPH_CAPTURE_SIZE // q * q)
+
+
 def engine_options(spec: DeploySpec, pool: PoolSpec) -> EngineOptions:
     """Map the pool's modelled configuration to vLLM settings (table in the module docstring)."""
     return EngineOptions(
@@ -116,7 +128,7 @@ def engine_options(spec: DeploySpec, pool: PoolSpec) -> EngineOptions:
         kv_cache_dtype=KV_CACHE_DTYPE[pool.kv_dtype],
         quantization=pool.weights.quantization,
         dtype=pool.weights.dtype,
-        max_cudagraph_capture_size=min(pool.max_num_seqs, MAX_CUDAGRAPH_CAPTURE_SIZE) if pool.cuda_graphs else None,
+        max_cudagraph_capture_size=cudagraph_capture_size(pool) if pool.cuda_graphs else None,
         kv_transfer_config=kv_transfer_config(pool.role, nixl_backend(spec)),
         pipeline_parallel_size=pool.pp,
         nodes=pool.nodes_per_replica,

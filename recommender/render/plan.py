@@ -108,9 +108,9 @@ def plan_table_rows(plan: Plan) -> list[list[Any]]:
 
 def deployment_cell(pools: Sequence[Pool]) -> str:
     """The deployment cell, whole in itself (a narrow terminal hides the TP and replicas columns): replicas x TP
-    (x PP, x DP with EP) per pool, so the factors multiply to the GPUs column. ``b200 2xTP2``; ``b200 4xTP1xDP8 EP``
-    (4 engines of 8 data-parallel ranks); P/D ``h100-sxm P 4xTP2 + D 1xTP4``, or ``P b200 4xTP1 + D b300 2xTP2``
-    across GPU types."""
+    (x PP, x DP with EP) per pool, so the factors multiply to the GPUs column, and MTP's draft tokens where set (the
+    table has no other place for them). ``b200 2xTP2``; ``b200 4xTP1xDP8 EP`` (4 engines of 8 data-parallel ranks);
+    ``h200 3xTP8 MTP2``; P/D ``h100-sxm P 4xTP2 + D 1xTP4``, or ``P b200 4xTP1 + D b300 2xTP2`` across GPU types."""
     if len(pools) == 1:
         return f"{pools[0].gpu} {_shape(pools[0])}"
     prefill, decode = pools[0], pools[-1]
@@ -120,10 +120,11 @@ def deployment_cell(pools: Sequence[Pool]) -> str:
 
 
 def _shape(p: Pool) -> str:
-    """One pool's replicas x TP [x PP] [x DP [EP]]."""
+    """One pool's replicas x TP [x PP] [x DP] [EP] [MTPk]."""
     return (f"{p.replicas}xTP{p.tp}" + (f"xPP{p.pp}" if p.pp > 1 else "")
             + (f"xDP{p.data_parallel_size}" if p.data_parallel_size > 1 else "")
-            + (" EP" if p.enable_expert_parallel else ""))
+            + (" EP" if p.enable_expert_parallel else "")
+            + (f" MTP{p.num_speculative_tokens}" if p.num_speculative_tokens else ""))
 
 
 def search_footer(m: SearchMeta) -> str:
