@@ -18,9 +18,9 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from recommender import units
-from recommender.dtypes import KV_DTYPES, WEIGHT_DTYPES
-from recommender.errors import CatalogError
-from recommender.hf_config import ModelArch, arch_from_config, load_config_file
+from recommender.dtypes import KV_DTYPES, WEIGHT_DTYPES, native_weight_dtype
+from recommender.errors import CatalogError, UnsupportedArchitectureError
+from recommender.hf_config import ModelArch, arch_from_config, load_config_file, weight_block_size
 from recommender.kernels import UNKNOWN_ARCH, ArchSupport, load_kernel_support
 from recommender.offers import Offer, offers_from_doc
 from recommender.shipped import shipped_dir
@@ -205,6 +205,40 @@ class Catalog:
                 return repo
         return None
 
+    @functools.cached_property
+    def _checkpoint_blocks(self) -> dict[str, tuple[int, int]]:
+        """Lower-cased repo id -> ``weight_block_size``: every model entry's ``checkpoint_weight_blocks`` (its
+        pre-quantized releases), and each entry's own repos where its config is block-quantized (DeepSeek-V3/R1)."""
+        out: dict[str, tuple[int, int]] = {}
+        for mid, arch in self.models.items():
+            if arch.weight_block is not None:
+                out.update({r.lower(): arch.weight_block for r in self._repos(mid)})
+            out.update(checkpoint_blocks_of(self.model_meta.get(mid) or {}, mid))
+        return out
+
+    def checkpoint_block(self, repo: str) -> tuple[int, int] | None:
+        """``(block_n, block_k)`` of a Hugging Face checkpoint the catalog knows to be block-quantized (its
+        config.json's ``quantization_config.weight_block_size``), None otherwise (any case)."""
+        return self._checkpoint_blocks.get(repo.strip().lower())
+
+    def weight_block_for(self, model: ModelArch, weight_dtype: str,
+                         checkpoint: str | None = None) -> tuple[str, tuple[int, int]] | None:
+        """The checkpoint vLLM loads for ``model`` at ``weight_dtype`` and its block size, where it is block-quantized:
+        ``checkpoint`` when given ("" = none: the model's own repo, or quantized online at load), else the model
+        catalog's ``quantized_checkpoints`` entry for a dtype other than the model's own; the model's own checkpoint
+        (``hf_repo``) at its own dtype. None where the weights vLLM loads are not block-quantized (online fp8 is
+        per tensor) or the checkpoint is unknown."""
+        native = native_weight_dtype(model.checkpoint_dtype)
+        if checkpoint is None and weight_dtype != native:
+            quantized = (self.model_meta.get(model.id) or {}).get("quantized_checkpoints") or {}
+            checkpoint = str(quantized.get(weight_dtype) or "") if isinstance(quantized, Mapping) else ""
+        if checkpoint:
+            block = self.checkpoint_block(checkpoint)
+            return None if block is None else (checkpoint, block)
+        if weight_dtype == native and model.weight_block is not None:
+            return model.hf_repo or model.id, model.weight_block
+        return None
+
     def gpu_id(self, name: str) -> str:
         """Catalog id for a GPU name: its id, its datasheet name or an alias, any case or punctuation.
 
@@ -251,6 +285,23 @@ def _did_you_mean(name: str, index: Mapping[str, tuple[str, ...]]) -> str:
     close = difflib.get_close_matches(name_key(name), list(index), n=3, cutoff=0.6)
     ids = list(dict.fromkeys(i for c in close for i in index[c]))
     return f" (did you mean {', '.join(ids)}?)" if ids else ""
+
+
+def checkpoint_blocks_of(doc: Mapping[str, Any], where: str) -> dict[str, tuple[int, int]]:
+    """A model entry's ``checkpoint_weight_blocks: {repo: [block_n, block_k]}`` (lower-cased repo keys); CatalogError
+    on a malformed one."""
+    raw = doc.get("checkpoint_weight_blocks") or {}
+    if not isinstance(raw, Mapping):
+        raise CatalogError(f"model catalog entry {where}: checkpoint_weight_blocks must map repo ids to [block_n, block_k]")
+    out: dict[str, tuple[int, int]] = {}
+    for repo, block in raw.items():
+        try:
+            parsed = weight_block_size(block, f"model catalog entry {where}: checkpoint_weight_blocks[{repo!r}]")
+        except UnsupportedArchitectureError as e:
+            raise CatalogError(str(e)) from None
+        if parsed is not None:
+            out[str(repo).strip().lower()] = parsed
+    return out
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
@@ -367,6 +418,7 @@ def load_catalog(root: Path | None = None, extra_dirs: Iterable[Path] = ()) -> C
             key = str(doc["id"]).lower()
             arch = arch_from_config(doc.get("config") or {}, model_id=key, hf_repo=str(doc.get("hf_repo", "")),
                                     checkpoint_dtype=doc.get("checkpoint_dtype"))
+            checkpoint_blocks_of(doc, str(path))  # refused here, at load, when malformed
             _register(models, key, arch, path, "model")
             meta[key] = doc
     return Catalog(gpus=gpus, models=models, model_meta=meta)

@@ -266,6 +266,10 @@ class EstimateRequest:
     pp: int = 1                          # --pipeline-parallel-size: stages of --tp GPUs, one instance each
     stage_nic_bytes_per_s_per_gpu: float | None = None  # pp > 1: the NIC between them (None: the catalog offers')
     shared_prefix_fraction: float = 0.0  # share of each prompt the prefix cache serves (vLLM's prefix caching on when > 0)
+    #: the checkpoint vLLM loads: None = the catalog's (its ``quantized_checkpoints`` entry for a dtype other than the
+    #: model's own), "" = the model's own repo (quantized online at load where the dtype differs), else that repo;
+    #: a block-quantized one refuses layouts that split its blocks (``Catalog.weight_block_for``, ``perf.blocks``)
+    checkpoint: str | None = None
 
 
 #: largest values estimate accepts (refused before any loop; workload.MAX_TOKENS is the token bound)
@@ -340,7 +344,9 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
     if kd not in KV_DTYPES:
         raise ConfigError(f"--kv-dtype {kd!r}: valid dtypes are {', '.join(KV_DTYPES)}")
     check_parallelism(model, gpu, req.tp)
-    check_layout(model, gpu.id, gpu.interconnect.gpus_per_domain, tp=req.tp, dp=req.dp, ep=req.ep)
+    ckpt, block = cat.weight_block_for(model, wd, req.checkpoint) or ("", None)
+    check_layout(model, gpu.id, gpu.interconnect.gpus_per_domain, tp=req.tp, dp=req.dp, ep=req.ep,
+                 weight_block=block, checkpoint=ckpt)
     prof = profile or resolve_profile(req.engine, req.profile_file)
     spec = parse_speculative_config(req.speculative_config, model, acceptance_rate=req.acceptance_rate, catalog=cat,
                                     engine=prof.engine)

@@ -117,6 +117,10 @@ class ModelArch:
     hf_repo: str = ""
     checkpoint_dtype: str = "bf16"
     mtp_layers: int = 0                # multi-token-prediction modules (``num_nextn_predict_layers``), not in params
+    #: ``quantization_config.weight_block_size`` ``(block_n, block_k)`` of a block-quantized checkpoint (DeepSeek-V3's
+    #: fp8 [128, 128]); None for per-tensor / per-channel / 16-bit weights. vLLM needs every TP shard of such a layer
+    #: to be whole blocks (``recommender.perf.blocks``)
+    weight_block: tuple[int, int] | None = None
     params: ParamCounts = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -248,6 +252,24 @@ def _opt_bool(cfg: Mapping[str, Any], name: str, default: bool) -> bool:
 
 #: torch dtypes a config.json states for its weights -> our checkpoint dtype
 _TORCH_DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "bf16", "float": "bf16"}
+
+
+def weight_block_size(raw: Any, where: str) -> tuple[int, int] | None:
+    """``weight_block_size: [block_n, block_k]`` (two positive integers) -> a tuple; None when absent."""
+    if raw is None:
+        return None
+    if (not isinstance(raw, (list, tuple)) or len(raw) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1_000_000 for v in raw)):
+        raise UnsupportedArchitectureError(f"{where} weight_block_size must be two positive integers [block_n, block_k], "
+                                           f"got {str(raw)[:40]!r}")
+    return int(raw[0]), int(raw[1])
+
+
+def _weight_block(cfg: Mapping[str, Any]) -> tuple[int, int] | None:
+    q = cfg.get("quantization_config") or {}
+    if not isinstance(q, Mapping):
+        raise UnsupportedArchitectureError("config.json field 'quantization_config' must be an object")
+    return weight_block_size(q.get("weight_block_size"), "config.json quantization_config")
 
 
 def _checkpoint_dtype(cfg: Mapping[str, Any]) -> str:
@@ -396,6 +418,7 @@ def _arch_from_config(cfg: Mapping[str, Any], model_id: str, hf_repo: str,
         max_position_embeddings=_opt_int(cfg, ("max_position_embeddings", "n_positions", "max_seq_len"), 4096,
                                          minimum=MIN_CONTEXT_TOKENS),
         hf_repo=hf_repo, checkpoint_dtype=checkpoint_dtype or _checkpoint_dtype(cfg),
+        weight_block=_weight_block(cfg),
     )
     if mt == "qwen2" or mt == "qwen2_moe":
         kw["qkv_bias"] = True

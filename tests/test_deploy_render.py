@@ -90,7 +90,12 @@ def expected_settings(doc: dict[str, Any], rank: int, role: str) -> dict[str, An
     if pool["weight_dtype"] == "fp8" and wl["checkpoint_dtype"] in ("bf16", "fp16") and not row.get("checkpoint"):
         exp["quantization"] = "fp8"
     if row["cuda_graphs"]:
-        exp["max_cudagraph_capture_size"] = min(pool["max_num_seqs"], 512)
+        # vLLM 0.33's default cap: 1024 on datacenter Blackwell, 512 elsewhere (shared/reference/vllm/README.md,
+        # --max-cudagraph-capture-size); a decode step carries 1 + k tokens per sequence with k MTP draft tokens,
+        # and the cap is rounded down to a multiple of 1 + k
+        q = 1 + pool.get("num_speculative_tokens", 0)
+        cap = 1024 if pool["gpu"] in ("b200", "b300", "gb200", "gb300") else 512
+        exp["max_cudagraph_capture_size"] = min(pool["max_num_seqs"] * q, cap // q * q)
     else:
         exp["enforce_eager"] = True
     if role != "both":

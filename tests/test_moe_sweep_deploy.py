@@ -2,9 +2,9 @@
 
 vLLM 0.33's CUDA-graph capture sizes count tokens, not sequences: with ``--speculative-config`` of ``k`` MTP draft
 tokens a decode step of ``B`` sequences carries ``B x (1 + k)`` query tokens (vLLM's own default cap is
-``min(max_num_seqs x (1 + k) x 2, 512)``, ``vllm/config/vllm.py::_set_cudagraph_sizes``). The plan models CUDA
+``min(max_num_seqs x (1 + k) x 2, 512)``, 1024 for 512 on datacenter Blackwell, ``vllm/config/vllm.py::_set_cudagraph_sizes``). The plan models CUDA
 graphs on for every batch up to ``max_num_seqs``, so the emitted ``--max-cudagraph-capture-size`` must cover
-``max_num_seqs x (1 + k)`` tokens (up to the 512 cap); it used to be ``min(max_num_seqs, 512)``, which left every
+``max_num_seqs x (1 + k)`` tokens (up to vLLM's default cap: 512, 1024 on datacenter Blackwell); it used to be ``min(max_num_seqs, 512)``, which left every
 decode step above ``max_num_seqs / (1 + k)`` sequences out of the graphs.
 """
 
@@ -61,3 +61,39 @@ def test_mtp_plan_captures_its_largest_decode_step(max_num_seqs: int, k: int, ex
         assert spec == {"method": "mtp", "num_speculative_tokens": k}
     else:
         assert "--speculative-config" not in argv
+
+
+def _on_gpu(doc: dict[str, Any], gpu: str) -> dict[str, Any]:
+    """The fixture plan with rank 1's pools on ``gpu`` (same TP x DP; the rental's provider is left as it is)."""
+    for row in doc["plans"]:
+        if row["rank"] == 1:
+            row["gpu"] = gpu
+            for pool in row["pools"]:
+                pool["gpu"] = gpu
+    return doc
+
+
+@pytest.mark.parametrize(("gpu", "max_num_seqs", "k", "expected"), [
+    # vLLM 0.33's default cap is 1024 on datacenter Blackwell (B200, B300, GB200, GB300), 512 elsewhere
+    # (shared/reference/vllm/README.md, --max-cudagraph-capture-size "default cap 512, 1024 on datacenter Blackwell")
+    ("b200", 512, 1, 1024),    # 512 sequences x 2 tokens = 1024: the whole step, at the Blackwell cap
+    ("b200", 512, 2, 1023),    # 1,536 tokens over the 1024 cap: the largest multiple of 3 under it (341 x 3)
+    ("b300", 1024, 0, 1024),   # no MTP: 1024 sequences, one token each
+    ("gb200", 256, 3, 1024),   # 256 x 4 = 1024, a multiple of 4
+    ("h200", 512, 1, 512),     # Hopper keeps 512: 1024 tokens capped, 512 a multiple of 2
+    ("h200", 256, 2, 510),     # 768 tokens over 512: 170 x 3
+])
+def test_the_capture_cap_follows_the_gpu(gpu: str, max_num_seqs: int, k: int, expected: int) -> None:
+    argv = _serve_argv(_on_gpu(_doc(max_num_seqs, k), gpu))
+    check_serve_args(argv)
+    assert argv[argv.index("--max-cudagraph-capture-size") + 1] == str(expected)
+
+
+def test_the_blackwell_architecture_is_the_datacenter_parts_only() -> None:
+    """The 1024 cap goes by the catalog architecture ``blackwell`` (compute capability 10.0 / 10.3); an RTX Blackwell
+    or GB10 entry (12.x, 512 cap) would have to get its own architecture row, not join this one."""
+    from recommender.catalog import default_catalog
+    from recommender.deploy.vllm_cmd import max_cudagraph_capture_cap
+
+    blackwell = {g.id for g in default_catalog().gpus.values() if max_cudagraph_capture_cap(g.arch) == 1024}
+    assert blackwell == {"b200", "b300", "gb200", "gb300"}

@@ -34,6 +34,7 @@ from recommender.deploy.gpus import GpuFacts, GpuLookup, default_gpu_lookup
 from recommender.dtypes import SIXTEEN_BIT
 from recommender.errors import DeployError, RecommenderError
 from recommender.hf_config import is_model_repo
+from recommender.perf.blocks import block_split_error
 from recommender.perf.memory import weight_bytes
 from recommender.plan import KvLinkInfo, Plan, PlanRow, Pool, WorkloadEcho, load_plan
 
@@ -234,6 +235,26 @@ def _check_model_tp(p: PoolSpec, where: str, num_heads: int | None = None) -> No
                           f"regenerate the plan")
 
 
+def _check_weight_blocks(raw: Pool, model_id: str, checkpoint: str | None, where: str) -> None:
+    """Refuse a pool whose layout splits the blocks of the block-quantized checkpoint it loads (``checkpoint``, else
+    the model's own repo at its own dtype; ``Catalog.weight_block_for``): vLLM stops at load ("output_size of gate's
+    and up's weight = 192 is not divisible by weight quantization block_n = 128", ``recommender.perf.blocks``), as a
+    plan written before the search knew it would (Qwen3-235B-A22B-FP8 at TP 8). A model or checkpoint outside the
+    catalog is not checked (its blocks are unknown)."""
+    try:
+        cat = default_catalog()
+        model = cat.model(model_id) if model_id else None
+    except (RecommenderError, KeyError, OSError, ValueError):
+        return
+    found = cat.weight_block_for(model, raw.weight_dtype, checkpoint or "") if model is not None else None
+    if model is None or found is None:
+        return
+    why = block_split_error(model, found[1], tp=raw.tp, dp=raw.data_parallel_size, ep=raw.enable_expert_parallel,
+                            checkpoint=found[0])
+    if why:
+        raise DeployError(f"{where}: {why}")
+
+
 # --------------------------------------------------------------------------- weights size
 
 
@@ -355,6 +376,7 @@ def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str,
         enable_expert_parallel=raw.enable_expert_parallel, num_speculative_tokens=raw.num_speculative_tokens,
     )
     _check_model_tp(pool, pw, _num_heads(workload.model))
+    _check_weight_blocks(raw, workload.model, ckpt, pw)
     pool = dataclasses.replace(pool, nodes_per_stage=_nodes_per_stage(raw, gpu, pw))
     context = _context_tokens(workload.model)
     if context is not None and pool.max_model_len > context:

@@ -14,11 +14,12 @@ gpu_memory_utilization      ``--gpu-memory-utilization``
 kv_dtype bf16|fp16 / fp8    ``--kv-cache-dtype auto`` / ``fp8``
 max_model_len (workload)    ``--max-model-len``
 weights (spec.py policy)    model positional, ``--quantization fp8`` or ``--dtype`` when needed
-cuda_graphs on              ``--max-cudagraph-capture-size min(max_num_seqs x q, 512)``, ``q = 1 + k``
+cuda_graphs on              ``--max-cudagraph-capture-size min(max_num_seqs x q, cap)``, ``q = 1 + k``
                             query tokens per decoding sequence (``k`` MTP draft tokens, else 1): vLLM's
                             capture sizes count tokens, so every decode step the plan allows is captured
-                            up to vLLM's cap of 512 (rounded down to a multiple of ``q``, as vLLM
-                            rounds its spec-decode capture sizes)
+                            up to vLLM's default cap (rounded down to a multiple of ``q``, as vLLM
+                            rounds its spec-decode capture sizes): ``cap`` 1024 on datacenter Blackwell
+                            (B200, B300, GB200, GB300: the catalog's ``blackwell`` architecture), else 512
 cuda_graphs off             ``--enforce-eager``
 disaggregated role          ``--kv-transfer-config`` NixlConnector, kv_producer / kv_consumer
 data_parallel_size > 1      ``--data-parallel-size`` (attention ranks; the engine runs tp x dp GPUs)
@@ -48,7 +49,14 @@ IMAGE_TAG = f"v{VLLM_VERSION}"
 VLLM_IMAGE = {"nvidia": "vllm/vllm-openai", "amd": "vllm/vllm-openai-rocm"}
 HTTP_PORT = 8000
 NIXL_SIDE_CHANNEL_PORT = 5600
+#: vLLM 0.33's default cap on ``--max-cudagraph-capture-size``: 512, 1024 on datacenter Blackwell (vLLM 0.33 serve flags,
+#: ``--max-cudagraph-capture-size N`` "default cap 512, 1024 on datacenter Blackwell": shared/reference/vllm/README.md)
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512
+MAX_CUDAGRAPH_CAPTURE_SIZE_DATACENTER_BLACKWELL = 1024
+#: GPU architectures (catalog ``vllm.arch``) that are datacenter Blackwell: the ``blackwell`` row of
+#: catalogs/kernel-support.yaml is compute capability 10.0 / 10.3 (B200, GB200; B300, GB300). RTX Blackwell (12.0)
+#: and GB10 (12.1) are not datacenter parts and keep the 512 cap (an entry for them needs its own architecture row).
+DATACENTER_BLACKWELL_ARCHS = frozenset({"blackwell"})
 KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 #: host ports in the cmd form of a disaggregated plan (as in vLLM's NIXL docs) so both fit on one host
 #: the host address vLLM's NixlConnector advertises to the other pool (required in a P/D script)
@@ -104,13 +112,21 @@ class EngineOptions:
     speculative_config: dict[str, Any] | None = field(default=None, hash=False, compare=True)
 
 
+def max_cudagraph_capture_cap(arch: str) -> int:
+    """vLLM 0.33's default cap on the CUDA-graph capture size on a GPU of catalog architecture ``arch``: 1024 on
+    datacenter Blackwell (:data:`DATACENTER_BLACKWELL_ARCHS`), 512 elsewhere."""
+    return (MAX_CUDAGRAPH_CAPTURE_SIZE_DATACENTER_BLACKWELL if arch in DATACENTER_BLACKWELL_ARCHS
+            else MAX_CUDAGRAPH_CAPTURE_SIZE)
+
+
 def cudagraph_capture_size(pool: PoolSpec) -> int:
     """``--max-cudagraph-capture-size`` that captures the pool's largest decode step: vLLM's capture sizes are
     tokens, and a decode step of ``max_num_seqs`` sequences with ``k`` MTP draft tokens carries ``max_num_seqs x
-    (1 + k)`` of them (vLLM's own default is ``min(max_num_seqs x (1 + k) x 2, 512)``). Capped at 512 and kept a
-    multiple of ``1 + k``, the only sizes a uniform spec-decode step takes."""
+    (1 + k)`` of them (vLLM's own default is ``min(max_num_seqs x (1 + k) x 2, cap)``). Capped at vLLM's cap for the
+    pool's GPU (:func:`max_cudagraph_capture_cap`: 1024 on datacenter Blackwell, else 512) and kept a multiple of
+    ``1 + k``, the only sizes a uniform spec-decode step takes."""
     q = 1 + max(pool.num_speculative_tokens, 0)
-    return min(pool.max_num_seqs * q, MAX_CUDAGRAPH_CAPTURE_SIZE // q * q)
+    return min(pool.max_num_seqs * q, max_cudagraph_capture_cap(pool.gpu.kernels.arch) // q * q)
 
 
 def engine_options(spec: DeploySpec, pool: PoolSpec) -> EngineOptions:

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 from recommender.hf_config import ModelArch
 from recommender.perf import memory as mem
+from recommender.perf.blocks import check_block_split
 
 ACTIVATION_BYTES = 2.0  # bf16 activations on the wire
 
@@ -192,11 +193,14 @@ class MoeLayout:
 
 
 
-def check_layout(model: ModelArch, gpu_id: str, gpus_per_domain: int, *, tp: int, dp: int, ep: bool) -> None:
+def check_layout(model: ModelArch, gpu_id: str, gpus_per_domain: int, *, tp: int, dp: int, ep: bool,
+                 weight_block: tuple[int, int] | None = None, checkpoint: str = "") -> None:
     """Refuse (ConfigError, one line) an EP / DP layout vLLM would not run or that does not fit one scale-up domain:
     EP on a dense model, ``dp < 1``, ``tp x dp`` beyond the GPU's NVLink/xGMI domain, experts that do not split
     evenly over ``tp x dp`` EP ranks, or (DP without EP: vLLM shards every expert's FFN over the ``tp x dp`` GPUs)
-    an expert FFN width ``tp x dp`` does not divide.
+    an expert FFN width ``tp x dp`` does not divide; and, for a block-quantized ``checkpoint`` (``weight_block``
+    ``(block_n, block_k)``, its config's ``weight_block_size``), a layout whose shards are not whole blocks
+    (``recommender.perf.blocks``: vLLM refuses it at load), plain TP included.
 
     ``tp x dp`` need not divide the domain: a GB200 NVL72 rack runs DP 16 / 32 engines (Dynamo's wide-EP
     deployments, InferenceX's disaggregated rows); how engines pack into rented instances is the offer's
@@ -220,6 +224,7 @@ def check_layout(model: ModelArch, gpu_id: str, gpus_per_domain: int, *, tp: int
         raise ConfigError(f"--data-parallel-size {dp} with --tp {tp} shards each expert's {width}-wide FFN over {g} GPUs, "
                           f"which does not divide it; add --enable-expert-parallel or use --data-parallel-size "
                           f"{' or '.join(str(d) for d in fits)}")
+    check_block_split(model, weight_block, tp=tp, dp=dp, ep=ep, checkpoint=checkpoint)
 
 
 def balance_wait_s(*, ranks: int, rate_per_rank_per_s: float, timeout_s: float) -> float:

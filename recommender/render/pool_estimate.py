@@ -36,7 +36,8 @@ def pool_request(plan: Plan, row: PlanRow, pool: Pool, *, prompt_tokens: int, ou
         chunked_prefill=pool.chunked_prefill, max_model_len=row.max_model_len or None,
         dp=pool.data_parallel_size, ep=pool.enable_expert_parallel, speculative_config=spec, pp=pool.pp,
         stage_nic_bytes_per_s_per_gpu=pool.stage_nic_bytes_per_s_per_gpu if pool.pp > 1 else None,
-        shared_prefix_fraction=plan.workload.shared_prefix_fraction if pool.enable_prefix_caching else 0.0)
+        shared_prefix_fraction=plan.workload.shared_prefix_fraction if pool.enable_prefix_caching else 0.0,
+        checkpoint=pool.checkpoint or row.checkpoint or "")
 
 
 def _model_name(plan: Plan) -> str:

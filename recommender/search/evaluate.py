@@ -73,13 +73,14 @@ class Evaluator:
                 return ctx.infeasible(c, why_pair, fits=False, binding="invalid")
         for gpu_id, tp in ((c.gpu, c.tp), (c.decode_gpu, c.decode_tp)) if c.disaggregated else ((c.gpu, c.tp),):
             gpu = ctx.gpus[gpu_id]
-            why = parallelism_valid(ctx.model, gpu, tp) or weight_dtype_valid(ctx.model, gpu, c.weight_dtype, c.kv_dtype)
+            why = (parallelism_valid(ctx.model, gpu, tp) or weight_dtype_valid(ctx.model, gpu, c.weight_dtype, c.kv_dtype)
+                   or (ctx.layout_why(gpu_id, tp, 1, False, c.weight_dtype) if c.disaggregated else None))
             if why:
                 role = ("prefill pool: " if gpu_id == c.gpu and tp == c.tp else "decode pool: ") if c.disaggregated else ""
                 return ctx.infeasible(c, role + why, fits=False, binding="invalid")
-        if c.dp > 1 or c.ep:
+        if c.dp > 1 or c.ep or not c.disaggregated:
             why = "data-parallel attention and expert parallelism are searched for aggregated pools only" \
-                if c.disaggregated else layout_valid(ctx.model, ctx.gpus[c.gpu], c.tp, c.dp, c.ep)
+                if c.disaggregated else ctx.layout_why(c.gpu, c.tp, c.dp, c.ep, c.weight_dtype)
             if why:
                 return ctx.infeasible(c, why, fits=False, binding="invalid")
         if c.mtp:
@@ -98,10 +99,18 @@ class SearchContext(Sizer):
 
     policy: SearchPolicy = field(default_factory=SearchPolicy)
     checkpoints: dict[str, str] = field(default_factory=dict)
+    #: weight dtype -> (the block-quantized checkpoint the plan would load, its (block_n, block_k)):
+    #: ``Catalog.weight_block_for``; a layout that splits a block is invalid (``recommender.perf.blocks``)
+    weight_blocks: dict[str, tuple[str, tuple[int, int]]] = field(default_factory=dict)
     evaluator: Evaluator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.evaluator = Evaluator(self)
+
+    def layout_why(self, gpu: str, tp: int, dp: int, ep: bool, weight_dtype: str) -> str | None:
+        """``layout_valid`` of one engine at ``weight_dtype``, with the block size of the checkpoint it would load."""
+        ckpt, block = self.weight_blocks.get(weight_dtype, ("", None))
+        return layout_valid(self.model, self.gpus[gpu], tp, dp, ep, weight_block=block, checkpoint=ckpt)
 
     @property
     def evaluations(self) -> int:

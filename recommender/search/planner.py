@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from recommender.catalog import Catalog, default_catalog
-from recommender.dtypes import loads_without_checkpoint
+from recommender.dtypes import WEIGHT_DTYPES, loads_without_checkpoint
 from recommender.estimator import default_acceptance
 from recommender.hf_config import ModelArch
 from recommender.errors import ConfigError, DoesNotFitError, InfeasibleError
@@ -63,9 +63,12 @@ def build_context(workload: Workload, policy: SearchPolicy, profile: EngineProfi
     prices = {gid: min(o.usd_per_gpu_hour for o in offs) for gid, offs in offers.items()}
     meta = catalog.model_meta.get(model.id, {})
     ckpts = {str(k).lower(): str(v) for k, v in (meta.get("quantized_checkpoints") or {}).items()}
+    native = resolve_dtype("native", model)
+    blocks = {d: b for d in WEIGHT_DTYPES if (b := catalog.weight_block_for(
+        model, d, None if d == native else workload.checkpoints.get(d) or ckpts.get(d) or "")) is not None}
     return SearchContext(workload=workload, model=model, gpus={g.id: g for g in gpus},
                          prices={k: float(v) for k, v in prices.items() if v is not None}, profile=profile,
-                         rules=rules_of(policy), policy=policy, checkpoints=ckpts, offers=offers,
+                         rules=rules_of(policy), policy=policy, checkpoints=ckpts, offers=offers, weight_blocks=blocks,
                          acceptance=default_acceptance(catalog, model) if model.mtp_layers else None)
 
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 from recommender.perf import memory as mem
 from recommender.search.bounds import Bound, Bounds
 from recommender.search.evaluate import SearchContext, evaluate
-from recommender.search.space import SpaceChoices, layout_valid, parallelism_valid, pd_pair_valid, weight_dtype_valid
+from recommender.search.space import SpaceChoices, parallelism_valid, pd_pair_valid, weight_dtype_valid
 from recommender.sizing import Candidate, Evaluation
 
 
@@ -319,7 +319,7 @@ def pipeline_shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
             continue
         tp = max(tps)
         for wd, kd in itertools.product(ch.weight_dtypes, ch.kv_dtypes):
-            if weight_dtype_valid(ctx.model, gpu, wd, kd):
+            if weight_dtype_valid(ctx.model, gpu, wd, kd) or ctx.layout_why(g, tp, 1, False, wd):
                 continue
             if mem.weights_bytes_per_gpu(ctx.model, wd, tp) <= gpu.memory_bytes * frac:
                 continue  # one instance holds it: no pipeline needed
@@ -333,16 +333,21 @@ def shapes(ctx: SearchContext, ch: SpaceChoices) -> list[Candidate]:
     agg: list[Candidate] = []
     pools: dict[tuple[str, str], list[tuple[str, int]]] = {}
     par = {(g, tp): not parallelism_valid(ctx.model, ctx.gpus[g], tp) for g in ch.gpus for tp in ch.tps}
-    layout_ok: dict[tuple[str, int, int, bool], bool] = {}
+    layout_ok: dict[tuple[str, int, int, bool, str], bool] = {}
     dty = {(g, wd, kd): not weight_dtype_valid(ctx.model, ctx.gpus[g], wd, kd)
            for g in ch.gpus for wd in ch.weight_dtypes for kd in ch.kv_dtypes}
+
+    def ok(g: str, tp: int, dp: int, ep: bool, wd: str) -> bool:  # a block-quantized checkpoint's shards: per dtype
+        return layout_ok.setdefault((g, tp, dp, ep, wd), not ctx.layout_why(g, tp, dp, ep, wd))
+
     for g, tp, wd, kd in itertools.product(ch.gpus, ch.tps, ch.weight_dtypes, ch.kv_dtypes):
         if not (par[g, tp] and dty[g, wd, kd]):
             continue
-        agg.append(Candidate(g, tp, wd, kd, 0, 0))
-        pools.setdefault((wd, kd), []).append((g, tp))
+        if ok(g, tp, 1, False, wd):
+            agg.append(Candidate(g, tp, wd, kd, 0, 0))
+            pools.setdefault((wd, kd), []).append((g, tp))
         for dp, ep in ch.layouts:  # MoE: data-parallel attention / expert parallel engines (aggregated)
-            if layout_ok.setdefault((g, tp, dp, ep), not layout_valid(ctx.model, ctx.gpus[g], tp, dp, ep)):
+            if ok(g, tp, dp, ep, wd):
                 agg.append(Candidate(g, tp, wd, kd, 0, 0, dp=dp, ep=ep))
     if ch.mtp:  # models with MTP heads: every aggregated shape also with k draft tokens
         agg += [replace(c, mtp=k) for c in agg for k in ch.mtp]

@@ -86,10 +86,13 @@ def parallelism_valid(model: ModelArch, gpu: Gpu, tp: int) -> str | None:
     return None
 
 
-def layout_valid(model: ModelArch, gpu: Gpu, tp: int, dp: int, ep: bool) -> str | None:
+def layout_valid(model: ModelArch, gpu: Gpu, tp: int, dp: int, ep: bool, *,
+                 weight_block: tuple[int, int] | None = None, checkpoint: str = "") -> str | None:
     """None if vLLM runs ``--tensor-parallel-size tp --data-parallel-size dp [--enable-expert-parallel]`` of
     ``model`` on one scale-up domain of ``gpu`` (``recommender.perf.moe.check_layout``: MoE for EP, ``tp x dp``
-    inside the domain, experts or, without EP, each expert's FFN split evenly) and the search plans it, else why not.
+    inside the domain, experts or, without EP, each expert's FFN split evenly; with a block-quantized ``checkpoint``
+    (``weight_block``, ``Catalog.weight_block_for``), every shard whole blocks, plain TP included:
+    ``recommender.perf.blocks``) and the search plans it, else why not.
 
     The search also keeps ``tp x dp`` dividing the domain, its space before ``check_layout`` let an engine span
     part of an NVL72 rack (on GB200: engines of at most 8 GPUs, as TP 8): ``recommend estimate`` explains a GB200
@@ -97,14 +100,15 @@ def layout_valid(model: ModelArch, gpu: Gpu, tp: int, dp: int, ep: bool) -> str 
     docs/accuracy.md), which no aggregated plan's band carries. An engine over several
     4-GPU trays (TP 8 or TP x DP = 8 on GB200) deploys as a LeaderWorkerSet group of one pod per tray (``recommend
     deploy --format k8s``, Ray across them); the one-pod-per-replica outputs refuse it (``deploy.spec.refuse_multinode``)."""
-    if dp == 1 and not ep:
+    if dp == 1 and not ep and weight_block is None:
         return None
-    if model.moe is None:
+    if (dp > 1 or ep) and model.moe is None:
         return f"{model.id} is a dense model: data-parallel attention and expert parallelism are for MoE models"
     if ep and tp * dp == 1:
         return "expert parallelism over one GPU is the plain TP-1 engine"
     try:
-        check_layout(model, gpu.id, gpu.interconnect.gpus_per_domain, tp=tp, dp=dp, ep=ep)
+        check_layout(model, gpu.id, gpu.interconnect.gpus_per_domain, tp=tp, dp=dp, ep=ep,
+                     weight_block=weight_block, checkpoint=checkpoint)
     except ConfigError as e:
         return str(e)
     domain = gpu.interconnect.gpus_per_domain
