@@ -70,6 +70,25 @@ def test_static_batch_end_to_end_is_ttft_plus_the_decode_steps() -> None:
     assert d["usd_per_million_tokens"] < d["usd_per_million_output_tokens"]
 
 
+def test_a_static_batch_prefills_within_the_token_budget() -> None:
+    """One prompt of 2,000 tokens in steps of at most 16 tokens is ceil(2000 / 16) = 125 steps: the static batch's
+    TTFT is the prefill line's 125 steps (it had been one 2,000-token step whatever the budget), and a batch of 64
+    shares a step's 8,192 tokens: floor(8192 / 64) = 128 of each prompt, ceil(2000 / 128) = 16 steps."""
+    args = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--prompt-tokens", "2000", "--output-tokens", "100")
+    code, small = run_json(*args, "--batch", "1", "--max-num-batched-tokens", "16")
+    _, whole = run_json(*args, "--batch", "1", "--max-num-batched-tokens", "2048")
+    assert code == 0
+    assert small["wave_sequences"] == 1
+    overhead_s = engine_profile("vllm").request_overhead_s
+    assert small["ttft_s"] == pytest.approx(small["wave_prefill_s"] + overhead_s, rel=1e-12)
+    assert small["wave_prefill_s"] == pytest.approx(small["prefill_s"], rel=1e-12)   # both: 125 chunks of 16 tokens
+    assert small["ttft_s"] > 5 * whole["ttft_s"]          # 125 steps' fixed overheads, not one step's
+    text = run(*args, "--batch", "64", "--max-num-batched-tokens", "8192").stdout
+    assert "64 prompts prefilled together in 16 steps of <= 8,192 tokens" in text
+    assert "the prompt prefilled in 125 steps of <= 16 tokens" in run(*args, "--batch", "1", "--max-num-batched-tokens",
+                                                                       "16").stdout
+
+
 def test_replicas_multiply_throughput_and_price() -> None:
     _, one = run_json("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--batch", "16", "--context", "1024", "--price", "2")
     _, three = run_json("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--batch", "16", "--context", "1024", "--price", "2",

@@ -10,6 +10,10 @@ Modes (``LoadMode``):
       ttft = prefill(batch x prompt)          tpot = decode_step(batch, prompt + output / 2)
       e2e  = ttft + (output - 1) x tpot       output_tokens_per_s = batch x output / e2e x replicas
 
+  The batch's prompts share each step's token budget: ``ceil(prompt / floor(budget / batch))`` steps of
+  ``floor(budget / batch)`` tokens of every prompt (``StepCostModel.prefill_s``; vLLM's scheduler and
+  trtllm-bench's ``max_num_tokens`` both cap a step's tokens).
+
   A batch the KV cache cannot hold at its mean context runs in ``W = ceil(batch / sequences)`` waves; the mean TTFT
   then includes waiting for earlier waves: ``(W - 1) / 2 x wave_s + prefill`` and ``e2e = W x wave_s``.
 
@@ -168,6 +172,10 @@ class Estimate:
     gpus_total: int
     memory: mem.MemoryBreakdown = field(repr=False)
     notes: tuple[str, ...] = ()
+    #: a static batch only: the sequences of one wave and the time their prompts take to prefill together (s),
+    #: in steps of at most ``max_num_batched_tokens`` tokens (``StepCostModel.prefill_s``); 0 otherwise
+    wave_sequences: int = 0
+    wave_prefill_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("memory", "notes")}
@@ -306,6 +314,7 @@ def _estimate_rank(dep: Deployment, load: Load, replicas: int, usd_per_gpu_hour:
     prefill_s = cost.prefill_s(max(prompt, 1), 1, dep.limits.max_num_batched_tokens if dep.limits.chunked_prefill else None)
     cached = int(prompt * shared_prefix_fraction)
     e2e: float | None
+    wave, prefill_wave = 0, 0.0
     if load.mode == LoadMode.CONTEXT:
         tpot = decode_step_s
         ttft = prefill_s + cost.request_overhead_s
@@ -322,7 +331,8 @@ def _estimate_rank(dep: Deployment, load: Load, replicas: int, usd_per_gpu_hour:
             notes.append(f"static batch {batch} runs in {waves} waves of {wave} (KV holds {cap_mean} sequences at "
                          f"the mean context of {ctx} tokens)")
             decode_step_s = cost.decode_step_s(wave, max(ctx, 1))
-        prefill_wave = cost.prefill_s(max(prompt, 1), wave, None)
+        # the wave's prompts share each step's token budget (vLLM's scheduler, trtllm-bench's max_num_tokens)
+        prefill_wave = cost.prefill_s(max(prompt, 1), wave, dep.limits.max_num_batched_tokens)
         wave_s = prefill_wave + (load.output_tokens - 1) * decode_step_s
         # mean over waves k = 0..W-1 of (k x wave_s + prefill): later waves wait for the earlier ones
         ttft = (waves - 1) / 2 * wave_s + prefill_wave + cost.request_overhead_s
@@ -358,5 +368,5 @@ def _estimate_rank(dep: Deployment, load: Load, replicas: int, usd_per_gpu_hour:
         tpot_s=tpot, ttft_s=ttft, e2e_s=e2e, output_tokens_per_s=out_tps, total_tokens_per_s=total_tps,
         usd_per_hour=usd_per_hour, usd_per_million_output_tokens=_usd(usd_per_hour, out_tps),
         usd_per_million_tokens=_usd(usd_per_hour, total_tps), gpus_total=tp * dep.pp * replicas, memory=memb,
-        notes=tuple(notes),
+        notes=tuple(notes), wave_sequences=wave, wave_prefill_s=prefill_wave,
     )
