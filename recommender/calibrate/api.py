@@ -47,6 +47,9 @@ class CalibrationRun:
     planner_error: Mapping[str, ErrorStats] = field(default_factory=dict)   # fitted profile, vLLM defaults
     families: tuple[FamilyReport, ...] = ()
     classes: tuple[Mapping[str, Any], ...] = ()            # fit.classes written (evidence_classes)
+    #: the rest of the profile's ``fit:`` block (generalisation check, scope, coverage, classes, ...): the JSON report
+    #: states what the written file and the text report state
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def row_conditions(ms: list[Measurement], limit: int = 6) -> tuple[str, ...]:
@@ -370,7 +373,7 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
               "Use it with --profile on estimate, the recommender and replan.")
     path = write_profile(req.out, doc, header)
     return CalibrationRun(result=res, files=read.files, skipped=skipped, out=path, conditions=row_conditions(ms),
-                          planner_error=planner, families=tuple(fam_reports), classes=tuple(classes))
+                          planner_error=planner, families=tuple(fam_reports), classes=tuple(classes), extra=extra)
 
 
 __all__ = ["CalibrateRequest", "CalibrationRun", "calibrate", "fit_user_rows", "UserFit", "user_base", "select_engine", "HELD_OUT_KEYS"]

@@ -163,6 +163,9 @@ def parse_metric(name: str, where: str) -> tuple[str, float, str]:
         return "itl_intercept_s", _time_unit(tok, where), "replica"
     if "ttft" in tok or n.startswith("first_token"):
         return "ttft_s", _time_unit(tok, where), "replica"
+    # An ITL metric of the published format is read as TPOT: the format has no column for speculative decoding or
+    # --stream-interval, and its ITL rows (VLLMFP8KV) stream one token per chunk, where mean ITL = mean TPOT. A
+    # `vllm bench serve` file is never read for ITL (readers.py takes its TPOT keys and skips speculative runs).
     if {"itl", "tpot"} & set(tok) or n.startswith(("token_latency", "decode_step")):
         return "tpot_s", _time_unit(tok, where), "replica"
     if "e2el" in tok or n.startswith(("e2e", "latency")):
@@ -174,7 +177,7 @@ def parse_metric(name: str, where: str) -> tuple[str, float, str]:
 # -- names: catalog ids from free text ----------------------------------------------------------
 _GPU_RULES: tuple[tuple[str, str | None], ...] = (
     # (substring of the normalised name, catalog id or None = known but not in the catalog); first match wins
-    ("gh200", None), ("gb300", None), ("mi250", None), ("mi210", None), ("a10-", None),
+    ("gh200", None), ("gb300", "gb300"), ("mi250", None), ("mi210", None), ("a10-", None),
     ("gb200", "gb200"), ("b300", "b300"), ("b200", "b200"),
     ("h200", "h200"), ("h100nvl", "h100-nvl"), ("h100-nvl", "h100-nvl"), ("h100pcie", "h100-pcie"),
     ("h100-pcie", "h100-pcie"), ("h100", "h100-sxm"),
@@ -188,8 +191,9 @@ def resolve_gpu(text: str, catalog: Catalog | None = None) -> str | None:
     """Free-text GPU name ('H100 80GB HBM3', 'A100-SXM4-80GB', 'h200') -> catalog id, or None.
 
     Exact catalog ids win; otherwise the first rule in ``_GPU_RULES`` whose key occurs in the
-    lower-cased name with spaces removed and 'sxm4'/'sxm5'/'sxm' dropped. GH200 (96/144 GB HBM
-    with LPDDR) and AMD MI250X have no catalog entry and give None.
+    lower-cased name with spaces removed and 'sxm4'/'sxm5'/'sxm' dropped ('NVIDIA GB300', as nvidia-smi prints it,
+    is ``gb300``: a rule's id is used where the catalog has it). GH200 (96/144 GB HBM with LPDDR) and AMD MI250X have
+    no catalog entry and give None.
     """
     cat = catalog or default_catalog()
     raw = text.strip().lower()

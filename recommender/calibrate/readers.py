@@ -19,7 +19,15 @@ length is its ``generate.py`` default of 200 tokens.
 run's model, GPU and TP come from the file's metadata keys (``--metadata model=... gpu=H100 tp=1``),
 else the sidecar ``<file>.yaml`` (or ``<stem>.yaml``), else the caller's defaults (CLI flags); prompt
 and output lengths are ``total_input_tokens / completed`` and ``total_output_tokens / completed``.
-Each file gives up to three measurements: ``output_throughput``, the median (else mean) TTFT and TPOT.
+Each file gives up to three measurements: ``output_throughput``, the median (else mean) TTFT and TPOT (never ITL:
+it is one value per streamed chunk, which with speculative decoding or ``--stream-interval`` > 1 carries several
+tokens).
+
+A run the model cannot describe is skipped with its reason (:func:`unmodelled_run`), the other files are used:
+speculative decoding (``spec_decode_*`` keys, or a speculative config in the metadata), data- or pipeline-parallel
+or expert-parallel (MoE) serving in the metadata (the model predicts one TP group), and a run with failed requests.
+A result whose rows repeat an earlier file's (a copy under another name) is skipped too: held out, it would be
+predicted by a fit that saw its twin.
 """
 
 from __future__ import annotations
@@ -308,8 +316,61 @@ def _number(doc: Mapping[str, Any], key: str, where: str) -> float:
     return float(v)
 
 
+#: Metadata keys (``vllm bench serve --metadata KEY=VALUE``) of a server layout the model does not predict: it predicts
+#: one tensor-parallel group serving alone, so an integer above 1 in these keys makes the run unusable.
+_PARALLEL_KEYS = {"data parallel": ("dp", "data_parallel_size", "data-parallel-size"),
+                  "pipeline parallel": ("pp", "pipeline_parallel_size", "pipeline-parallel-size")}
+_EXPERT_PARALLEL_KEYS = ("ep", "enable_expert_parallel", "enable-expert-parallel", "expert_parallel")
+_SPECULATIVE_KEYS = ("speculative_config", "speculative-config", "spec_method", "spec-method", "num_speculative_tokens",
+                     "spec_tokens", "spec-tokens")
+
+
+def _truthy(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)):
+        return v != 0
+    return str(v).strip().lower() not in ("", "0", "false", "no", "off", "none", "null")
+
+
+def unmodelled_run(doc: Mapping[str, Any], is_moe: bool) -> str | None:
+    """Why a ``vllm bench serve`` result cannot be fitted (None: it can).
+
+    - speculative decoding (``spec_decode_*`` keys with a value, or a speculative config in the metadata): its TPOT
+      and throughput come from verify steps of several tokens that the calibrated model does not have;
+    - data, pipeline or (for a MoE model) expert parallelism in the metadata: the model predicts one TP group serving
+      alone, the file measured several ranks' output together;
+    - failed requests: throughput and latencies count only the completed ones."""
+    spec = sorted(k for k, v in doc.items() if str(k).startswith("spec_decode_") and v not in (None, 0, 0.0, [], ""))
+    spec += [k for k in _SPECULATIVE_KEYS if k in doc and _truthy(doc[k])]
+    if spec:
+        return (f"speculative decoding ({spec[0]}): the calibrated model has no draft/verify steps, so its TPOT and "
+                f"throughput would be misfitted; calibrate on runs without --speculative-config")
+    for what, keys in _PARALLEL_KEYS.items():
+        for k in keys:
+            if k in doc and doc[k] not in (None, ""):
+                try:
+                    n = float(str(doc[k]).strip())
+                except ValueError:
+                    return f"{what} metadata {k}={str(doc[k])[:20]!r} is not a number"
+                if n > 1:
+                    return (f"{what} serving ({k}={doc[k]}): the model predicts one tensor-parallel group serving "
+                            f"alone; calibrate on a run with {keys[1]}=1")
+    ep = next((k for k in _EXPERT_PARALLEL_KEYS if k in doc and _truthy(doc[k])), None)
+    if ep is not None and is_moe:
+        return (f"expert-parallel serving ({ep}={doc[ep]}): calibrate predicts the experts tensor-parallel; "
+                f"calibrate on a run without --enable-expert-parallel")
+    failed = doc.get("failed")
+    if isinstance(failed, (int, float)) and not isinstance(failed, bool) and math.isfinite(failed) and failed > 0:
+        total = doc.get("num_prompts")
+        of = f" of {total}" if isinstance(total, int) and not isinstance(total, bool) else ""
+        return (f"{failed:g}{of} requests failed: its throughput and latencies count only the completed ones; "
+                f"fix the cause and rerun it")
+    return None
+
+
 def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Mapping[str, Any],
-                        defaults: Mapping[str, Any], cat: Catalog) -> list[Measurement]:
+                        defaults: Mapping[str, Any], cat: Catalog) -> list[Measurement] | Skip:
     if not isinstance(doc, Mapping):
         raise CalibrationError(f"{where}: expected a JSON object (a `vllm bench serve --save-result` result)")
     layers = (("file", doc), ("sidecar", side), ("flags", defaults))
@@ -339,6 +400,9 @@ def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Ma
         raise CalibrationError(f"{where}: missing field 'tp'; {hint} (--tp)")
     tp = _int_field(found[0], "tp", where)
     arch = cat.model(model)
+    why = unmodelled_run(doc, arch.is_moe)
+    if why is not None:
+        return Skip(fname, f"{where}: {why}")
     wd_raw = _lookup("weight_dtype", layers)
     wd = weight_dtype_of(None if wd_raw is None else str(wd_raw[0]), native_weight_dtype(arch))
     if wd is None:
@@ -365,7 +429,8 @@ def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Ma
         raise CalibrationError(f"{where}: fields 'total_input_tokens'/'total_output_tokens' give {isl}/{osl} tokens per request")
     rate = _number(doc, "request_rate", where) if "request_rate" in doc else math.inf
     conc_v = doc.get("max_concurrency")
-    if conc_v is not None and (isinstance(conc_v, bool) or not isinstance(conc_v, (int, float)) or conc_v < 1):
+    if conc_v is not None and (isinstance(conc_v, bool) or not isinstance(conc_v, (int, float)) or not conc_v >= 1
+                               or not math.isfinite(conc_v) or conc_v != int(conc_v)):
         raise CalibrationError(f"{where}: field 'max_concurrency' must be a positive integer or null, got {conc_v!r}")
     n_prompts = _int_field(doc.get("num_prompts") or int(completed), "num_prompts", where)
     if n_prompts > MAX_CALIBRATION_REQUESTS or completed > MAX_CALIBRATION_REQUESTS:
@@ -424,11 +489,41 @@ def read_bench_json(path: str | Path, defaults: Mapping[str, Any] | None = None,
         raise CalibrationError(str(e)) from None
     side = _sidecar(p)
     ms: list[Measurement] = []
+    skips: list[Skip] = []
     for i, doc in enumerate(docs):
         where = str(p) if len(docs) == 1 else f"{p} (result {i + 1})"
         fname = p.name if len(docs) == 1 else f"{p.name}[{i + 1}]"
-        ms.extend(_bench_measurements(doc, where, fname, side, defaults or {}, cat))
-    return ReadResult(tuple(ms), (), (str(p),))
+        got = _bench_measurements(doc, where, fname, side, defaults or {}, cat)
+        if isinstance(got, Skip):
+            skips.append(got)
+        else:
+            ms.extend(got)
+    return ReadResult(tuple(ms), tuple(skips), (str(p),))
+
+
+def _content(m: Measurement) -> tuple[Any, ...]:
+    """What a row measured, without where it was read from (its id, source and file)."""
+    return (m.engine, m.model, m.gpu, m.tp, m.weight_dtype, m.kv_dtype, m.load, m.quantity, m.value, m.limits,
+            m.gpu_memory_utilization, m.cuda_graphs, m.rate_per_s, m.requests)
+
+
+def drop_repeats(read: ReadResult) -> ReadResult:
+    """Skip a result (a file, or one result of an ``--append-result`` file) whose rows are exactly an earlier one's:
+    the same run under two names would be held out against a fit that saw its copy."""
+    groups: dict[str, list[Measurement]] = {}
+    for m in read.measurements:
+        groups.setdefault(m.file, []).append(m)
+    seen: dict[tuple[Any, ...], str] = {}
+    keep: list[Measurement] = []
+    skips: list[Skip] = []
+    for where, rows in groups.items():
+        key = tuple(sorted((_content(m) for m in rows), key=repr))
+        if key in seen:
+            skips.append(Skip(rows[0].source, f"{where}: the same results as {seen[key]} (a copy?): counted once"))
+            continue
+        seen[key] = where
+        keep += rows
+    return ReadResult(tuple(keep), read.skipped + tuple(skips), read.files)
 
 
 def read_results(paths: Iterable[str | Path], defaults: Mapping[str, Any] | None = None,
@@ -448,6 +543,7 @@ def read_results(paths: Iterable[str | Path], defaults: Mapping[str, Any] | None
             raise CalibrationError(f"{p}: a YAML file is a sidecar, not a result; pass the JSON file it describes")
         else:
             total = total + read_bench_json(p, defaults, catalog)
+    total = drop_repeats(total)
     if not total.measurements:
         reasons = sorted({s.reason for s in total.skipped})[:3]
         raise CalibrationError("no usable measurements in " + ", ".join(str(p) for p in total.files)
@@ -455,5 +551,5 @@ def read_results(paths: Iterable[str | Path], defaults: Mapping[str, Any] | None
     return total
 
 
-__all__ = ["ReadResult", "read_published_csv", "read_bench_json", "read_results",
+__all__ = ["ReadResult", "read_published_csv", "read_bench_json", "read_results", "unmodelled_run", "drop_repeats",
            "weight_dtype_of", "kv_dtype_of", "engine_of", "FIELD_KEYS"]

@@ -202,7 +202,11 @@ def render_text(res: FitResult, out_path: str | None = None, files: Sequence[str
         lines.append(f"  skipped {n}: {reason}")
     if conditions:
         lines += ["", "Engine conditions the rows were predicted under"] + [f"  {c}" for c in conditions]
-    lines += ["", "Parameters", parameter_table(res)]
+    if families:   # per-family fits: the engine-level values are the start's, each family's are in its table below
+        lines += ["", "Parameters: fitted per GPU family (table below); the engine-level values stay the start "
+                  "profile's"]
+    else:
+        lines += ["", "Parameters", parameter_table(res)]
     if res.scope_model and res.fitted:
         lines.append(f"Written as the {res.values.family} family's override for {res.scope_model} only: rows of one "
                      "configuration cannot tell bandwidth, overheads and collectives apart, so other models keep the "
@@ -220,10 +224,12 @@ def render_text(res: FitResult, out_path: str | None = None, files: Sequence[str
         lines += ["", "Held-out error: needs two sources (files), or 10+ rows for a 5-fold estimate over rows."]
     if families:
         rows = [[f.family, f.rows, f.folds, _fmt(f.engine_error), _fmt(f.family_error),
-                 "kept" if f.kept else f"not kept: {f.reason}"] for f in families]
+                 "kept" if f.kept else f"not kept: {f.reason}",
+                 ", ".join(f"{n} {_fmt_param(n, v)}" for n, v in f.fitted.items()) if f.kept else "-"]
+                for f in families]
         lines += ["", "Per-GPU-family fits (held out within the family)",
-                  tabulate(rows, headers=["family", "n", "folds", "engine med/p90 %", "family med/p90 %", ""],
-                           tablefmt="github")]
+                  tabulate(rows, headers=["family", "n", "folds", "engine med/p90 %", "family med/p90 %", "",
+                                          "fitted values"], tablefmt="github")]
     if planner_error:
         lines += ["", "Error of the fitted profile under the planner's conditions (vLLM defaults for each GPU, "
                   "gpu-memory-utilization 0.92)", error_table(res.after, dict(planner_error),
@@ -236,9 +242,10 @@ def render_text(res: FitResult, out_path: str | None = None, files: Sequence[str
 
 
 def result_json(res: FitResult, out_path: str | None, files: Sequence[str] = (),
-                skipped: Sequence[Skip] = ()) -> dict[str, Any]:
-    """The ``--format json`` report: the profile document plus per-row predictions."""
-    doc = profile_document(res.profile, fit_summary(res, files, skipped))
+                skipped: Sequence[Skip] = (), extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``--format json`` report: the profile document (``extra``: the rest of its ``fit:`` block, as written to
+    the file) plus per-row predictions."""
+    doc = profile_document(res.profile, fit_summary(res, files, skipped, extra))
     doc["start_parameters"] = {n: float(getattr(res.start, n)) for n in PROFILE_PARAMETERS}
     doc["out"] = out_path
     doc["rows"] = [{"id": i, "measured": m, "before": b, "after": a} for i, m, b, a in res.predictions]

@@ -61,7 +61,7 @@ def calibrate_cmd(
                            parameters=tuple(p.strip() for p in parameters.split(",") if p.strip()) if parameters else None)
     run = calibrate(req)
     if fmt == "json":
-        typer.echo(json.dumps(result_json(run.result, str(Path(out)), run.files, run.skipped), indent=2))
+        typer.echo(json.dumps(result_json(run.result, str(Path(out)), run.files, run.skipped, run.extra), indent=2))
     else:
         options.echo_fitted(render_text(run.result, str(Path(out)), run.files, run.skipped, conditions=run.conditions,
                                         planner_error=run.planner_error, families=run.families,
