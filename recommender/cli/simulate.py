@@ -6,7 +6,8 @@ lengths (``--prompt-tokens/--output-tokens`` constants, or a ``--workload`` file
 length distributions, shared prefix, as overridden when the plan was made) and, for P/D, the KV link the
 row was sized with; ``--workload`` replaces the echo's lengths, rate and prefix, and plans written before
 the echo carried the distributions' parameters read its ``source`` file. ``--trace CSV`` replays
-recorded arrivals instead of Poisson ones.
+recorded arrivals instead of Poisson ones (its first ``--requests`` rows); the analytic model beside them is Poisson
+at those rows' mean rate with their lengths (the header names that rate).
 """
 
 from __future__ import annotations
@@ -151,19 +152,29 @@ def _run(setup: dict[str, Any], requests: int, seed: int, burstiness: float, tra
         simulate,
         simulate_disaggregated,
     )
+    from recommender.workload import LengthDist
 
     rows = read_trace(trace) if trace is not None else None
     rate = setup["rate"]
-    if rows is not None and len(rows) > 1:
-        span = rows[-1][0] - rows[0][0]
-        rate = (len(rows) - 1) / span if span > 0 else rate
+    prompt, output = setup["prompt"], setup["output"]
+    if rows is not None:
+        # the simulator replays the first ``requests`` rows (all of them when there are fewer): the analytic model
+        # beside it takes their rate and their lengths, not the workload's or the plan's
+        rows = rows[:requests] if requests > 0 else rows
+        if len(rows) > 1:
+            span = rows[-1][0] - rows[0][0]
+            rate = (len(rows) - 1) / span if span > 0 else rate
+        if rows:
+            prompt = LengthDist.empirical([max(1, r[1]) for r in rows])
+            output = LengthDist.empirical([max(1, r[2]) for r in rows])
     if rate is None and rows is not None:  # a trace whose requests share one instant has no rate of its own
         raise ConfigError(f"--trace {trace}: its {len(rows)} request(s) arrive at one instant, a time span of 0 s, so it "
                           "gives no arrival rate; give --rate R (requests/s) to replay them at R, or a longer log")
     if rate is None:
         raise ConfigError("give --rate R (requests/s), a --workload with an arrival rate, or a --trace")
+    setup["rate"] = rate  # what the run's header and JSON report: the rate the simulator was offered
     frac = setup["shared_prefix_fraction"]
-    traffic = Traffic(rate_per_s=rate, prompt=setup["prompt"], output=setup["output"], shared_prefix_fraction=frac)
+    traffic = Traffic(rate_per_s=rate, prompt=prompt, output=output, shared_prefix_fraction=frac)
     load: Traffic | Replay = traffic if rows is None else Replay(rows=tuple(rows), shared_prefix_fraction=frac)
     pools = setup["pools"]
     if len(pools) == 1:

@@ -13,10 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from recommender.errors import RecommenderError
-from recommender.plan import Plan, PlanRow
+from recommender.offers import OWNED_PROVIDER
+from recommender.plan import Plan, PlanRow, Pool
 from recommender.profiles import EngineProfile
 from recommender.render.figure import pareto_figure
-from recommender.render.plan import latency_band_cells, plan_table_rows, render_table, table_headers
+from recommender.render.plan import (
+    job_line,
+    latency_band_cells,
+    plan_table_rows,
+    render_table,
+    sensitivity_line,
+    table_headers,
+    verified_line,
+)
 from recommender.units import fmt_seconds
 
 CHART_ID = "pareto"
@@ -87,17 +96,34 @@ def _walkthrough(plan: Plan, row: PlanRow, profile: EngineProfile | None) -> str
         cmd = estimate_command(req)
         try:
             dep, load, est = estimate_request(req, profile=profile)
-            r = pool.rental
-            pricing = Pricing(usd_per_hour=est.usd_per_hour, gpus=pool.gpus, source="the plan's rented offer" + (
-                f": {r.provider} {r.offer.sku!r}, {r.gpus_per_instance}-GPU instances, {r.offer.date}" if r else ""),
-                basis=(f"{r.instances} x {r.provider} {r.gpus_per_instance}-GPU at ${r.usd_per_instance_hour:,.2f}/h" if r
-                       else f"${price:g}/GPU-hour x {pool.gpus} GPUs"))
+            basis, source = _pool_price_basis(pool, price)
+            pricing = Pricing(usd_per_hour=est.usd_per_hour, gpus=pool.gpus, source=source, basis=basis)
             text = render_walkthrough(dep, load, est, pool.replicas, pricing, conditions_of(dep).lines())
         except RecommenderError as e:
             text = f"(no walkthrough: {e})"
         title = {"both": "", "prefill": "Prefill pool: ", "decode": "Decode pool: "}.get(role, role)
         parts.append(f"<p><b>{_e(title)}</b><code>{_e(cmd)}</code></p><pre>{_e(text)}</pre>")
     return "".join(parts)
+
+
+def _pool_price_basis(pool: Pool, usd_per_gpu_hour: float) -> tuple[str, str]:
+    """(basis, source) of a pool's hourly price for its walkthrough's Cost section, as the plan bills it: whole
+    instances of its rented offer, or per GPU in use (owned nodes, ``--inventory``; an offer billed per GPU), where
+    the rental's instance price is not what the pool pays."""
+    r = pool.rental
+    if r is None:
+        return f"${usd_per_gpu_hour:g}/GPU-hour x {pool.gpus} GPUs", "the plan's price per GPU-hour"
+    nodes = f"{r.instances} {r.provider} {r.gpus_per_instance}-GPU node{'s' if r.instances > 1 else ''}"
+    if r.provider == OWNED_PROVIDER:
+        return (f"${usd_per_gpu_hour:,.2f}/GPU-hour x {pool.gpus} GPUs in use (of {nodes})",
+                "owned GPUs" + (f": {r.offer.source}" if r.offer.source else ""))
+    facts = ", ".join(x for x in (repr(r.offer.sku) if r.offer.sku else "", f"{r.gpus_per_instance}-GPU instances",
+                                   r.offer.date, r.offer.source) if x)
+    source = f"the plan's rented offer: {r.provider} {facts}"
+    if r.offer.per_gpu_billing:
+        return f"${usd_per_gpu_hour:,.2f}/GPU-hour x {pool.gpus} GPUs (billed per GPU)", source
+    return (f"{r.instances} x {r.provider} {r.gpus_per_instance}-GPU instance{'s' if r.instances > 1 else ''} "
+            f"at ${r.usd_per_instance_hour:,.2f}/h"), source
 
 
 def _bands_section(row: PlanRow) -> str:
@@ -160,6 +186,10 @@ def render_report(plan: Plan, *, profile: EngineProfile | None = None) -> str:
             f"(seed {m.seed}); replicas sized for +{m.headroom:.0%} headroom. Check a plan on your cluster: "
             f"recommend deploy PLAN.json --rank N --format bench writes the vllm bench serve runs and the "
             f"recommend calibrate command that feeds the results back.")
+    # what the text table's footer says beside it: where the prices come from (owned GPUs without a price count
+    # GPU-hours as dollars), the offline job, what verification changed, how far rank 1 holds
+    more = [f"Prices: {m.pricing}." if m.pricing else "", job_line(plan), verified_line(plan), sensitivity_line(plan)]
+    foot += "".join(f" {x}" for x in more if x)
     details = "".join(_plan_details(plan, r, profile) for r in plan.rows)
     title = f"{plan.workload.model} / {plan.workload.name}: deployment plan"
     return (
