@@ -195,3 +195,32 @@ def test_parallel_attention_blocks_do_one_all_reduce_per_layer() -> None:
     assert par.allreduce_s(0) == pytest.approx(28 * 12e-6)
     assert seq.allreduce_s(0) == pytest.approx(2 * 28 * 12e-6)
     assert par.allreduce_s(512) == pytest.approx(seq.allreduce_s(512) / 2)
+
+
+def test_a_static_batch_shares_vllms_budget_and_another_engines_benchmark_runs_in_one_pass() -> None:
+    """vLLM splits a static batch's prefill into steps of max_num_batched_tokens: 8 prompts of 2,048 tokens in steps
+    of 2,048 tokens are floor(2048 / 8) = 256 tokens of each, ceil(2048 / 256) = 8 steps; gptSessionBenchmark's static
+    batching (TRT061: TensorRT-LLM 0.6.1 docs/source/performance.md) runs the batch's context in one pass, which
+    the published rows are read with (perf.conditions.static_batch_limits), so their predictions did not move."""
+    from pathlib import Path
+
+    from recommender.calibrate.readers import read_published_csv
+    from recommender.perf.conditions import static_batch_limits
+    from recommender.perf.step import StepCostModel
+
+    dep = dep8b(limits=EngineLimits(max_num_seqs=256, max_num_batched_tokens=2048))
+    load = Load.static(batch=8, prompt_tokens=2048, output_tokens=64)
+    cost = StepCostModel.build(dep)
+    split = estimate(dep, load)
+    assert split.wave_sequences == 8
+    assert split.wave_prefill_s == pytest.approx(cost.prefill_s(2048, 8, 2048), rel=1e-12)
+    one = dep8b(limits=static_batch_limits(dep.limits))
+    whole = estimate(one, load)
+    assert whole.wave_prefill_s == pytest.approx(cost.prefill_s(2048, 8, None), rel=1e-12)
+    # 8 steps pay the profile's 1 ms step + 4 ms prefill-step overhead 8 times, where one pass pays it once
+    assert split.wave_prefill_s - whole.wave_prefill_s >= 7 * (1e-3 + 4e-3) * 0.99
+    csv = Path(__file__).resolve().parent / "data" / "measurements" / "published.csv"
+    rows = read_published_csv(csv).measurements
+    static = {m.engine: m.limits.static_prefill_one_pass for m in rows if m.load.mode == LoadMode.STATIC}
+    assert static == {"lmdeploy": True, "gpt-fast": True, "trtllm": True}
+    assert not any(m.limits.static_prefill_one_pass for m in rows if m.load.mode != LoadMode.STATIC)

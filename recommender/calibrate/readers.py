@@ -51,7 +51,7 @@ from recommender.calibrate.measurements import (
 from recommender.catalog import Catalog, default_catalog
 from recommender.estimator import native_weight_dtype
 from recommender.errors import CalibrationError, ConfigError, RecommenderError
-from recommender.perf.conditions import engine_conditions
+from recommender.perf.conditions import engine_conditions, static_batch_limits
 from recommender.perf.steady import Load
 from recommender.perf.step import EngineLimits, default_limits
 from recommender.yamlfile import load_yaml_text
@@ -189,6 +189,8 @@ def _row_measurement(row: Mapping[str, str], where: str, cat: Catalog) -> Measur
         limits, gmu = _conditions(engine, cat, model, gpu, tp, wd, kd, load.prompt_tokens or 1, load.output_tokens or 1)
     except RecommenderError as e:
         return Skip(rid, str(e))
+    if load.mode == "static" and engine != "vllm":  # gptSessionBenchmark, profile_generation, gpt-fast: one pass
+        limits = static_batch_limits(limits)
     return Measurement(id=rid, source=source, file=where, engine=engine, model=model, gpu=gpu, tp=tp,
                        weight_dtype=wd, kv_dtype=kd, load=load, quantity=quantity, value=value,
                        raw_metric=row["metric"].strip(), limits=limits, gpu_memory_utilization=gmu)

@@ -9,12 +9,17 @@ One layer, used by ``estimate``, ``calibrate`` and the search alike (printed by 
   (``EngineLimits.engine_timer``: no ``server_request_overhead_s``);
 - ``lmdeploy`` / ``gpt-fast``: static-batch benchmarks with generous limits (4096 sequences, 8192
   tokens, 0.95 of memory), the engine's own timer (``engine_timer``).
+
+A static batch of these benchmarks (``gptSessionBenchmark``, LMDeploy ``profile_generation``, gpt-fast) runs its
+batch's context in one pass whatever the token budget (:func:`static_batch_limits`). vLLM's
+scheduler (``benchmark_latency``, ``LLM.generate``, what the planner deploys) does not: a static batch there shares
+each step's ``max_num_batched_tokens`` (``perf.steady``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from recommender.catalog import Gpu
 from recommender.hf_config import ModelArch
@@ -76,6 +81,13 @@ def trtllm_bench_limits(model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, 
 STATIC_LIMITS = EngineLimits(max_num_seqs=4096, max_num_batched_tokens=8192, engine_timer=True)
 
 
+def static_batch_limits(limits: EngineLimits) -> EngineLimits:
+    """The limits a static-batch benchmark of another engine than vLLM ran under: its context phase takes the whole
+    batch in one pass (TensorRT-LLM's static batching sizes ``max_num_tokens`` to ``max_batch_size x max_input_len``
+    by default; LMDeploy's and gpt-fast's benchmarks prefill the batch together): ``static_prefill_one_pass``."""
+    return replace(limits, static_prefill_one_pass=True)
+
+
 def engine_conditions(engine: str, *, model: ModelArch, gpu: Gpu, tp: int, weight_dtype: str, kv_dtype: str,
                       prompt_tokens: int, output_tokens: int, profile: EngineProfile | None = None) -> EngineConditions:
     """The conditions ``engine`` runs a benchmark of these lengths under (module docstring)."""
@@ -100,5 +112,5 @@ def with_limits(cond: EngineConditions, limits: EngineLimits, basis: str = "give
     return dataclasses.replace(cond, limits=limits, basis=cond.basis if same else basis)
 
 
-__all__ = ["EngineConditions", "engine_conditions", "trtllm_bench_limits", "vllm_limits_basis", "with_limits",
+__all__ = ["EngineConditions", "engine_conditions", "static_batch_limits", "trtllm_bench_limits", "vllm_limits_basis", "with_limits",
            "STATIC_LIMITS"]

@@ -11,8 +11,9 @@ Modes (``LoadMode``):
       e2e  = ttft + (output - 1) x tpot       output_tokens_per_s = batch x output / e2e x replicas
 
   The batch's prompts share each step's token budget: ``ceil(prompt / floor(budget / batch))`` steps of
-  ``floor(budget / batch)`` tokens of every prompt (``StepCostModel.prefill_s``; vLLM's scheduler and
-  trtllm-bench's ``max_num_tokens`` both cap a step's tokens).
+  ``floor(budget / batch)`` tokens of every prompt (``StepCostModel.prefill_s``; vLLM's scheduler caps a step's
+  tokens). Another engine's static-batch benchmark (``gptSessionBenchmark``, LMDeploy, gpt-fast) prefills the batch
+  in one pass (``EngineLimits.static_prefill_one_pass``, set by ``perf.conditions.static_batch_limits``).
 
   A batch the KV cache cannot hold at its mean context runs in ``W = ceil(batch / sequences)`` waves; the mean TTFT
   then includes waiting for earlier waves: ``(W - 1) / 2 x wave_s + prefill`` and ``e2e = W x wave_s``.
@@ -331,8 +332,10 @@ def _estimate_rank(dep: Deployment, load: Load, replicas: int, usd_per_gpu_hour:
             notes.append(f"static batch {batch} runs in {waves} waves of {wave} (KV holds {cap_mean} sequences at "
                          f"the mean context of {ctx} tokens)")
             decode_step_s = cost.decode_step_s(wave, max(ctx, 1))
-        # the wave's prompts share each step's token budget (vLLM's scheduler, trtllm-bench's max_num_tokens)
-        prefill_wave = cost.prefill_s(max(prompt, 1), wave, dep.limits.max_num_batched_tokens)
+        # the wave's prompts share each step's token budget (vLLM's scheduler); another engine's static-batch
+        # benchmark runs the wave's context in one pass (EngineLimits.static_prefill_one_pass, perf.conditions)
+        budget = None if dep.limits.static_prefill_one_pass else dep.limits.max_num_batched_tokens
+        prefill_wave = cost.prefill_s(max(prompt, 1), wave, budget)
         wave_s = prefill_wave + (load.output_tokens - 1) * decode_step_s
         # mean over waves k = 0..W-1 of (k x wave_s + prefill): later waves wait for the earlier ones
         ttft = (waves - 1) / 2 * wave_s + prefill_wave + cost.request_overhead_s

@@ -81,6 +81,10 @@ class EngineLimits:
     #: the figures are the engine's own timer (trtllm-bench, a static-batch table), not a client behind its HTTP
     #: server: the profile's ``server_request_overhead_s`` is not added (``StepCostModel.request_overhead_s``)
     engine_timer: bool = False
+    #: a static batch's context runs in one pass whatever ``max_num_batched_tokens`` (another engine's static-batch
+    #: benchmark: ``gptSessionBenchmark``, LMDeploy ``profile_generation``, gpt-fast; ``perf.conditions``); vLLM's
+    #: scheduler splits it into steps of the budget: False
+    static_prefill_one_pass: bool = False
 
 
 def default_limits(gpu: Gpu, max_model_len: int = 0) -> EngineLimits:
