@@ -175,7 +175,8 @@ def estimate(*, model: str, gpu: str, tp: int = 1, replicas: int = 1, weight_dty
     """One configuration explained (what ``recommend estimate`` prints): memory, step times, latency,
     throughput and cost. ``load`` takes the other fields of
     :class:`recommender.estimator.EstimateRequest` (``batch``, ``concurrency``, ``context_tokens``,
-    ``prompt_tokens``, ``output_tokens``, ``engine``, ``max_num_seqs``, ...). An unknown argument or one of the
+    ``prompt_tokens``, ``output_tokens``, ``engine``, ``max_num_seqs``, ``checkpoint`` (``--checkpoint``: a repo, ""
+    for the model's own quantized at load, None for the catalog's), ...). An unknown argument or one of the
     wrong type (``tp="2"``) raises :class:`~recommender.errors.ConfigError`, as do values the CLI refuses."""
     from recommender.estimator import EstimateRequest, estimate_request
 

@@ -221,6 +221,15 @@ class Catalog:
         config.json's ``quantization_config.weight_block_size``), None otherwise (any case)."""
         return self._checkpoint_blocks.get(repo.strip().lower())
 
+    def default_checkpoint(self, model: ModelArch, weight_dtype: str) -> str:
+        """The checkpoint vLLM loads for ``model`` at ``weight_dtype`` where none is named: the model catalog's
+        ``quantized_checkpoints`` entry for a dtype other than the model's own, else "" (the model's own repo, at
+        its own dtype or quantized online at load)."""
+        if weight_dtype == native_weight_dtype(model.checkpoint_dtype):
+            return ""
+        quantized = (self.model_meta.get(model.id) or {}).get("quantized_checkpoints") or {}
+        return str(quantized.get(weight_dtype) or "") if isinstance(quantized, Mapping) else ""
+
     def weight_block_for(self, model: ModelArch, weight_dtype: str,
                          checkpoint: str | None = None) -> tuple[str, tuple[int, int]] | None:
         """The checkpoint vLLM loads for ``model`` at ``weight_dtype`` and its block size, where it is block-quantized:
@@ -229,9 +238,8 @@ class Catalog:
         (``hf_repo``) at its own dtype. None where the weights vLLM loads are not block-quantized (online fp8 is
         per tensor) or the checkpoint is unknown."""
         native = native_weight_dtype(model.checkpoint_dtype)
-        if checkpoint is None and weight_dtype != native:
-            quantized = (self.model_meta.get(model.id) or {}).get("quantized_checkpoints") or {}
-            checkpoint = str(quantized.get(weight_dtype) or "") if isinstance(quantized, Mapping) else ""
+        if checkpoint is None:
+            checkpoint = self.default_checkpoint(model, weight_dtype)
         if checkpoint:
             block = self.checkpoint_block(checkpoint)
             return None if block is None else (checkpoint, block)

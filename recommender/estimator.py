@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass, field, replace
 
 from recommender.catalog import KV_DTYPES, WEIGHT_DTYPES, Catalog, Gpu, default_catalog
-from recommender.errors import ConfigError, DoesNotFitError
-from recommender.hf_config import ModelArch
+from recommender.errors import ConfigError, DoesNotFitError, RecommenderError
+from recommender.hf_config import ModelArch, not_a_model_repo
 from recommender.offers import (Offer, Rental, cheapest_rental, fits, multinode_offers, rent,
                                slowest_stage_nic_bytes_per_s_per_gpu)
 from recommender.perf.conditions import EngineConditions, engine_conditions, with_limits
@@ -266,10 +266,66 @@ class EstimateRequest:
     pp: int = 1                          # --pipeline-parallel-size: stages of --tp GPUs, one instance each
     stage_nic_bytes_per_s_per_gpu: float | None = None  # pp > 1: the NIC between them (None: the catalog offers')
     shared_prefix_fraction: float = 0.0  # share of each prompt the prefix cache serves (vLLM's prefix caching on when > 0)
-    #: the checkpoint vLLM loads: None = the catalog's (its ``quantized_checkpoints`` entry for a dtype other than the
-    #: model's own), "" = the model's own repo (quantized online at load where the dtype differs), else that repo;
-    #: a block-quantized one refuses layouts that split its blocks (``Catalog.weight_block_for``, ``perf.blocks``)
+    #: the checkpoint vLLM loads (``--checkpoint``): None = the catalog's (its ``quantized_checkpoints`` entry for a
+    #: dtype other than the model's own), "" = the model's own repo (quantized online at load where the dtype differs;
+    #: ``--checkpoint none``), else that repo; a block-quantized one refuses layouts that split its blocks
+    #: (``Catalog.weight_block_for``, ``perf.blocks``)
     checkpoint: str | None = None
+
+
+#: ``--checkpoint none``: no pre-quantized checkpoint, the model's own repo (quantized online at load where the weight
+#: dtype is not its own): ``EstimateRequest.checkpoint = ""``
+CHECKPOINT_NONE = "none"
+
+
+def checkpoint_of_flag(text: str) -> str:
+    """``--checkpoint``'s value as ``EstimateRequest.checkpoint``: ``none`` (any case) or an empty string -> ""
+    (the model's own repo), else the repo as given (:func:`build` checks it)."""
+    return "" if text.lower() in ("", CHECKPOINT_NONE) else text
+
+
+def checkpoint_flag(req: EstimateRequest, catalog: Catalog | None = None) -> str | None:
+    """The ``--checkpoint`` value a command line needs to load what ``req`` loads: None where ``estimate``'s default
+    (:meth:`Catalog.default_checkpoint`) is the same checkpoint, ``none`` for the model's own repo, else the repo."""
+    if req.checkpoint is None:
+        return None
+    cat = catalog or default_catalog()
+    try:
+        model = cat.model(req.model)
+        default = cat.default_checkpoint(model, (req.weight_dtype or native_weight_dtype(model)).lower())
+    except RecommenderError:
+        default = ""  # a model outside the catalog has no catalog checkpoint
+    if req.checkpoint.strip().lower() == default.lower():
+        return None
+    return req.checkpoint or CHECKPOINT_NONE
+
+
+def weights_condition(req: EstimateRequest, dep: Deployment) -> str | None:
+    """The line saying which weights vLLM loads, where the request names its checkpoint (``--checkpoint``, or a plan's
+    pool) and they are not simply the model's own repo at its own dtype: ``deploy``'s wording
+    (:func:`recommender.deploy.spec.resolve_weights`), with the checkpoint's block size where it is block-quantized."""
+    from recommender.deploy.spec import resolve_weights
+
+    if req.checkpoint is None:
+        return None
+    m, wd = dep.model, dep.weight_dtype
+    native, repo = native_weight_dtype(m), m.hf_repo or m.id
+    if not req.checkpoint and wd == native:
+        return None
+    try:
+        note = resolve_weights(wd, native, repo, req.checkpoint or None).note
+    except RecommenderError:  # int8 / int4 / fp4 from a 16-bit repo: deploy needs a pre-quantized checkpoint
+        note = f"{native} checkpoint {repo} at {wd} weights (deploy needs a pre-quantized {wd} checkpoint: --checkpoint REPO)"
+    found = default_catalog().weight_block_for(m, wd, req.checkpoint)
+    block = f", {found[1][0]}x{found[1][1]} blocks (each GPU's shard must be whole blocks)" if found else ""
+    return f"weights: {note}{block}"
+
+
+def estimate_conditions(req: EstimateRequest, dep: Deployment) -> list[str]:
+    """The conditions lines ``estimate`` prints for ``req``: the engine's (:func:`conditions_of`), then which weights
+    it loads where the request names its checkpoint (:func:`weights_condition`)."""
+    weights = weights_condition(req, dep)
+    return conditions_of(dep).lines() + ([weights] if weights else [])
 
 
 #: largest values estimate accepts (refused before any loop; workload.MAX_TOKENS is the token bound)
@@ -344,6 +400,11 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
     if kd not in KV_DTYPES:
         raise ConfigError(f"--kv-dtype {kd!r}: valid dtypes are {', '.join(KV_DTYPES)}")
     check_parallelism(model, gpu, req.tp)
+    if req.checkpoint:
+        why = not_a_model_repo(req.checkpoint, "--checkpoint")
+        if why:
+            raise ConfigError(f"{why}; give the pre-quantized checkpoint's repo, or --checkpoint {CHECKPOINT_NONE} "
+                              f"for the model's own repo (quantized at load)")
     ckpt, block = cat.weight_block_for(model, wd, req.checkpoint) or ("", None)
     check_layout(model, gpu.id, gpu.interconnect.gpus_per_domain, tp=req.tp, dp=req.dp, ep=req.ep,
                  weight_block=block, checkpoint=ckpt)

@@ -313,6 +313,17 @@ def is_model_repo(s: str) -> bool:
     return len(s) <= 4096 and LOCAL_MODEL_PATH.fullmatch(s) is not None and "/../" not in s + "/"
 
 
+def not_a_model_repo(s: str, what: str) -> str | None:
+    """None where ``s`` is a model repo (:func:`is_model_repo`), else why not, in one line of bounded length (``s``
+    quoted with its control characters escaped, cut to 60 characters): the check ``deploy`` applies to a checkpoint
+    and ``estimate`` to ``--checkpoint``."""
+    if is_model_repo(s):
+        return None
+    shown = repr(s if len(s) <= 60 else s[:57] + "...")
+    return (f"{what} {shown} is not a Hugging Face repo id (org/name: letters, digits, '-', '_', '.'; at most 96 "
+            f"characters) nor an absolute local path")
+
+
 #: upper bounds of config.json sizes (10x the largest published model's value, so typos and attacks stop here)
 ARCH_LIMITS: Mapping[str, int] = {
     "hidden_size": 1_000_000, "num_layers": 10_000, "num_heads": 10_000, "num_kv_heads": 10_000,

@@ -9,7 +9,8 @@ import typer
 
 from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
-from recommender.estimator import EstimateRequest, conditions_of, does_not_fit_message, estimate_request, pricing_for
+from recommender.estimator import (EstimateRequest, checkpoint_of_flag, does_not_fit_message, estimate_conditions,
+                                   estimate_request, pricing_for)
 from recommender.errors import ConfigError
 from recommender.render.estimate import estimate_json, render_bands, render_walkthrough
 
@@ -25,6 +26,7 @@ def estimate_cmd(
     replicas: options.Replicas = 1,
     weight_dtype: options.WeightDtype = None,
     kv_dtype: options.KvDtype = "bf16",
+    checkpoint: options.Checkpoint = None,
     batch: Optional[int] = typer.Option(None, "--batch", help="Static batch: B sequences prefilled and decoded together."),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", help="Requests in flight under continuous batching, or 'max'."),
     context: Optional[int] = typer.Option(None, "--context", parser=options.tokens("--context"), help="Sequences already hold T tokens: one decode step at that point."),
@@ -60,11 +62,12 @@ def estimate_cmd(
     """Explain one configuration: memory -> decode floor -> batched decode -> prefill -> capacity -> throughput -> cost."""
     fmt = options.choice(options.TextOrJson, fmt_name, "--format")
     said = ""
+    ckpt = None if checkpoint is None else checkpoint_of_flag(checkpoint)
     if plan is not None:
         if model is not None or gpu is not None:
             raise ConfigError("--plan takes the model and the GPUs from the plan; drop --model / --gpu")
         req, plan_rate, said = _plan_request(plan, rank, batch=batch, concurrency=concurrency, context=context,
-                                             prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+                                             prompt_tokens=prompt_tokens, output_tokens=output_tokens, checkpoint=ckpt)
         rate = plan_rate if rate is None and context is None else rate  # one decode step has no arrival rate
     else:
         if model is None or gpu is None:
@@ -76,7 +79,7 @@ def estimate_cmd(
                               max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               dp=data_parallel_size, ep=enable_expert_parallel, speculative_config=speculative_config,
                               acceptance_rate=acceptance_rate, pp=pipeline_parallel_size, chunked_prefill=chunked_prefill,
-                              max_model_len=max_model_len)
+                              max_model_len=max_model_len, checkpoint=ckpt)
     if shared_prefix_fraction is not None:
         req = EstimateRequest(**{**req.__dict__, "shared_prefix_fraction": shared_prefix_fraction})
     replicas = req.replicas
@@ -89,7 +92,7 @@ def estimate_cmd(
         from recommender.estimator import under_load
 
         extra = under_load(dep, load, est, rate, replicas, shared_prefix_fraction=req.shared_prefix_fraction)
-    cond = conditions_of(dep).lines()
+    cond = estimate_conditions(req, dep)
     pricing = pricing_for(dep.gpu, tp=req.tp * req.dp, replicas=replicas, usd_per_gpu_hour=req.usd_per_gpu_hour,
                           pp=req.pp)
     bands = None
@@ -121,10 +124,12 @@ def estimate_cmd(
 
 
 def _plan_request(path: Path, rank: int, *, batch: Optional[int], concurrency: Optional[str], context: Optional[int],
-                  prompt_tokens: Optional[int], output_tokens: Optional[int]) -> tuple[EstimateRequest, Optional[float], str]:
+                  prompt_tokens: Optional[int], output_tokens: Optional[int],
+                  checkpoint: Optional[str] = None) -> tuple[EstimateRequest, Optional[float], str]:
     """Row ``rank`` of the plan file as a request (``render.pool_estimate``: its engine as deployed, at the price it
     pays per GPU-hour), at the workload's mean lengths and, unless the load flags say otherwise, the KV-capacity load
-    (``--concurrency max``); the workload's rate; and the line that says so, with the equivalent flags."""
+    (``--concurrency max``), loading the pool's checkpoint unless ``checkpoint`` (``--checkpoint``) names another;
+    the workload's rate; and the line that says so, with the equivalent flags."""
     from recommender.plan import load_plan
     from recommender.render.pool_estimate import estimate_command, pool_request
 
@@ -146,6 +151,8 @@ def _plan_request(path: Path, rank: int, *, batch: Optional[int], concurrency: O
     if context is not None:
         req = EstimateRequest(**{**req.__dict__, "context_tokens": context, "prompt_tokens": None, "output_tokens": None,
                                  "concurrency": None})
+    if checkpoint is not None:
+        req = EstimateRequest(**{**req.__dict__, "checkpoint": checkpoint})
     if doc.profile and Path(doc.profile).is_file():
         req = EstimateRequest(**{**req.__dict__, "profile_file": doc.profile})
     rate = w.arrival_rate_per_s if context is None else None
@@ -192,7 +199,7 @@ def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optio
     load = Load.finite(requests=n, prompt_tokens=p_tok, output_tokens=o_tok, rate_per_s=rate,
                        concurrency=max_concurrency or 0, burstiness=burstiness)
     res = bench_run(dep, load, replicas=req.replicas, seed=seed)
-    cond = conditions_of(dep).lines()
+    cond = estimate_conditions(base, dep)
     bands = finite_bands(dep, load, replicas=req.replicas, seed=seed)
     if fmt == "json":
         typer.echo(json.dumps({**res, "load": load.describe(), "conditions": cond, "bands": bands.to_dict()}, indent=2))

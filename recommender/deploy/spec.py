@@ -33,7 +33,7 @@ from recommender.deploy.cluster import ClusterOptions
 from recommender.deploy.gpus import GpuFacts, GpuLookup, default_gpu_lookup
 from recommender.dtypes import SIXTEEN_BIT
 from recommender.errors import DeployError, RecommenderError
-from recommender.hf_config import is_model_repo
+from recommender.hf_config import not_a_model_repo
 from recommender.perf.blocks import block_split_error
 from recommender.perf.memory import weight_bytes
 from recommender.plan import KvLinkInfo, Plan, PlanRow, Pool, WorkloadEcho, load_plan
@@ -156,9 +156,9 @@ def model_repo(s: str, what: str) -> str:
     Nothing else may reach ``vllm serve``'s model argument: Kubernetes would expand ``$(VAR)`` in it (e.g.
     ``$(HF_TOKEN)`` from the Secret the manifest mounts) and the shell form would see it as text.
     """
-    if not is_model_repo(s):
-        raise DeployError(f"{what} {_printable(s)!r} is not a Hugging Face repo id (org/name: letters, digits, "
-                          f"'-', '_', '.'; at most 96 characters) nor an absolute local path; fix the plan or workload")
+    why = not_a_model_repo(s, what)
+    if why:
+        raise DeployError(f"{why}; fix the plan or workload")
     return s
 
 

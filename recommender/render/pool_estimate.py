@@ -1,7 +1,7 @@
 """A plan pool as one ``recommend estimate`` configuration: the request that reproduces it and its command line.
 
 Every engine setting of the pool goes into the request (GPU, TP, pipeline stages and the NIC they were priced
-over, DP attention, EP, MTP, dtypes, limits, ``max_model_len``), so the walkthrough of a plan's pool explains the
+over, DP attention, EP, MTP, dtypes, the checkpoint it loads, limits, ``max_model_len``), so the walkthrough of a plan's pool explains the
 engine the plan deploys, not a plain-TP engine of the same GPUs (which for DeepSeek-R1 on H100 does not fit).
 """
 
@@ -12,7 +12,7 @@ import shlex
 
 from recommender.catalog import default_catalog
 from recommender.errors import RecommenderError
-from recommender.estimator import EstimateRequest
+from recommender.estimator import EstimateRequest, checkpoint_flag
 from recommender.plan import Plan, PlanRow, Pool
 
 __all__ = ["estimate_command", "pool_request"]
@@ -54,7 +54,8 @@ def _model_name(plan: Plan) -> str:
 
 
 def estimate_command(req: EstimateRequest) -> str:
-    """The ``recommend estimate`` command line of ``req`` (shell-quoted; flags at their defaults left out)."""
+    """The ``recommend estimate`` command line of ``req`` (shell-quoted; flags at their defaults left out, the
+    checkpoint too where ``estimate`` picks the same one without ``--checkpoint``)."""
     args = ["recommend", "estimate", "--model", req.model, "--gpu", req.gpu, "--tp", str(req.tp)]
     for flag, value, default in (("--pipeline-parallel-size", req.pp, 1), ("--data-parallel-size", req.dp, 1),
                                  ("--replicas", req.replicas, None)):
@@ -65,6 +66,9 @@ def estimate_command(req: EstimateRequest) -> str:
     if req.speculative_config:
         args += ["--speculative-config", req.speculative_config]
     args += ["--weight-dtype", str(req.weight_dtype), "--kv-dtype", req.kv_dtype]
+    checkpoint = checkpoint_flag(req)  # the pool's checkpoint where estimate's default is another (online fp8, ...)
+    if checkpoint is not None:
+        args += ["--checkpoint", checkpoint]
     args += ["--batch", str(req.batch)] if req.batch is not None else (
         ["--concurrency", req.concurrency] if req.concurrency is not None else [])
     args += (["--context", str(req.context_tokens)] if req.context_tokens is not None
