@@ -18,6 +18,10 @@ Rules:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from recommender.errors import DeployError
+
 #: Weight dtypes the model knows. "fp4" = NVFP4 (W4A4); "mxfp4" = OCP MXFP4 (gpt-oss experts).
 WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4")
 #: KV-cache dtypes the model knows.
@@ -56,3 +60,43 @@ def resolve_weight_dtype(dtype: str, checkpoint_dtype: str) -> str:
     """``native`` -> :func:`native_weight_dtype`; any other name lower-cased."""
     d = dtype.strip().lower()
     return native_weight_dtype(checkpoint_dtype) if d == "native" else d
+
+
+# -- which repo vLLM loads for a weight dtype, and with which flag (deploy's policy; estimate names it too)
+
+VLLM_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
+PREQUANTIZED_HINT = {"int4": "an AWQ or GPTQ INT4", "int8": "a W8A8 INT8", "fp4": "an NVFP4", "fp8": "an FP8",
+                     "mxfp4": "an MXFP4"}
+
+
+@dataclass(frozen=True)
+class WeightsChoice:
+    """Which repo vLLM loads and how: ``model`` + optional ``--quantization`` / ``--dtype`` values."""
+
+    model: str
+    quantization: str | None
+    dtype: str | None
+    note: str
+
+
+def resolve_weights(weight_dtype: str, checkpoint_dtype: str, hf_repo: str, checkpoint: str | None) -> WeightsChoice:
+    """The quantization policy (``recommender.deploy.spec``'s module docstring): a given checkpoint as is; the
+    checkpoint at its own dtype; 16-bit cast to 16-bit (``--dtype``); 16-bit quantized to fp8 at load
+    (``--quantization fp8``); anything else needs a pre-quantized checkpoint (:class:`DeployError`, one line)."""
+    if checkpoint:
+        return WeightsChoice(checkpoint, None, None,
+                             f"pre-quantized {weight_dtype} checkpoint {checkpoint} (vLLM reads its quantization config)")
+    if weight_dtype == checkpoint_dtype:
+        return WeightsChoice(hf_repo, None, None, f"{hf_repo} is already {weight_dtype}; no --quantization")
+    if weight_dtype in SIXTEEN_BIT and checkpoint_dtype in SIXTEEN_BIT:
+        return WeightsChoice(hf_repo, None, VLLM_DTYPE[weight_dtype],
+                             f"{checkpoint_dtype} checkpoint {hf_repo} cast to {weight_dtype} at load (--dtype)")
+    if weight_dtype == "fp8" and checkpoint_dtype in SIXTEEN_BIT:
+        return WeightsChoice(hf_repo, "fp8", None,
+                             f"{checkpoint_dtype} checkpoint {hf_repo} quantized to FP8 at load (--quantization fp8, online dynamic)")
+    hint = PREQUANTIZED_HINT.get(weight_dtype, f"a {weight_dtype}")
+    raise DeployError(
+        f"the plan runs {weight_dtype} weights but {hf_repo} is a {checkpoint_dtype} checkpoint: that needs {hint} "
+        f"pre-quantized checkpoint and the plan names none; add \"checkpoint\": \"<hf repo>\" to the plan "
+        f"or pass --checkpoint REPO"
+    )

@@ -303,8 +303,8 @@ def checkpoint_flag(req: EstimateRequest, catalog: Catalog | None = None) -> str
 def weights_condition(req: EstimateRequest, dep: Deployment) -> str | None:
     """The line saying which weights vLLM loads, where the request names its checkpoint (``--checkpoint``, or a plan's
     pool) and they are not simply the model's own repo at its own dtype: ``deploy``'s wording
-    (:func:`recommender.deploy.spec.resolve_weights`), with the checkpoint's block size where it is block-quantized."""
-    from recommender.deploy.spec import resolve_weights
+    (:func:`recommender.dtypes.resolve_weights`), with the checkpoint's block size where it is block-quantized."""
+    from recommender.dtypes import resolve_weights
 
     if req.checkpoint is None:
         return None

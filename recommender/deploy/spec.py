@@ -6,7 +6,7 @@ rank, resolves which checkpoint vLLM loads and with which quantization flag, loo
 and refuses (``DeployError``) what depends on the GPU or the model: a GPU or dtype pair vLLM 0.33 has no
 kernel for, TP not dividing the heads, a P/D pair NixlConnector cannot join, unsafe names.
 
-Quantization policy (``resolve_weights``), with 16-bit = {bf16, fp16}:
+Quantization policy (``recommender.dtypes.resolve_weights``, which ``estimate`` names too), with 16-bit = {bf16, fp16}:
 
 1. a checkpoint repo is given (CLI ``--checkpoint`` > pool ``checkpoint`` > row ``checkpoint``):
    vLLM loads it and reads its quantization config, so no ``--quantization``; it must store
@@ -31,7 +31,13 @@ from typing import Any, Mapping
 from recommender.catalog import default_catalog, k8s_nodes
 from recommender.deploy.cluster import ClusterOptions
 from recommender.deploy.gpus import GpuFacts, GpuLookup, default_gpu_lookup
-from recommender.dtypes import SIXTEEN_BIT
+from recommender.dtypes import (  # noqa: F401  (the policy lives in dtypes; deploy re-exports it)
+    PREQUANTIZED_HINT,
+    SIXTEEN_BIT,
+    VLLM_DTYPE,
+    WeightsChoice,
+    resolve_weights,
+)
 from recommender.errors import DeployError, RecommenderError
 from recommender.hf_config import not_a_model_repo
 from recommender.perf.blocks import block_split_error
@@ -41,21 +47,8 @@ from recommender.plan import KvLinkInfo, Plan, PlanRow, Pool, WorkloadEcho, load
 #: bytes per parameter stored in a checkpoint of that dtype (scales / zero points ignored)
 BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 0.5}
 KV_CACHE_DTYPE = {"bf16": "auto", "fp16": "auto", "auto": "auto", "fp8": "fp8"}
-VLLM_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
-PREQUANTIZED_HINT = {"int4": "an AWQ or GPTQ INT4", "int8": "a W8A8 INT8", "fp4": "an NVFP4", "fp8": "an FP8",
-                     "mxfp4": "an MXFP4"}
 #: parameter count assumed when neither the plan nor the model name says (conservative: long startup)
 FALLBACK_PARAMS = 70e9
-
-
-@dataclass(frozen=True)
-class WeightsChoice:
-    """Which repo vLLM loads and how: ``model`` + optional ``--quantization`` / ``--dtype`` values."""
-
-    model: str
-    quantization: str | None
-    dtype: str | None
-    note: str
 
 
 @dataclass(frozen=True)
@@ -178,27 +171,6 @@ def dns_label(text: str, max_len: int = 40) -> str:
 
 
 # --------------------------------------------------------------------------- policy
-
-
-def resolve_weights(weight_dtype: str, checkpoint_dtype: str, hf_repo: str, checkpoint: str | None) -> WeightsChoice:
-    """Apply the quantization policy in the module docstring."""
-    if checkpoint:
-        return WeightsChoice(checkpoint, None, None,
-                             f"pre-quantized {weight_dtype} checkpoint {checkpoint} (vLLM reads its quantization config)")
-    if weight_dtype == checkpoint_dtype:
-        return WeightsChoice(hf_repo, None, None, f"{hf_repo} is already {weight_dtype}; no --quantization")
-    if weight_dtype in SIXTEEN_BIT and checkpoint_dtype in SIXTEEN_BIT:
-        return WeightsChoice(hf_repo, None, VLLM_DTYPE[weight_dtype],
-                             f"{checkpoint_dtype} checkpoint {hf_repo} cast to {weight_dtype} at load (--dtype)")
-    if weight_dtype == "fp8" and checkpoint_dtype in SIXTEEN_BIT:
-        return WeightsChoice(hf_repo, "fp8", None,
-                             f"{checkpoint_dtype} checkpoint {hf_repo} quantized to FP8 at load (--quantization fp8, online dynamic)")
-    hint = PREQUANTIZED_HINT.get(weight_dtype, f"a {weight_dtype}")
-    raise DeployError(
-        f"the plan runs {weight_dtype} weights but {hf_repo} is a {checkpoint_dtype} checkpoint: that needs {hint} "
-        f"pre-quantized checkpoint and the plan names none; add \"checkpoint\": \"<hf repo>\" to the plan "
-        f"or pass --checkpoint REPO"
-    )
 
 
 def _check_gpu(gpu: GpuFacts, weight_dtype: str, kv_dtype: str, where: str) -> None:
