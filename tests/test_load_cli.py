@@ -195,3 +195,99 @@ def test_the_echo_rebuilds_each_kind_of_length_distribution(dist: str) -> None:
     echo = load_plan(plan_document(plan)).workload
     rebuilt = _echoed_lengths(echo)
     assert rebuilt is not None and rebuilt[0] == d and rebuilt[1] == d and rebuilt[0].mean == d.mean
+
+
+# -- the default run length (the search verifier's rule) and the stability verdict --------------------------------
+
+BATCH_PLAN = ROOT / "examples" / "plans" / "batch-summarization.plan.json"
+
+
+def _plan_rate(plan: dict) -> float:
+    """The rate `simulate --plan` offers: the workload's, or an offline job's requests over its deadline
+    (batch-summarization: 10,000,000 in 10 h = 277.8 req/s)."""
+    w = plan["workload"]
+    return w["arrival_rate_per_s"] or w["offline_requests"] / w["deadline_s"]
+
+
+def _rule(rho: float, tail: float) -> tuple[int, int]:
+    """The verifier's documented rule (recommender/search/verify.py's docstring), written out by hand: 100
+    requests beyond the percentile, 100 / tail, x (1 + rho) / (1 - rho), / (1 - 0.2) for the warm-up; at least
+    1,000, at most policies/search.yaml's verify_requests (20,000); the first 20% a warm-up."""
+    import math
+
+    n = min(max(math.ceil(100 / tail * (1 + rho) / (1 - rho) / 0.8), 1000), 20000)
+    return n, int(n * 0.2)
+
+
+def test_default_run_length_is_the_verifiers_and_a_healthy_plan_reads_stable() -> None:
+    """Issue: `simulate --plan batch-summarization` ran 2,000 requests (7 s at 278 req/s, shorter than a request's
+    ~8 s) with no warm-up, read TPOT at half the analytic value and called the plan overloaded."""
+    plan = json.loads(BATCH_PLAN.read_text())
+    row = plan["plans"][0]
+    assert plan["slo"] == []  # no SLO: the percentile is p90, as the verifier's
+    rho = row["load_utilisation"]  # 0.92: 1,000 x 1.92 / 0.08 / 0.8 ~ 29,800 requests, over the 20,000 cap
+    assert _rule(rho, 0.1) == (20000, 4000)
+    res = run("--plan", str(BATCH_PLAN), "-f", "json", "-q")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert (doc["requests"], doc["warmup_requests"]) == (20000, 4000)
+    assert doc["run_length"]["sized"] is True and "capped at 20,000" in doc["run_length"]["why"]
+    assert doc["simulated"]["stable"] is True
+    # steady state: the simulated TPOT p90 is near the analytic one (it read 44% below it in the 2,000-request run)
+    tpot = doc["latency_s"]["tpot"]
+    assert tpot["simulated"]["p90"] == pytest.approx(tpot["analytic"]["p90"], rel=0.15)
+    text = run("--plan", str(BATCH_PLAN), "-q", "--wide")
+    assert "the first 4,000 left out as warm-up" in text.stdout and "run length: sized as `recommend`" in text.stdout
+    assert "overloaded" not in text.stdout
+
+
+def test_a_plan_below_the_cap_runs_the_rules_length() -> None:
+    chat = ROOT / "examples" / "plans" / "chat.plan.json"
+    plan = json.loads(chat.read_text())
+    tail = min({"p50": 0.5, "p90": 0.1, "p95": 0.05, "p99": 0.01}[s["percentile"]] for s in plan["slo"])
+    n, warm = _rule(plan["plans"][0]["load_utilisation"], tail)
+    assert 1000 < n < 20000  # not clamped: the stretch by the utilisation shows
+    doc = json.loads(run("--plan", str(chat), "-f", "json", "-q").stdout)
+    assert (doc["requests"], doc["warmup_requests"]) == (n, warm)
+
+
+def test_given_lengths_stay_as_given() -> None:
+    doc = json.loads(run("--plan", str(BATCH_PLAN), "-n", "2000", "-f", "json", "-q").stdout)
+    assert (doc["requests"], doc["warmup_requests"], doc["run_length"]["sized"]) == (2000, 0, False)
+    doc = json.loads(run("--plan", str(BATCH_PLAN), "-n", "3000", "--warmup", "500", "-f", "json", "-q").stdout)
+    assert (doc["requests"], doc["warmup_requests"]) == (3000, 500)
+    doc = json.loads(run("--plan", str(BATCH_PLAN), "--warmup", "100", "-f", "json", "-q").stdout)
+    assert (doc["requests"], doc["warmup_requests"]) == (20000, 100)  # the sized length, the given warm-up
+
+
+def test_with_another_rate_the_utilisation_scales_with_it() -> None:
+    """--rate overrides the plan's: its load utilisation (rate / capacity) no longer applies; the analytic model's
+    saturation rate of the same pools gives it, which at 200 of the plan's 277.8 req/s is 0.919 x 200 / 277.8."""
+    plan = json.loads(BATCH_PLAN.read_text())
+    rho = plan["plans"][0]["load_utilisation"] * 200 / _plan_rate(plan)
+    doc = json.loads(run("--plan", str(BATCH_PLAN), "--rate", "200", "-f", "json", "-q").stdout)
+    assert doc["run_length"]["utilisation"] == pytest.approx(rho, rel=0.02)
+    lo, hi = _rule(rho * 0.98, 0.1)[0], _rule(rho * 1.02, 0.1)[0]
+    assert lo <= doc["requests"] <= hi < 20000
+
+
+def test_a_short_run_still_filling_is_not_called_overloaded_and_an_overload_is() -> None:
+    # 2,000 requests at 278 req/s arrive over ~7 s and each takes ~8 s: the batches are still filling
+    res = run("--plan", str(BATCH_PLAN), "-n", "2000", "-q", "--wide")
+    assert res.exit_code == 0, res.output
+    assert "overloaded" not in res.stdout and "not steady yet" in res.stdout
+    doc = json.loads(run("--plan", str(BATCH_PLAN), "-n", "2000", "-f", "json", "-q").stdout)
+    sim = doc["simulated"]
+    assert sim["stable"] is False and sim["filling"] is True and 2 * sim["waiting_growth"] < sim["in_system_growth"]
+    # three times the plan's capacity (rate / load utilisation = 302 req/s): what cannot be served waits
+    plan = json.loads(BATCH_PLAN.read_text())
+    capacity = _plan_rate(plan) / plan["plans"][0]["load_utilisation"]
+    over = run("--plan", str(BATCH_PLAN), "--rate", f"{3 * capacity:.0f}", "-n", "20000", "-q", "--wide")
+    assert over.exit_code == 0, over.output
+    assert "[queue still growing: overloaded]" in over.stdout
+
+
+def test_a_warmup_over_the_sized_run_is_refused_in_one_line() -> None:
+    res = run("--plan", str(BATCH_PLAN), "--warmup", "20000", "-q")
+    assert res.exit_code == 2
+    assert res.stderr.count("\n") == 1 and "--warmup 20000" in res.stderr and "-n/--requests" in res.stderr

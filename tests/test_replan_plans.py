@@ -94,3 +94,63 @@ def test_old_history_rows_with_dict_plan_json_are_read_through_load_plan(tmp_pat
     d = decide(Policy(), current=fake_plan(8, 9.6), proposed=fake_plan(3, 3.0), risks=[], past=past, now_s=NOW,
                window=(NOW - 300.0, NOW))
     assert d.changed and d.plan.top.replicas == 6 and "saves 25.0%" in d.reason  # 1 - 12 / 16
+
+
+def _with_pool(plan, **changes):
+    """``plan`` with its rank-1 row's pools changed (every pool, by ``changes``), built by hand."""
+    row = plan.top
+    return dataclasses.replace(plan, rows=(dataclasses.replace(
+        row, pools=tuple(dataclasses.replace(p, **changes) for p in row.pools)),))
+
+
+def test_the_current_and_proposed_lines_show_every_setting_that_differs():
+    """A re-plan that changed only max_num_seqs printed 'CHANGED (+0.00 USD/h)' above two identical lines: the
+    lines must carry each plan's own value of every setting that differs, and the reason the change."""
+    from recommender.cli.replan import render_result
+    from recommender.replan.runner import EXIT_CHANGED, ReplanResult
+
+    cur = fake_plan(4, 4.8)  # h100-sxm TP1 x4, max_num_seqs 256, max_num_batched_tokens 8192, bf16/bf16, $8.00/h
+    seqs = _with_pool(cur, max_num_seqs=128)
+    now, then = plans.describe_pair(cur, seqs)
+    assert now == "h100-sxm tp1 bf16/bf16 x4 replicas ($8.00/h); max_num_seqs 256"
+    assert then == "h100-sxm tp1 bf16/bf16 x4 replicas ($8.00/h); max_num_seqs 128"
+    text = render_result(ReplanResult("changed", plans.describe_change(cur, seqs), cur, seqs, None, EXIT_CHANGED))
+    lines = {ln.split()[0]: ln for ln in text.splitlines() if ln.startswith(("current", "proposed"))}
+    assert "max_num_seqs 256" in lines["current"] and "max_num_seqs 128" in lines["proposed"]
+    assert "CHANGED (+0.00 USD/h)" in text and "max_num_seqs 256 -> 128" in text
+
+    # several at once, beside a change the description shows (replicas): each on its own plan's line
+    many = _with_pool(fake_plan(6, 7.2), max_num_seqs=64, max_num_batched_tokens=16384, chunked_prefill=False,
+                      gpu_memory_utilization=0.9, cuda_graphs=False)
+    now, then = plans.describe_pair(cur, many)
+    assert now.endswith("x4 replicas ($8.00/h); max_num_seqs 256, max_num_batched_tokens 8192, chunked prefill on, "
+                        "gpu_memory_utilization 0.92, CUDA graphs on")
+    assert then.endswith("x6 replicas ($12.00/h); max_num_seqs 64, max_num_batched_tokens 16384, chunked prefill off, "
+                         "gpu_memory_utilization 0.9, CUDA graphs off")
+    assert plans.describe_change(cur, many).endswith("(max_num_seqs 256 -> 64, max_num_batched_tokens 8192 -> 16384, "
+                                                     "chunked prefill on -> off, gpu_memory_utilization 0.92 -> 0.9, "
+                                                     "CUDA graphs on -> off)")
+
+    # what the description shows (KV and weight dtype, TP, GPU) is in it, not repeated after it
+    kv = _with_pool(cur, kv_dtype="fp8")
+    assert plans.describe_pair(cur, kv) == ("h100-sxm tp1 bf16/bf16 x4 replicas ($8.00/h)",
+                                            "h100-sxm tp1 bf16/fp8 x4 replicas ($8.00/h)")
+    wt = _with_pool(cur, weight_dtype="fp8")
+    assert plans.describe_pair(cur, wt)[1] == "h100-sxm tp1 fp8/bf16 x4 replicas ($8.00/h)"
+    # TP2 x 4 = 8 GPUs at $2/GPU-hour = $16.00/h; another GPU
+    assert plans.describe_pair(cur, fake_plan(4, 4.8, tp=2))[1] == "h100-sxm tp2 bf16/bf16 x4 replicas ($16.00/h)"
+    assert plans.describe_pair(cur, fake_plan(4, 4.8, gpu="h200"))[1].startswith("h200 tp1 bf16/bf16 x4 replicas")
+    # the same deployment: nothing after the description
+    assert plans.describe_pair(cur, fake_plan(4, 5.0)) == (plans.describe(cur), plans.describe(cur))
+
+
+def test_a_disaggregated_pair_names_the_pool_of_each_differing_setting():
+    plan = load_plan(DISAGG)  # P 2 x h200 TP2 + D 1 x TP4, bf16/fp8, $50.40/h
+    pre, dec = plan.top.pools
+    other = dataclasses.replace(plan, rows=(dataclasses.replace(plan.top, pools=(
+        dataclasses.replace(pre, kv_dtype="bf16" if pre.kv_dtype != "bf16" else "fp8"),
+        dataclasses.replace(dec, max_num_seqs=dec.max_num_seqs * 2))),))
+    now, then = plans.describe_pair(plan, other)
+    assert now.startswith("h200 P 2xTP2 + D 1xTP4 bf16/fp8 disaggregated ($50.40/h); ")
+    assert f"P KV dtype {pre.kv_dtype}" in now and f"D max_num_seqs {dec.max_num_seqs}" in now
+    assert f"D max_num_seqs {dec.max_num_seqs * 2}" in then

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import sys
@@ -26,9 +27,49 @@ class _UsageLine(ClickException):
         typer.echo(f"error: {one_line(self.message.rstrip('.'))}; see '{self.command_path} -h'", err=True)
 
 
+def _apply_global(name: str) -> Callable[[Any, Any, Any], None]:
+    """The callback of a global option given after the subcommand: what the main callback does with it."""
+
+    def apply(ctx: Any, param: Any, value: Any) -> None:
+        if not value:  # the main callback already applied the command line's setting before the subcommand
+            return
+        if name == "quiet":
+            from recommender import progress
+
+            progress.configure(quiet=True)
+        elif name == "debug":
+            set_debug(True)
+        elif name == "wide":
+            from recommender.cli.options import set_wide
+
+            set_wide(True)
+
+    return apply
+
+
+#: the main command's options that apply to any command (``--quiet``, ``--debug``, ``--wide``): accepted before
+#: the subcommand (``recommend -q replan``) and after it (``recommend replan -q``) alike
+GLOBAL_OPTIONS = ("quiet", "debug", "wide")
+
+
 class OneLineUsageGroup(typer.core.TyperGroup):
     """The app's command group: click's usage errors, raised while a command line is parsed (the group's options,
-    or a command's in :meth:`invoke`), become one line (:class:`_UsageLine`) instead of click's usage box."""
+    or a command's in :meth:`invoke`), become one line (:class:`_UsageLine`) instead of click's usage box.
+
+    Every subcommand also takes the main command's :data:`GLOBAL_OPTIONS` it does not declare itself (a copy of
+    the main option that sets the same switch), so ``recommend replan -q`` means ``recommend -q replan``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        globals_ = [p for p in self.params if p.name in GLOBAL_OPTIONS]
+        for cmd in self.commands.values():
+            taken = {o for p in cmd.params for o in (*p.opts, *getattr(p, "secondary_opts", ()))}
+            for g in globals_:
+                if taken.isdisjoint(g.opts):
+                    extra = copy.copy(g)
+                    extra.expose_value = False  # the command's function has no such parameter: the callback acts
+                    extra.callback = _apply_global(str(g.name))
+                    cmd.params.append(extra)
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
         try:

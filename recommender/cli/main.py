@@ -74,6 +74,7 @@ def main_job(
     set_wide(wide)  # `recommend --wide SUBCOMMAND` keeps every line whole
     progress.configure(quiet=quiet)  # `recommend --quiet SUBCOMMAND ...` silences every command's bar
     if ctx.invoked_subcommand is not None:
+        _refuse_main_options(ctx)
         return
     quick = (model, gpus, rate, prompt_tokens, output_tokens)
     if workload is None and all(v is None for v in quick):
@@ -148,6 +149,32 @@ def main_job(
             write_report(report, plan, profile=prof)
             bar.update(1)
         typer.echo(f"wrote {report}", err=True)
+
+
+def _refuse_main_options(ctx: typer.Context) -> None:
+    """A main-command option given before a subcommand (``recommend --format json replan``) is not the
+    subcommand's: refused in one line saying where it goes, never silently dropped. The options every command
+    takes (``--quiet``, ``--debug``, ``--wide``) may stand on either side (``recommend.cli.app.GLOBAL_OPTIONS``)."""
+    from typer._click.core import ParameterSource
+
+    from recommender.cli.app import GLOBAL_OPTIONS
+
+    sub = ctx.invoked_subcommand
+    command = ctx.command.get_command(ctx, sub) if sub and hasattr(ctx.command, "get_command") else None
+    sub_opts = {o for p in getattr(command, "params", ()) for o in (*p.opts, *getattr(p, "secondary_opts", ()))}
+    for p in ctx.command.params:
+        if p.name in GLOBAL_OPTIONS or p.name == "version" or not p.opts:
+            continue
+        if ctx.get_parameter_source(str(p.name)) is not ParameterSource.COMMANDLINE:
+            continue
+        flag = max(p.opts, key=len)
+        if sub_opts.intersection(p.opts):
+            value = ctx.params.get(str(p.name))
+            shown = value if isinstance(value, (str, int, float)) and not isinstance(value, bool) else "VALUE"
+            raise ConfigError(f"{flag} before the subcommand sets the plan search's option, not {sub}'s; put it "
+                              f"after the subcommand: recommend {sub} ... {flag} {shown}")
+        raise ConfigError(f"{flag} is an option of the plan search (recommend without a subcommand); recommend {sub} "
+                          f"has no {flag} (see 'recommend {sub} -h')")
 
 
 def _one_gpu_price(price: str, gpus: str | None) -> str:

@@ -125,9 +125,14 @@ def render_result(r: ReplanResult) -> str:
         g = o.get("gauges") or {}
         if g:
             lines.append("gauges     " + ", ".join(f"{k} {v:g}" for k, v in g.items()))
-    rows = [["current", plans.describe(r.current), f"{plans.usd_per_hour(r.current):.2f}"]]
-    if r.proposed is not None:
-        rows.append(["proposed", plans.describe(r.proposed), f"{plans.usd_per_hour(r.proposed):.2f}"])
+    # every setting that differs between the two is on both lines (plans.describe_pair), not only what
+    # plans.describe shows: a change of max_num_seqs alone read as two identical lines
+    if r.proposed is None:
+        rows = [["current", plans.describe(r.current), f"{plans.usd_per_hour(r.current):.2f}"]]
+    else:
+        now, then = plans.describe_pair(r.current, r.proposed)
+        rows = [["current", now, f"{plans.usd_per_hour(r.current):.2f}"],
+                ["proposed", then, f"{plans.usd_per_hour(r.proposed):.2f}"]]
     lines.append(tabulate(rows, headers=["", "deployment", "USD/h"], tablefmt="simple", disable_numparse=True))
     verdict = {"changed": "CHANGED", "unchanged": "unchanged", "error": "ERROR"}[r.decision]
     delta = f" ({r.usd_per_hour_delta:+.2f} USD/h)" if r.changed else ""

@@ -80,6 +80,10 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
         prompt, output, rate, frac = wl.prompt_tokens, wl.output_tokens, wl.effective_rate_per_s, wl.shared_prefix_fraction
     return {"pools": pools, "rate": rate, "prompt": prompt, "output": output, "shared_prefix_fraction": frac,
             "kv_transfer_s_per_token": 0.0, "kv_link": link, "plan_load_utilisation": row.load_utilisation,
+            "percentiles": [s.percentile for s in doc.slos],
+            # the row's load utilisation is at the plan's own rate, lengths and prefix: the run length uses it
+            # only while none of them is overridden (simulate_cmd drops it otherwise)
+            "sizing_utilisation": row.load_utilisation if workload is None else None,
             "label": f"{plan} rank {rank} ({row.id})"}
 
 
@@ -131,6 +135,7 @@ def _flag_setup(kw: dict[str, Any], workload: Optional[Path]) -> dict[str, Any]:
         dep = _with_prefix_caching(dep)
     return {"pools": [("both", dep, StepCostModel.build(dep), kw["replicas"])], "rate": rate, "prompt": prompt,
             "output": output, "shared_prefix_fraction": frac, "kv_transfer_s_per_token": 0.0,
+            "percentiles": [s.percentile for s in wl.slos] if wl is not None else [],
             "label": f"{dep.model.id} on {kw['replicas']} x {kw['tp']}{f' x PP{dep.pp}' if dep.pp > 1 else ''} {dep.gpu.id}"}
 
 
@@ -140,18 +145,93 @@ def _with_prefix_caching(dep: Any) -> Any:
     return dataclasses.replace(dep, limits=dataclasses.replace(dep.limits, enable_prefix_caching=True))
 
 
+def _topology(setup: dict[str, Any]) -> Any:
+    """The pools to run: a ``PoolSpec`` (aggregated) or a ``Disaggregated`` P/D topology."""
+    from recommender.load import Disaggregated, PoolSpec
+
+    pools = setup["pools"]
+    if len(pools) == 1:
+        _, dep, cost, reps = pools[0]
+        return PoolSpec(cost=cost, limits=dep.limits, replicas=reps)
+    (_, dp, cp, rp), (_, dd, cd, rd) = pools
+    return Disaggregated(prefill=PoolSpec(cost=cp, limits=dp.limits, replicas=rp),
+                         decode=PoolSpec(cost=cd, limits=dd.limits, replicas=rd),
+                         kv_transfer_s_per_token=setup["kv_transfer_s_per_token"], kv_link=setup.get("kv_link"))
+
+
+def _analyze(topology: Any, traffic: Any) -> Any:
+    from recommender.load import PoolSpec, analyze, analyze_disaggregated
+
+    return analyze(topology, traffic) if isinstance(topology, PoolSpec) else analyze_disaggregated(topology, traffic)
+
+
+def _traffic(setup: dict[str, Any], rate: float) -> Any:
+    from recommender.load import Traffic
+
+    return Traffic(rate_per_s=rate, prompt=setup["prompt"], output=setup["output"],
+                   shared_prefix_fraction=setup["shared_prefix_fraction"])
+
+
+#: the rows a ``--trace`` replays when ``--requests`` is not given (its own arrivals: no run length to size)
+TRACE_DEFAULT_ROWS = 2000
+
+
+def run_length(setup: dict[str, Any], requests: int | None, warmup: int | None, trace: Optional[Path]) -> dict[str, Any]:
+    """How many requests to simulate and how many to leave out as warm-up, and why (the run's ``run_length``).
+
+    As given when the user gave ``--requests`` or ``--warmup`` (the other: ``--warmup`` 0, or the requests sized
+    below); a ``--trace`` replays its first :data:`TRACE_DEFAULT_ROWS` rows. Otherwise the run is sized as
+    ``recommend`` sizes a verified plan's run (``recommender.search.verify.verify_run_length``, the same rule,
+    imported): enough requests that the asked percentile has ``TAIL_SAMPLES`` beyond it, stretched by the
+    queue's correlation time at the fraction of capacity in use, the first ``WARMUP_FRACTION`` a warm-up, at
+    most the search policy's ``verify_requests``. The fraction in use is the plan row's ``load_utilisation``
+    (at the plan's own rate and lengths), else rate / the analytic model's saturation rate of these pools."""
+    from recommender.search.policy import load_search_policy
+    from recommender.search.verify import TAIL_SAMPLES, WARMUP_FRACTION, verify_run_length
+
+    if requests is not None or trace is not None:
+        n = requests if requests is not None else TRACE_DEFAULT_ROWS
+        w = warmup or 0
+        flags = [f for f, v in (("-n/--requests", requests), ("--warmup", warmup)) if v is not None]
+        why = (f"as given ({', '.join(flags)})" if requests is not None
+               else f"the first {n:,} rows of --trace (-n/--requests sets how many)" + (", --warmup as given" if flags else ""))
+        return {"requests": n, "warmup_requests": w, "sized": False, "why": why + ("" if w else "; no warm-up")}
+    pcts = list(setup.get("percentiles") or []) or ["p90"]
+    rho = setup.get("sizing_utilisation")
+    where = "the plan's load utilisation, rate / capacity"
+    if rho is None:
+        rho, where = _capacity_utilisation(setup), "rate / the analytic model's saturation rate"
+    cap = load_search_policy(None).verify_requests
+    n, w = verify_run_length(utilisation=rho, percentiles=pcts, max_requests=cap)
+    asked, _ = verify_run_length(utilisation=rho, percentiles=pcts, max_requests=2**62)
+    if warmup is not None:
+        w = warmup
+    rho_txt = f"{rho:.2f}" if math.isfinite(rho) else "unbounded"
+    why = (f"sized as `recommend` sizes its verification runs: {TAIL_SAMPLES} requests beyond "
+           f"{', '.join(dict.fromkeys(pcts))}, stretched by (1 + rho) / (1 - rho) at rho = {rho_txt} ({where}), plus "
+           f"{WARMUP_FRACTION:.0%} warm-up" + (f" = {asked:,}, capped at {cap:,} (the search policy's verify_requests)"
+                                               if asked > n else "")
+           + ("; --warmup as given" if warmup is not None else "") + "; -n/--requests chooses another length")
+    return {"requests": n, "warmup_requests": w, "sized": True, "utilisation": rho if math.isfinite(rho) else None,
+            "why": why}
+
+
+def _capacity_utilisation(setup: dict[str, Any]) -> float:
+    """rate / the largest rate at which the analytic model of these pools is stable (as the search's
+    ``load_utilisation``); inf when they cannot serve any rate."""
+    from recommender.load.capacity import saturation_rate_per_s
+
+    rate = setup["rate"]
+    if rate is None:
+        raise ConfigError("give --rate R (requests/s), a --workload with an arrival rate, or a --trace")
+    topology = _topology(setup)
+    sat = saturation_rate_per_s(lambda x: _analyze(topology, _traffic(setup, x)), rel_tol=5e-3, start_per_s=rate,
+                                step=1.25)
+    return rate / sat if sat > 0 else math.inf
+
+
 def _run(setup: dict[str, Any], requests: int, seed: int, burstiness: float, trace: Optional[Path], warmup: int) -> tuple[Any, Any]:
-    from recommender.load import (
-        Disaggregated,
-        PoolSpec,
-        Replay,
-        Traffic,
-        analyze,
-        analyze_disaggregated,
-        read_trace,
-        simulate,
-        simulate_disaggregated,
-    )
+    from recommender.load import PoolSpec, Replay, read_trace, simulate, simulate_disaggregated
     from recommender.workload import LengthDist
 
     rows = read_trace(trace) if trace is not None else None
@@ -174,24 +254,15 @@ def _run(setup: dict[str, Any], requests: int, seed: int, burstiness: float, tra
         raise ConfigError("give --rate R (requests/s), a --workload with an arrival rate, or a --trace")
     setup["rate"] = rate  # what the run's header and JSON report: the rate the simulator was offered
     frac = setup["shared_prefix_fraction"]
-    traffic = Traffic(rate_per_s=rate, prompt=prompt, output=output, shared_prefix_fraction=frac)
-    load: Traffic | Replay = traffic if rows is None else Replay(rows=tuple(rows), shared_prefix_fraction=frac)
-    pools = setup["pools"]
-    if len(pools) == 1:
-        _, dep, cost, reps = pools[0]
-        pool = PoolSpec(cost=cost, limits=dep.limits, replicas=reps)
-        sim = simulate(pool, load, n_requests=requests, seed=seed, burstiness=burstiness, warmup_requests=warmup)
-        return analyze(pool, traffic), sim
-    (_, dp, cp, rp), (_, dd, cd, rd) = pools
-    topology = Disaggregated(prefill=PoolSpec(cost=cp, limits=dp.limits, replicas=rp),
-                             decode=PoolSpec(cost=cd, limits=dd.limits, replicas=rd),
-                             kv_transfer_s_per_token=setup["kv_transfer_s_per_token"], kv_link=setup.get("kv_link"))
-    sim = simulate_disaggregated(topology, load, n_requests=requests, seed=seed, burstiness=burstiness,
-                                 warmup_requests=warmup)
-    return analyze_disaggregated(topology, traffic), sim
+    traffic = _traffic({**setup, "prompt": prompt, "output": output}, rate)
+    load: Any = traffic if rows is None else Replay(rows=tuple(rows), shared_prefix_fraction=frac)
+    topology = _topology(setup)
+    run = simulate if isinstance(topology, PoolSpec) else simulate_disaggregated
+    sim = run(topology, load, n_requests=requests, seed=seed, burstiness=burstiness, warmup_requests=warmup)
+    return _analyze(topology, traffic), sim
 
 
-def _doc(setup: dict[str, Any], ana: Any, sim: Any, requests: int, seed: int) -> dict[str, Any]:
+def _doc(setup: dict[str, Any], ana: Any, sim: Any, length: dict[str, Any], seed: int) -> dict[str, Any]:
     def fin(v: float) -> float | None:
         return v if math.isfinite(v) else None
 
@@ -199,12 +270,15 @@ def _doc(setup: dict[str, Any], ana: Any, sim: Any, requests: int, seed: int) ->
                "simulated": getattr(sim, f"{m}_s").to_dict()} for m in ("ttft", "tpot", "e2e")}
     return {
         "config": setup["label"], "rate_per_s": setup["rate"], "shared_prefix_fraction": setup["shared_prefix_fraction"],
-        "requests": sim.completed, "seed": seed, "plan_load_utilisation": setup.get("plan_load_utilisation"),
+        "requests": sim.completed, "warmup_requests": sim.warmup_requests, "seed": seed,
+        "run_length": {**length, "requests": sim.completed, "warmup_requests": sim.warmup_requests},
+        "plan_load_utilisation": setup.get("plan_load_utilisation"),
         "latency_s": lat,
         "analytic": {"stable": ana.stable, "utilisation": fin(ana.utilisation), "bottleneck": ana.bottleneck,
                      "mean_running_batch": fin(ana.mean_running_batch), "queue_wait_mean_s": fin(ana.queue_wait_mean_s),
                      "output_tokens_per_s": ana.output_tokens_per_s},
-        "simulated": {"stable": sim.stable, "busy_fraction": sim.busy_fraction, "mean_running_batch": sim.mean_running_batch,
+        "simulated": {"stable": sim.stable, "filling": sim.filling, "in_system_growth": sim.in_system_growth,
+                      "waiting_growth": sim.waiting_growth, "busy_fraction": sim.busy_fraction, "mean_running_batch": sim.mean_running_batch,
                       "queue_wait_mean_s": sim.queue_wait_mean_s, "output_tokens_per_s": sim.output_tokens_per_s,
                       "requests_per_s": sim.requests_per_s, "preempted": sim.preempted, "steps": sim.steps,
                       "duration_s": sim.duration_s, "max_queue_len": max(sim.timeseries.queue_len, default=0),
@@ -236,15 +310,30 @@ def _text(doc: dict[str, Any], width: int | None = None) -> str:
     plan_util = doc.get("plan_load_utilisation")
     if plan_util is not None:
         util += f"; the plan's load utilisation (rate / capacity) {plan_util:.2f}"
-    head = (f"{doc['config']}: {doc['requests']:,} requests at {doc['rate_per_s']:.3g} req/s, seed {doc['seed']}\n"
-            f"analytic: {util}, mean running {'unbounded' if a['mean_running_batch'] is None else round(a['mean_running_batch'], 1)}\n"
+    warm = doc.get("warmup_requests") or 0
+    run = doc.get("run_length") or {}
+    head = (f"{doc['config']}: {doc['requests']:,} requests at {doc['rate_per_s']:.3g} req/s, seed {doc['seed']}"
+            + (f", the first {warm:,} left out as warm-up" if warm else "") + "\n"
+            + (f"run length: {run['why']}\n" if run.get("why") else "")
+            + f"analytic: {util}, mean running {'unbounded' if a['mean_running_batch'] is None else round(a['mean_running_batch'], 1)}\n"
             f"simulated: mean running {sm['mean_running_batch']:.1f}, engine stepping {sm['busy_fraction']:.0%} of the time, "
             f"{sm['output_tokens_per_s']:,.0f} output tok/s, {sm['preempted']} preemptions, "
             f"peak queue {sm['max_queue_len']}, peak KV {sm['max_kv_usage']:.0%}"
-            + ("" if sm["stable"] else "  [queue still growing: overloaded]"))
+            + _verdict(sm))
     table, dropped = fit_table(["", "", "mean", "p50", "p90", "p95", "p99"], rows, width=width, drop_order=_SIM_DROP_ORDER)
     hidden = f"\n{', '.join(dropped)} hidden to fit {width} columns; --wide shows all." if dropped else ""
     return head + "\n\n" + table + hidden
+
+
+def _verdict(sm: dict[str, Any]) -> str:
+    """'' for a stable run; otherwise whether its waiting queues grew (overloaded) or the requests that piled up
+    sit in still-filling batches (``SimResult.filling``: too short to tell)."""
+    if sm["stable"]:
+        return ""
+    if sm.get("filling"):
+        return ("  [not steady yet: the batches were still filling when arrivals stopped, the waiting queue was not "
+                "growing; too short to judge stability: give more -n/--requests]")
+    return "  [queue still growing: overloaded]"
 
 
 @app.command("simulate")
@@ -272,11 +361,11 @@ def simulate_cmd(
     prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching", help="Prefix caching when the workload shares a prefix."),
     shared_prefix_fraction: Optional[float] = typer.Option(None, "--shared-prefix-fraction", help="Fraction of each prompt served from the prefix cache."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Open-loop arrivals in requests/s (default: the workload's)."),
-    requests: int = typer.Option(2000, "--requests", "-n", help="Requests to simulate."),
+    requests: Optional[int] = typer.Option(None, "--requests", "-n", help="Requests to simulate (default: sized as `recommend` sizes its verification runs, recommender.search.verify: 100 requests beyond the SLO percentile (p90 without one) x (1 + rho) / (1 - rho) at the load utilisation rho (rate / capacity: the plan row's, else the analytic model's), plus 20% warm-up, between 1,000 and the search policy's verify_requests (20,000); the output's 'run length' line says which and why. With --trace: its first 2,000 rows).", show_default=False),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same run)."),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of inter-arrival gaps: 1 = Poisson, < 1 burstier."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="CSV of recorded requests (arrival, prompt, output) to replay."),
-    warmup: int = typer.Option(0, "--warmup", help="Leave the first N requests out of the percentiles."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="Leave the first N requests out of the percentiles (default: 20% of a sized run; 0 with -n/--requests or --trace).", show_default=False),
     timeseries: Optional[Path] = typer.Option(None, "--timeseries", help="Write queue / running / KV usage over time to this CSV."),
     fmt_name: Annotated[str, options.format_option(options.TextOrJson)] = "text",
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr."),
@@ -290,9 +379,12 @@ def simulate_cmd(
     from recommender.bounded import check_request_count
 
     fmt = options.choice(options.TextOrJson, fmt_name, "--format")
-    if requests < 1 or warmup < 0 or warmup >= requests and trace is None:
+    if requests is not None:
+        check_request_count(requests, "--requests")
+    if warmup is not None and warmup < 0:
+        raise ConfigError(f"--warmup {warmup}: give 0 or more requests to leave out")
+    if requests is not None and warmup is not None and warmup >= requests and trace is None:
         raise ConfigError(f"--requests {requests} / --warmup {warmup}: need at least one request after the warm-up")
-    check_request_count(requests, "--requests")
     if timeseries is not None:  # before the run: a FIFO, device or symlink there is refused, never replaced
         from recommender.bounded import check_replaceable
 
@@ -307,10 +399,10 @@ def simulate_cmd(
         check_writable_file(str(timeseries), "--timeseries")  # before the run, not after it
     if plan is not None:
         setup = _plan_setup(plan, rank, workload)
-        if rate is not None:
-            setup["rate"] = rate
+        if rate is not None and rate != setup["rate"]:
+            setup["rate"], setup["sizing_utilisation"] = rate, None  # the row's utilisation is at its own rate
         if shared_prefix_fraction is not None:
-            setup["shared_prefix_fraction"] = shared_prefix_fraction
+            setup["shared_prefix_fraction"], setup["sizing_utilisation"] = shared_prefix_fraction, None
     else:
         setup = _flag_setup(dict(model=model, gpu=gpu, tp=tp, pp=pipeline_parallel_size, replicas=replicas, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                                  prompt_tokens=prompt_tokens, output_tokens=output_tokens, engine=engine, profile=profile,
@@ -319,12 +411,16 @@ def simulate_cmd(
                                  chunked_prefill=chunked_prefill, prefix_caching=prefix_caching,
                                  shared_prefix_fraction=shared_prefix_fraction, rate=rate), workload)
     try:
-        ana, sim = _run(setup, requests, seed, burstiness, trace, warmup)
+        length = run_length(setup, requests, warmup, trace)
+        if length["warmup_requests"] >= length["requests"] and trace is None:
+            raise ConfigError(f"--warmup {length['warmup_requests']}: the run is {length['requests']:,} requests "
+                              f"({length['why']}); give fewer warm-up requests or more -n/--requests")
+        ana, sim = _run(setup, length["requests"], seed, burstiness, trace, length["warmup_requests"])
     except RecommenderError:
         raise
     except (KeyError, TypeError, ValueError) as e:  # malformed plan rows
         raise ConfigError(f"cannot simulate this configuration: {e}") from None
-    doc = _doc(setup, ana, sim, requests, seed)
+    doc = _doc(setup, ana, sim, length, seed)
     if timeseries is not None:
         from recommender.atomic import atomic_write_text
 

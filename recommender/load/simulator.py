@@ -75,6 +75,20 @@ class SimResult:
     served_fraction: float = 1.0
     served_fraction_late: float = 1.0
     warmup_requests: int = 0
+    # over the stability window (median arrival to last arrival): arrivals - completions (the growth of the
+    # number in system) and the growth of the waiting queues (every pool's) within it
+    in_system_growth: int = 0
+    waiting_growth: int = 0
+
+    @property
+    def filling(self) -> bool:
+        """Not :attr:`stable`, but the requests that piled up over the stability window sit mostly in the running
+        batches, not in the waiting queues (``waiting_growth < in_system_growth / 2``): the run ended while its
+        batches were still filling towards steady state (a run shorter than a few request latencies), so it
+        cannot tell an overload from a fill. An overloaded engine runs its batch at a limit (``max_num_seqs``,
+        KV, token budget) and what arrives beyond its capacity waits: its waiting queue grows by about the
+        whole deficit."""
+        return not self.stable and 2 * self.waiting_growth < self.in_system_growth
 
 
 def _arrivals(rng: random.Random, rate_per_s: float, n: int, burstiness: float) -> list[float]:
@@ -182,6 +196,7 @@ def _result(
     tpot = (fin[multi] - f1[multi]) / (out[multi] - 1.0)
     in_system = sum(s.in_system_integral for s in stats) + extra_in_system_s
     served, served_late, came_late = served_fractions(arr, finish)
+    grown, waiting_grown = _window_growth(arr, finish, [ts] if prefill_ts is None else [ts, prefill_ts])
     mean_in_system = in_system / duration
     # the late quarter's deficit (arrivals - completions) is the change of the number in system over it: a
     # stable queue moves by about its mean, so a deficit within the mean number in system is not a trend
@@ -206,7 +221,27 @@ def _result(
         served_fraction=served,
         served_fraction_late=served_late,
         warmup_requests=int(min(warmup_requests, n - 1)),
+        in_system_growth=grown,
+        waiting_growth=waiting_grown,
     )
+
+
+def _window_growth(arrivals: Sequence[float], finishes: Sequence[float], series: Sequence[TimeSeries]) -> tuple[int, int]:
+    """(arrivals - completions, growth of the waiting requests of all ``series``) over the window
+    :func:`served_fractions` judges stability on, from the median arrival to the last; (0, 0) under 40 requests."""
+    a = np.sort(np.asarray(arrivals, dtype=float))
+    f = np.asarray(finishes, dtype=float)
+    if a.size < 40:
+        return 0, 0
+    t0, t1 = float(a[a.size // 2]), float(a[-1])
+    came = int(np.count_nonzero((a > t0) & (a <= t1)))
+    done = int(np.count_nonzero((f > t0) & (f <= t1)))
+
+    def waiting(t: float) -> int:
+        return sum(s.queue_len[min(max(int(t / s.interval_s), 0), len(s.queue_len) - 1)]
+                   for s in series if s.queue_len and s.interval_s > 0)
+
+    return came - done, waiting(t1) - waiting(t0)
 
 
 STABLE_SERVED_FRACTION = 0.98

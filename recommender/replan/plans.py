@@ -171,23 +171,63 @@ _SETTINGS: tuple[tuple[str, str], ...] = (
     ("gpu_memory_utilization", "gpu_memory_utilization"), ("cuda_graphs", "CUDA graphs"))
 
 
-def settings_change(a: PlanRow, b: PlanRow) -> str:
-    """The engine settings that differ between pools in the same place of ``a`` and ``b`` ('max_num_seqs 16 ->
-    128, chunked prefill off -> on'; P/D: prefixed with the pool's role), "" when none do."""
-    def fmt(v: object) -> str:
-        return ("on" if v else "off") if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
+def _fmt(v: object) -> str:
+    return ("on" if v else "off") if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
 
-    out = []
-    for pa, pb in zip(a.pools, b.pools):
-        role = f"{pa.role.value} " if len(a.pools) > 1 else ""
-        out += [f"{role}{label} {fmt(getattr(pa, k))} -> {fmt(getattr(pb, k))}"
-                for k, label in _SETTINGS if getattr(pa, k) != getattr(pb, k)]
-    return ", ".join(out)
+
+def _offer(pool: Pool) -> str:
+    """Where the pool's GPUs come from: 'provider sku', 'provider', or 'priced per GPU' (no rental)."""
+    r = pool.rental
+    return "priced per GPU" if r is None else " ".join(x for x in (r.provider, r.offer.sku) if x)
+
+
+def setting_differences(a: PlanRow, b: PlanRow) -> list[tuple[str, str, str]]:
+    """(setting, its value in ``a``, in ``b``) for every deployed setting that differs between ``a`` and ``b`` and
+    that :func:`describe` does not show: per pool the engine settings (``max_num_seqs``, ``max_num_batched_tokens``,
+    chunked prefill, prefix caching, ``gpu_memory_utilization``, CUDA graphs), the checkpoint and the offer rented;
+    a P/D prefill pool's dtypes (the description names the decode pool's); the row's ``max_model_len``. P/D settings
+    are prefixed with the pool ('P ', 'D '). Rows whose pools do not pair up (aggregated against P/D) are compared
+    on ``max_model_len`` alone: their descriptions differ in the deployment itself. GPU, TP, PP, DP, EP, MTP,
+    dtypes (aggregated, and the decode pool's) and replicas are in :func:`describe`."""
+    out: list[tuple[str, str, str]] = []
+    if tuple(p.role for p in a.pools) == tuple(p.role for p in b.pools):
+        pd = len(a.pools) > 1
+        for pa, pb in zip(a.pools, b.pools):
+            role = f"{pa.role.value[0].upper()} " if pd else ""
+            pairs = [(label, getattr(pa, k), getattr(pb, k)) for k, label in _SETTINGS]
+            if pd and pa is not a.main_pool:  # the description names the decode pool's dtypes only
+                pairs += [("weight dtype", pa.weight_dtype, pb.weight_dtype), ("KV dtype", pa.kv_dtype, pb.kv_dtype)]
+            pairs += [("checkpoint", pa.checkpoint or a.checkpoint or "the model's",
+                       pb.checkpoint or b.checkpoint or "the model's"),
+                      ("offer", _offer(pa), _offer(pb))]
+            out += [(f"{role}{label}", _fmt(va), _fmt(vb)) for label, va, vb in pairs if va != vb]
+    if a.max_model_len != b.max_model_len:
+        out.append(("max_model_len", _fmt(a.max_model_len), _fmt(b.max_model_len)))
+    return out
+
+
+def settings_change(a: PlanRow, b: PlanRow) -> str:
+    """The settings :func:`describe` does not show that differ between ``a`` and ``b`` (:func:`setting_differences`):
+    'max_num_seqs 16 -> 128, chunked prefill on -> off' (P/D: prefixed with the pool), "" when none do."""
+    return ", ".join(f"{label} {va} -> {vb}" for label, va, vb in setting_differences(a, b))
+
+
+def describe_pair(current: Plan, proposed: Plan) -> tuple[str, str]:
+    """The current and proposed plans' lines: :func:`describe`, then, where they differ in settings the
+    description does not show (:func:`setting_differences`), each plan's own values of them
+    ('h100-sxm tp1 bf16/bf16 x4 replicas ($8.00/h); max_num_seqs 256'), so every setting that differs is on
+    the two lines."""
+    diff = setting_differences(current.top, proposed.top)
+
+    def line(plan: Plan, i: int) -> str:
+        return describe(plan) + ("; " + ", ".join(f"{d[0]} {d[1 + i]}" for d in diff) if diff else "")
+
+    return line(current, 0), line(proposed, 1)
 
 
 def describe_change(current: Plan, proposed: Plan) -> str:
-    """'CURRENT -> PROPOSED' (:func:`describe`), and the engine settings that change when both read the same, so
-    a change of engine settings alone never reads 'X -> X'."""
-    a, b = describe(current), describe(proposed)
-    diff = settings_change(current.top, proposed.top) if a.rsplit(" (", 1)[0] == b.rsplit(" (", 1)[0] else ""
-    return f"{a} -> {b}" + (f" ({diff})" if diff else "")
+    """'CURRENT -> PROPOSED' (:func:`describe`), and the settings the descriptions do not show that change
+    (:func:`settings_change`), so a change of engine settings never reads 'X -> X' nor hides beside a replica
+    change."""
+    diff = settings_change(current.top, proposed.top)
+    return f"{describe(current)} -> {describe(proposed)}" + (f" ({diff})" if diff else "")
