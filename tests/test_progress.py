@@ -17,6 +17,7 @@ class _Tty(io.StringIO):
 
 @pytest.fixture(autouse=True)
 def _reset():
+    progress.configure(quiet=False)  # before too: a CLI test run earlier (`simulate -q`) may have left it quiet
     yield
     progress.configure(quiet=False)
 
