@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from recommender.catalog import KV_DTYPES, WEIGHT_DTYPES, Catalog, Gpu, default_catalog
+from recommender.dtypes import WeightsChoice
 from recommender.errors import ConfigError, DoesNotFitError, RecommenderError
 from recommender.hf_config import ModelArch, not_a_model_repo
 from recommender.offers import (Offer, Rental, cheapest_rental, fits, multinode_offers, rent,
@@ -319,6 +320,26 @@ def weights_condition(req: EstimateRequest, dep: Deployment) -> str | None:
     found = default_catalog().weight_block_for(m, wd, req.checkpoint)
     block = f", {found[1][0]}x{found[1][1]} blocks (each GPU's shard must be whole blocks)" if found else ""
     return f"weights: {note}{block}"
+
+
+def serve_weights(req: EstimateRequest, dep: Deployment) -> WeightsChoice | None:
+    """What ``vllm serve`` loads for ``req`` (:func:`recommender.dtypes.resolve_weights`, deploy's policy): the named
+    checkpoint, else the catalog's for the weight dtype (:meth:`Catalog.default_checkpoint`), else the model's own repo
+    (``--quantization fp8`` / ``--dtype`` where it is quantized or cast at load); None where vLLM would need a
+    pre-quantized checkpoint no one named."""
+    from recommender.dtypes import resolve_weights
+
+    m, wd = dep.model, dep.weight_dtype
+    ckpt = req.checkpoint
+    if ckpt is None:
+        try:
+            ckpt = default_catalog().default_checkpoint(m, wd)
+        except RecommenderError:
+            ckpt = ""
+    try:
+        return resolve_weights(wd, native_weight_dtype(m), m.hf_repo or m.id, ckpt or None)
+    except RecommenderError:
+        return None
 
 
 def estimate_conditions(req: EstimateRequest, dep: Deployment) -> list[str]:

@@ -155,3 +155,19 @@ def test_estimate_plan_prints_the_flag_and_its_command_reruns(tmp_path: Path):
     # --checkpoint overrides the plan's pool (as deploy's does): the FP8 repo at TP 8 is refused
     res = CliRunner().invoke(app, ["estimate", "--plan", str(path), "--context", "1000", "--checkpoint", FP8_REPO])
     assert res.exit_code == 2 and "192 wide" in res.stderr
+
+
+@pytest.mark.parametrize("extra, serve", [
+    ((), f"vllm serve {FP8_REPO} --tensor-parallel-size 4 --data-parallel-size 2 --enable-expert-parallel"),
+    (("--checkpoint", "none"), "vllm serve Qwen/Qwen3-235B-A22B --quantization fp8 --tensor-parallel-size 4 "
+                               "--data-parallel-size 2 --enable-expert-parallel"),
+])
+def test_the_serve_line_loads_the_checkpoint_the_estimate_prices(extra: tuple[str, ...], serve: str) -> None:
+    # deploy's policy (recommender.dtypes.resolve_weights): the catalog's FP8 release as is (it carries its own
+    # quantization config), or the bf16 repo with --quantization fp8 (online). The line had named the bf16 repo
+    # without the flag either way: a copied command would have loaded 16-bit weights.
+    res = CliRunner().invoke(app, ["estimate", "--model", "qwen3-235b-a22b", "--gpu", "h200", "--tp", "4", "-dp", "2",
+                                   "-ep", "--weight-dtype", "fp8", "--context", "1000", *extra])
+    assert res.exit_code == 0, res.output
+    (line,) = [ln.strip() for ln in res.stdout.splitlines() if ln.strip().startswith("vllm serve ")]
+    assert line.startswith(serve + " (")

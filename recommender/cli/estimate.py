@@ -9,7 +9,7 @@ import typer
 
 from recommender.cli import options
 from recommender.cli.app import app, one_line_errors
-from recommender.estimator import (EstimateRequest, checkpoint_of_flag, does_not_fit_message, estimate_conditions,
+from recommender.estimator import (EstimateRequest, checkpoint_of_flag, does_not_fit_message, estimate_conditions, serve_weights,
                                    estimate_request, pricing_for)
 from recommender.errors import ConfigError
 from recommender.render.estimate import estimate_json, render_bands, render_walkthrough
@@ -104,7 +104,8 @@ def estimate_cmd(
     if fmt == "json":
         typer.echo(estimate_json(dep, load, est, extra, cond, pricing, bands))
     else:
-        text = ([said, ""] if said else []) + [render_walkthrough(dep, load, est, replicas, pricing, cond)]
+        text = ([said, ""] if said else []) + [render_walkthrough(dep, load, est, replicas, pricing, cond,
+                                                                   serve=serve_weights(req, dep))]
         if extra:
             from recommender.units import fmt_seconds
 

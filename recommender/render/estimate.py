@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+from recommender.dtypes import WeightsChoice
 from recommender.estimator import Pricing
 from recommender.perf import memory as mem
 from recommender.perf.pipeline import PP_HOP_LATENCY_S
@@ -36,7 +37,7 @@ def _tflops(flops_per_s: float) -> str:
 
 
 def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int, pricing: Pricing,
-                       conditions: list[str] | None = None) -> str:
+                       conditions: list[str] | None = None, *, serve: WeightsChoice | None = None) -> str:
     """Every line ``label  formula = value``: the formula, up to a ``;`` (what follows is a note), is arithmetic
     on the numbers it shows (``x`` multiplies; words name the factors) and evaluates to the value within their
     rounding (``tests/test_cli_estimate.py`` recomputes every line)."""
@@ -44,7 +45,7 @@ def render_walkthrough(dep: Deployment, load: Load, est: Estimate, replicas: int
     b = _rank_batch(dep, load, est, cost)
     ctx = _decode_context(load)
     prompt = load.prompt_tokens if load.mode != "context" else load.context_tokens
-    out = _header_lines(dep, replicas, conditions)
+    out = _header_lines(dep, replicas, conditions, serve)
     out += _memory_lines(dep, load, est, cost)
     out += ["", *_decode_lines(dep, est, cost, b, ctx)]
     if dep.model.moe is not None:
@@ -68,8 +69,11 @@ def _decode_context(load: Load) -> int:
     return load.context_tokens if load.mode == "context" else load.prompt_tokens + max(load.output_tokens, 1) // 2
 
 
-def _header_lines(dep: Deployment, replicas: int, conditions: list[str] | None) -> list[str]:
-    """The configuration in one line, then the engine conditions (and the parallelism flags) when given."""
+def _header_lines(dep: Deployment, replicas: int, conditions: list[str] | None,
+                  serve: WeightsChoice | None = None) -> list[str]:
+    """The configuration in one line, then the engine conditions (and the parallelism flags) when given; the
+    ``vllm serve`` line loads ``serve``'s repo with its ``--quantization`` / ``--dtype`` (deploy's policy), else the
+    model's own repo."""
     m, g, tp, p = dep.model, dep.gpu, dep.tp, dep.profile
     par = ((f" x PP {dep.pp}: {dep.pp} pipeline stages a replica" if dep.pp > 1 else "")
            + (f", DP attention {dep.dp}" if dep.dp > 1 else "") + (", expert parallel" if dep.ep else ""))
@@ -80,8 +84,12 @@ def _header_lines(dep: Deployment, replicas: int, conditions: list[str] | None) 
         out.append("Engine conditions")
         out += [f"  {c}" for c in conditions]
         if dep.dp > 1 or dep.ep or dep.spec is not None or dep.pp > 1:
-            out.append(f"  vllm serve {m.hf_repo or m.id} {' '.join(_quote(a) for a in parallel_flags(dep))} "
-                       f"(parallelism and speculation flags, checked against vLLM 0.33's parser)")
+            load_flags = ([] if serve is None else (["--quantization", serve.quantization] if serve.quantization else [])
+                          + (["--dtype", serve.dtype] if serve.dtype else []))
+            repo = serve.model if serve is not None else (m.hf_repo or m.id)
+            out.append(f"  vllm serve {repo} {' '.join(_quote(a) for a in [*load_flags, *parallel_flags(dep)])} "
+                       f"(the weights as deploy loads them; parallelism and speculation flags checked against vLLM 0.33's "
+                       "parser)")
         out.append("")
     return out
 
