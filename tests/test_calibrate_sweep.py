@@ -153,3 +153,110 @@ def test_per_family_fit_does_not_show_unchanged_engine_values_as_fitted(tmp_path
     assert "unconstrained: kept" not in res.stdout
     fam_rows = [ln for ln in res.stdout.splitlines() if ln.startswith(("| cdna3", "| hopper"))]
     assert len(fam_rows) == 2
+
+
+# -- the written profile and the report on what was used and skipped ---------------------------------------------
+
+def _unusable_csv(tmp_path: Path) -> Path:
+    """Three rows, none usable by a vllm fit: two lmdeploy rows (another engine) and one of a model the catalog lacks."""
+    import csv
+
+    with (BENCH.parent / "measurements" / "published.csv").open(newline="") as f:
+        reader = csv.DictReader(f)
+        rows = [r for r in reader if r["id"] in ("LMD-001", "LMD-002")]
+        fields = list(reader.fieldnames or [])
+    assert len(rows) == 2 and all(r["engine"].startswith("lmdeploy") for r in rows)
+    rows.append({**rows[0], "id": "BAD-001", "model": "No-Such-Model-7B"})
+    p = tmp_path / "bad.csv"
+    with p.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    return p
+
+
+def test_per_model_overrides_are_rounded_as_the_family_parameters():
+    """The written family's parameters had 4 significant digits, its per-model override 0.3964509990179386."""
+    import dataclasses
+
+    from recommender.calibrate.report import profile_document
+    from recommender.profiles import EngineProfile, FamilyFit, ModelFit
+
+    fam = FamilyFit("hopper", 9, (("hbm_bandwidth_efficiency", 0.61234567),),
+                    models=(ModelFit("llama-3.1-8b", 9, (("hbm_bandwidth_efficiency", 0.3964509990179386),
+                                                         ("request_overhead_s", 0.00123456789))),))
+    doc = profile_document(dataclasses.replace(EngineProfile(), families=(fam,)))
+    hopper = doc["families"]["hopper"]
+    assert hopper["parameters"] == {"hbm_bandwidth_efficiency": 0.6123}
+    assert hopper["models"]["llama-3.1-8b"]["parameters"] == {"hbm_bandwidth_efficiency": 0.3965,
+                                                             "request_overhead_s": 0.001235}
+
+
+def test_skips_are_counted_in_rows_of_a_csv_and_results_of_a_bench_file(tmp_path: Path):
+    """A CSV's skips are its rows, a bench file's one result (all its figures); both name the file read."""
+    from recommender.calibrate.report import skipped_counts, skipped_text
+
+    plain, mtp, bad = (_variant(tmp_path, "plain.json"), _variant(tmp_path, "mtp.json", spec_decode_acceptance_length=2.4),
+                       _unusable_csv(tmp_path))
+    read = read_results([plain, mtp, bad])
+    # the lmdeploy rows are read (a vllm fit leaves them out later), the unknown model is not
+    assert [(s.file, s.unit) for s in read.skipped] == [(str(mtp), "result"), (str(bad), "row")]
+    counts = skipped_counts(read.skipped, [str(plain), str(bad)])
+    assert counts == {"skipped_rows": {str(bad): 1}, "skipped_results": {str(mtp): 1}, "skipped_files": [str(mtp)]}
+    assert skipped_text(read.skipped, [str(plain), str(bad)]) == f"1 row of {bad} and 1 result file ({mtp})"
+
+
+@pytest.fixture(scope="module")
+def mixed_calibration(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The three example runs plus a speculative-decoding run, a run of another engine and a CSV of 3 unusable rows,
+    calibrated once for vllm: --format json and the text report, and the profile written."""
+    tmp = tmp_path_factory.mktemp("mixed")
+    for r in RUNS + ["vllm-8b-c16-in2048-out256.json.yaml"]:
+        shutil.copy(BENCH / r, tmp / r)
+    mtp = _variant(tmp, "mtp.json", spec_decode_acceptance_length=2.4)
+    other = tmp / "other-engine.json"
+    doc = json.loads((BENCH / RUNS[2]).read_text())
+    doc["engine"] = "sglang"
+    other.write_text(json.dumps(doc))
+    bad = _unusable_csv(tmp)
+    args = [*(str(tmp / r) for r in RUNS), str(mtp), str(other), str(bad)]
+    res = calibrate(*args, "--out", str(tmp / "j.yaml"), "-q", "-f", "json")
+    assert res.exit_code == 0, res.output
+    text = calibrate(*args, "--out", str(tmp / "p.yaml"), "-q", "--wide")
+    assert text.exit_code == 0, text.output
+    return {"runs": [str(tmp / r) for r in RUNS], "mtp": str(mtp), "other": str(other), "bad": str(bad),
+            "json": json.loads(res.stdout), "text": text.stdout, "written": yaml.safe_load((tmp / "p.yaml").read_text())}
+
+
+@pytest.mark.slow
+def test_written_model_override_is_rounded(mixed_calibration: dict[str, Any]):
+    """One configuration's rows: the fit is written as the hopper family's override for llama-3.1-8b (usage.md)."""
+    fams = mixed_calibration["written"]["families"]
+    params = fams["hopper"]["models"]["llama-3.1-8b"]["parameters"]
+    assert params and all(v == float(f"{v:.4g}") for v in params.values())
+
+
+@pytest.mark.slow
+def test_report_counts_skipped_rows_and_result_files(mixed_calibration: dict[str, Any]):
+    """It said '5 skipped': 3 CSV rows and 2 bench results (the speculative run; the sglang run's 3 figures as 1)."""
+    m = mixed_calibration
+    first = m["text"].splitlines()[0]
+    assert first.endswith(f"in 3 file(s); skipped all 3 rows of {m['bad']} and 2 result files ({m['mtp']}, {m['other']})")
+    assert "  skipped 2 rows: engine 'lmdeploy' is not the one calibrated ('vllm')" in m["text"]
+    assert "  skipped 1 result: engine 'sglang' is not the one calibrated ('vllm')" in m["text"]
+    for fit in (m["json"]["fit"], m["written"]["fit"]):
+        assert fit["skipped_rows"] == {m["bad"]: 3}
+        assert fit["skipped_results"] == {m["mtp"]: 1, m["other"]: 1}
+        assert "n_skipped" not in fit
+
+
+@pytest.mark.slow
+def test_fit_data_lists_only_the_files_that_gave_rows(mixed_calibration: dict[str, Any]):
+    m = mixed_calibration
+    for fit in (m["json"]["fit"], m["written"]["fit"]):
+        assert fit["data"] == m["runs"]
+        assert sorted(fit["skipped_files"]) == sorted([m["mtp"], m["other"], m["bad"]])
+        assert fit["n_rows"] == 9   # three figures of each of the three runs
+    src = m["written"]["source"]   # "recommend calibrate: 9 measurements from <the files' names>"
+    assert all(Path(r).name in src for r in m["runs"])
+    assert not any(name in src for name in ("mtp.json", "other-engine.json", "bad.csv"))

@@ -100,3 +100,43 @@ def test_the_report_bills_an_owned_pool_per_gpu_in_use(owned_plan) -> None:  # t
     assert "at $8.00/h" not in cost and "''" not in source
     assert source.split("price from", 1)[1].strip() == "owned GPUs: --inventory (no price: 1 per GPU-hour)"
     assert "$1 = 1 GPU-hour" in text  # the pricing note the text table's footer carries
+
+
+BATCH_PLAN = ROOT / "examples" / "plans" / "batch-summarization.plan.json"
+
+
+def _batch_plan() -> tuple[float, float]:
+    """(the plan row's load utilisation, the rate it is at): the workload's, or the offline job's requests over its
+    deadline (10,000,000 in 10 h = 277.8 req/s)."""
+    plan = json.loads(BATCH_PLAN.read_text())
+    w = plan["workload"]
+    return plan["plans"][0]["load_utilisation"], w["arrival_rate_per_s"] or w["offline_requests"] / w["deadline_s"]
+
+
+def _analytic_line(*args: str) -> str:
+    res = CliRunner().invoke(app, ["simulate", "--plan", str(BATCH_PLAN), "-n", "1000", "-q", "--wide", *args])
+    assert res.exit_code == 0, res.output
+    return next(ln for ln in res.stdout.splitlines() if ln.startswith("analytic:"))
+
+
+def test_another_rate_reports_the_utilisation_at_that_rate() -> None:
+    """`--plan P --rate R` printed 'the plan's load utilisation 0.92', the plan's own rate's, as the run's. At 200 of
+    the plan's 277.8 req/s the same pools are at 0.92 x 200 / 277.8 of their capacity (rate / capacity)."""
+    util, rate = _batch_plan()
+    rho = util * 200 / rate
+    line = _analytic_line("--rate", "200")
+    m = re.search(r"load utilisation \(rate / capacity\) ([0-9.]+) at 200 req/s", line)
+    assert m is not None, line
+    assert float(m.group(1)) == pytest.approx(rho, abs=0.015)
+    assert f"the plan's {util:.2f} is at its own {rate:.3g} req/s" in line
+    assert f"the plan's load utilisation (rate / capacity) {util:.2f}," not in line
+    doc = json.loads(CliRunner().invoke(app, ["simulate", "--plan", str(BATCH_PLAN), "--rate", "200", "-n", "1000",
+                                              "-q", "-f", "json"]).stdout)
+    assert doc["load_utilisation"] == pytest.approx(rho, rel=0.02)
+    assert doc["plan_load_utilisation"] == util and doc["plan_rate_per_s"] == pytest.approx(rate)
+
+
+def test_at_the_plans_own_rate_the_plans_utilisation_is_the_runs() -> None:
+    util, _ = _batch_plan()
+    line = _analytic_line()
+    assert f"the plan's load utilisation (rate / capacity) {util:.2f}," in line and " at its own " not in line

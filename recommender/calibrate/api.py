@@ -11,7 +11,7 @@ from recommender import progress
 from recommender.calibrate.fit import (ErrorStats, FamilyReport, FitOptions, FitResult, HeldOut, family_sigma,
                                        error_stats, fit_profile, held_out, summarize)
 from recommender.calibrate.measurements import Measurement, Skip, predict
-from recommender.calibrate.readers import read_results
+from recommender.calibrate.readers import file_of, measurement_skips, read_results
 from recommender.calibrate.report import fit_summary, profile_document, write_profile
 from recommender.catalog import Catalog, default_catalog
 from recommender.errors import CalibrationError
@@ -86,7 +86,8 @@ def coverage(ms: list[Measurement], catalog: Catalog) -> dict[str, dict[str, int
 def select_engine(ms: tuple[Measurement, ...], engine: str) -> tuple[list[Measurement], list[Skip]]:
     """Rows of ``engine``; rows of other engines are skipped (a fit on one engine is no claim about another)."""
     keep = [m for m in ms if m.engine == engine]
-    skip = [Skip(m.id, f"engine {m.engine!r} is not the one calibrated ({engine!r})") for m in ms if m.engine != engine]
+    skip = measurement_skips((m for m in ms if m.engine != engine),
+                             lambda m: f"engine {m.engine!r} is not the one calibrated ({engine!r})")
     return keep, skip
 
 
@@ -326,6 +327,8 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
         engines = sorted({m.engine for m in read.measurements})
         raise CalibrationError(f"no measurements of engine {req.engine!r} in {', '.join(read.files)} "
                                f"(found: {', '.join(engines) or 'none'}); pass --engine")
+    used = {file_of(m) for m in ms}   # fit.data: the files that gave rows (the others are under fit.skipped)
+    files = tuple(f for f in read.files if f in used)
     name = Path(req.out).stem
     by = "file" if req.held_out_by == "file" else req.held_out_by
     groups = {m.group(by) for m in ms}
@@ -334,7 +337,7 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
     with progress.bar(f"calibrate: fit on {len(ms)} rows", total=2, unit="stage") as bar:
         bar.set_postfix_str(f"fit, checked {min(KFOLD, len({m.group(check_by(ms)) for m in ms}))}-fold by {check_by(ms)}")
         uf = fit_user_rows(ms, start, tuple(params), cat)
-        src = f"recommend calibrate: {len(ms)} measurements from {', '.join(Path(f).name for f in read.files)}"
+        src = f"recommend calibrate: {len(ms)} measurements from {', '.join(Path(f).name for f in files)}"
         if not uf.kept:
             src += " (the fit did not beat the start profile held out: the start profile's values are kept)"
         res = dataclasses.replace(uf.result, profile=uf.result.profile.replace(source=src))
@@ -368,11 +371,11 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
     classes = evidence_classes(ms, shown, cat) if res.fitted and uf.kept and uf.check is not None else []
     if classes:
         extra["classes"] = classes
-    doc = profile_document(res.profile, fit_summary(res, read.files, skipped, extra))
+    doc = profile_document(res.profile, fit_summary(res, files, skipped, extra))
     header = (f"Engine profile {name!r} written by `recommend calibrate` ({req.engine}).\n"
               "Use it with --profile on estimate, the recommender and replan.")
     path = write_profile(req.out, doc, header)
-    return CalibrationRun(result=res, files=read.files, skipped=skipped, out=path, conditions=row_conditions(ms),
+    return CalibrationRun(result=res, files=files, skipped=skipped, out=path, conditions=row_conditions(ms),
                           planner_error=planner, families=tuple(fam_reports), classes=tuple(classes), extra=extra)
 
 

@@ -133,6 +133,11 @@ class Skip:
 
     id: str
     reason: str
+    #: the results file it was read from, as given ("" when not known)
+    file: str = ""
+    #: what it was: "row" (a row of a CSV) or "result" (a `vllm bench serve` result: a JSON file, or one result of
+    #: an ``--append-result`` file)
+    unit: str = "row"
 
 
 # -- metric names ---------------------------------------------------------------------------------

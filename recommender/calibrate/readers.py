@@ -36,10 +36,11 @@ import csv
 import json
 import math
 import os
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import yaml
 
@@ -229,7 +230,7 @@ def read_published_csv(path: str | Path, catalog: Catalog | None = None) -> Read
         except CalibrationError as e:
             r = Skip(rid, str(e))
         (ms if isinstance(r, Measurement) else skips).append(r)  # type: ignore[arg-type]
-    return ReadResult(tuple(ms), tuple(skips), (str(p),))
+    return ReadResult(tuple(ms), tuple(dataclasses.replace(s, file=str(p), unit="row") for s in skips), (str(p),))
 
 
 # -- vllm bench serve JSON ------------------------------------------------------------------------
@@ -497,7 +498,7 @@ def read_bench_json(path: str | Path, defaults: Mapping[str, Any] | None = None,
         fname = p.name if len(docs) == 1 else f"{p.name}[{i + 1}]"
         got = _bench_measurements(doc, where, fname, side, defaults or {}, cat)
         if isinstance(got, Skip):
-            skips.append(got)
+            skips.append(dataclasses.replace(got, file=str(p), unit="result"))
         else:
             ms.extend(got)
     return ReadResult(tuple(ms), tuple(skips), (str(p),))
@@ -507,6 +508,36 @@ def _content(m: Measurement) -> tuple[Any, ...]:
     """What a row measured, without where it was read from (its id, source and file)."""
     return (m.engine, m.model, m.gpu, m.tp, m.weight_dtype, m.kv_dtype, m.load, m.quantity, m.value, m.limits,
             m.gpu_memory_utilization, m.cuda_graphs, m.rate_per_s, m.requests)
+
+
+_RESULT_OF_FILE = re.compile(r" \(result \d+\)$")
+
+
+def file_of(m: Measurement) -> str:
+    """The results file ``m`` was read from, as given (a bench result's ``file`` names its result in an
+    ``--append-result`` file: "runs.json (result 2)")."""
+    return _RESULT_OF_FILE.sub("", m.file)
+
+
+def is_csv_row(m: Measurement) -> bool:
+    """Whether ``m`` is a row of a CSV (read_results reads ``.csv`` files as CSV, anything else as bench JSON)."""
+    return Path(m.file).suffix.lower() == ".csv"
+
+
+def measurement_skips(ms: Iterable[Measurement], reason: str | Callable[[Measurement], str]) -> list[Skip]:
+    """Skips for measurements read and then left out (``reason``: one for all, or one per measurement): one per CSV
+    row, one per `vllm bench serve` result (its figures together), so that reports count what the user can find in
+    the files."""
+    why: Callable[[Measurement], str] = (lambda m: reason) if isinstance(reason, str) else reason
+    out: list[Skip] = []
+    seen: set[str] = set()
+    for m in ms:
+        if is_csv_row(m):
+            out.append(Skip(m.id, why(m), file=file_of(m), unit="row"))
+        elif m.file not in seen:
+            seen.add(m.file)
+            out.append(Skip(m.source, why(m), file=file_of(m), unit="result"))
+    return out
 
 
 def drop_repeats(read: ReadResult) -> ReadResult:
@@ -521,7 +552,8 @@ def drop_repeats(read: ReadResult) -> ReadResult:
     for where, rows in groups.items():
         key = tuple(sorted((_content(m) for m in rows), key=repr))
         if key in seen:
-            skips.append(Skip(rows[0].source, f"{where}: the same results as {seen[key]} (a copy?): counted once"))
+            why = f"{where}: the same results as {seen[key]} (a copy?): counted once"
+            skips += measurement_skips(rows, why)
             continue
         seen[key] = where
         keep += rows
@@ -553,5 +585,5 @@ def read_results(paths: Iterable[str | Path], defaults: Mapping[str, Any] | None
     return total
 
 
-__all__ = ["ReadResult", "read_published_csv", "read_bench_json", "read_results", "unmodelled_run", "drop_repeats",
+__all__ = ["ReadResult", "file_of", "is_csv_row", "measurement_skips", "read_published_csv", "read_bench_json", "read_results", "unmodelled_run", "drop_repeats",
            "weight_dtype_of", "kv_dtype_of", "engine_of", "FIELD_KEYS"]

@@ -54,13 +54,50 @@ def skipped_summary(skipped: Sequence[Skip]) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def skipped_counts(skipped: Sequence[Skip], files: Sequence[str] | None = None) -> dict[str, Any]:
+    """What was skipped in the units of the files: ``skipped_rows`` (file -> rows of a CSV), ``skipped_results``
+    (file -> `vllm bench serve` results: a JSON file is one, an ``--append-result`` file one per line) and, given
+    ``files`` (those that gave rows), ``skipped_files``: the files read that gave none."""
+    rows: dict[str, int] = {}
+    results: dict[str, int] = {}
+    for sk in skipped:
+        into = rows if sk.unit == "row" else results
+        into[sk.file or "?"] = into.get(sk.file or "?", 0) + 1
+    d: dict[str, Any] = {"skipped_rows": rows, "skipped_results": results}
+    if files is not None:
+        used = set(files)
+        d["skipped_files"] = [f for f in dict.fromkeys(sk.file for sk in skipped) if f and f not in used]
+    return d
+
+
+def _n(n: int, unit: str) -> str:
+    return f"{n} {unit}" + ("" if n == 1 else "s")
+
+
+def _and(parts: Sequence[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def skipped_text(skipped: Sequence[Skip], files: Sequence[str]) -> str:
+    """"3 rows of results.csv and 2 result files (a.json, b.json)": what was skipped, by file ("" for nothing)."""
+    c = skipped_counts(skipped, files)
+    whole = set(c["skipped_files"])
+    parts = [("all " if f in whole else "") + _n(n, "row") + f" of {f}" for f, n in c["skipped_rows"].items()]
+    gone = [f for f in c["skipped_results"] if f in whole]
+    if gone:
+        names = ", ".join(gone[:3]) + (f", ... {len(gone) - 3} more" if len(gone) > 3 else "")
+        parts.append(_n(len(gone), "result file") + f" ({names})")
+    parts += [_n(n, "result") + f" of {f}" for f, n in c["skipped_results"].items() if f not in whole]
+    return _and(parts) if parts else ""
+
+
 def fit_summary(res: FitResult, files: Sequence[str] = (), skipped: Sequence[Skip] = (),
                 extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``fit:`` block of a profile (plain data; also the core of the JSON report)."""
     d: dict[str, Any] = {
         "data": list(files),
         "n_rows": res.n_rows,
-        "n_skipped": len(skipped),
+        **skipped_counts(skipped, files or None),
         "fitted": list(res.fitted),
         "unconstrained": {n: res.unconstrained_reasons.get(n, "") for n in res.unconstrained},
         "at_bound": list(res.at_bound),
@@ -93,10 +130,12 @@ def profile_document(profile: EngineProfile, fit: Mapping[str, Any] | None = Non
 
 
 def _family_doc(f: FamilyFit) -> dict[str, Any]:
-    """One ``families:`` entry: :meth:`FamilyFit.to_dict` with its parameters (and its ``releases:`` overrides')
-    rounded for the file and the held-out counts as integers."""
+    """One ``families:`` entry: :meth:`FamilyFit.to_dict` with its parameters (and its ``releases:`` and ``models:``
+    overrides') rounded for the file and the held-out counts as integers."""
     d = f.to_dict()
     for part in [d] + list(d.get("releases", [])):
+        part["parameters"] = {n: _round(n, v) for n, v in part["parameters"].items()}
+    for part in d.get("models", {}).values():   # per-model overrides: rounded as the family's own
         part["parameters"] = {n: _round(n, v) for n, v in part["parameters"].items()}
     if "held_out_inferencex" in d:
         d["held_out_inferencex"] = {k: int(v) if k in ("rows", "configurations") else v
@@ -197,9 +236,11 @@ def render_text(res: FitResult, out_path: str | None = None, files: Sequence[str
     """The report ``recommend calibrate`` prints."""
     lines = [f"Calibrated profile {res.profile.engine!r} from {res.n_rows} measurements"
              + (f" in {len(files)} file(s)" if files else "")
-             + (f"; {len(skipped)} skipped" if skipped else "")]
-    for reason, n in list(skipped_summary(skipped).items())[:6]:
-        lines.append(f"  skipped {n}: {reason}")
+             + (f"; skipped {skipped_text(skipped, files)}" if skipped else "")]
+    for reason in list(skipped_summary(skipped))[:6]:
+        units = [sk.unit for sk in skipped if sk.reason == reason]
+        counts = [_n(units.count(u), u) for u in ("row", "result") if u in units]
+        lines.append(f"  skipped {_and(counts)}: {reason}")
     if conditions:
         lines += ["", "Engine conditions the rows were predicted under"] + [f"  {c}" for c in conditions]
     if families:   # per-family fits: the engine-level values are the start's, each family's are in its table below
@@ -253,4 +294,4 @@ def result_json(res: FitResult, out_path: str | None, files: Sequence[str] = (),
 
 
 __all__ = ["profile_document", "fit_summary", "write_profile", "render_text", "result_json", "error_table",
-           "held_out_text", "parameter_table", "skipped_summary", "PROFILE_PARAMETERS"]
+           "held_out_text", "parameter_table", "skipped_summary", "skipped_counts", "skipped_text", "PROFILE_PARAMETERS"]

@@ -80,6 +80,7 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
         prompt, output, rate, frac = wl.prompt_tokens, wl.output_tokens, wl.effective_rate_per_s, wl.shared_prefix_fraction
     return {"pools": pools, "rate": rate, "prompt": prompt, "output": output, "shared_prefix_fraction": frac,
             "kv_transfer_s_per_token": 0.0, "kv_link": link, "plan_load_utilisation": row.load_utilisation,
+            "plan_rate_per_s": rate,
             "percentiles": [s.percentile for s in doc.slos],
             # the row's load utilisation is at the plan's own rate, lengths and prefix: the run length uses it
             # only while none of them is overridden (simulate_cmd drops it otherwise)
@@ -230,6 +231,19 @@ def _capacity_utilisation(setup: dict[str, Any]) -> float:
     return rate / sat if sat > 0 else math.inf
 
 
+def load_utilisation(setup: dict[str, Any], length: dict[str, Any], trace: Optional[Path]) -> float | None:
+    """The simulated load's utilisation, rate / the analytic model's saturation rate of these pools (the run-length
+    rule's figure): the plan row's while the run is at the plan's own rate, lengths and prefix, else the one the
+    run length was sized with, else computed (:func:`_capacity_utilisation`); None for a replayed trace (its rate
+    and lengths are the trace's) and for pools that cannot serve any rate."""
+    if trace is not None:
+        return None
+    if setup.get("sizing_utilisation") is not None:
+        return float(setup["sizing_utilisation"])
+    rho = length["utilisation"] if length.get("sized") else _capacity_utilisation(setup)
+    return rho if rho is not None and math.isfinite(rho) else None
+
+
 def _run(setup: dict[str, Any], requests: int, seed: int, burstiness: float, trace: Optional[Path], warmup: int) -> tuple[Any, Any]:
     from recommender.load import PoolSpec, Replay, read_trace, simulate, simulate_disaggregated
     from recommender.workload import LengthDist
@@ -273,6 +287,9 @@ def _doc(setup: dict[str, Any], ana: Any, sim: Any, length: dict[str, Any], seed
         "requests": sim.completed, "warmup_requests": sim.warmup_requests, "seed": seed,
         "run_length": {**length, "requests": sim.completed, "warmup_requests": sim.warmup_requests},
         "plan_load_utilisation": setup.get("plan_load_utilisation"),
+        # rate / capacity at the simulated rate, lengths and prefix (the plan's above is at its own): None with a trace
+        "load_utilisation": setup.get("load_utilisation"),
+        "plan_rate_per_s": setup.get("plan_rate_per_s"),
         "latency_s": lat,
         "analytic": {"stable": ana.stable, "utilisation": fin(ana.utilisation), "bottleneck": ana.bottleneck,
                      "mean_running_batch": fin(ana.mean_running_batch), "queue_wait_mean_s": fin(ana.queue_wait_mean_s),
@@ -307,9 +324,16 @@ def _text(doc: dict[str, Any], width: int | None = None) -> str:
     # one vocabulary: the plan's load utilisation is rate / capacity; the analytic model's figure is its busiest
     # resource; the simulator's is the share of time the engine runs a step
     util = "unstable" if not a["stable"] else f"busiest resource at {a['utilisation']:.2f} of its capacity ({a['bottleneck']})"
-    plan_util = doc.get("plan_load_utilisation")
-    if plan_util is not None:
+    plan_util, load_util = doc.get("plan_load_utilisation"), doc.get("load_utilisation")
+    plan_rate = doc.get("plan_rate_per_s")
+    own = f"at its own {plan_rate:.3g} req/s" if plan_rate else "at its own rate"
+    if plan_util is not None and load_util == plan_util:   # the run is at the plan's own load
         util += f"; the plan's load utilisation (rate / capacity) {plan_util:.2f}"
+    elif plan_util is not None and load_util is not None:
+        util += (f"; load utilisation (rate / capacity) {load_util:.2f} at {doc['rate_per_s']:.3g} req/s "
+                 f"(the plan's {plan_util:.2f} is {own})")
+    elif plan_util is not None:   # a replayed trace, or pools that cannot serve the rate: not computed
+        util += f"; the plan's load utilisation (rate / capacity) {plan_util:.2f} is {own}, not this run's"
     warm = doc.get("warmup_requests") or 0
     run = doc.get("run_length") or {}
     head = (f"{doc['config']}: {doc['requests']:,} requests at {doc['rate_per_s']:.3g} req/s, seed {doc['seed']}"
@@ -416,6 +440,8 @@ def simulate_cmd(
             raise ConfigError(f"--warmup {length['warmup_requests']}: the run is {length['requests']:,} requests "
                               f"({length['why']}); give fewer warm-up requests or more -n/--requests")
         ana, sim = _run(setup, length["requests"], seed, burstiness, trace, length["warmup_requests"])
+        if plan is not None:
+            setup["load_utilisation"] = load_utilisation(setup, length, trace)
     except RecommenderError:
         raise
     except (KeyError, TypeError, ValueError) as e:  # malformed plan rows
