@@ -26,7 +26,7 @@ def test_one_file_gets_a_k_fold_held_out_estimate_and_skips_rows_it_cannot_predi
     res = CliRunner().invoke(app, ["calibrate", str(AMD), "--out", str(out)])
     assert res.exit_code == 0, res.output
     # AMDVLLM-005..008 report "throughput_tok_s_unspecified" (total or output tokens: the source does not say)
-    assert "skipped 4: metric 'throughput_tok_s_unspecified' is not one the model predicts" in res.output
+    assert "skipped 4 rows: metric 'throughput_tok_s_unspecified' is not one the model predicts" in res.output
     assert "Held-out error (5-fold over rows)" in res.output
     assert "under the planner's conditions" in res.output
     doc = yaml.safe_load(out.read_text())
