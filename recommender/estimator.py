@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from recommender.catalog import KV_DTYPES, WEIGHT_DTYPES, Catalog, Gpu, default_catalog
-from recommender.dtypes import WeightsChoice
+from recommender.dtypes import WeightsChoice, resolve_weights
 from recommender.errors import ConfigError, DoesNotFitError, RecommenderError
 from recommender.hf_config import ModelArch, not_a_model_repo
 from recommender.offers import (Offer, Rental, cheapest_rental, fits, multinode_offers, rent,
@@ -303,20 +303,18 @@ def checkpoint_flag(req: EstimateRequest, catalog: Catalog | None = None) -> str
 
 def weights_condition(req: EstimateRequest, dep: Deployment) -> str | None:
     """The line saying which weights vLLM loads, where the request names its checkpoint (``--checkpoint``, or a plan's
-    pool) and they are not simply the model's own repo at its own dtype: ``deploy``'s wording
-    (:func:`recommender.dtypes.resolve_weights`), with the checkpoint's block size where it is block-quantized."""
-    from recommender.dtypes import resolve_weights
-
+    pool) and they are not simply the model's own repo at its own dtype: ``deploy``'s wording (:func:`serve_weights`),
+    with the checkpoint's block size where it is block-quantized."""
     if req.checkpoint is None:
         return None
     m, wd = dep.model, dep.weight_dtype
     native, repo = native_weight_dtype(m), m.hf_repo or m.id
     if not req.checkpoint and wd == native:
         return None
-    try:
-        note = resolve_weights(wd, native, repo, req.checkpoint or None).note
-    except RecommenderError:  # int8 / int4 / fp4 from a 16-bit repo: deploy needs a pre-quantized checkpoint
-        note = f"{native} checkpoint {repo} at {wd} weights (deploy needs a pre-quantized {wd} checkpoint: --checkpoint REPO)"
+    serve = serve_weights(req, dep)
+    # None: int8 / int4 / fp4 from a 16-bit repo, where deploy needs a pre-quantized checkpoint
+    note = serve.note if serve is not None else (
+        f"{native} checkpoint {repo} at {wd} weights (deploy needs a pre-quantized {wd} checkpoint: --checkpoint REPO)")
     found = default_catalog().weight_block_for(m, wd, req.checkpoint)
     block = f", {found[1][0]}x{found[1][1]} blocks (each GPU's shard must be whole blocks)" if found else ""
     return f"weights: {note}{block}"
@@ -327,8 +325,6 @@ def serve_weights(req: EstimateRequest, dep: Deployment) -> WeightsChoice | None
     checkpoint, else the catalog's for the weight dtype (:meth:`Catalog.default_checkpoint`), else the model's own repo
     (``--quantization fp8`` / ``--dtype`` where it is quantized or cast at load); None where vLLM would need a
     pre-quantized checkpoint no one named."""
-    from recommender.dtypes import resolve_weights
-
     m, wd = dep.model, dep.weight_dtype
     ckpt = req.checkpoint
     if ckpt is None:
