@@ -200,13 +200,18 @@ def engine_fit(engine: str, ms: list[Measurement], prior: EngineProfile | None, 
 CARRIED = ("dp_balance_timeout_steps",)
 
 
-def carried(engine: str) -> dict[str, float]:
-    """The :data:`CARRIED` parameters of the shipped ``catalogs/profiles/<engine>.yaml`` that differ from the default."""
+def carried(engine: str) -> dict[str, Any]:
+    """The :data:`CARRIED` parameters of the shipped ``catalogs/profiles/<engine>.yaml`` that differ from the default,
+    and its ``borrow_model_terms`` rule (vLLM's DeepSeek expert terms from SGLang's fit: data, not fitted here)."""
     path = ROOT / f"catalogs/profiles/{engine}.yaml"
     if not path.exists():
         return {}
     was = load_profile(path)
-    return {n: float(getattr(was, n)) for n in CARRIED if getattr(was, n) != getattr(EngineProfile(engine=engine), n)}
+    out: dict[str, Any] = {n: float(getattr(was, n)) for n in CARRIED
+                           if getattr(was, n) != getattr(EngineProfile(engine=engine), n)}
+    if was.borrow_model_terms is not None:
+        out["borrow_model_terms"] = was.borrow_model_terms
+    return out
 
 
 def _f(s: ErrorStats | None) -> str:
@@ -367,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_profile(ROOT / f"catalogs/profiles/{engine}.yaml", doc, header)
         vl = results["vllm"].profile
         for engine, name in (("sglang", "SGLang"), ("atom", "ATOM (AMD ROCm)")):
-            sg = vl.replace(engine=engine, source=f"the engine-level parameters are vLLM's fitted values (published.csv has "
+            sg = vl.replace(engine=engine, borrow_model_terms=None, source=f"the engine-level parameters are vLLM's fitted values (published.csv has "
                                                   f"no {name} rows); families: benchmarks/fit_inferencex.py")
             write_profile(ROOT / f"catalogs/profiles/{engine}.yaml", profile_document(sg),
                           f"Default efficiency profile for {name}. The engine-level parameters are a copy of vllm.yaml's\n"

@@ -51,6 +51,11 @@ every command takes ``--profile FILE``. Parameters (all fractions in (0, 1], tim
   its weight stream (1: all of it, NVIDIA decode runs at bandwidth; 0: none, as MI300X fp8 decode, whose
   steps grow with every sequence from batch 1). 0 in profiles written before it existed.
 
+An engine with no measurements of a model may borrow that model's per-model terms from another engine's fit on the
+same GPU family (``borrow_model_terms:``, :class:`BorrowedTerms`): vLLM takes DeepSeek-V3 / R1's routed-expert terms
+from SGLang's InferenceX fit, whose fused-MoE kernel is adapted from vLLM's. Borrowed terms move the prediction's
+centre only: the plan's error band stays that of the engine's own evidence (no rows: the wide prior).
+
 The all-reduce uses the interconnect's measured bus bandwidth where the GPU catalog has one
 (``interconnect.allreduce_busbw``); ``allreduce_bandwidth_efficiency`` applies only where it has none.
 """
@@ -141,9 +146,26 @@ class ModelFit:
     rows: int
     parameters: tuple[tuple[str, float], ...]
     source: str = ""
+    #: the engine whose fit these parameters are (:meth:`EngineProfile.borrowed_fit`); "" = this engine's own rows
+    borrowed_from: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"rows": self.rows, "source": self.source, "parameters": dict(self.parameters)}
+
+
+@dataclass(frozen=True)
+class BorrowedTerms:
+    """Per-model parameters an engine without measurements of a model takes from ``engine``'s fit of that model on
+    the same GPU family (the donor's ``families.<f>.models.<model>``), where the two engines run the same kernels for
+    the work those parameters describe. Only ``parameters`` are borrowed, and only those the borrower's own family or
+    model fit does not set; the donor's own fits only (one hop: what the donor borrows is not passed on)."""
+
+    engine: str
+    parameters: tuple[str, ...]
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "parameters": list(self.parameters), "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -244,12 +266,16 @@ class EngineProfile:
     fit: Mapping[str, Any] = field(default_factory=dict, compare=False)
     families: tuple[FamilyFit, ...] = ()
     family: str = ""              # the family this profile was specialised to ("" = the engine profile)
+    borrow_model_terms: BorrowedTerms | None = None  # per-model terms taken from another engine's fit
 
     def replace(self, **kw: Any) -> "EngineProfile":
         return dataclasses.replace(self, **kw)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("fit", "families")}
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+             if f.name not in ("fit", "families", "borrow_model_terms")}
+        if self.borrow_model_terms is not None:
+            d["borrow_model_terms"] = self.borrow_model_terms.to_dict()
         if self.fit:
             d["fit"] = dict(self.fit)
         if self.families:
@@ -278,29 +304,56 @@ class EngineProfile:
                                median_ape_pct=float(d.get("median_ape_pct") or 0.0),
                                p90_ape_pct=float(d.get("p90_ape_pct") or 0.0))
 
+    def borrowed_fit(self, gpu_id: str, model_id: str) -> ModelFit | None:
+        """The terms this profile borrows for ``model_id`` on ``gpu_id``'s family (:class:`BorrowedTerms`): the
+        donor engine's own fit of that model on the family, cut to the borrowed parameters that this profile's family
+        and model fits do not set; None where nothing is borrowed (no rule, no donor fit, or all set here)."""
+        rule, fam = self.borrow_model_terms, gpu_family(gpu_id)
+        if rule is None or not model_id or not fam:
+            return None
+        donor = engine_profile(rule.engine).family_fit(gpu_id)
+        theirs = donor.model_fit(model_id) if donor is not None else None
+        if theirs is None:
+            return None
+        f = self.family_fit(gpu_id)
+        m = f.model_fit(model_id) if f is not None else None
+        mine = set(dict(f.parameters) if f is not None else {}) | set(dict(m.parameters) if m is not None else {})
+        params = tuple((k, v) for k, v in theirs.parameters if k in rule.parameters and k not in mine)
+        if not params:
+            return None
+        return ModelFit(model_id, theirs.rows, params, f"{rule.engine}'s {fam} fit ({rule.reason}): {theirs.source}",
+                        borrowed_from=rule.engine)
+
+    def _overrides(self, gpu_id: str, model_id: str, release: str | None = None) -> tuple[FamilyFit | None, dict[str, Any]]:
+        """(family fit, parameters over the engine's): borrowed terms, then the family's, its ``model_id`` override,
+        and (``release``) its override for older releases, each later one winning."""
+        f, lent = self.family_fit(gpu_id), self.borrowed_fit(gpu_id, model_id)
+        m = f.model_fit(model_id) if f is not None else None
+        r = f.release_fit(release) if f is not None and release is not None else None
+        kw: dict[str, Any] = {}
+        for part in (lent, f, m, r):
+            kw.update(dict(part.parameters) if part is not None else {})
+        return f, kw
+
     def for_gpu(self, gpu_id: str, model_id: str = "") -> "EngineProfile":
         """This profile with the GPU family's fitted parameters, then the family's override for ``model_id``
-        (:class:`ModelFit`) where it has one; itself when the family has none."""
-        f = self.family_fit(gpu_id)
-        if f is None:
+        (:class:`ModelFit`) where it has one, over any terms it borrows for the model (:meth:`borrowed_fit`); itself
+        when there is none of these."""
+        f, kw = self._overrides(gpu_id, model_id)
+        if f is None and not kw:
             return self
-        m = f.model_fit(model_id)
-        kw: dict[str, Any] = {**dict(f.parameters), **(dict(m.parameters) if m is not None else {})}
-        return dataclasses.replace(self, family=f.family, **kw)
+        return dataclasses.replace(self, family=f.family if f is not None else self.family, **kw)
 
     def for_release(self, gpu_id: str, release: str, model_id: str = "") -> "EngineProfile":
-        """This profile on ``gpu_id`` as engine ``release`` ran it: the family's parameters, its override for
-        ``model_id`` (:class:`ModelFit`), then the family's override for releases older than its ``before``
-        (:meth:`FamilyFit.release_fit`). The result has no ``families`` left (it is fully specialised: a later
-        :meth:`for_gpu` leaves it as it is)."""
-        f = self.family_fit(gpu_id)
-        if f is None:
+        """This profile on ``gpu_id`` as engine ``release`` ran it: the terms it borrows for ``model_id``, the family's
+        parameters, its override for ``model_id`` (:class:`ModelFit`), then the family's override for releases older
+        than its ``before`` (:meth:`FamilyFit.release_fit`). The result has no ``families`` or borrowing left (it is
+        fully specialised: a later :meth:`for_gpu` leaves it as it is)."""
+        f, kw = self._overrides(gpu_id, model_id, release)
+        if f is None and not kw:
             return self
-        r = f.release_fit(release)
-        m = f.model_fit(model_id)
-        kw: dict[str, Any] = {**dict(f.parameters), **(dict(m.parameters) if m is not None else {}),
-                              **(dict(r.parameters) if r is not None else {})}
-        return dataclasses.replace(self, family=f.family, families=(), **kw)
+        return dataclasses.replace(self, family=f.family if f is not None else self.family, families=(),
+                                   borrow_model_terms=None, **kw)
 
 
 def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
@@ -308,7 +361,7 @@ def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
         raise ConfigError(f"profile {where} must be a YAML mapping")
     params = dict(doc.get("parameters") or {})
     known = {f.name for f in dataclasses.fields(EngineProfile)}
-    known -= {"families", "family", "fit", "engine", "source"}
+    known -= {"families", "family", "fit", "engine", "source", "borrow_model_terms"}
     unknown = set(params) - known
     if unknown:
         import difflib
@@ -337,8 +390,28 @@ def profile_from_doc(doc: Mapping[str, Any], where: str) -> EngineProfile:
         raise ConfigError(f"profile {where}: fit must be a mapping (what `recommend calibrate` wrote); delete it or "
                           "calibrate again")
     _check_classes(fit.get("classes"), where)
-    return EngineProfile(engine=str(doc.get("engine", "vllm")), source=str(doc.get("source", where)),
-                         fit=fit, families=tuple(fams), **values)
+    engine = str(doc.get("engine", "vllm"))
+    return EngineProfile(engine=engine, source=str(doc.get("source", where)), fit=fit, families=tuple(fams),
+                         borrow_model_terms=_borrowing(doc.get("borrow_model_terms"), known, engine, where), **values)
+
+
+def _borrowing(doc: Any, known: set[str], engine: str, where: str) -> BorrowedTerms | None:
+    """``borrow_model_terms: {engine, parameters, reason}`` (:class:`BorrowedTerms`), checked: a shipped engine
+    other than this one, and parameters the profile knows."""
+    if doc is None:
+        return None
+    at = f"profile {where}: borrow_model_terms"
+    params = doc.get("parameters") if isinstance(doc, Mapping) else None
+    donor = doc.get("engine") if isinstance(doc, Mapping) else None
+    if not isinstance(donor, str) or not isinstance(params, list) or not all(isinstance(p, str) for p in params):
+        raise ConfigError(f"{at} needs engine (a name) and parameters (a list of names); delete it or fix it")
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ConfigError(f"{at}: unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    if donor == engine or not (profile_dir() / f"{donor}.yaml").exists():
+        names = sorted(p.stem for p in profile_dir().glob("*.yaml") if p.stem != engine)
+        raise ConfigError(f"{at}: engine {donor!r} is not another shipped engine; valid: {', '.join(names)}")
+    return BorrowedTerms(donor, tuple(params), str(doc.get("reason") or ""))
 
 
 def _check_classes(doc: Any, where: str) -> None:

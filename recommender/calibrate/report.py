@@ -122,6 +122,8 @@ def profile_document(profile: EngineProfile, fit: Mapping[str, Any] | None = Non
     params.update({n: _round(n, float(getattr(profile, n))) for n in OPTIONAL_PARAMETERS
                    if getattr(profile, n) != getattr(_DEFAULT, n)})
     doc: dict[str, Any] = {"engine": profile.engine, "source": profile.source, "parameters": params}
+    if profile.borrow_model_terms is not None:
+        doc["borrow_model_terms"] = profile.borrow_model_terms.to_dict()
     if profile.families:
         doc["families"] = {f.family: _family_doc(f) for f in profile.families}
     if fit:

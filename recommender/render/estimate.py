@@ -13,6 +13,7 @@ from recommender.perf import memory as mem
 from recommender.perf.pipeline import PP_HOP_LATENCY_S
 from recommender.perf.steady import Estimate, Load, admitted
 from recommender.perf.step import Deployment, StepCostModel, bound_of, compute_dtype
+from recommender.profiles import gpu_family
 from recommender.render.plan import model_label
 from recommender.search.estimate_bands import EstimateBands
 from recommender.units import fmt_bytes as B
@@ -202,6 +203,25 @@ def _sign(x: float) -> str:
     return "-" if x < 0 else "+"
 
 
+def _overhead_formula(dep: Deployment, cost: StepCostModel) -> str:
+    """The step's fixed time, term by term as ``perf.step`` adds it: the profile's step overhead, per-layer time
+    under CUDA graphs, eager launches without them, every MoE layer's fixed time, the pipeline's hops."""
+    m, p = dep.model, dep.profile
+    n_moe = m.moe.num_moe_layers if m.moe is not None else 0
+    parts = [f"{S(p.step_overhead_s)} per step"]
+    if p.layer_overhead_s:
+        parts.append(f"{m.num_layers} layers x {S(p.layer_overhead_s)}")
+    if not dep.cuda_graphs:
+        parts.append(f"{m.num_layers} layers x {S(p.layer_launch_overhead_s)} eager launches")
+    if n_moe and cost.moe_layer_overhead_s:
+        parts.append(f"{n_moe} MoE layers x {S(cost.moe_layer_overhead_s)}")
+    if dep.pp > 1:
+        parts.append(f"{dep.pp - 1} stage hops x {S(PP_HOP_LATENCY_S)}")
+    why = "; scheduler, sampling, launch" + ("; each MoE layer's router, permutes, grouped-GEMM launches"
+                                             if n_moe and cost.moe_layer_overhead_s else "")
+    return " + ".join(parts) + why
+
+
 def _decode_lines(dep: Deployment, est: Estimate, cost: StepCostModel, b: int, ctx: int) -> list[str]:
     """The decode step at batch ``b`` (per attention rank) and context ``ctx``: floors, then each real term. With
     MTP the step is the verify step: ``b x (k + 1)`` query tokens, the KV read once (``StepCostModel.spec_step_s``);
@@ -240,8 +260,7 @@ def _decode_lines(dep: Deployment, est: Estimate, cost: StepCostModel, b: int, c
         out.append(_line("all-reduce", f"{cost.allreduces_per_layer} x {m.num_layers} layers x ({S(cost.allreduce_latency_s)} + "
                          f"2 x {tp - 1} / {tp} x {t} x {m.hidden_size} x 2 B / {cost.allreduce_bytes_per_s / 1e9:.4g} GB/s); ring",
                          S(allreduce_s)))
-    out.append(_line("overhead", f"{S(cost.overhead_s)}; scheduler, sampling, launch"
-                     + ("" if dep.cuda_graphs else f" + {m.num_layers} layers x eager launches"), S(overhead_s)))
+    out.append(_line("overhead", _overhead_formula(dep, cost), S(overhead_s)))
     experts = wb - cost.dense_weight_bytes_per_gpu
     wbw = cost.hbm_bytes_per_s * cost.weight_stream_efficiency  # the weight dtype's kernels' bandwidth
     w_read = (f"{B(wb)} / {_tbs(wbw)}" if experts <= 0 or cost.expert_bandwidth_efficiency == 1.0 else
@@ -485,13 +504,26 @@ def _quote(arg: str) -> str:
 
 def _fit_label(dep: Deployment) -> str:
     """' (hopper family fit)', ' (hopper family fit, llama-3.1-8b's own: 9 rows)' where the family holds an override
-    for this model (``recommend calibrate`` on one configuration), '' without a family fit."""
+    for this model (``recommend calibrate`` on one configuration), and '; deepseek-v3's terms borrowed from sglang's
+    hopper fit: 75 rows' where the profile borrows the model's terms (:meth:`EngineProfile.borrowed_fit`); '' for
+    none of these."""
     p = dep.profile
-    if not p.family:
-        return ""
-    fam = p.family_fit(dep.gpu.id)
+    fam = p.family_fit(dep.gpu.id) if p.family else None
     own = fam.model_fit(dep.model.id) if fam is not None else None
-    return f" ({p.family} family fit" + (f", {own.model}'s own: {own.rows} rows)" if own is not None else ")")
+    lent = p.borrowed_fit(dep.gpu.id, dep.model.id)
+    parts = [f"{p.family} family fit" + (f", {own.model}'s own: {own.rows} rows" if own is not None else "")] if p.family else []
+    if lent is not None:
+        parts.append(f"{lent.model}'s terms borrowed from {lent.borrowed_from}'s {gpu_family(dep.gpu.id)} fit: {lent.rows} rows")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _borrowed_json(dep: Deployment) -> dict[str, Any] | None:
+    """The JSON's ``borrowed_terms``: the donor engine, its family, rows and the parameters taken; None without."""
+    lent = dep.profile.borrowed_fit(dep.gpu.id, dep.model.id)
+    if lent is None:
+        return None
+    return {"engine": lent.borrowed_from, "family": gpu_family(dep.gpu.id), "rows": lent.rows,
+            "parameters": dict(lent.parameters)}
 
 
 def _describe(load: Load, est: Estimate) -> str:
@@ -511,6 +543,7 @@ def estimate_json(dep: Deployment, load: Load, est: Estimate, extra: dict[str, A
     d = est.to_dict()
     d.update({"model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "weight_dtype": dep.weight_dtype,
               "kv_dtype": dep.kv_dtype, "engine": dep.profile.engine, "profile_family": dep.profile.family or None,
+              "borrowed_terms": _borrowed_json(dep),
               "mode": str(load.mode), "vllm_serve_flags": parallel_flags(dep), "data_parallel_size": dep.dp, "enable_expert_parallel": dep.ep,
               "pipeline_parallel_size": dep.pp, "stage_nic_bytes_per_s_per_gpu": dep.stage_nic_bytes_per_s_per_gpu or None,
               "speculative": None if dep.spec is None else {

@@ -126,6 +126,10 @@ def evidence_of(ctx: SearchContext, ev: Evaluation) -> Evidence:
     elsewhere = calibrated_elsewhere(ctx.profile, mid, families)
     if elsewhere:
         label += f" ({elsewhere}: this plan predicts with the start profile's values)"
+    lent = sorted({f"{b.borrowed_from}'s {gpu_family(p.gpu)} fit: {b.rows} rows" for p in ev.pools
+                   if (b := ctx.profile.borrowed_fit(p.gpu, mid)) is not None})
+    if lent:
+        label += f" ({mid}'s terms borrowed from {', '.join(lent)}; none of {ctx.profile.engine}'s own)"
     return Evidence(profile=label, engine=ctx.profile.engine,
                     measured=bool(pools) and all(p.measured_rows > 0 for p in pools),
                     error_band=evidence_band(ctx, families), pools=pools)
