@@ -95,10 +95,11 @@ def test_the_message_says_what_why_and_what_to_try():
     why = block_split_error(Q235, BLOCK, tp=8, checkpoint="Qwen/Qwen3-235B-A22B-FP8")
     assert why == ("Qwen/Qwen3-235B-A22B-FP8 stores fp8 weights in 128x128 blocks and TP 8 leaves each routed expert's "
                    "FFN 192 wide (output per GPU), not a multiple of 128: vLLM refuses it at load (weight_block_size); "
-                   "use TP 4, expert parallelism or the bf16 checkpoint")
+                   "use TP 4, expert parallelism or the bf16 checkpoint quantized at load (--checkpoint none)")
     # DeepSeek's own checkpoint is fp8: no 16-bit one to suggest; fewer DP ranks (2048 / 16 = 128) or EP load
     why = block_split_error(DSV3, BLOCK, tp=8, dp=4, checkpoint="deepseek-ai/DeepSeek-R1")
     assert why is not None and why.endswith("use DP 2 or expert parallelism") and "bf16" not in why
+    assert "--checkpoint" not in why                                       # nothing to load instead
 
 
 def test_layout_validity_refuses_block_splits_plain_tp_included():
@@ -146,7 +147,7 @@ def test_estimate_refuses_in_one_line_and_takes_the_layouts_that_load():
         build(EstimateRequest(model="qwen3-235b-a22b", gpu="h200", tp=8, weight_dtype="fp8", context_tokens=1000))
     msg = str(e.value)
     assert "\n" not in msg and "TP 8 leaves each routed expert's FFN 192 wide" in msg
-    assert msg.endswith("use TP 4, expert parallelism or the bf16 checkpoint")
+    assert msg.endswith("use TP 4, expert parallelism or the bf16 checkpoint quantized at load (--checkpoint none)")
     with pytest.raises(ConfigError, match="64 wide"):
         build(EstimateRequest(model="deepseek-r1", gpu="gb200", tp=8, dp=4, context_tokens=1000))
     for req in (EstimateRequest(model="qwen3-235b-a22b", gpu="h200", tp=8, ep=True, weight_dtype="fp8", context_tokens=1000),
@@ -184,3 +185,8 @@ def test_deploy_refuses_an_old_plan_that_splits_the_blocks_with_the_same_message
     assert build_spec(_example_at_tp(2), 5).pools[0].tp == 2              # 768 / 2 = 384 = 3 x 128
     online = build_spec(_example_at_tp(4, checkpoint=""), 5).pools[0]     # online fp8: per-tensor scales, no blocks
     assert online.weights.quantization == "fp8"
+    # what the refusal suggests: --checkpoint none drops the plan's FP8 checkpoint for the bf16 repo, quantized at load
+    assert str(e.value).endswith("(--checkpoint none)")
+    for none in ("none", "None"):
+        pool = build_spec(_example_at_tp(4), 5, checkpoint=none).pools[0]
+        assert (pool.weights.model, pool.weights.quantization, pool.tp) == ("Qwen/Qwen3-30B-A3B", "fp8", 4)

@@ -75,7 +75,8 @@ def deploy_cmd(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory to write the files to; without it they are printed."),
     checkpoint: Optional[str] = typer.Option(
         None, "--checkpoint",
-        help="Pre-quantized checkpoint repo for int8/int4/fp4 weights (overrides the plan's 'checkpoint')."),
+        help="Pre-quantized checkpoint repo for int8/int4/fp4 weights (overrides the plan's 'checkpoint'), or 'none' "
+             "for the model's own repo, quantized at load where the plan's weight dtype is not its own (online fp8)."),
     as_json: bool = typer.Option(False, "--json", help="Print what was written (or rendered) as JSON."),
     namespace: Optional[str] = typer.Option(None, "--namespace", "-n", help="Kubernetes namespace of every object (k8s)."),
     image: Optional[str] = typer.Option(None, "--image", help="Engine image (default vllm/vllm-openai[-rocm]:v0.33.0)."),

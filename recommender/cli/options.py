@@ -66,13 +66,21 @@ Replicas = Annotated[int, typer.Option("--replicas", help="Identical replicas (d
 WeightDtype = Annotated[Optional[str], typer.Option(
     "--weight-dtype", help="bf16|fp16|fp8|int8|int4|fp4|mxfp4 (default: the checkpoint's).")]
 KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV-cache dtype: bf16|fp8.")]
-Checkpoint = Annotated[Optional[str], typer.Option(
-    "--checkpoint", help="The checkpoint vLLM loads: a Hugging Face repo id (or local path) of pre-quantized weights, or "
-                         "'none' (or '') for the model's own repo, quantized at load where --weight-dtype is not its "
-                         "own (online fp8). Default: the model catalog's pre-quantized checkpoint for --weight-dtype, "
-                         "else the model's own; with --plan, the pool's. A block-quantized one "
-                         "(Qwen/Qwen3-235B-A22B-FP8) refuses a --tp / --data-parallel-size that splits its 128x128 "
-                         "blocks.")]
+
+
+def _checkpoint_help(with_plan: str, layout: str) -> str:
+    return ("The checkpoint vLLM loads: a Hugging Face repo id (or local path) of pre-quantized weights, or "
+            "'none' (or '') for the model's own repo, quantized at load where --weight-dtype is not its "
+            "own (online fp8). Default: the model catalog's pre-quantized checkpoint for --weight-dtype, "
+            f"else the model's own; {with_plan}. A block-quantized one "
+            f"(Qwen/Qwen3-235B-A22B-FP8) refuses a {layout} that splits its 128x128 blocks.")
+
+
+Checkpoint = Annotated[Optional[str], typer.Option("--checkpoint", help=_checkpoint_help(
+    "with --plan, the pool's", "--tp / --data-parallel-size"))]
+#: ``simulate``'s: a plan's pools load their own checkpoints (``--plan`` with ``--checkpoint`` is refused)
+FlagCheckpoint = Annotated[Optional[str], typer.Option("--checkpoint", help=_checkpoint_help(
+    "not with --plan, whose pools load their own", "--tp"))]
 
 
 def tokens(flag: str) -> Any:

@@ -125,7 +125,7 @@ def _flag_setup(kw: dict[str, Any], workload: Optional[Path]) -> dict[str, Any]:
                           engine=kw["engine"], profile_file=kw["profile"], gpu_memory_utilization=kw["gpu_memory_utilization"],
                           cuda_graphs=kw["cuda_graphs"], max_num_seqs=kw["max_num_seqs"],
                           max_num_batched_tokens=kw["max_num_batched_tokens"], chunked_prefill=kw["chunked_prefill"],
-                          pp=kw["pp"])
+                          pp=kw["pp"], checkpoint=kw.get("checkpoint"))
     dep, _, est = estimate_request(req)
     raise_if_not_fit(dep, est)
     rate = kw["rate"] if kw["rate"] is not None else (wl.effective_rate_per_s if wl is not None else None)
@@ -138,6 +138,19 @@ def _flag_setup(kw: dict[str, Any], workload: Optional[Path]) -> dict[str, Any]:
             "output": output, "shared_prefix_fraction": frac, "kv_transfer_s_per_token": 0.0,
             "percentiles": [s.percentile for s in wl.slos] if wl is not None else [],
             "label": f"{dep.model.id} on {kw['replicas']} x {kw['tp']}{f' x PP{dep.pp}' if dep.pp > 1 else ''} {dep.gpu.id}"}
+
+
+def _flag_checkpoint(plan: Optional[Path], checkpoint: Optional[str]) -> Optional[str]:
+    """``--checkpoint`` as ``EstimateRequest.checkpoint`` (``estimate``'s reading: ``none`` -> "", the model's own
+    repo quantized at load), refused with ``--plan``, whose pools load the checkpoints the plan names."""
+    from recommender.estimator import checkpoint_of_flag
+
+    if checkpoint is None:
+        return None
+    if plan is not None:
+        raise ConfigError("--plan loads the checkpoints its pools name (the plan's 'checkpoint'); drop --checkpoint, "
+                          "or give --model/--gpu/--tp instead of --plan")
+    return checkpoint_of_flag(checkpoint)
 
 
 def _with_prefix_caching(dep: Any) -> Any:
@@ -373,6 +386,7 @@ def simulate_cmd(
     replicas: options.Replicas = 1,
     weight_dtype: options.WeightDtype = None,
     kv_dtype: options.KvDtype = "bf16",
+    checkpoint: options.FlagCheckpoint = None,
     prompt_tokens: options.PromptTokens = None,
     output_tokens: options.OutputTokens = None,
     engine: options.Engine = "vllm",
@@ -417,6 +431,7 @@ def simulate_cmd(
         raise ConfigError(f"--rate {rate}: requests per second must be > 0")
     if shared_prefix_fraction is not None and not 0.0 <= shared_prefix_fraction < 1.0:
         raise ConfigError(f"--shared-prefix-fraction {shared_prefix_fraction}: must be in [0, 1)")
+    ckpt = _flag_checkpoint(plan, checkpoint)
     if timeseries is not None:
         from recommender.cli.checks import check_writable_file
 
@@ -433,7 +448,7 @@ def simulate_cmd(
                                  gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
                                  max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                  chunked_prefill=chunked_prefill, prefix_caching=prefix_caching,
-                                 shared_prefix_fraction=shared_prefix_fraction, rate=rate), workload)
+                                 shared_prefix_fraction=shared_prefix_fraction, rate=rate, checkpoint=ckpt), workload)
     try:
         length = run_length(setup, requests, warmup, trace)
         if length["warmup_requests"] >= length["requests"] and trace is None:

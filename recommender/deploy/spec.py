@@ -10,7 +10,7 @@ Quantization policy (``recommender.dtypes.resolve_weights``, which ``estimate`` 
 
 1. a checkpoint repo is given (CLI ``--checkpoint`` > pool ``checkpoint`` > row ``checkpoint``):
    vLLM loads it and reads its quantization config, so no ``--quantization``; it must store
-   ``weight_dtype`` weights;
+   ``weight_dtype`` weights (``--checkpoint none``: no repo, whatever the plan names; the rules below);
 2. ``weight_dtype == checkpoint_dtype``: load ``hf_repo`` as is, no ``--quantization``;
 3. both 16-bit but different: load ``hf_repo`` with ``--dtype bfloat16|float16`` (cast at load);
 4. ``weight_dtype == fp8`` on a 16-bit checkpoint: ``--quantization fp8`` (vLLM's online dynamic FP8);
@@ -326,7 +326,8 @@ def _pool_spec(raw: Pool, row: PlanRow, workload: WorkloadEcho, *, hf_repo: str,
     pw = f"{where} pool {raw.role.value}"
     gpu = lookup(raw.gpu)
     _check_gpu(gpu, raw.weight_dtype, raw.kv_dtype, where=pw)
-    ckpt = checkpoint or raw.checkpoint or row.checkpoint or None
+    # checkpoint "" (--checkpoint none): the model's own repo, whatever the pool and the row name
+    ckpt = (checkpoint if checkpoint is not None else raw.checkpoint or row.checkpoint) or None
     if ckpt is not None:
         ckpt = model_repo(_safe_text(ckpt, "checkpoint"), "checkpoint")
     weights = resolve_weights(raw.weight_dtype, ckpt_dtype, hf_repo, ckpt)
@@ -423,10 +424,17 @@ def _network_kind(label: str) -> str:
 def build_spec(plan: Plan | Mapping[str, Any], rank: int = 1, checkpoint: str | None = None, *,
                plan_name: str | None = None, gpus: GpuLookup | None = None) -> DeploySpec:
     """Pick row ``rank`` of ``plan`` and turn it into a checked :class:`DeploySpec` (a plan document is read
-    with :func:`recommender.plan.load_plan`, the one reader)."""
+    with :func:`recommender.plan.load_plan`, the one reader). ``checkpoint`` (``--checkpoint``) replaces the plan's
+    pools' checkpoint repo; ``none`` (any case): none, the model's own repo (quantized or cast at load where the
+    pool's weight dtype is not its own), as ``estimate --checkpoint none`` reads it. An empty one is refused (an unset
+    variable in a deploy script, more likely than a choice)."""
+    from recommender.estimator import CHECKPOINT_NONE
+
     if not isinstance(plan, Plan):
         plan = load_plan(plan)
-    if checkpoint is not None:
+    if checkpoint is not None and checkpoint.lower() == CHECKPOINT_NONE:
+        checkpoint = ""  # _pool_spec: no repo, whatever the plan names
+    elif checkpoint is not None:
         model_repo(_safe_text(checkpoint, "--checkpoint"), "--checkpoint")
     if not plan.rows:
         raise DeployError("the plan holds no plans (the search found nothing feasible); nothing to deploy")

@@ -67,7 +67,8 @@ def block_split_error(model: ModelArch, block: tuple[int, int] | None, *, tp: in
     """None when vLLM loads ``checkpoint`` (weights quantized in ``block`` = (block_n, block_k) blocks; None: not
     block-quantized) at ``--tensor-parallel-size tp --data-parallel-size dp [--enable-expert-parallel]``, else one line:
     what is split too thin, why vLLM refuses it, and what to try (a smaller TP that loads, expert parallelism where
-    only the routed experts are too thin, the 16-bit checkpoint where the model has one)."""
+    only the routed experts are too thin, the 16-bit checkpoint where the model has one, quantized at load: per-tensor
+    scales, no blocks; ``--checkpoint none``, which ``estimate``, ``simulate`` and ``deploy`` take)."""
     if block is None:
         return None
     bad = _first_bad(model, block, tp=tp, dp=dp, ep=ep)
@@ -88,7 +89,7 @@ def block_split_error(model: ModelArch, block: tuple[int, int] | None, *, tp: in
             and _first_bad(model, block, tp=tp, dp=dp, ep=True) is None):
         tries.append("expert parallelism")
     if model.checkpoint_dtype in ("bf16", "fp16"):  # the model's own checkpoint is 16-bit: the fp8 one is a release
-        tries.append(f"the {model.checkpoint_dtype} checkpoint")
+        tries.append(f"the {model.checkpoint_dtype} checkpoint quantized at load (--checkpoint none)")
     try_text = ", ".join(tries[:-1]) + (" or " if len(tries) > 1 else "") + (tries[-1] if tries else "another layout")
     return (f"{name} stores fp8 weights in {block[0]}x{block[1]} blocks and {split} leaves {what} {width} wide "
             f"({'output' if side == 'out' else 'input'} per GPU), not a multiple of {size}: vLLM refuses it at load "
