@@ -55,3 +55,26 @@ def test_a_dense_plan_counts_the_dense_rows_not_the_moe_ones() -> None:
     held = engine_profile("trtllm").held_out_evidence("h100-sxm")
     assert fam == "hopper" and n > 41 and held is not None and n == held.rows  # the README's dense column
     assert measured_rows(engine_profile("trtllm"), "h100-sxm", moe=True) == ("hopper", _inferencex_rows("trt", ("h200",)))
+
+
+def test_a_vllm_moe_plan_has_no_measured_rows_of_its_own() -> None:
+    # InferenceX has no vLLM rows (its frameworks: sglang, trt, atom and their P/D forms), and the dense rows behind
+    # vLLM's hopper family fit say nothing of the routed experts; the terms it borrows from SGLang are not its rows
+    with (MEAS / "inferencex-dsr1.csv").open() as f:
+        assert not any("vllm" in r["framework"] for r in csv.DictReader(f))
+    vllm = engine_profile("vllm")
+    assert vllm.borrowed_fit("h200", "deepseek-v3") is not None
+    assert measured_rows(vllm, "h200", moe=True, model_id="deepseek-v3") == ("hopper", 0)
+    assert measured_rows(vllm, "b200", moe=True, model_id="qwen3-30b-a3b") == ("blackwell", 0)
+    assert measured_rows(vllm, "h200", moe=False, model_id="llama-3.1-70b")[1] > 0  # its dense rows still count
+
+
+def test_a_calibration_counts_for_a_moe_plan_only_where_it_covers_that_model() -> None:
+    from recommender.profiles import EngineProfile
+
+    fit = {"coverage": {"families": {"hopper": 30}, "models": {"deepseek-v3": 12, "llama-3.1-8b": 18}}}
+    prof = EngineProfile(engine="vllm", source="calibrated", fit=fit)
+    assert measured_rows(prof, "h100-sxm", moe=True, model_id="deepseek-v3") == ("hopper", 12)
+    assert measured_rows(prof, "h100-sxm", moe=True, model_id="qwen3-30b-a3b") == ("hopper", 0)
+    assert measured_rows(prof, "b200", moe=True, model_id="deepseek-v3") == ("blackwell", 0)  # not on that family
+    assert measured_rows(prof, "h100-sxm", moe=False, model_id="llama-3.1-8b") == ("hopper", 30)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Mapping
 
 from recommender.catalog import default_catalog
 from recommender.plan import Evidence, PoolEvidence, layout_suffix
@@ -83,15 +83,20 @@ def measured_rows(profile: EngineProfile, gpu_id: str, *, moe: bool = False, mod
     rows of that override, the measurements of this very model; else the rows the README's per-profile table
     (``benchmarks/profile_evidence.py``) lists: for a MoE model the family's InferenceX rows
     (``families.<f>.held_out_inferencex.rows``), for a dense one the engine fit's rows on the family
-    (``fit.held_out_by_config.by_family.<f>.rows``); where the profile records neither, the family fit's rows
-    (``families:`` in the profile), or the rows the fit records for the family (``fit.coverage.families``,
-    written by ``recommend calibrate``), else (older profiles) the engine fit's rows on GPUs of the same family (the fit's
-    held-out report ``by: gpu``, ``per_group.<gpu>.start.n``). Family = the GPU's catalog architecture."""
+    (``fit.held_out_by_config.by_family.<f>.rows``); where the profile records neither, for a MoE model the rows of
+    that model a ``recommend calibrate`` fit covers on the family (:func:`_moe_coverage`; else 0: the dense rows behind
+    a family fit say nothing of the routed experts, nor do terms borrowed from another engine), for a dense one the
+    family fit's rows (``families:`` in the profile), or the rows the fit records for the family
+    (``fit.coverage.families``, written by ``recommend calibrate``), else (older profiles) the engine fit's rows on
+    GPUs of the same family (the fit's held-out report ``by: gpu``, ``per_group.<gpu>.start.n``). Family = the GPU's
+    catalog architecture."""
     fit = profile.family_fit(gpu_id)
     own = fit.model_fit(model_id) if fit is not None else None
     if fit is not None and own is not None:
         return fit.family, own.rows
     recorded = dict(fit.held_out_inferencex).get("rows") if moe and fit is not None else None
+    if recorded is None and moe:
+        return _moe_coverage(profile, gpu_id, model_id)
     if recorded is None and not moe:
         dense = profile.held_out_evidence(gpu_id)
         recorded = float(dense.rows) if dense is not None and dense.rows > 0 else None
@@ -112,6 +117,20 @@ def measured_rows(profile: EngineProfile, gpu_id: str, *, moe: bool = False, mod
                 rows += n
         break
     return family, rows
+
+
+def _moe_coverage(profile: EngineProfile, gpu_id: str, model_id: str) -> tuple[str, int]:
+    """(family, rows of ``model_id`` a ``recommend calibrate`` fit covers on the GPU's family): the smaller of the
+    fit's rows on the family and of the model (``fit.coverage``), 0 where it covers either not at all."""
+    family = gpu_family(gpu_id)
+    cov = (profile.fit or {}).get("coverage")
+    fams = cov.get("families") if isinstance(cov, Mapping) else None
+    models = cov.get("models") if isinstance(cov, Mapping) else None
+    on_family = fams.get(family) if isinstance(fams, Mapping) and family else None
+    of_model = models.get(model_id) if isinstance(models, Mapping) and model_id else None
+    if isinstance(on_family, int) and isinstance(of_model, int):
+        return family, min(on_family, of_model)
+    return family, 0
 
 
 def evidence_of(ctx: SearchContext, ev: Evaluation) -> Evidence:
