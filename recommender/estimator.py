@@ -281,8 +281,17 @@ CHECKPOINT_NONE = "none"
 
 def checkpoint_of_flag(text: str) -> str:
     """``--checkpoint``'s value as ``EstimateRequest.checkpoint``: ``none`` (any case) or an empty string -> ""
-    (the model's own repo), else the repo as given (:func:`build` checks it)."""
+    (the model's own repo), else the repo as given (:func:`build` checks it; :func:`check_checkpoint`)."""
     return "" if text.lower() in ("", CHECKPOINT_NONE) else text
+
+
+def check_checkpoint(checkpoint: str | None) -> None:
+    """Refuse (ConfigError, one line) a ``--checkpoint`` that is neither a Hugging Face repo id nor an absolute local
+    path (None and "": the catalog's, the model's own repo)."""
+    why = not_a_model_repo(checkpoint, "--checkpoint") if checkpoint else None
+    if why:
+        raise ConfigError(f"{why}; give the pre-quantized checkpoint's repo, or --checkpoint {CHECKPOINT_NONE} "
+                          f"for the model's own repo (quantized at load)")
 
 
 def checkpoint_flag(req: EstimateRequest, catalog: Catalog | None = None) -> str | None:
@@ -417,11 +426,7 @@ def build(req: EstimateRequest, catalog: Catalog | None = None, profile: EngineP
     if kd not in KV_DTYPES:
         raise ConfigError(f"--kv-dtype {kd!r}: valid dtypes are {', '.join(KV_DTYPES)}")
     check_parallelism(model, gpu, req.tp)
-    if req.checkpoint:
-        why = not_a_model_repo(req.checkpoint, "--checkpoint")
-        if why:
-            raise ConfigError(f"{why}; give the pre-quantized checkpoint's repo, or --checkpoint {CHECKPOINT_NONE} "
-                              f"for the model's own repo (quantized at load)")
+    check_checkpoint(req.checkpoint)
     ckpt, block = cat.weight_block_for(model, wd, req.checkpoint) or ("", None)
     check_layout(model, gpu.id, gpu.interconnect.gpus_per_domain, tp=req.tp, dp=req.dp, ep=req.ep,
                  weight_block=block, checkpoint=ckpt)

@@ -190,3 +190,62 @@ def test_deploy_refuses_an_old_plan_that_splits_the_blocks_with_the_same_message
     for none in ("none", "None"):
         pool = build_spec(_example_at_tp(4), 5, checkpoint=none).pools[0]
         assert (pool.weights.model, pool.weights.quantization, pool.tp) == ("Qwen/Qwen3-30B-A3B", "fp8", 4)
+
+
+def _write_example_at_tp(tmp_path: Path, tp: int, checkpoint: str | None = None) -> Path:
+    path = tmp_path / f"moe-chat-tp{tp}{'' if checkpoint is None else '-' + (checkpoint.split('/')[-1] or 'online')}.json"
+    path.write_text(json.dumps(_example_at_tp(tp, checkpoint)))
+    return path
+
+
+def test_simulate_plan_refuses_the_row_estimate_plan_and_deploy_refuse_with_the_same_line(tmp_path):
+    """``simulate --plan`` rebuilt the pools of a row vLLM refuses to load and simulated it; now it refuses it with
+    ``estimate --plan``'s line (deploy's, after its 'plan ... pool ...:' prefix), and runs what the line suggests."""
+    from typer.testing import CliRunner
+
+    from recommender.cli import app
+
+    def invoke(*argv: str):  # type: ignore[no-untyped-def]
+        return CliRunner().invoke(app, list(argv))
+
+    path = str(_write_example_at_tp(tmp_path, 4))
+    est = invoke("estimate", "--plan", path, "--rank", "5")
+    sim = invoke("simulate", "--plan", path, "--rank", "5", "-n", "200", "-q")
+    dep = invoke("deploy", path, "--rank", "5", "--format", "cmd")
+    want = block_split_error(Q30, BLOCK, tp=4, checkpoint="Qwen/Qwen3-30B-A3B-FP8")
+    assert want is not None
+    for res in (est, sim, dep):
+        assert res.exit_code == 2, res.output
+        assert res.exception is None or isinstance(res.exception, SystemExit)   # no traceback
+        (line,) = res.stderr.splitlines()
+        assert line.endswith(want) and res.stdout == ""
+    assert sim.stderr == est.stderr == f"error: {want}\n"
+    # the flag the line names runs the row: the bf16 repo quantized to fp8 at load (per tensor: no blocks)
+    res = invoke("simulate", "--plan", path, "--rank", "5", "-n", "200", "-q", "--checkpoint", "none", "-f", "json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["requests"] == 200
+    # TP 2 keeps whole blocks (768 / 2 = 384 = 3 x 128); a row that names no checkpoint loads the bf16 repo
+    for ok in (_write_example_at_tp(tmp_path, 2), _write_example_at_tp(tmp_path, 4, checkpoint="")):
+        res = invoke("simulate", "--plan", str(ok), "--rank", "5", "-n", "200", "-q")
+        assert res.exit_code == 0, res.output
+    # --checkpoint names the FP8 repo for every pool of that row: refused again
+    res = invoke("simulate", "--plan", str(_write_example_at_tp(tmp_path, 4, checkpoint="")), "--rank", "5", "-n", "200",
+                 "-q", "--checkpoint", "Qwen/Qwen3-30B-A3B-FP8")
+    assert res.exit_code == 2 and res.stderr == f"error: {want}\n", res.output
+
+
+def test_replan_still_predicts_a_running_row_whose_plan_names_a_checkpoint_it_cannot_load():
+    """The re-planner predicts the row that is deployed; a layout vLLM refuses with the plan's FP8 checkpoint can only
+    be running with another (``deploy --checkpoint none``), and the step costs do not depend on which: the
+    prediction stands, as before (refusing would send every run to a search because of a file's checkpoint field)."""
+    from recommender.plan import load_plan
+    from recommender.replan.observe import base_workload_from_plan
+    from recommender.replan.plans import select_rank
+    from recommender.replan.predict import predict_plan
+
+    current = select_rank(load_plan(_example_at_tp(4)), 5, "moe-chat-tp4.json")
+    workload = base_workload_from_plan(current)
+    pred = predict_plan(current, workload)
+    assert pred.replicas == (1,) and pred.latencies["tpot"]["p90"] > 0
+    online = select_rank(load_plan(_example_at_tp(4, checkpoint="")), 5, "moe-chat-tp4-online.json")
+    assert predict_plan(online, workload) == pred   # what `deploy --checkpoint none` runs: the same prediction

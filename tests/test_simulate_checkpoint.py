@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from recommender.cli import app
 from recommender.estimator import EstimateRequest, estimate_request
 from recommender.perf.step import StepCostModel
-from recommender.plan import Plan, PlanRow, Pool, PoolRole, WorkloadEcho, dump_plan
+from recommender.plan import LengthSummary, Plan, PlanRow, Pool, PoolRole, WorkloadEcho, dump_plan
 
 FP8_REPO = "Qwen/Qwen3-235B-A22B-FP8"
 CONFIG = ["--model", "qwen3-235b-a22b", "--gpu", "h200", "--tp", "8", "--weight-dtype", "fp8"]
@@ -35,10 +35,13 @@ def invoke(*argv: str):
 
 def _q235_plan(tmp_path: Path, checkpoint: str = FP8_REPO, name: str = "q235") -> Path:
     """A one-pool plan of Qwen3-235B-A22B at fp8 on 2 x 8 H200 loading ``checkpoint`` (as a plan written before the
-    search knew the FP8 checkpoint's blocks could hold it)."""
+    search knew the FP8 checkpoint's blocks could hold it), for ``LOAD`` (1000 + 100 tokens at 0.5 req/s)."""
     pool = Pool(role=PoolRole.BOTH, gpu="h200", tp=8, replicas=2, weight_dtype="fp8", kv_dtype="fp8",
                 max_num_seqs=256, max_num_batched_tokens=8192, checkpoint=checkpoint)
-    plan = Plan(workload=WorkloadEcho(model="qwen3-235b-a22b"),
+    echo = WorkloadEcho(model="qwen3-235b-a22b", arrival_rate_per_s=0.5,
+                        prompt_tokens=LengthSummary("constant", 1000.0, min=1000, max=1000),
+                        output_tokens=LengthSummary("constant", 100.0, min=100, max=100))
+    plan = Plan(workload=echo,
                 rows=(PlanRow(rank=1, id="q235", pools=(pool,), max_model_len=4000),))
     path = tmp_path / f"{name}.plan.json"
     path.write_text(dump_plan(plan))
@@ -76,13 +79,24 @@ def test_simulate_refuses_a_malformed_repo_as_estimate_does():
     assert "--checkpoint none" in line
 
 
-def test_simulate_refuses_checkpoint_with_plan_in_one_line():
-    res = invoke("simulate", "--plan", str(CHAT_PLAN), "--checkpoint", "none", "-n", "100", "-q")
+def test_simulate_plan_checkpoint_is_every_pools_as_in_deploy(tmp_path):
+    """With ``--plan``, ``--checkpoint`` replaces the checkpoint every pool loads (``deploy --checkpoint``, ``estimate
+    --plan --checkpoint``): the fp8 block-split refusal's ``--checkpoint none`` is a flag ``simulate --plan`` takes."""
+    res = invoke("simulate", "--plan", str(CHAT_PLAN), "--checkpoint", "none", "-n", "100", "-q", "-f", "json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["requests"] == 100
+    path = str(_q235_plan(tmp_path, checkpoint=""))   # fp8 quantized at load from the bf16 repo: TP 8 loads
+    ok = invoke("simulate", "--plan", path, "-n", "100", "-q", "-f", "json")
+    assert ok.exit_code == 0, ok.output
+    res = invoke("simulate", "--plan", path, "-n", "100", "-q", "--checkpoint", FP8_REPO)
     assert res.exit_code == 2, res.output
     (line,) = res.stderr.splitlines()
-    assert line == ("error: --plan loads the checkpoints its pools name (the plan's 'checkpoint'); drop --checkpoint, "
-                    "or give --model/--gpu/--tp instead of --plan")
-    assert res.stdout == ""
+    assert f"{FP8_REPO} stores fp8 weights in 128x128 blocks" in line and "192 wide" in line and line.endswith(HINT)
+    # a malformed repo is refused as the flags' path refuses it, before the plan is read
+    res = invoke("simulate", "--plan", path, "-n", "100", "-q", "--checkpoint", "$(HF_TOKEN)")
+    assert res.exit_code == 2, res.output
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("error: --checkpoint ") and "is not a Hugging Face repo id" in line and res.stdout == ""
 
 
 def test_simulate_models_the_deployment_estimate_models(monkeypatch):
@@ -123,14 +137,18 @@ def test_simulate_models_the_deployment_estimate_models(monkeypatch):
             assert lat[m]["analytic"][p] == est[f"{m}_{p}_s"]
 
 
-@pytest.mark.parametrize("command", ["estimate", "simulate", "deploy"])
+@pytest.mark.parametrize("command", ["estimate", "simulate", "deploy", "estimate --plan", "simulate --plan"])
 def test_the_refusals_hint_is_a_flag_the_command_takes(command, tmp_path):
-    """estimate and simulate (the flags) and deploy (a plan pool loading the FP8 checkpoint at TP 8) refuse the layout
-    naming ``--checkpoint none``; the same command with it runs."""
+    """estimate and simulate (the flags, or a plan's row) and deploy (a plan pool loading the FP8 checkpoint at TP 8)
+    refuse the layout naming ``--checkpoint none``; the same command with it runs."""
     if command == "deploy":
         argv = ["deploy", str(_q235_plan(tmp_path)), "--format", "cmd"]
     elif command == "estimate":
         argv = ["estimate", *CONFIG, "--context", "1000"]
+    elif command == "estimate --plan":
+        argv = ["estimate", "--plan", str(_q235_plan(tmp_path)), "--context", "1000"]
+    elif command == "simulate --plan":
+        argv = ["simulate", "--plan", str(_q235_plan(tmp_path)), "-n", "200", "-q"]
     else:
         argv = SIM
     res = invoke(*argv)

@@ -78,9 +78,9 @@ def _checkpoint_help(with_plan: str, layout: str) -> str:
 
 Checkpoint = Annotated[Optional[str], typer.Option("--checkpoint", help=_checkpoint_help(
     "with --plan, the pool's", "--tp / --data-parallel-size"))]
-#: ``simulate``'s: a plan's pools load their own checkpoints (``--plan`` with ``--checkpoint`` is refused)
+#: ``simulate``'s: with ``--plan``, every pool's checkpoint (as ``deploy --checkpoint``); no --data-parallel-size flag
 FlagCheckpoint = Annotated[Optional[str], typer.Option("--checkpoint", help=_checkpoint_help(
-    "not with --plan, whose pools load their own", "--tp"))]
+    "with --plan, every pool's instead of the plan's", "--tp (or a --plan pool's layout)"))]
 
 
 def tokens(flag: str) -> Any:

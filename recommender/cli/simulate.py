@@ -5,7 +5,9 @@ lengths (``--prompt-tokens/--output-tokens`` constants, or a ``--workload`` file
 ``--plan PLAN.json [--rank K]`` from ``recommend --format json``: the plan's own workload echo (arrival rate,
 length distributions, shared prefix, as overridden when the plan was made) and, for P/D, the KV link the
 row was sized with; ``--workload`` replaces the echo's lengths, rate and prefix, and plans written before
-the echo carried the distributions' parameters read its ``source`` file. ``--trace CSV`` replays
+the echo carried the distributions' parameters read its ``source`` file. A row vLLM would not load (a pool's
+layout splits the blocks of the block-quantized checkpoint it names) is refused in ``estimate --plan``'s line;
+``--checkpoint`` replaces every pool's checkpoint, as ``deploy --checkpoint`` does. ``--trace CSV`` replays
 recorded arrivals instead of Poisson ones (its first ``--requests`` rows); the analytic model beside them is Poisson
 at those rows' mean rate with their lengths (the header names that rate).
 """
@@ -36,11 +38,13 @@ def _length_source(workload: Optional[Path], source: str = "") -> Any:
     return None
 
 
-def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, Any]:
-    """Deployments and load of plan ``rank`` (pools rebuilt through the perf model)."""
+def _plan_setup(plan: Path, rank: int, workload: Optional[Path], checkpoint: Optional[str] = None) -> dict[str, Any]:
+    """Deployments and load of plan ``rank`` (pools rebuilt through the perf model), refused in one line where a pool
+    would not load: its layout splits the blocks of the block-quantized checkpoint it names, or ``checkpoint``
+    (``--checkpoint``) where given (``estimate --plan`` and ``deploy`` refuse the same row with the same line)."""
     from recommender.catalog import default_catalog
     from recommender.plan import load_plan
-    from recommender.plan.rebuild import pool_models, row_kv_link
+    from recommender.plan.rebuild import check_row_blocks, pool_models, row_kv_link
     from recommender.profiles import resolve_profile
     from recommender.search.policy import SearchPolicy
 
@@ -60,6 +64,7 @@ def _plan_setup(plan: Path, rank: int, workload: Optional[Path]) -> dict[str, An
     model = cat.model(echo.model or (wl.model if wl is not None else ""))
     profile = resolve_profile(doc.engine, doc.profile if Path(doc.profile).is_file() else None)
     max_len = row.max_model_len or echo.max_model_len or (wl.max_model_len if wl is not None else 0)
+    check_row_blocks(row, model=model, catalog=cat, checkpoint=checkpoint)
     models = pool_models(row, model=model, profile=profile, catalog=cat, max_model_len=max_len)
     # a data-parallel-attention replica is dp attention ranks, each its own scheduler (recommender.sizing)
     pools = [(m.pool.role.value, m.deployment, m.cost, m.ranks) for m in models]
@@ -138,19 +143,6 @@ def _flag_setup(kw: dict[str, Any], workload: Optional[Path]) -> dict[str, Any]:
             "output": output, "shared_prefix_fraction": frac, "kv_transfer_s_per_token": 0.0,
             "percentiles": [s.percentile for s in wl.slos] if wl is not None else [],
             "label": f"{dep.model.id} on {kw['replicas']} x {kw['tp']}{f' x PP{dep.pp}' if dep.pp > 1 else ''} {dep.gpu.id}"}
-
-
-def _flag_checkpoint(plan: Optional[Path], checkpoint: Optional[str]) -> Optional[str]:
-    """``--checkpoint`` as ``EstimateRequest.checkpoint`` (``estimate``'s reading: ``none`` -> "", the model's own
-    repo quantized at load), refused with ``--plan``, whose pools load the checkpoints the plan names."""
-    from recommender.estimator import checkpoint_of_flag
-
-    if checkpoint is None:
-        return None
-    if plan is not None:
-        raise ConfigError("--plan loads the checkpoints its pools name (the plan's 'checkpoint'); drop --checkpoint, "
-                          "or give --model/--gpu/--tp instead of --plan")
-    return checkpoint_of_flag(checkpoint)
 
 
 def _with_prefix_caching(dep: Any) -> Any:
@@ -431,13 +423,17 @@ def simulate_cmd(
         raise ConfigError(f"--rate {rate}: requests per second must be > 0")
     if shared_prefix_fraction is not None and not 0.0 <= shared_prefix_fraction < 1.0:
         raise ConfigError(f"--shared-prefix-fraction {shared_prefix_fraction}: must be in [0, 1)")
-    ckpt = _flag_checkpoint(plan, checkpoint)
+    if checkpoint is not None:  # estimate's reading (none -> "": the model's own repo); with --plan, every pool's
+        from recommender.estimator import check_checkpoint, checkpoint_of_flag
+
+        checkpoint = checkpoint_of_flag(checkpoint)
+        check_checkpoint(checkpoint)
     if timeseries is not None:
         from recommender.cli.checks import check_writable_file
 
         check_writable_file(str(timeseries), "--timeseries")  # before the run, not after it
     if plan is not None:
-        setup = _plan_setup(plan, rank, workload)
+        setup = _plan_setup(plan, rank, workload, checkpoint)
         if rate is not None and rate != setup["rate"]:
             setup["rate"], setup["sizing_utilisation"] = rate, None  # the row's utilisation is at its own rate
         if shared_prefix_fraction is not None:
@@ -448,7 +444,7 @@ def simulate_cmd(
                                  gpu_memory_utilization=gpu_memory_utilization, cuda_graphs=cuda_graphs,
                                  max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                  chunked_prefill=chunked_prefill, prefix_caching=prefix_caching,
-                                 shared_prefix_fraction=shared_prefix_fraction, rate=rate, checkpoint=ckpt), workload)
+                                 shared_prefix_fraction=shared_prefix_fraction, rate=rate, checkpoint=checkpoint), workload)
     try:
         length = run_length(setup, requests, warmup, trace)
         if length["warmup_requests"] >= length["requests"] and trace is None:

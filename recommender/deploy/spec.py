@@ -40,9 +40,9 @@ from recommender.dtypes import (  # noqa: F401  (the policy lives in dtypes; dep
 )
 from recommender.errors import DeployError, RecommenderError
 from recommender.hf_config import not_a_model_repo
-from recommender.perf.blocks import block_split_error
 from recommender.perf.memory import weight_bytes
 from recommender.plan import KvLinkInfo, Plan, PlanRow, Pool, WorkloadEcho, load_plan
+from recommender.plan.rebuild import pool_block_split_error
 
 #: bytes per parameter stored in a checkpoint of that dtype (scales / zero points ignored)
 BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 0.5}
@@ -211,18 +211,17 @@ def _check_weight_blocks(raw: Pool, model_id: str, checkpoint: str | None, where
     """Refuse a pool whose layout splits the blocks of the block-quantized checkpoint it loads (``checkpoint``, else
     the model's own repo at its own dtype; ``Catalog.weight_block_for``): vLLM stops at load ("output_size of gate's
     and up's weight = 192 is not divisible by weight quantization block_n = 128", ``recommender.perf.blocks``), as a
-    plan written before the search knew it would (Qwen3-235B-A22B-FP8 at TP 8). A model or checkpoint outside the
-    catalog is not checked (its blocks are unknown)."""
+    plan written before the search knew it would (Qwen3-235B-A22B-FP8 at TP 8); the check ``simulate --plan`` makes
+    (``recommender.plan.rebuild.pool_block_split_error``). A model or checkpoint outside the catalog is not checked
+    (its blocks are unknown)."""
     try:
         cat = default_catalog()
         model = cat.model(model_id) if model_id else None
     except (RecommenderError, KeyError, OSError, ValueError):
         return
-    found = cat.weight_block_for(model, raw.weight_dtype, checkpoint or "") if model is not None else None
-    if model is None or found is None:
+    if model is None:
         return
-    why = block_split_error(model, found[1], tp=raw.tp, dp=raw.data_parallel_size, ep=raw.enable_expert_parallel,
-                            checkpoint=found[0])
+    why = pool_block_split_error(raw, model=model, catalog=cat, checkpoint=checkpoint or "")
     if why:
         raise DeployError(f"{where}: {why}")
 

@@ -6,6 +6,12 @@ behind a pipeline's stage hops (``Pool.stage_nic_bytes_per_s_per_gpu``). :func:`
 the step-cost models the search sized the row with (``recommender.estimator.build_deployment``, pipeline stages
 included: ``recommender.perf.pipeline``), so the re-planner's prediction at the plan's own rate
 is the plan's.
+
+:func:`pool_models` predicts a row whatever checkpoint its pools were deployed with (the step costs do not depend
+on it; ``deploy --checkpoint`` may have replaced the plan's). Whether the row *as written* loads is
+:func:`check_row_blocks`'s to say: a pool whose layout splits the blocks of the block-quantized checkpoint it names
+(``recommender.perf.blocks``) is refused by ``simulate --plan``, as ``estimate --plan`` and ``deploy`` refuse it, and
+not by the re-planner, which predicts a plan already running.
 """
 
 from __future__ import annotations
@@ -13,18 +19,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recommender.catalog import Catalog, Gpu
-from recommender.errors import RecommenderError
+from recommender.errors import ConfigError, RecommenderError
 from recommender.estimator import build_deployment, mtp_spec
 from recommender.hf_config import ModelArch
 from recommender.load.link import KvLink
 from recommender.offers import slowest_stage_nic_bytes_per_s_per_gpu
 from recommender.perf import memory as mem
+from recommender.perf.blocks import block_split_error
 from recommender.perf.pipeline import why_not_pipelined
 from recommender.perf.step import Deployment, EngineLimits, StepCostModel
 from recommender.plan.types import Pool, PlanRow
 from recommender.profiles import EngineProfile
 
-__all__ = ["PoolModel", "engine_limits", "pool_models", "row_kv_link", "stage_nic_bytes_per_s_per_gpu"]
+__all__ = ["PoolModel", "check_row_blocks", "engine_limits", "pool_block_split_error", "pool_models", "row_kv_link",
+           "stage_nic_bytes_per_s_per_gpu"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,30 @@ def pool_models(row: PlanRow, *, model: ModelArch, profile: EngineProfile, catal
     one no longer fits or is no longer modelled (a changed profile or catalog)."""
     return tuple(_pool_model(p, model=model, gpu=catalog.gpu(p.gpu), profile=profile, catalog=catalog,
                              max_model_len=max_model_len) for p in row.pools)
+
+
+def pool_block_split_error(pool: Pool, *, model: ModelArch, catalog: Catalog, checkpoint: str) -> str | None:
+    """:func:`recommender.perf.blocks.block_split_error`'s line where ``pool``'s layout (TP, DP, EP) splits the blocks
+    of the checkpoint it loads, ``checkpoint`` ("" = the model's own repo, at its own dtype or quantized at load), as
+    :meth:`Catalog.weight_block_for` resolves it at the pool's weight dtype; None where it loads (or the checkpoint
+    is not block-quantized, or unknown)."""
+    found = catalog.weight_block_for(model, pool.weight_dtype, checkpoint)
+    if found is None:
+        return None
+    return block_split_error(model, found[1], tp=pool.tp, dp=pool.data_parallel_size, ep=pool.enable_expert_parallel,
+                             checkpoint=found[0])
+
+
+def check_row_blocks(row: PlanRow, *, model: ModelArch, catalog: Catalog, checkpoint: str | None = None) -> None:
+    """Refuse (ConfigError, :func:`pool_block_split_error`'s one line, as ``estimate`` words it) a row with a pool vLLM
+    would refuse to load: its layout splits the blocks of the checkpoint it loads, ``checkpoint`` where given
+    (``--checkpoint``: every pool's; "" = the model's own repo), else the pool's, else the row's (as ``estimate --plan``
+    and ``deploy`` read a plan's pools)."""
+    for pool in row.pools:
+        why = pool_block_split_error(pool, model=model, catalog=catalog,
+                                     checkpoint=checkpoint if checkpoint is not None else pool.checkpoint or row.checkpoint)
+        if why:
+            raise ConfigError(why)
 
 
 def row_kv_link(row: PlanRow, model: ModelArch, prefill: Pool, decode: Pool, *,
