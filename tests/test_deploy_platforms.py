@@ -273,10 +273,15 @@ def platform_lines(files: dict[str, str]) -> dict[str, dict[str, list[str]]]:
         c = r["containers"][0]
         assert c["modelCommand"] == "vllmServe"
         tp = r["parallelism"]["tensor"]
+        # the chart's vllmServeModelCommand (_helpers.tpl at 3051935e) also writes --data-parallel-size and
+        # --data-parallel-size-local from parallelism.data / .dataLocal when > 1
+        dp, dpl = r["parallelism"].get("data", 1), r["parallelism"].get("dataLocal", 1)
         port = values["routing"]["proxy"]["targetPort"] if role == "decode" and values["routing"]["proxy"]["enabled"] \
             else values["routing"]["servicePort"]
         key = role if values["prefill"].get("create") else "both"
         out["llm-d"][key] = [model, "--port", str(port), *(["--tensor-parallel-size", str(tp)] if tp > 1 else []),
+                             *(["--data-parallel-size", str(dp)] if dp > 1 else []),
+                             *(["--data-parallel-size-local", str(dpl)] if dpl > 1 else []),
                              "--served-model-name", values["modelArtifacts"]["name"], *map(unescape, c["args"])]
     dgd = yaml_docs(files["dynamo.yaml"])[0]["spec"]
     assert dgd["backendFramework"] == "vllm"
@@ -609,7 +614,8 @@ def test_keda_scaled_objects_validate_and_follow_the_plan(path: Path, rank: int)
         assert target["spec"]["replicas"] == pool["replicas"] == s["fallback"]["replicas"]
         wait = {"both": lat["e2e"]["mean"], "prefill": lat["ttft"]["mean"],
                 "decode": lat["e2e"]["mean"] - lat["ttft"]["mean"]}[pool["role"]]
-        want = min(rate / pool["replicas"] * wait, pool["max_num_seqs"])  # Little's law at the modelled point
+        # Little's law at the modelled point, at most a replica's sequences: max_num_seqs on each data-parallel rank
+        want = min(rate / pool["replicas"] * wait, pool["max_num_seqs"] * pool.get("data_parallel_size", 1))
         trig = s["triggers"][0]
         assert trig["type"] == "prometheus" and trig["metricType"] == "AverageValue"
         assert float(trig["metadata"]["threshold"]) == pytest.approx(want, abs=0.005)

@@ -27,7 +27,9 @@ modelled operating point (the row's mean latencies at the workload's rate ``lamb
   compares the per-replica average with the threshold;
 * threshold: the per-replica concurrency at which the plan was modelled to meet its SLO, by Little's law
   ``L = lambda / replicas x W`` with ``W`` the mean time a request spends in that pool (aggregated and decode:
-  mean E2E, less mean TTFT for decode; prefill: mean TTFT), capped at ``max_num_seqs``. Keeping each replica
+  mean E2E, less mean TTFT for decode; prefill: mean TTFT), capped at what one replica runs at once:
+  ``max_num_seqs x data_parallel_size`` (a data-parallel replica is one engine of that many attention ranks, each
+  with its own ``max_num_seqs``, and the metric sums them all). Keeping each replica
   at or below the modelled point keeps it where the SLO was modelled to hold. rag rank 1: 4 / 4 x 14.75 s =
   14.75 requests per replica;
 * ``minReplicaCount = ceil(replicas x load_utilisation)``: the fewest replicas still below saturation at the
@@ -210,10 +212,11 @@ def time_in_pool_s(spec: DeploySpec, pool: PoolSpec) -> float:
 
 
 def threshold(spec: DeploySpec, pool: PoolSpec) -> float:
-    """Per-replica requests in the engine at the modelled point: ``lambda / replicas x W``, <= max_num_seqs."""
+    """Per-replica requests in the engine at the modelled point: ``lambda / replicas x W``, at most the sequences one
+    replica runs at once, ``max_num_seqs`` on each of its ``data_parallel_size`` ranks."""
     wait_s = time_in_pool_s(spec, pool)
     assert spec.arrival_rate_per_s is not None
-    return min(spec.arrival_rate_per_s / pool.replicas * wait_s, float(pool.max_num_seqs))
+    return min(spec.arrival_rate_per_s / pool.replicas * wait_s, float(pool.max_num_seqs * pool.data_parallel_size))
 
 
 def replica_bounds(spec: DeploySpec, pool: PoolSpec) -> tuple[int, int]:

@@ -7,15 +7,19 @@ its ``values.schema.json`` and ``templates/_helpers.tpl``) and the InferencePool
 kubernetes-sigs/gateway-api-inference-extension ``84436a96``.
 
 With ``modelCommand: vllmServe`` the chart writes ``vllm serve <model of modelArtifacts.uri> --port <p>
-[--tensor-parallel-size <parallelism.tensor> when > 1] --served-model-name <modelArtifacts.name>`` and then the
-container's ``args`` verbatim (no shell): our args are every other flag of the plan's line, ``$``-escaped for
-Kubernetes, and the whole line (the chart's part rebuilt + ours) passes vLLM 0.33's flag table.
+[--tensor-parallel-size <parallelism.tensor> when > 1] [--data-parallel-size <parallelism.data> when > 1]
+[--data-parallel-size-local <parallelism.dataLocal> when > 1] --served-model-name <modelArtifacts.name>``
+(``vllmServeModelCommand`` in ``_helpers.tpl``) and then the container's ``args`` verbatim (no shell): our args are
+every other flag of the plan's line, ``$``-escaped for Kubernetes, and the whole line (the chart's part rebuilt +
+ours) passes vLLM 0.33's flag table, which refuses a flag given twice: a data-parallel plan's DP size is the chart's
+``parallelism.data``, never again in ``args``.
 
 * aggregated plan: one ``decode`` pool (``prefill.create: false``), no routing sidecar, vLLM on port 8000;
 * P/D plan: ``prefill`` and ``decode`` with their own replicas, TP and NixlConnector ``--kv-transfer-config``;
   decode pods get llm-d's routing sidecar (``routing.proxy``, connector ``nixlv2``) on port 8000 in front of
   vLLM on 8200, which sends each request's prefill to a prefill pod first;
-* GPUs: the chart requests ``parallelism.tensor`` GPUs of ``accelerator.type`` (nvidia / amd); node placement
+* GPUs: the chart requests ``parallelism.tensor x parallelism.dataLocal`` GPUs of ``accelerator.type`` (nvidia /
+  amd), ``tp x data_parallel_size`` per pod; node placement
   is the Kubernetes output's rule (:func:`recommender.deploy.k8s.scheduling`) in each role's ``extraConfig``;
 * HF token: env ``HF_TOKEN`` from Secret ``hf-token`` key ``token`` (not ``authSecretName``, whose key
   name the chart fixes to ``HF_TOKEN``), so every output reads the same Secret;
@@ -50,7 +54,9 @@ CHART_VERSION = "v0.4.12"
 ROUTING_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.7.1"
 SIDECAR_VLLM_PORT = 8200
 EPP_PORT = 9002
-CHART_FLAGS = SERVER_FLAGS | {"--served-model-name", "--tensor-parallel-size"}
+#: flags the chart writes itself (from modelArtifacts, routing and parallelism): never repeated in ``args``
+CHART_FLAGS = SERVER_FLAGS | {"--served-model-name", "--tensor-parallel-size", "--data-parallel-size",
+                              "--data-parallel-size-local"}
 
 
 def vllm_port(spec: DeploySpec, pool: PoolSpec) -> int:
@@ -68,6 +74,9 @@ def chart_argv(spec: DeploySpec, pool: PoolSpec) -> list[str]:
     argv = [pool.weights.model, "--port", str(vllm_port(spec, pool))]
     if pool.tp > 1:
         argv += ["--tensor-parallel-size", str(pool.tp)]
+    if pool.data_parallel_size > 1:  # parallelism.data and .dataLocal (one pod holds every rank: see _role)
+        argv += ["--data-parallel-size", str(pool.data_parallel_size),
+                 "--data-parallel-size-local", str(pool.data_parallel_size)]
     return argv + ["--served-model-name", spec.served_model_names[0]]
 
 
@@ -81,7 +90,7 @@ def _container(spec: DeploySpec, pool: PoolSpec) -> dict[str, Any]:
         "args": escaped(flags),
         "env": [hf_token_env(), *nixl_env(pool)],
         "ports": [{"containerPort": port, "name": "http", "protocol": "TCP"}],
-        # host CPU and memory as k8s.yaml's; the chart adds parallelism.tensor GPUs to requests and limits
+        # host CPU and memory as k8s.yaml's; the chart adds tensor x dataLocal GPUs to requests and limits
         "resources": {"requests": dict(zip(("cpu", "memory"), host_requests(pool.gpus_per_replica)))},
         "mountModelVolume": True,
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],

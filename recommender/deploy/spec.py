@@ -507,7 +507,10 @@ def header_lines(spec: DeploySpec) -> list[str]:
         lines.append(
             f"Pool {p.role}: {p.replicas} x {p.gpu.id} TP{p.tp}{f' x DP{p.data_parallel_size}' if p.data_parallel_size > 1 else ''}"
             f"{f' x PP{p.pp}' if p.pp > 1 else ''}{f', a replica over {node_layout(p)}' if p.nodes_per_replica > 1 else ''} "
-            f"({p.replicas * p.gpus_per_replica * p.pp} GPUs); weights {p.weight_dtype}, "
+            f"({p.replicas * p.gpus_per_replica * p.pp} GPUs); "
+            f"{'expert parallel; ' if p.enable_expert_parallel else ''}"
+            f"{f'MTP {p.num_speculative_tokens} draft tokens; ' if p.num_speculative_tokens > 0 else ''}"
+            f"weights {p.weight_dtype}, "
             f"KV cache {p.kv_dtype}; max_num_seqs {p.max_num_seqs}, max_num_batched_tokens {p.max_num_batched_tokens}, "
             f"chunked prefill {on[p.chunked_prefill]}, prefix caching {on[p.enable_prefix_caching]}, "
             f"CUDA graphs {on[p.cuda_graphs]}, gpu_memory_utilization {p.gpu_memory_utilization:g}, "
