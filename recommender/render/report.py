@@ -22,6 +22,7 @@ from recommender.render.plan import (
     latency_band_cells,
     plan_table_rows,
     render_table,
+    search_footer,
     sensitivity_line,
     table_headers,
     verified_line,
@@ -137,8 +138,10 @@ def _bands_section(row: PlanRow) -> str:
         cells.append(f"capacity {cap[0]:.3g} - {cap[1]:.3g} req/s")
     each = ", ".join(f"{k} {v:.2f}" for k, v in (b.get("p_slo_each") or {}).items())
     p = b.get("p_slo")
+    # TTFT's own error (sigma_ttft) sets its band apart from the step-time error, as estimate's 'Expected error' says
+    ttft = f", TTFT {b['sigma_ttft']}" if b.get("sigma_ttft") is not None else ""
     return (f"<h3>Error band (p10-p90) and P(SLO met)</h3><p>Evidence class {_e(str(b.get('class')))} "
-            f"({b.get('class_rows', 0)} rows, log-sd {b.get('sigma')}): {_e('; '.join(cells))}. "
+            f"({b.get('class_rows', 0)} rows, log-sd {b.get('sigma')}{ttft}): {_e('; '.join(cells))}. "
             f"P(all SLOs met) {'-' if p is None else f'{p:.2f}'}{_e(f' ({each})' if each else '')}.</p>")
 
 
@@ -182,8 +185,10 @@ def render_report(plan: Plan, *, profile: EngineProfile | None = None) -> str:
     summary = render_table(plan).split("\n\n", 1)[0]
     ranked = _table(table_headers(plan), plan_table_rows(plan), "ranked")
     m = plan.search
-    foot = (f"{m.trials} trials, {m.evaluations} configurations evaluated in {m.seconds} s "
-            f"(seed {m.seed}); replicas sized for +{m.headroom:.0%} headroom. Check a plan on your cluster: "
+    # the text table's own account of the search (trials asked, whether rank 1 is proven the cheapest), not a
+    # shorter one: a report read alone must carry 'rank 1 NOT proven cheapest: raise --trials' as the table does
+    foot = (f"{search_footer(m)}; {m.evaluations} configurations evaluated; replicas sized for +{m.headroom:.0%} "
+            f"headroom; latencies at the workload's rate. Check a plan on your cluster: "
             f"recommend deploy PLAN.json --rank N --format bench writes the vllm bench serve runs and the "
             f"recommend calibrate command that feeds the results back.")
     # what the text table's footer says beside it: where the prices come from (owned GPUs without a price count

@@ -256,7 +256,10 @@ def verify_rows(ctx: SearchContext, rows: Sequence[RankedRow], evaluations: Sequ
 def verify(ctx: SearchContext, rows: Sequence[RankedRow], evaluations: Sequence[Evaluation], k: int, seed: int,
            top: int) -> tuple[list[RankedRow], str, bool]:
     """(rows, :func:`verification_note`, whether the analytic rank 1 was dropped); see the module docstring."""
-    pool = list(rows) + more_rows(ctx, evaluations, rows, extra=2 * k)
+    # ``more_rows`` continues the search's own ranking; rows ranked otherwise (``--confidence`` keeps a subset of it)
+    # would meet themselves again there, and a plan would be listed twice
+    listed = {r.candidate.key for r in rows}
+    pool = list(rows) + [r for r in more_rows(ctx, evaluations, rows, extra=2 * k) if r.candidate.key not in listed]
     dropped: list[tuple[RankedRow, str]] = []
     doubted: list[RankedRow] = []
     kept: list[RankedRow] = []
