@@ -78,3 +78,14 @@ def test_a_calibration_counts_for_a_moe_plan_only_where_it_covers_that_model() -
     assert measured_rows(prof, "h100-sxm", moe=True, model_id="qwen3-30b-a3b") == ("hopper", 0)
     assert measured_rows(prof, "b200", moe=True, model_id="deepseek-v3") == ("blackwell", 0)  # not on that family
     assert measured_rows(prof, "h100-sxm", moe=False, model_id="llama-3.1-8b") == ("hopper", 30)
+
+
+def test_a_vllm_moe_plan_counts_its_error_band_class_rows() -> None:
+    # vLLM's 9 gpt-oss-20b rows on H100 (published.csv, engine vllm; a MoE model in mxfp4): the rows of the class
+    # vllm/hopper/mxfp4/moe, which the P(SLO) column counts, are the plan's measured rows too
+    with (MEAS / "published.csv").open() as f:
+        n = sum(1 for r in csv.DictReader(f) if r["engine"] == "vllm" and r["model"] == "gpt-oss-20b")
+    assert n == 9
+    vllm = engine_profile("vllm")
+    assert measured_rows(vllm, "h100-sxm", moe=True, model_id="gpt-oss-120b", dtype="mxfp4") == ("hopper", n)
+    assert measured_rows(vllm, "h200", moe=True, model_id="deepseek-v3", dtype="fp8") == ("hopper", 0)

@@ -35,17 +35,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Mapping, Sequence
 
-import yaml
 
-from recommender.catalog import catalog_dir, default_catalog
-from recommender.errors import CatalogError
+from recommender.catalog import default_catalog
 from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
 from recommender.profiles import EngineProfile
 from recommender.search.evaluate import Evaluation, SearchContext
+from recommender.search.evidence_table import class_entry, evidence_table
 from recommender.search.recommend_rows import RankedRow
 from recommender.workload import LengthDist
 
@@ -54,7 +52,6 @@ PRIOR_ROWS = 5.0
 Z90 = 1.2816  # standard normal 90th percentile
 MEDIAN_ABS_Z = 0.6745  # median of |N(0, 1)|
 METRICS = ("ttft", "tpot", "e2e")
-EVIDENCE_FILE = "evidence.yaml"  # in the catalog folder (catalogs/evidence.yaml)
 
 
 @dataclass(frozen=True)
@@ -103,27 +100,6 @@ def class_sigma(rows: int, fit_sigma: float | None, prior: float = PRIOR_SIGMA) 
     return math.sqrt((rows * fit_sigma ** 2 + PRIOR_ROWS * s0 ** 2) / (rows + PRIOR_ROWS))
 
 
-_EVIDENCE_CACHE: dict[tuple[str, float], Mapping[str, Any] | None] = {}
-
-
-def evidence_table(path: Path | None = None) -> Mapping[str, Any] | None:
-    """``catalogs/evidence.yaml`` parsed (cached by path and modification time); None when absent."""
-    p = path or catalog_dir() / EVIDENCE_FILE
-    try:
-        key = (str(p), p.stat().st_mtime)
-    except OSError:
-        return None
-    if key not in _EVIDENCE_CACHE:
-        try:
-            doc = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as e:
-            raise CatalogError(f"{p} is not valid YAML: {e}; rerun benchmarks/bench_bands.py --write") from None
-        if not isinstance(doc, Mapping) or not isinstance(doc.get("classes"), list):
-            raise CatalogError(f"{p} must be a mapping with 'classes' (a list); rerun benchmarks/bench_bands.py --write")
-        _EVIDENCE_CACHE[key] = doc
-    return _EVIDENCE_CACHE[key]
-
-
 def prior_sigma(table: Mapping[str, Any] | None, model_class: str, kind: str) -> float:
     """The wide prior of a model class and metric kind (``ttft`` / ``decode``): the table's, at least PRIOR_SIGMA."""
     v = (((table or {}).get("prior") or {}).get("sigma") or {}).get(model_class, {}).get(kind)
@@ -132,8 +108,7 @@ def prior_sigma(table: Mapping[str, Any] | None, model_class: str, kind: str) ->
 
 def class_from_table(table: Mapping[str, Any], engine: str, family: str, dtype: str, model_class: str) -> EvidenceClass:
     """The class's rows and shrunk sigmas from an evidence table (no entry: no rows, the priors)."""
-    entry: Mapping[str, Any] = next((c for c in table.get("classes") or () if isinstance(c, Mapping) and (
-        c.get("engine"), c.get("family"), c.get("dtype"), c.get("model_class")) == (engine, family, dtype, model_class)), {})
+    entry = class_entry(table, engine, family, dtype, model_class)
     out: dict[str, tuple[int, float]] = {}
     for kind in ("decode", "ttft"):
         k = entry.get(kind) or {}

@@ -10,6 +10,7 @@ from recommender.catalog import default_catalog
 from recommender.plan import Evidence, PoolEvidence, layout_suffix
 from recommender.profiles import EngineProfile, gpu_family
 from recommender.search.evaluate import Evaluation, SearchContext
+from recommender.search.evidence_table import class_rows, evidence_table
 from recommender.search.pareto import non_dominated
 from recommender.search.policy import SearchPolicy
 from recommender.search.space import Candidate
@@ -77,15 +78,18 @@ def pd_saving(ev: Evaluation, best_aggregated_usd_per_million: float | None) -> 
     return 1.0 - ev.usd_per_million_tokens / best_aggregated_usd_per_million
 
 
-def measured_rows(profile: EngineProfile, gpu_id: str, *, moe: bool = False, model_id: str = "") -> tuple[str, int]:
+def measured_rows(profile: EngineProfile, gpu_id: str, *, moe: bool = False, model_id: str = "",
+                  dtype: str = "") -> tuple[str, int]:
     """(family, measured rows behind the profile on that family): where the family holds an override for ``model_id``
     (``recommend calibrate`` on one configuration of that model: :class:`~recommender.profiles.ModelFit`), the
     rows of that override, the measurements of this very model; else the rows the README's per-profile table
     (``benchmarks/profile_evidence.py``) lists: for a MoE model the family's InferenceX rows
     (``families.<f>.held_out_inferencex.rows``), for a dense one the engine fit's rows on the family
     (``fit.held_out_by_config.by_family.<f>.rows``); where the profile records neither, for a MoE model the rows of
-    that model a ``recommend calibrate`` fit covers on the family (:func:`_moe_coverage`; else 0: the dense rows behind
-    a family fit say nothing of the routed experts, nor do terms borrowed from another engine), for a dense one the
+    that model a ``recommend calibrate`` fit covers on the family, else the MoE rows of the engine's error-band class
+    at the pool's weight ``dtype`` (``catalogs/evidence.yaml``: what the P(SLO) column counts, e.g. vLLM's gpt-oss-20b
+    rows for an mxfp4 MoE plan on Hopper; :func:`_moe_rows`), else 0: the dense rows behind a family fit say nothing
+    of the routed experts, nor do terms borrowed from another engine; for a dense one the
     family fit's rows (``families:`` in the profile), or the rows the fit records for the family
     (``fit.coverage.families``, written by ``recommend calibrate``), else (older profiles) the engine fit's rows on
     GPUs of the same family (the fit's held-out report ``by: gpu``, ``per_group.<gpu>.start.n``). Family = the GPU's
@@ -96,7 +100,7 @@ def measured_rows(profile: EngineProfile, gpu_id: str, *, moe: bool = False, mod
         return fit.family, own.rows
     recorded = dict(fit.held_out_inferencex).get("rows") if moe and fit is not None else None
     if recorded is None and moe:
-        return _moe_coverage(profile, gpu_id, model_id)
+        return _moe_rows(profile, gpu_id, model_id, dtype)
     if recorded is None and not moe:
         dense = profile.held_out_evidence(gpu_id)
         recorded = float(dense.rows) if dense is not None and dense.rows > 0 else None
@@ -119,9 +123,10 @@ def measured_rows(profile: EngineProfile, gpu_id: str, *, moe: bool = False, mod
     return family, rows
 
 
-def _moe_coverage(profile: EngineProfile, gpu_id: str, model_id: str) -> tuple[str, int]:
-    """(family, rows of ``model_id`` a ``recommend calibrate`` fit covers on the GPU's family): the smaller of the
-    fit's rows on the family and of the model (``fit.coverage``), 0 where it covers either not at all."""
+def _moe_rows(profile: EngineProfile, gpu_id: str, model_id: str, dtype: str) -> tuple[str, int]:
+    """(family, rows of ``model_id`` a ``recommend calibrate`` fit covers on the GPU's family: the smaller of the
+    fit's rows on the family and of the model, ``fit.coverage``), else the rows of the engine's ``moe`` class on the
+    family at ``dtype`` in the evidence table, else 0."""
     family = gpu_family(gpu_id)
     cov = (profile.fit or {}).get("coverage")
     fams = cov.get("families") if isinstance(cov, Mapping) else None
@@ -130,7 +135,7 @@ def _moe_coverage(profile: EngineProfile, gpu_id: str, model_id: str) -> tuple[s
     of_model = models.get(model_id) if isinstance(models, Mapping) and model_id else None
     if isinstance(on_family, int) and isinstance(of_model, int):
         return family, min(on_family, of_model)
-    return family, 0
+    return family, class_rows(evidence_table(), profile.engine, family, dtype, "moe") if dtype and family else 0
 
 
 def evidence_of(ctx: SearchContext, ev: Evaluation) -> Evidence:
@@ -139,7 +144,8 @@ def evidence_of(ctx: SearchContext, ev: Evaluation) -> Evidence:
     model = getattr(ctx, "model", None)
     moe = getattr(model, "moe", None) is not None  # a MoE model: its InferenceX rows
     mid = str(getattr(model, "id", "") or "")
-    pools = tuple(PoolEvidence(p.gpu, *measured_rows(ctx.profile, p.gpu, moe=moe, model_id=mid)) for p in ev.pools)
+    pools = tuple(PoolEvidence(p.gpu, *measured_rows(ctx.profile, p.gpu, moe=moe, model_id=mid,
+                                                     dtype=p.weight_dtype if moe else "")) for p in ev.pools)
     families = {p.family for p in pools}
     label = ctx.profile.source or ctx.profile.engine
     elsewhere = calibrated_elsewhere(ctx.profile, mid, families)
