@@ -96,3 +96,9 @@ def test_the_file_header_names_expert_parallelism_and_mtp() -> None:
     plain = render_deploy(load_plan(_doc()), rank=2, formats="cmd")["vllm-serve.sh"]
     line = next(x for x in plain.splitlines() if x.startswith("# Pool both: "))
     assert "expert parallel" not in line and "MTP" not in line
+
+
+def test_a_one_gpu_pool_header_says_1_gpu() -> None:
+    from recommender.deploy.spec import _gpus
+
+    assert (_gpus(1), _gpus(8)) == ("1 GPU", "8 GPUs")

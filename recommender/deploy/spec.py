@@ -494,6 +494,11 @@ def _printable(s: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
 
 
+def _gpus(n: int) -> str:
+    """'1 GPU', '8 GPUs'."""
+    return f"{n} GPU" + ("" if n == 1 else "s")
+
+
 def header_lines(spec: DeploySpec) -> list[str]:
     """The header every emitted file starts with (plain text lines, no comment markers)."""
     lines = [
@@ -507,7 +512,7 @@ def header_lines(spec: DeploySpec) -> list[str]:
         lines.append(
             f"Pool {p.role}: {p.replicas} x {p.gpu.id} TP{p.tp}{f' x DP{p.data_parallel_size}' if p.data_parallel_size > 1 else ''}"
             f"{f' x PP{p.pp}' if p.pp > 1 else ''}{f', a replica over {node_layout(p)}' if p.nodes_per_replica > 1 else ''} "
-            f"({p.replicas * p.gpus_per_replica * p.pp} GPUs); "
+            f"({_gpus(p.replicas * p.gpus_per_replica * p.pp)}); "
             f"{'expert parallel; ' if p.enable_expert_parallel else ''}"
             f"{f'MTP {p.num_speculative_tokens} draft tokens; ' if p.num_speculative_tokens > 0 else ''}"
             f"weights {p.weight_dtype}, "
