@@ -99,6 +99,12 @@ def test_the_file_header_names_expert_parallelism_and_mtp() -> None:
 
 
 def test_a_one_gpu_pool_header_says_1_gpu() -> None:
-    from recommender.deploy.spec import _gpus
+    # examples/plans/moe-chat.plan.json rank 1: one h100-pcie replica at TP 1
+    from typer.testing import CliRunner
 
-    assert (_gpus(1), _gpus(8)) == ("1 GPU", "8 GPUs")
+    from recommender.cli import app
+
+    root = Path(__file__).resolve().parents[1]
+    out = CliRunner().invoke(app, ["deploy", str(root / "examples" / "plans" / "moe-chat.plan.json"), "--format", "cmd"])
+    assert out.exit_code == 0, out.output
+    assert "# Pool both: 1 x h100-pcie TP1 (1 GPU); weights" in out.output
