@@ -308,8 +308,11 @@ class EngineProfile:
         """The terms this profile borrows for ``model_id`` on ``gpu_id``'s family (:class:`BorrowedTerms`): the
         donor engine's own fit of that model on the family, cut to the borrowed parameters that this profile's family
         and model fits do not set; None where nothing is borrowed (no rule, no donor fit, or all set here)."""
-        rule, fam = self.borrow_model_terms, gpu_family(gpu_id)
-        if rule is None or not model_id or not fam:
+        rule = self.borrow_model_terms
+        if rule is None or not model_id:  # most profiles: no rule, no catalog lookup (every deployment's build)
+            return None
+        fam = gpu_family(gpu_id)
+        if not fam:
             return None
         donor = engine_profile(rule.engine).family_fit(gpu_id)
         theirs = donor.model_fit(model_id) if donor is not None else None
@@ -323,6 +326,11 @@ class EngineProfile:
             return None
         return ModelFit(model_id, theirs.rows, params, f"{rule.engine}'s {fam} fit ({rule.reason}): {theirs.source}",
                         borrowed_from=rule.engine)
+
+    def borrowed_note(self, gpu_id: str, model_id: str) -> str:
+        """"sglang's hopper fit: 75 rows": whose fit :meth:`borrowed_fit` takes terms from, "" where none."""
+        lent = self.borrowed_fit(gpu_id, model_id)
+        return "" if lent is None else f"{lent.borrowed_from}'s {gpu_family(gpu_id)} fit: {lent.rows} rows"
 
     def _overrides(self, gpu_id: str, model_id: str, release: str | None = None) -> tuple[FamilyFit | None, dict[str, Any]]:
         """(family fit, parameters over the engine's): borrowed terms, then the family's, its ``model_id`` override,

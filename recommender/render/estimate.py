@@ -510,10 +510,10 @@ def _fit_label(dep: Deployment) -> str:
     p = dep.profile
     fam = p.family_fit(dep.gpu.id) if p.family else None
     own = fam.model_fit(dep.model.id) if fam is not None else None
-    lent = p.borrowed_fit(dep.gpu.id, dep.model.id)
+    lent = p.borrowed_note(dep.gpu.id, dep.model.id)
     parts = [f"{p.family} family fit" + (f", {own.model}'s own: {own.rows} rows" if own is not None else "")] if p.family else []
-    if lent is not None:
-        parts.append(f"{lent.model}'s terms borrowed from {lent.borrowed_from}'s {gpu_family(dep.gpu.id)} fit: {lent.rows} rows")
+    if lent:
+        parts.append(f"{dep.model.id}'s terms borrowed from {lent}")
     return f" ({'; '.join(parts)})" if parts else ""
 
 

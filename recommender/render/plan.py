@@ -136,6 +136,7 @@ def search_footer(m: SearchMeta) -> str:
     asked = m.trials_asked
     conf = m.confidence
     who = "rank 1" if conf is None else "the cheapest plan"
+    dropped = bool(m.verification and "the analytic rank 1 was" in m.verification)  # the simulator dropped it
     if m.stopped_by == "timeout":
         head = f"{run} of {asked} trials asked: cut by the {m.timeout_s} s timeout"
     elif m.stopped_by == "trials":
@@ -149,7 +150,6 @@ def search_footer(m: SearchMeta) -> str:
     if conf is None:
         proof = "rank 1 proven cheapest in the space" if m.rank1_proven else "rank 1 NOT proven cheapest: raise --trials"
     else:
-        dropped = bool(m.verification and "the analytic rank 1 was" in m.verification)
         proof = ("the cheapest plan by the point prediction " + (
                  "proven the optimum of the space" if m.rank1_proven else
                  "NOT proven (the simulator dropped the analytic rank 1)" if dropped else "NOT proven: raise --trials")
@@ -159,7 +159,7 @@ def search_footer(m: SearchMeta) -> str:
     if m.aggregated_rank1_proven is not None:  # a P/D rank 1: its saving note is against this aggregated plan
         proof += ("; the best aggregated plan (P/D notes) proven cheapest of its space" if m.aggregated_rank1_proven
                   else "; the best aggregated plan (P/D notes) NOT proven: raise --trials")
-    if not m.rank1_proven and m.verification and "the analytic rank 1 was" in m.verification and conf is None:
+    if not m.rank1_proven and dropped and conf is None:
         proof = "rank 1 NOT proven cheapest (the simulator dropped the analytic optimum)"
     return f"{head}; {proof}; {m.seconds} s (seed {m.seed})"
 

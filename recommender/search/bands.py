@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, Mapping, Sequence
 
-
 from recommender.catalog import default_catalog
 from recommender.load import Disaggregated, PoolSpec, Traffic, analyze, analyze_disaggregated
 from recommender.profiles import EngineProfile

@@ -151,8 +151,7 @@ def evidence_of(ctx: SearchContext, ev: Evaluation) -> Evidence:
     elsewhere = calibrated_elsewhere(ctx.profile, mid, families)
     if elsewhere:
         label += f" ({elsewhere}: this plan predicts with the start profile's values)"
-    lent = sorted({f"{b.borrowed_from}'s {gpu_family(p.gpu)} fit: {b.rows} rows" for p in ev.pools
-                   if (b := ctx.profile.borrowed_fit(p.gpu, mid)) is not None})
+    lent = sorted({note for p in ev.pools if (note := ctx.profile.borrowed_note(p.gpu, mid))})
     if lent:
         label += f" ({mid}'s terms borrowed from {', '.join(lent)}; none of {ctx.profile.engine}'s own)"
     return Evidence(profile=label, engine=ctx.profile.engine,
