@@ -223,7 +223,7 @@ def test_sidecar_and_flags_fill_what_the_file_lacks(tmp_path):
 
 @pytest.mark.parametrize(("sidecar", "words"), [
     ("tp: 1\ntp: 2\ngpu: h100\n", "duplicate key 'tp'"),          # the last one had silently won (TP 2)
-    ("gpu: h100\ntp: 1\ndata_parallel_size: 2\n", "unknown key(s) 'data_parallel_size'"),  # ignored before
+    ("gpu: h100\ntp: 1\nnum_nodes: 2\n", "unknown key(s) 'num_nodes'"),  # ignored before
 ])
 def test_a_sidecar_key_given_twice_or_unknown_is_refused(tmp_path, sidecar, words):
     doc = json.loads(REF_JSON.read_text())
@@ -233,6 +233,15 @@ def test_a_sidecar_key_given_twice_or_unknown_is_refused(tmp_path, sidecar, word
     with pytest.raises(CalibrationError, match="sidecar") as e:
         read_bench_json(p)
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_sidecar_states_the_data_parallel_layout(tmp_path):
+    """``data_parallel_size`` was an unknown sidecar key (refused) until calibrate read DP runs (2026-12-07)."""
+    doc = json.loads(REF_JSON.read_text())
+    del doc["gpu"], doc["tp"]
+    p = _write(tmp_path, doc)
+    (tmp_path / "run.json.yaml").write_text("gpu: h100\ntp: 1\ndata_parallel_size: 2\n")
+    assert {m.dp for m in read_bench_json(p).measurements} == {2}
 
 
 def test_append_result_json_lines(tmp_path):

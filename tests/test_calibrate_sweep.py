@@ -1,5 +1,5 @@
-"""`recommend calibrate` on results it cannot describe or that need care: speculative decoding, data / pipeline /
-expert parallelism, failed requests, a copy of a run under another name, a GPU name as nvidia-smi prints it, a
+"""`recommend calibrate` on results it cannot describe or that need care: speculative decoding, pipeline
+parallelism (data / expert parallelism are read: test_calibrate_parallel.py), failed requests, a copy of a run under another name, a GPU name as nvidia-smi prints it, a
 fractional max_concurrency; and the JSON report stating what the written profile states."""
 
 from __future__ import annotations
@@ -57,24 +57,32 @@ def test_a_speculative_decoding_run_is_skipped_with_its_reason(tmp_path: Path):
 
 
 def test_speculative_metadata_is_skipped_and_zero_counters_are_not(tmp_path: Path):
-    assert unmodelled_run({"speculative_config": '{"method": "mtp"}'}, True) is not None
+    assert unmodelled_run({"speculative_config": '{"method": "mtp"}'}) is not None
     # a server without speculative decoding can report the counters as 0 / null: not a speculative run
-    assert unmodelled_run({"spec_decode_num_drafts": 0, "spec_decode_acceptance_rate": None}, False) is None
+    assert unmodelled_run({"spec_decode_num_drafts": 0, "spec_decode_acceptance_rate": None}) is None
 
 
-@pytest.mark.parametrize("key", ["dp", "data_parallel_size", "pp", "pipeline_parallel_size"])
-def test_a_data_or_pipeline_parallel_run_is_skipped(tmp_path: Path, key: str):
-    """The model predicts one TP group serving alone; a DP 2 server's output_throughput is two of them."""
+@pytest.mark.parametrize("key", ["pp", "pipeline_parallel_size"])
+def test_a_pipeline_parallel_run_is_skipped(tmp_path: Path, key: str):
+    """Calibrate predicts one instance's engine; a PP 2 server spans two."""
     read = read_bench_json(_variant(tmp_path, f"{key}.json", **{key: "2"}))
     assert read.measurements == () and "parallel serving" in read.skipped[0].reason
     # stated as 1 it is the layout the model predicts
     assert len(read_bench_json(_variant(tmp_path, f"{key}-1.json", **{key: "1"})).measurements) == 3
 
 
-def test_expert_parallel_is_skipped_for_a_moe_model_only():
-    assert unmodelled_run({"enable_expert_parallel": "true"}, True) is not None
-    assert unmodelled_run({"enable_expert_parallel": "true"}, False) is None   # vLLM has no experts to place
-    assert unmodelled_run({"enable_expert_parallel": "false"}, True) is None
+@pytest.mark.parametrize("key", ["dp", "data_parallel_size"])
+def test_a_data_parallel_run_is_read_as_its_ranks(tmp_path: Path, key: str):
+    """A DP 2 server's output_throughput is its two ranks' (estimate --data-parallel-size 2); it used to be skipped."""
+    read = read_bench_json(_variant(tmp_path, f"{key}.json", **{key: "2"}))
+    assert read.skipped == () and {m.dp for m in read.measurements} == {2}
+    assert {m.group("config") for m in read.measurements} == {"llama-3.1-8b/h100-sxm/tp1-dp2"}
+
+
+def test_speculative_and_failed_runs_are_the_unmodelled_ones():
+    assert unmodelled_run({"enable_expert_parallel": "true"}) is None   # read as the layout (test_calibrate_parallel)
+    assert unmodelled_run({"data_parallel_size": "4"}) is None
+    assert unmodelled_run({"pipeline_parallel_size": "2"}) is not None
 
 
 def test_a_run_with_failed_requests_is_skipped(tmp_path: Path):

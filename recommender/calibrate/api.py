@@ -57,7 +57,8 @@ def row_conditions(ms: list[Measurement], limit: int = 6) -> tuple[str, ...]:
     seen: dict[str, int] = {}
     for m in ms:
         lim = m.limits
-        key = (f"{m.engine} on {m.tp} x {m.gpu}: max_num_seqs {lim.max_num_seqs}, max_num_batched_tokens "
+        layout = f" (tp {m.tp} x dp {m.dp}{', expert parallel' if m.ep else ''})" if m.dp > 1 or m.ep else ""
+        key = (f"{m.engine} on {m.tp * m.dp} x {m.gpu}{layout}: max_num_seqs {lim.max_num_seqs}, max_num_batched_tokens "
                f"{lim.max_num_batched_tokens}, chunked prefill {'on' if lim.chunked_prefill else 'off'}, "
                f"gpu-memory-utilization {m.gpu_memory_utilization:.3g}")
         seen[key] = seen.get(key, 0) + 1

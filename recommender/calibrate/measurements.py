@@ -83,6 +83,8 @@ class Measurement:
     cuda_graphs: bool = True
     rate_per_s: float | None = None   # open loop (Little's law), else None
     requests: int | None = None       # requests in the whole run (finite-run throughput), else steady state
+    dp: int = 1                       # --data-parallel-size: attention ranks (MoE layers span tp x dp GPUs)
+    ep: bool = False                  # --enable-expert-parallel: routed experts split over the tp x dp GPUs
 
     def __post_init__(self) -> None:
         """Physics at the edge: every figure finite and in range, so no fit runs on nonsense (or forever)."""
@@ -93,6 +95,8 @@ class Measurement:
 
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or not 1 <= self.tp <= MAX_TP:
             raise bad("tp", self.tp, f"an integer from 1 to {MAX_TP}")
+        if isinstance(self.dp, bool) or not isinstance(self.dp, int) or not 1 <= self.dp * self.tp <= MAX_TP:
+            raise bad("data_parallel_size", self.dp, f"an integer from 1 with tp x dp at most {MAX_TP}")
         if not (isinstance(self.value, (int, float)) and math.isfinite(self.value) and self.value > 0):
             raise bad(self.raw_metric or "value", self.value, "a finite positive number")
         ld = self.load
@@ -119,7 +123,8 @@ class Measurement:
     def group(self, by: str) -> str:
         """Grouping key for held-out splits and reports: source, model, gpu, family, engine, quantity, config, row."""
         if by == "config":
-            return f"{self.model}/{self.gpu}/tp{self.tp}"
+            layout = (f"-dp{self.dp}" if self.dp > 1 else "") + ("-ep" if self.ep else "")
+            return f"{self.model}/{self.gpu}/tp{self.tp}{layout}"
         if by == "row":
             return self.id
         if by == "family":
@@ -249,7 +254,7 @@ def deployment(m: Measurement, profile: EngineProfile, catalog: Catalog | None =
     return build_deployment(model=cat.model(m.model), gpu=cat.gpu(m.gpu), tp=m.tp, weight_dtype=m.weight_dtype,
                             kv_dtype=m.kv_dtype, profile=profile, limits=m.limits,
                             gpu_memory_utilization=m.gpu_memory_utilization, cuda_graphs=m.cuda_graphs,
-                            max_model_len=max_len)
+                            max_model_len=max_len, dp=m.dp, ep=m.ep)
 
 
 def _pick(est: Estimate, quantity: str) -> float:
@@ -280,7 +285,10 @@ def _run_level(dep: Deployment, m: Measurement, n: float | None = None) -> float
     """A ``vllm bench serve`` figure: the finite run (:func:`recommender.estimator.finite_run`)."""
     run = finite_run(dep, run_load(m), n)
     if m.quantity == "ttft_s":
-        return run.ttft_s
+        # a median read from the file is the run's median where the prediction has one (the steady closed loop's
+        # TTFT once the first wave is under half the run; its mean carries the first wave's long tail)
+        median = run.percentiles.get("ttft", {}).get("p50") if m.raw_metric.startswith("median_") else None
+        return run.ttft_s if median is None else median
     if m.quantity == "tpot_s":
         return run.tpot_s
     if m.quantity == "e2e_s":
@@ -319,7 +327,7 @@ def predict_many(ms: list[Measurement], profile: EngineProfile, deps: list[Deplo
     for m, d0 in zip(ms, deps):
         if (m.rate_per_s or m.requests) and m.quantity in ("output_tokens_per_s", "ttft_s", "tpot_s", "e2e_s"):
             d = _with_profile(d0, profile)
-            key = (m.file, m.source, m.model, m.gpu, m.tp, m.weight_dtype, m.kv_dtype, m.load, m.limits,
+            key = (m.file, m.source, m.model, m.gpu, m.tp, m.dp, m.ep, m.weight_dtype, m.kv_dtype, m.load, m.limits,
                    m.gpu_memory_utilization, m.cuda_graphs, m.rate_per_s, m.requests)
             if key not in solved:
                 solved[key] = in_flight(d, m)

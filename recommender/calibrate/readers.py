@@ -16,16 +16,17 @@ quantize the KV cache, 16-bit engines keep it 16-bit); gpt-fast's unstated outpu
 length is its ``generate.py`` default of 200 tokens.
 
 ``vllm bench serve --save-result`` JSON (one object, or one per line with ``--append-result``): the
-run's model, GPU and TP come from the file's metadata keys (``--metadata model=... gpu=H100 tp=1``),
-else the sidecar ``<file>.yaml`` (or ``<stem>.yaml``), else the caller's defaults (CLI flags); prompt
+run's model, GPU and TP (and ``data_parallel_size``, ``enable_expert_parallel``: 1 and off where not stated) come
+from the file's metadata keys (``--metadata model=... gpu=H100 tp=1``), else the sidecar ``<file>.yaml`` (or ``<stem>.yaml``), else the caller's defaults (CLI flags); prompt
 and output lengths are ``total_input_tokens / completed`` and ``total_output_tokens / completed``.
 Each file gives up to three measurements: ``output_throughput``, the median (else mean) TTFT and TPOT (never ITL:
 it is one value per streamed chunk, which with speculative decoding or ``--stream-interval`` > 1 carries several
 tokens).
 
 A run the model cannot describe is skipped with its reason (:func:`unmodelled_run`), the other files are used:
-speculative decoding (``spec_decode_*`` keys, or a speculative config in the metadata), data- or pipeline-parallel
-or expert-parallel (MoE) serving in the metadata (the model predicts one TP group), and a run with failed requests.
+speculative decoding (``spec_decode_*`` keys, or a speculative config in the metadata), pipeline-parallel serving,
+a data- / expert-parallel layout vLLM would not run (``perf.moe.check_layout``'s reason), and a run with failed
+requests. A data- or expert-parallel run is predicted as ``recommend estimate`` predicts that layout.
 A result whose rows repeat an earlier file's (a copy under another name) is skipped too: held out, it would be
 predicted by a fit that saw its twin.
 """
@@ -52,7 +53,9 @@ from recommender.calibrate.measurements import (
 from recommender.catalog import Catalog, default_catalog
 from recommender.estimator import native_weight_dtype
 from recommender.errors import CalibrationError, ConfigError, RecommenderError
+from recommender.hf_config import ModelArch
 from recommender.perf.conditions import engine_conditions, static_batch_limits
+from recommender.perf.moe import check_layout
 from recommender.perf.steady import Load
 from recommender.perf.step import EngineLimits, default_limits
 from recommender.yamlfile import load_yaml_text
@@ -239,6 +242,8 @@ FIELD_KEYS: Mapping[str, tuple[str, ...]] = {
     "model": ("model", "catalog_model"),
     "gpu": ("gpu", "gpu_type", "accelerator"),
     "tp": ("tp", "tensor_parallel_size", "tensor-parallel-size"),
+    "dp": ("dp", "data_parallel_size", "data-parallel-size"),
+    "ep": ("ep", "enable_expert_parallel", "enable-expert-parallel", "expert_parallel"),
     "weight_dtype": ("weight_dtype", "quantization"),
     "kv_dtype": ("kv_dtype", "kv_cache_dtype", "kv-cache-dtype"),
     "engine": ("engine",),
@@ -319,11 +324,9 @@ def _number(doc: Mapping[str, Any], key: str, where: str) -> float:
     return float(v)
 
 
-#: Metadata keys (``vllm bench serve --metadata KEY=VALUE``) of a server layout the model does not predict: it predicts
-#: one tensor-parallel group serving alone, so an integer above 1 in these keys makes the run unusable.
-_PARALLEL_KEYS = {"data parallel": ("dp", "data_parallel_size", "data-parallel-size"),
-                  "pipeline parallel": ("pp", "pipeline_parallel_size", "pipeline-parallel-size")}
-_EXPERT_PARALLEL_KEYS = ("ep", "enable_expert_parallel", "enable-expert-parallel", "expert_parallel")
+#: Metadata keys (``vllm bench serve --metadata KEY=VALUE``) of a server layout the model does not predict: an
+#: integer above 1 makes the run unusable. (Data and expert parallelism are read: ``FIELD_KEYS`` ``dp`` and ``ep``.)
+_PIPELINE_KEYS = ("pp", "pipeline_parallel_size", "pipeline-parallel-size")
 _SPECULATIVE_KEYS = ("speculative_config", "speculative-config", "spec_method", "spec-method", "num_speculative_tokens",
                      "spec_tokens", "spec-tokens")
 
@@ -336,33 +339,30 @@ def _truthy(v: Any) -> bool:
     return str(v).strip().lower() not in ("", "0", "false", "no", "off", "none", "null")
 
 
-def unmodelled_run(doc: Mapping[str, Any], is_moe: bool) -> str | None:
+def unmodelled_run(doc: Mapping[str, Any]) -> str | None:
     """Why a ``vllm bench serve`` result cannot be fitted (None: it can).
 
     - speculative decoding (``spec_decode_*`` keys with a value, or a speculative config in the metadata): its TPOT
-      and throughput come from verify steps of several tokens that the calibrated model does not have;
-    - data, pipeline or (for a MoE model) expert parallelism in the metadata: the model predicts one TP group serving
-      alone, the file measured several ranks' output together;
-    - failed requests: throughput and latencies count only the completed ones."""
+      and throughput come from verify steps whose draft method and acceptance calibrate does not read from a result;
+    - pipeline parallelism in the metadata (stages over several instances: calibrate predicts one instance);
+    - failed requests: throughput and latencies count only the completed ones.
+
+    Data- and expert-parallel runs are read (``dp``, ``ep``) and predicted as ``recommend estimate
+    --data-parallel-size / --enable-expert-parallel`` predicts them."""
     spec = sorted(k for k, v in doc.items() if str(k).startswith("spec_decode_") and v not in (None, 0, 0.0, [], ""))
     spec += [k for k in _SPECULATIVE_KEYS if k in doc and _truthy(doc[k])]
     if spec:
-        return (f"speculative decoding ({spec[0]}): the calibrated model has no draft/verify steps, so its TPOT and "
-                f"throughput would be misfitted; calibrate on runs without --speculative-config")
-    for what, keys in _PARALLEL_KEYS.items():
-        for k in keys:
-            if k in doc and doc[k] not in (None, ""):
-                try:
-                    n = float(str(doc[k]).strip())
-                except ValueError:
-                    return f"{what} metadata {k}={str(doc[k])[:20]!r} is not a number"
-                if n > 1:
-                    return (f"{what} serving ({k}={doc[k]}): the model predicts one tensor-parallel group serving "
-                            f"alone; calibrate on a run with {keys[1]}=1")
-    ep = next((k for k in _EXPERT_PARALLEL_KEYS if k in doc and _truthy(doc[k])), None)
-    if ep is not None and is_moe:
-        return (f"expert-parallel serving ({ep}={doc[ep]}): calibrate predicts the experts tensor-parallel; "
-                f"calibrate on a run without --enable-expert-parallel")
+        return (f"speculative decoding ({spec[0]}): calibrate does not read a run's draft method and acceptance, so "
+                f"its TPOT and throughput would be misfitted; calibrate on runs without --speculative-config")
+    for k in _PIPELINE_KEYS:
+        if k in doc and doc[k] not in (None, ""):
+            try:
+                n = float(str(doc[k]).strip())
+            except ValueError:
+                return f"pipeline parallel metadata {k}={str(doc[k])[:20]!r} is not a number"
+            if n > 1:
+                return (f"pipeline parallel serving ({k}={doc[k]}): calibrate predicts one instance's engine; "
+                        f"calibrate on a run with pipeline_parallel_size=1")
     failed = doc.get("failed")
     if isinstance(failed, (int, float)) and not isinstance(failed, bool) and math.isfinite(failed) and failed > 0:
         total = doc.get("num_prompts")
@@ -370,6 +370,22 @@ def unmodelled_run(doc: Mapping[str, Any], is_moe: bool) -> str | None:
         return (f"{failed:g}{of} requests failed: its throughput and latencies count only the completed ones; "
                 f"fix the cause and rerun it")
     return None
+
+
+def _layout(layers: Iterable[tuple[str, Mapping[str, Any]]], arch: ModelArch, gpu: str, tp: int, where: str,
+            cat: Catalog) -> tuple[int, bool] | str:
+    """(``--data-parallel-size``, ``--enable-expert-parallel``) of a run, from the metadata, the sidecar or the flags
+    (1 and off where not stated; the flag has no experts to place on a dense model, so it is read as off there), or
+    why vLLM would not run that layout (``perf.moe.check_layout``'s line)."""
+    found = _lookup("dp", layers)
+    dp = _int_field(found[0], "data_parallel_size", where) if found is not None else 1
+    found = _lookup("ep", layers)
+    ep = found is not None and _truthy(found[0]) and arch.is_moe
+    try:
+        check_layout(arch, gpu, cat.gpu(gpu).interconnect.gpus_per_domain, tp=tp, dp=dp, ep=ep)
+    except ConfigError as e:
+        return str(e)
+    return dp, ep
 
 
 def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Mapping[str, Any],
@@ -403,9 +419,13 @@ def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Ma
         raise CalibrationError(f"{where}: missing field 'tp'; {hint} (--tp)")
     tp = _int_field(found[0], "tp", where)
     arch = cat.model(model)
-    why = unmodelled_run(doc, arch.is_moe)
+    why = unmodelled_run(doc)
     if why is not None:
         return Skip(fname, f"{where}: {why}")
+    layout = _layout(layers, arch, gpu, tp, where, cat)
+    if isinstance(layout, str):
+        return Skip(fname, f"{where}: {layout}")
+    dp, ep = layout
     wd_raw = _lookup("weight_dtype", layers)
     wd = weight_dtype_of(None if wd_raw is None else str(wd_raw[0]), native_weight_dtype(arch))
     if wd is None:
@@ -453,7 +473,8 @@ def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Ma
                           max_num_batched_tokens=_int_field(toks[0], "max_num_batched_tokens", where) if toks
                           else lim.max_num_batched_tokens,
                           chunked_prefill=str(chunked[0]).lower() not in ("false", "0", "no") if chunked else True)
-    base: dict[str, Any] = dict(source=fname, file=where, engine=engine, model=model, gpu=gpu, tp=tp, weight_dtype=wd, kv_dtype=kd,
+    base: dict[str, Any] = dict(source=fname, file=where, engine=engine, model=model, gpu=gpu, tp=tp, dp=dp, ep=ep,
+                weight_dtype=wd, kv_dtype=kd,
                 load=load, limits=limits, gpu_memory_utilization=_float_field(gmu[0], "gpu_memory_utilization", where) if gmu else 0.92, rate_per_s=rate_per_s,
                 requests=int(completed))
     out = [Measurement(id=f"{fname}#output_throughput", quantity="output_tokens_per_s",
@@ -506,7 +527,7 @@ def read_bench_json(path: str | Path, defaults: Mapping[str, Any] | None = None,
 
 def _content(m: Measurement) -> tuple[Any, ...]:
     """What a row measured, without where it was read from (its id, source and file)."""
-    return (m.engine, m.model, m.gpu, m.tp, m.weight_dtype, m.kv_dtype, m.load, m.quantity, m.value, m.limits,
+    return (m.engine, m.model, m.gpu, m.tp, m.dp, m.ep, m.weight_dtype, m.kv_dtype, m.load, m.quantity, m.value, m.limits,
             m.gpu_memory_utilization, m.cuda_graphs, m.rate_per_s, m.requests)
 
 

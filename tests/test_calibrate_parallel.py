@@ -1,0 +1,88 @@
+"""`recommend calibrate` reads data- and expert-parallel `vllm bench serve` runs (``--metadata data_parallel_size=8
+enable_expert_parallel=true``) and predicts them as `recommend estimate --bench` predicts that layout; a layout vLLM
+would not run is skipped with `perf.moe.check_layout`'s reason, and pipeline-parallel runs stay skipped.
+
+The bench file below is synthetic (the key set of `vllm bench serve --save-result`, as tests/data/bench/README.md
+describes): DeepSeek-V3 on 8 x H200 as one engine of TP 1 x DP 8 with expert parallelism, 160 prompts of 1,000
+tokens with 200 out, at most 16 in flight.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from recommender.calibrate.api import row_conditions
+from recommender.calibrate.measurements import predict
+from recommender.calibrate.readers import read_bench_json, read_results
+from recommender.cli import app
+from recommender.profiles import engine_profile
+
+RUN: dict[str, Any] = {
+    "backend": "vllm", "model_id": "deepseek-ai/DeepSeek-V3", "tokenizer_id": "deepseek-ai/DeepSeek-V3",
+    "num_prompts": 160, "max_concurrency": 16, "completed": 160, "total_input_tokens": 160_000,
+    "total_output_tokens": 32_000, "output_throughput": 900.0, "median_ttft_ms": 300.0, "median_tpot_ms": 17.0,
+    "gpu": "H200", "tp": "1", "data_parallel_size": "8", "enable_expert_parallel": "true",
+}
+
+
+def _file(tmp_path: Path, name: str, **changes: Any) -> Path:
+    p = tmp_path / name
+    p.write_text(json.dumps({**RUN, **changes}))
+    return p
+
+
+def test_a_dp_ep_run_is_read_with_its_layout(tmp_path: Path) -> None:
+    read = read_bench_json(_file(tmp_path, "dp8ep.json"))
+    assert read.skipped == ()
+    assert {(m.tp, m.dp, m.ep) for m in read.measurements} == {(1, 8, True)}
+    # a configuration is its layout too: the k-fold check holds TP 8 and TP 1 x DP 8 EP apart
+    assert {m.group("config") for m in read.measurements} == {"deepseek-v3/h200/tp1-dp8-ep"}
+    assert row_conditions(list(read.measurements))[0].startswith("vllm on 8 x h200 (tp 1 x dp 8, expert parallel):")
+
+
+def test_a_dp_ep_run_is_predicted_as_estimate_bench_predicts_that_layout(tmp_path: Path) -> None:
+    """The same layout and run through `recommend estimate --bench` (the JSON `vllm bench serve` writes): calibrate
+    fits against exactly the figures a user reads there, the median TTFT against the run's median."""
+    read = read_bench_json(_file(tmp_path, "dp8ep.json"))
+    res = CliRunner().invoke(app, ["estimate", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "1", "-dp", "8", "-ep",
+                                   "--bench", "--num-prompts", "160", "--max-concurrency", "16", "--random-input-len",
+                                   "1000", "--random-output-len", "200", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    est = json.loads(res.output)
+    pred = {m.raw_metric: predict(m, engine_profile("vllm")) for m in read.measurements}
+    assert pred["output_throughput"] == pytest.approx(est["output_throughput"], rel=1e-9)
+    assert pred["median_ttft_ms"] * 1e3 == pytest.approx(est["median_ttft_ms"], rel=1e-9)
+    assert pred["median_tpot_ms"] * 1e3 == pytest.approx(est["median_tpot_ms"], rel=1e-9)
+    # and it is not the TP 8 engine's prediction (before, the run was skipped: "calibrate predicts the experts
+    # tensor-parallel")
+    tp8 = read_bench_json(_file(tmp_path, "tp8.json", tp="8", data_parallel_size="1", enable_expert_parallel="false"))
+    tp8_tput = next(predict(m, engine_profile("vllm")) for m in tp8.measurements if m.raw_metric == "output_throughput")
+    assert abs(tp8_tput / pred["output_throughput"] - 1.0) > 0.05
+
+
+def test_a_layout_vllm_would_not_run_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    # 256 experts do not split over 6 EP ranks (check_layout's line); the good file next to it is still read
+    bad = _file(tmp_path, "dp6ep.json", data_parallel_size="6")
+    good = _file(tmp_path, "dp8ep.json")
+    read = read_results([bad, good])
+    assert len(read.measurements) == 3
+    assert len(read.skipped) == 1
+    assert "256 experts do not split evenly" in read.skipped[0].reason
+
+
+def test_expert_parallel_on_a_dense_model_is_read_as_off(tmp_path: Path) -> None:
+    # vLLM has no experts to place on a dense model; the run is the plain TP one
+    read = read_bench_json(_file(tmp_path, "llama.json", model_id="meta-llama/Llama-3.1-8B-Instruct",
+                                 tokenizer_id="meta-llama/Llama-3.1-8B-Instruct", data_parallel_size="1"))
+    assert {(m.model, m.dp, m.ep) for m in read.measurements} == {("llama-3.1-8b", 1, False)}
+
+
+def test_a_pipeline_parallel_run_is_still_skipped(tmp_path: Path) -> None:
+    read = read_bench_json(_file(tmp_path, "pp2.json", pipeline_parallel_size="2"))
+    assert read.measurements == ()
+    assert "pipeline parallel serving" in read.skipped[0].reason
