@@ -285,10 +285,7 @@ def _run_level(dep: Deployment, m: Measurement, n: float | None = None) -> float
     """A ``vllm bench serve`` figure: the finite run (:func:`recommender.estimator.finite_run`)."""
     run = finite_run(dep, run_load(m), n)
     if m.quantity == "ttft_s":
-        # a median read from the file is the run's median where the prediction has one (the steady closed loop's
-        # TTFT once the first wave is under half the run; its mean carries the first wave's long tail)
-        median = run.percentiles.get("ttft", {}).get("p50") if m.raw_metric.startswith("median_") else None
-        return run.ttft_s if median is None else median
+        return run.ttft_s
     if m.quantity == "tpot_s":
         return run.tpot_s
     if m.quantity == "e2e_s":
