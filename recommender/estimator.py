@@ -227,12 +227,19 @@ def parse_speculative_config(text: str | None, model: ModelArch, *, acceptance_r
 
 
 def conditions_of(dep: Deployment) -> EngineConditions:
-    """The engine conditions a deployment runs under (its own limits; the basis names vLLM's defaults when equal)."""
-    base = engine_conditions(dep.profile.engine if dep.profile.engine in ("trtllm", "lmdeploy", "gpt-fast") else "vllm",
+    """The engine conditions a deployment runs under (its own limits; the basis names vLLM's defaults when equal),
+    named by its profile's engine, with the front end its limits say the figures are timed by: the engine's own
+    timer, or an HTTP server that adds ``server_request_overhead_s`` (what ``StepCostModel`` charges)."""
+    engine = dep.profile.engine or "vllm"
+    base = engine_conditions(engine if engine in ("trtllm", "lmdeploy", "gpt-fast") else "vllm",
                              model=dep.model, gpu=dep.gpu, tp=dep.tp, weight_dtype=dep.weight_dtype,
                              kv_dtype=dep.kv_dtype, prompt_tokens=dep.max_model_len, output_tokens=1, profile=dep.profile)
     cond = with_limits(base, dep.limits, "set by flags")
-    return replace(cond, gpu_memory_utilization=dep.gpu_memory_utilization, cuda_graphs=dep.cuda_graphs)
+    timer = dep.limits.engine_timer
+    overhead = dep.profile.request_overhead_s + (0.0 if timer else dep.profile.server_request_overhead_s)
+    return replace(cond, engine=engine, front_end="engine timer" if timer else "OpenAI API server",
+                   request_overhead_s=overhead, gpu_memory_utilization=dep.gpu_memory_utilization,
+                   cuda_graphs=dep.cuda_graphs)
 
 
 @dataclass(frozen=True)
@@ -351,7 +358,20 @@ def estimate_conditions(req: EstimateRequest, dep: Deployment) -> list[str]:
     """The conditions lines ``estimate`` prints for ``req``: the engine's (:func:`conditions_of`), then which weights
     it loads where the request names its checkpoint (:func:`weights_condition`)."""
     weights = weights_condition(req, dep)
-    return conditions_of(dep).lines() + ([weights] if weights else [])
+    return conditions_of(dep).lines() + ([weights] if weights else []) + _poll_condition(dep)
+
+
+def _poll_condition(dep: Deployment) -> list[str]:
+    """The scheduler's poll interval where it is not every step (``perf.steady.poll_wait_s``), or, for SGLang, that
+    every step is assumed (its InferenceX launch scripts poll every 4-30 steps: ``--scheduler-poll-steps``)."""
+    n = dep.limits.scheduler_poll_steps
+    if n > 1:
+        return [f"scheduler takes new requests every {n} steps (--scheduler-poll-steps): a prompt waits "
+                f"{(n - 1) / 2:g} steps on average before its prefill"]
+    if dep.profile.engine == "sglang":
+        return ["scheduler takes new requests every step; SGLang polls every --scheduler-recv-interval steps "
+                "(InferenceX's launch scripts: 10-30 on B200 / B300, 4 on AMD): pass it as --scheduler-poll-steps"]
+    return []
 
 
 #: largest values estimate accepts (refused before any loop; workload.MAX_TOKENS is the token bound)

@@ -55,6 +55,7 @@ def estimate_cmd(
     enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", "-ep", help="Experts split whole over the engine's tp x dp GPUs (vLLM's flag; MoE models)."),
     speculative_config: Optional[str] = typer.Option(None, "--speculative-config", "-sc", help='vLLM\'s JSON, e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' (k defaults to the model\'s MTP layers).'),
     acceptance_rate: Optional[float] = typer.Option(None, "--acceptance-rate", help="Per-position draft acceptance in (0, 1] (default: the model catalog's fitted value, the engine's own where measured)."),
+    scheduler_poll_steps: int = typer.Option(1, "--scheduler-poll-steps", help="The engine takes new requests every N steps (SGLang's --scheduler-recv-interval, --num-continuous-decode-steps on AMD; vLLM: 1, every step): a prompt waits (N - 1) / 2 steps on average."),
     shared_prefix_fraction: Optional[float] = typer.Option(None, "--shared-prefix-fraction", help="Share of each prompt the prefix cache serves, in [0, 1) (prefix caching on; with --plan: the plan workload's)."),
     fmt_name: Annotated[str, options.format_option(options.TextOrJson)] = "text",
     wide: options.Wide = False,
@@ -79,7 +80,7 @@ def estimate_cmd(
                               max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               dp=data_parallel_size, ep=enable_expert_parallel, speculative_config=speculative_config,
                               acceptance_rate=acceptance_rate, pp=pipeline_parallel_size, chunked_prefill=chunked_prefill,
-                              max_model_len=max_model_len, checkpoint=ckpt)
+                              max_model_len=max_model_len, checkpoint=ckpt, scheduler_poll_steps=scheduler_poll_steps)
     if shared_prefix_fraction is not None:
         req = EstimateRequest(**{**req.__dict__, "shared_prefix_fraction": shared_prefix_fraction})
     replicas = req.replicas
@@ -205,8 +206,10 @@ def _bench(req: EstimateRequest, num_prompts: Optional[int], request_rate: Optio
     if fmt == "json":
         typer.echo(json.dumps({**res, "load": load.describe(), "conditions": cond, "bands": bands.to_dict()}, indent=2))
         return
-    text = [f"Predicted `vllm bench serve` on {dep.model.id}, {req.replicas} x {dep.tp} {dep.gpu.id} "
-               f"({dep.weight_dtype} weights, {dep.kv_dtype} KV): {load.describe()}"]
+    layout = (f", tp {dep.tp}" + (f" x dp {dep.dp}" if dep.dp > 1 else "") + (f" x pp {dep.pp}" if dep.pp > 1 else "")
+              + (", expert parallel" if dep.ep else "")) if dep.gpus > dep.tp or dep.ep else ""
+    text = [f"Predicted `vllm bench serve` on {dep.model.id}, {req.replicas} x {dep.gpus} {dep.gpu.id} "
+            f"({dep.weight_dtype} weights, {dep.kv_dtype} KV{layout}): {load.describe()}"]
     text += [f"  {c}" for c in cond]
     text.append(f"  method: {res['method']}" + (" (discrete-event simulation of every request)" if res["method"] == "simulated"
                                                else " (finite-run transient: means only)"))

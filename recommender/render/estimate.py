@@ -73,8 +73,8 @@ def _decode_context(load: Load) -> int:
 def _header_lines(dep: Deployment, replicas: int, conditions: list[str] | None,
                   serve: WeightsChoice | None = None) -> list[str]:
     """The configuration in one line, then the engine conditions (and the parallelism flags) when given; the
-    ``vllm serve`` line loads ``serve``'s repo with its ``--quantization`` / ``--dtype`` (deploy's policy), else the
-    model's own repo."""
+    ``vllm serve`` line loads ``serve``'s repo with its ``--quantization`` / ``--dtype`` (deploy's policy), else names
+    the pre-quantized checkpoint vLLM needs and no one named (``CHECKPOINT``: --checkpoint REPO gives it)."""
     m, g, tp, p = dep.model, dep.gpu, dep.tp, dep.profile
     par = ((f" x PP {dep.pp}: {dep.pp} pipeline stages a replica" if dep.pp > 1 else "")
            + (f", DP attention {dep.dp}" if dep.dp > 1 else "") + (", expert parallel" if dep.ep else ""))
@@ -87,10 +87,12 @@ def _header_lines(dep: Deployment, replicas: int, conditions: list[str] | None,
         if dep.dp > 1 or dep.ep or dep.spec is not None or dep.pp > 1:
             load_flags = ([] if serve is None else (["--quantization", serve.quantization] if serve.quantization else [])
                           + (["--dtype", serve.dtype] if serve.dtype else []))
-            repo = serve.model if serve is not None else (m.hf_repo or m.id)
+            repo = serve.model if serve is not None else "CHECKPOINT"
+            weights = ("the weights as deploy loads them" if serve is not None else
+                       f"CHECKPOINT: a pre-quantized {dep.weight_dtype} checkpoint of {m.id}, which vLLM needs and the "
+                       f"catalog does not name; give it with --checkpoint REPO")
             out.append(f"  vllm serve {repo} {' '.join(_quote(a) for a in [*load_flags, *parallel_flags(dep)])} "
-                       f"(the weights as deploy loads them; parallelism and speculation flags checked against vLLM 0.33's "
-                       "parser)")
+                       f"({weights}; parallelism and speculation flags checked against vLLM 0.33's parser)")
         out.append("")
     return out
 
