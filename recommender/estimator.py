@@ -53,6 +53,7 @@ class Pricing:
     source: str  # where the price comes from (provider, instance size, SKU, date, source tag), or "--price"
     rental: Rental | None = None
     notes: tuple[str, ...] = ()  # idle instance GPUs, a TP that does not fit the cheapest offer's instances
+    priced: bool = True  # False: no --price and no catalog offer (GPUs a user owns): the estimate states no cost
 
     @property
     def usd_per_gpu_hour(self) -> float:
@@ -60,8 +61,8 @@ class Pricing:
         return self.usd_per_hour / self.gpus
 
     def to_dict(self) -> dict[str, object]:
-        d: dict[str, object] = {"usd_per_hour": self.usd_per_hour, "basis": self.basis, "source": self.source,
-                                "notes": list(self.notes)}
+        d: dict[str, object] = {"usd_per_hour": self.usd_per_hour if self.priced else None, "basis": self.basis,
+                                "source": self.source, "notes": list(self.notes)}
         if self.rental is not None:
             o = self.rental.offer
             d.update(provider=o.provider, sku=o.sku, gpus_per_instance=o.gpus_per_instance, instances=self.rental.instances,
@@ -79,7 +80,8 @@ def _offer_text(o: Offer) -> str:
 def pricing_for(gpu: Gpu, *, tp: int, replicas: int, usd_per_gpu_hour: float | None = None, pp: int = 1) -> Pricing:
     """The price of ``replicas`` TP groups of ``tp`` GPUs (``pp`` > 1: ``replicas x pp`` stage groups, on the offers
     that name their NIC): ``--price`` (USD per GPU-hour) when given, else whole instances of the cheapest catalog
-    offer holding a TP group; error when the GPU has no offer."""
+    offer holding a TP group; unpriced (``priced`` False, 0 USD) when the GPU has no offer: the estimate's performance
+    stands and its cost section asks for ``--price``."""
     replicas *= pp
     gpus = tp * replicas
     if usd_per_gpu_hour is not None:
@@ -88,8 +90,10 @@ def pricing_for(gpu: Gpu, *, tp: int, replicas: int, usd_per_gpu_hour: float | N
         return Pricing(usd_per_hour=usd_per_gpu_hour * gpus, gpus=gpus, source="--price (USD per GPU-hour, billed per GPU)",
                        basis=f"${usd_per_gpu_hour:g}/GPU-hour x {gpus} GPUs")
     cheapest = gpu.cheapest_offer
-    if cheapest is None:
-        raise ConfigError(f"{gpu.id} has no catalog price (none with a source and date was found); pass --price USD_PER_GPU_HOUR")
+    if cheapest is None:   # performance still stands; the cost waits for a price
+        return Pricing(usd_per_hour=0.0, gpus=gpus, basis="no price", priced=False,
+                       source=f"none: {gpu.id} has no catalog price (none with a source and date was found); pass "
+                              "--price USD_PER_GPU_HOUR for the cost")
     rental = cheapest_rental(gpu.offers if pp == 1 else multinode_offers(gpu.offers, tp), tp, replicas)
     if rental is None:
         largest = max(o.nvlink_domain_gpus or o.gpus_per_instance for o in gpu.offers)

@@ -72,3 +72,19 @@ def test_an_fp4_estimate_without_a_checkpoint_names_the_one_it_needs() -> None:
     assert line.strip().startswith("vllm serve CHECKPOINT --tensor-parallel-size 4 --enable-expert-parallel")
     assert "give it with --checkpoint REPO" in line
     assert "deepseek-ai/DeepSeek-V3" not in line
+
+
+def test_an_estimate_on_a_gpu_without_a_catalog_price_states_no_cost() -> None:
+    """MI355X has no dated offer in the catalog (catalogs/gpus/mi355x.yaml): the estimate of a GPU a user owns used to
+    stop at "pass --price"; its performance stands, its cost is not stated (0 would read as free)."""
+    args = ["estimate", "-m", "deepseek-v3", "-g", "mi355x", "--tp", "8", "--weight-dtype", "fp8", "--kv-dtype", "fp8",
+            "--engine", "sglang", *CLOSED]
+    out = _run(*args)
+    cost = out[out.index("\nCost\n"):].split("\n\n")[0]
+    assert "no price           none: mi355x has no catalog price" in cost and "$" not in cost
+    d = json.loads(_run(*args, "--rate", "1", "--format", "json"))
+    assert d["usd_per_hour"] is None and d["usd_per_million_tokens"] is None and d["pricing"]["usd_per_hour"] is None
+    assert d["output_tokens_per_s"] > 0
+    priced = json.loads(_run(*args, "--price", "2", "--format", "json"))
+    assert priced["usd_per_hour"] == pytest.approx(16.0)   # $2 x 8 GPUs
+    assert "$" not in "\n".join(ln for ln in _run(*args, "--rate", "1").splitlines() if "Under load" in ln or "usd" in ln)

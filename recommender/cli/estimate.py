@@ -112,7 +112,7 @@ def estimate_cmd(
 
             text.append(f"\nUnder load: open-loop Poisson arrivals at {rate:g} req/s over {replicas} replica(s)")
             for k, v in extra.items():
-                if k == "rate_per_s":
+                if k == "rate_per_s" or (k.startswith("usd_") and not pricing.priced):   # no price, no cost figure
                     continue
                 shown = fmt_seconds(v) if k.endswith("_s") and k != "output_tokens_per_s" and isinstance(v, float) else (
                     f"${v:,.4f}" if k.startswith("usd_per_million") else f"{v:,.2f}" if isinstance(v, float) else str(v))

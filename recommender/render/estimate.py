@@ -370,6 +370,8 @@ def _ttft_line(est: Estimate, cost: StepCostModel, prompt: int, budget: int) -> 
 def _cost_lines(est: Estimate, pricing: Pricing) -> list[str]:
     """The hourly price, where it comes from, and the dollars per million tokens, then the estimate's notes."""
     out = ["Cost"]
+    if not pricing.priced:
+        return [*out, f"  no price           {pricing.source}", *(f"note: {n}" for n in est.notes)]
     basis, _, why = pricing.basis.partition(" (")
     out.append(_line("USD/hour", basis + (f"; {why.rstrip(')')}" if why else ""), f"${est.usd_per_hour:,.2f}/h"))
     out.append(f"  price from         {pricing.source}")
@@ -566,6 +568,8 @@ def estimate_json(dep: Deployment, load: Load, est: Estimate, extra: dict[str, A
         d["pricing"] = pricing.to_dict()
     if extra:
         d.update(extra)
+    if pricing is not None and not pricing.priced:   # no price: no cost figures (0 would read as free)
+        d.update(usd_per_hour=None, usd_per_million_output_tokens=None, usd_per_million_tokens=None)
     if bands is not None:
         d["bands"] = bands.to_dict()
     return json.dumps(_finite(d), indent=2)
