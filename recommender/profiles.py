@@ -82,6 +82,9 @@ FIT_PARAMETERS = (
 #: Parameters of the prefill-step fixed cost and the GEMM efficiency curve (fitted by
 #: benchmarks/fit_profiles.py where they lower the held-out error; ``--parameters`` on calibrate).
 SHAPE_PARAMETERS = ("prefill_step_overhead_s", "gemm_m_half_tokens")
+#: The routed experts' terms: one MoE model's own (a family's ``models.<id>`` block; ``recommend calibrate`` fits them
+#: on rows of one MoE model and writes them there, never as the family's).
+MOE_PARAMETERS = ("moe_layer_overhead_s", "expert_bandwidth_efficiency", "expert_compute_efficiency")
 #: Terms of round 3 (issue 22): per-layer time under CUDA graphs, low-precision GEMM efficiency.
 KERNEL_PARAMETERS = ("layer_overhead_s", "fp8_gemm_efficiency_ratio", "fp4_gemm_efficiency_ratio",
                      "gemm_curve_hidden_fraction", "attention_efficiency_ratio")

@@ -16,7 +16,7 @@ from recommender.calibrate.report import fit_summary, profile_document, write_pr
 from recommender.catalog import Catalog, default_catalog
 from recommender.errors import CalibrationError
 from recommender.perf.step import default_limits
-from recommender.profiles import (FIT_PARAMETERS, SHAPE_PARAMETERS, EngineProfile, FamilyFit, ModelFit, gpu_family,
+from recommender.profiles import (FIT_PARAMETERS, MOE_PARAMETERS, SHAPE_PARAMETERS, EngineProfile, FamilyFit, ModelFit, gpu_family,
                                   resolve_profile)
 
 HELD_OUT_KEYS = ("source", "file", "model", "gpu", "config", "quantity", "row")
@@ -107,15 +107,22 @@ class UserFit:
 def user_base(ms: list[Measurement], start: EngineProfile) -> EngineProfile:
     """The start profile as the user's rows see it: with their GPU family's parameters where all rows share one
     family (an MI300X user starts from the ``cdna3`` fit, not the NVIDIA-fitted engine values), and the family's
-    override for their model where all rows are of one model; the start's other families stay, for other GPUs."""
+    override for their model (and the terms the start borrows for it) where all rows are of one model; the start's
+    other families stay, for other GPUs."""
     fams = {m.group("family") for m in ms}
     if len(fams) != 1:
         return start
     models = {m.model for m in ms}
     spec = start.for_gpu(ms[0].gpu, ms[0].model if len(models) == 1 else "")
+    if len(models) == 1:
+        # the terms the start borrows for this model (vLLM: SGLang's DeepSeek experts) are lifted with the rest; the
+        # rule would otherwise lend them again over whatever the fit tries (its parameters showed "no effect")
+        spec = spec.replace(borrow_model_terms=None)
     return spec.replace(family="", families=tuple(f for f in start.families if f.family != spec.family))
 
 
+#: The routed experts' terms a calibration of one MoE model's rows fits by default (:func:`parameters_for`).
+MOE_DEFAULT = ("moe_layer_overhead_s", "expert_bandwidth_efficiency")
 #: What a user's set-up owns rather than the engine's physics (their API server, tokeniser, client): fitted
 #: freely from the start value, not pulled back toward it.
 UNANCHORED = ("request_overhead_s",)
@@ -179,7 +186,9 @@ def fit_user_rows(ms: list[Measurement], start: EngineProfile, parameters: tuple
             prof = start.replace(source=res.profile.source)
         else:
             prof = model_scoped(ms, start, res) if one_config else family_scoped(ms, start, res)
-        res = dataclasses.replace(res, profile=prof, scope_gpu=ms[0].gpu, scope_model=ms[0].model if one_config else "")
+        experts = not one_config and kept and any(n in MOE_PARAMETERS for n in res.fitted)
+        res = dataclasses.replace(res, profile=prof, scope_gpu=ms[0].gpu, scope_model=ms[0].model if one_config else "",
+                                  experts_model=ms[0].model if experts else "")
     return UserFit(result=res, check=h, kept=kept, base=base, opts=opts)
 
 
@@ -219,19 +228,28 @@ def family_scoped(ms: list[Measurement], start: EngineProfile, res: FitResult) -
     not fitted where the fit saw it with one (rows of one model); other models keep theirs. Written as the
     engine's own values, a fit of MI300X rows would have become every family's without a block of its own."""
     fam = gpu_family(ms[0].gpu)
-    values = {n: float(getattr(res.profile, n)) for n in res.fitted}
+    fitted = {n: float(getattr(res.profile, n)) for n in res.fitted}
+    values = {n: v for n, v in fitted.items() if n not in MOE_PARAMETERS}
+    experts = {n: v for n, v in fitted.items() if n in MOE_PARAMETERS}   # one MoE model's (calibrate's rule)
     measured = {m.model for m in ms}
     old = _family_block(start, fam)
     models: list[ModelFit] = []
+    n_cfg = len({m.group("config") for m in ms})
     for mf in old.models:
-        left = tuple((k, v) for k, v in mf.parameters if k not in values)
+        left = tuple((k, v) for k, v in mf.parameters if k not in fitted)
         if mf.model not in measured:
             models.append(mf)
-        elif len(measured) == 1 and left:
+        elif len(measured) == 1 and left and not experts:
             models.append(dataclasses.replace(mf, parameters=left))
-    n_cfg = len({m.group("config") for m in ms})
+    if experts:
+        (model,) = measured
+        kept = dict(mf.parameters) if (mf := old.model_fit(model)) is not None else {}
+        kept = {k: v for k, v in kept.items() if k not in fitted} | experts
+        models.append(ModelFit(model, len(ms), tuple(sorted(kept.items())),
+                               f"recommend calibrate: the routed experts' terms, {len(ms)} rows of {n_cfg} configurations"))
     block = dataclasses.replace(
-        old, rows=len(ms), parameters=tuple(sorted({**dict(old.parameters), **values}.items())), models=tuple(models),
+        old, rows=len(ms), parameters=tuple(sorted({**dict(old.parameters), **values}.items())),
+        models=tuple(sorted(models, key=lambda m: m.model)),
         source=f"recommend calibrate: {len(ms)} {fam} rows of {n_cfg} configurations")
     return _with_block(start, block, res)
 
@@ -308,14 +326,34 @@ def evidence_classes(ms: list[Measurement], h: HeldOut | None, cat: Catalog) -> 
             for (e, f, d, c), v in sorted(groups.items()) if f]
 
 
+def parameters_for(ms: list[Measurement], asked: tuple[str, ...] | None, cat: Catalog) -> tuple[str, ...]:
+    """The parameters a calibration fits: ``asked`` (``--parameters``), else :data:`FIT_PARAMETERS`; with rows of one
+    MoE model, :data:`MOE_DEFAULT` (its routed experts' decode terms, written as that model's: :func:`family_scoped`)
+    and the user's own request overhead instead. Rows of one model cannot tell a per-MoE-layer time from a per-step
+    one, nor the experts' bandwidth from the dense weights' (DeepSeek-V3's weights are 96% experts): fitted as the
+    engine's ``step_overhead_s`` and ``hbm_bandwidth_efficiency``, a MoE model's costs became every dense model's on
+    the family (``benchmarks/calibrate_moe.py``: hbm_bandwidth_efficiency 0.50-0.53 written for B200).
+    ``expert_compute_efficiency`` is fitted only when asked: the prompts of a user's runs seldom pin it, and fitted on
+    1k-token prompts it put H200 8k:1k TTFT 16% -> 81% off. The experts' terms of rows of several models would be one
+    value for models whose experts differ: refused."""
+    models = sorted({m.model for m in ms})
+    one_moe = len(models) == 1 and cat.model(models[0]).is_moe
+    if asked is None:
+        return MOE_DEFAULT + UNANCHORED if one_moe else FIT_PARAMETERS
+    experts = [p for p in asked if p in MOE_PARAMETERS]
+    if experts and not one_moe:
+        raise CalibrationError(f"--parameters: {', '.join(experts)} are one MoE model's terms and the rows are of "
+                               f"{', '.join(models)}; calibrate them on rows of one MoE model")
+    return asked
+
+
 def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> CalibrationRun:
     """Read ``req.results``, fit the engine's profile, add held-out error, write ``req.out`` atomically."""
     cat = catalog or default_catalog()
     if req.held_out_by not in HELD_OUT_KEYS:
         raise CalibrationError(f"--held-out-by {req.held_out_by!r}: one of {', '.join(HELD_OUT_KEYS)}")
-    params = req.parameters or FIT_PARAMETERS
-    fittable = FIT_PARAMETERS + SHAPE_PARAMETERS
-    bad = [p for p in params if p not in fittable]
+    fittable = FIT_PARAMETERS + SHAPE_PARAMETERS + MOE_PARAMETERS
+    bad = [p for p in req.parameters or () if p not in fittable]
     if bad:
         raise CalibrationError(f"--parameters: {', '.join(bad)} cannot be fitted; fittable: {', '.join(fittable)}")
     start = resolve_profile(req.engine, req.profile_file)
@@ -328,6 +366,7 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
         engines = sorted({m.engine for m in read.measurements})
         raise CalibrationError(f"no measurements of engine {req.engine!r} in {', '.join(read.files)} "
                                f"(found: {', '.join(engines) or 'none'}); pass --engine")
+    params = parameters_for(ms, req.parameters, cat)
     used = {file_of(m) for m in ms}   # fit.data: the files that gave rows (the others are under fit.skipped)
     files = tuple(f for f in read.files if f in used)
     name = Path(req.out).stem

@@ -155,6 +155,8 @@ class FitResult:
     #: "" = the profile's own parameters are the fit
     scope_gpu: str = ""
     scope_model: str = ""
+    #: the one model of a family-scoped fit's rows whose block holds the routed experts' terms it fitted ("" for none)
+    experts_model: str = ""
 
     def with_held_out(self, *h: HeldOut) -> "FitResult":
         return dataclasses.replace(self, held_out=self.held_out + tuple(h))
@@ -162,8 +164,8 @@ class FitResult:
     @property
     def values(self) -> EngineProfile:
         """The profile as the fitted rows see it: ``profile`` with the family of ``scope_gpu`` and the override for
-        ``scope_model`` applied."""
-        return self.profile.for_gpu(self.scope_gpu, self.scope_model) if self.scope_gpu else self.profile
+        ``scope_model`` (or the experts' terms of ``experts_model``) applied."""
+        return self.profile.for_gpu(self.scope_gpu, self.scope_model or self.experts_model) if self.scope_gpu else self.profile
 
 
 # -- the engine -----------------------------------------------------------------------------------

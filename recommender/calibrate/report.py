@@ -19,7 +19,7 @@ from recommender.atomic import atomic_write_text
 from recommender.calibrate.fit import ErrorStats, FamilyReport, FitResult, HeldOut
 from recommender.calibrate.measurements import Skip
 from recommender.errors import CalibrationError
-from recommender.profiles import BOUNDS, EngineProfile, FamilyFit
+from recommender.profiles import BOUNDS, MOE_PARAMETERS, EngineProfile, FamilyFit
 
 #: Every numeric profile parameter, in the order of ``catalogs/profiles/vllm.yaml``.
 PROFILE_PARAMETERS = (
@@ -255,8 +255,11 @@ def render_text(res: FitResult, out_path: str | None = None, files: Sequence[str
                      "configuration cannot tell bandwidth, overheads and collectives apart, so other models keep the "
                      "start profile's values.")
     elif res.scope_gpu and res.fitted:
+        experts = [n for n in res.fitted if n in MOE_PARAMETERS]
         lines.append(f"Written as the {res.values.family} family's parameters: GPUs of other families keep the start "
-                     "profile's values.")
+                     "profile's values." + (f" The routed experts' terms ({', '.join(experts)}) are written as "
+                                            f"{res.experts_model}'s only (families.{res.values.family}.models."
+                                            f"{res.experts_model})." if experts and res.experts_model else ""))
     if res.unconstrained:
         lines.append("Unconstrained by these data (kept at the start value):")
         lines += [f"  {n}: {res.unconstrained_reasons.get(n, '')}" for n in res.unconstrained]
