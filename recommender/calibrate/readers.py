@@ -17,8 +17,9 @@ length is its ``generate.py`` default of 200 tokens.
 
 ``vllm bench serve --save-result`` JSON (one object, or one per line with ``--append-result``): the
 run's model, GPU and TP (and ``data_parallel_size``, ``enable_expert_parallel``: 1 and off where not stated) come
-from the file's metadata keys (``--metadata model=... gpu=H100 tp=1``), else the sidecar ``<file>.yaml`` (or ``<stem>.yaml``), else the caller's defaults (CLI flags); prompt
-and output lengths are ``total_input_tokens / completed`` and ``total_output_tokens / completed``.
+from the file's metadata keys (``--metadata model=... gpu=H100 tp=1``), else the sidecar ``<file>.yaml`` (or
+``<stem>.yaml``), else the caller's defaults (CLI flags); prompt and output lengths are ``total_input_tokens /
+completed`` and ``total_output_tokens / completed``.
 Each file gives up to three measurements: ``output_throughput``, the median (else mean) TTFT and TPOT (never ITL:
 it is one value per streamed chunk, which with speculative decoding or ``--stream-interval`` > 1 carries several
 tokens).
