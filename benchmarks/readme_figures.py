@@ -20,10 +20,12 @@ README writes it, and looks for that text in ``README.md``:
 - band coverage on held-out rows (``bench_bands.py``; skipped by ``--quick``);
 - analytic model against the simulator (``bench_agreement.py``: every example's top five rows and the extra
   problems; skipped by ``--quick``);
-- ``recommend calibrate`` held out on TensorRT-LLM's rows (``bench_accuracy.py``'s user's case; skipped by ``--quick``).
+- ``recommend calibrate`` held out on TensorRT-LLM's rows (``bench_accuracy.py``'s user's case; skipped by ``--quick``);
+- ``recommend calibrate`` on one MoE model's rows held out by configuration (``calibrate_moe.py``, B200; skipped by
+  ``--quick``).
 
 The report lists each figure, the script that owns it, the text computed and whether the README carries it; the
-exit status is 1 when one is missing (``--no-check``: 0). About 15-20 minutes on 2 cores (20 min on 2026-12-06 with the calibrate figure, other runs beside it), 3 with ``--quick`` (3.4 min).
+exit status is 1 when one is missing (``--no-check``: 0). About 20-25 minutes on 2 cores (20 min on 2026-12-06 with the calibrate figure, other runs beside it; the MoE calibration adds about 2), 3 with ``--quick`` (3.4 min).
 """
 
 from __future__ import annotations
@@ -178,6 +180,19 @@ def calibrate_figure() -> Figure:
                   f"{start:.1f} -> {cal:.1f}% median held out ({row[6]} splits lower)")
 
 
+def calibrate_moe_figure() -> Figure:
+    """``recommend calibrate`` on one MoE model's rows (``calibrate_moe.py``): B200 DeepSeek-R1, the vllm profile
+    without borrowed terms as the start, two folds of configurations; TPOT median error start -> calibrated."""
+    import calibrate_moe as cm
+    from recommender.profiles import engine_profile
+
+    got, _, _ = cm.splits("b200", None, {"start": cm.no_borrowing(engine_profile("vllm"))})
+    before = [r.before["tpot_s"] for r in got]
+    after = [r.after["tpot_s"] for r in got]
+    return Figure("calibrate a MoE model (B200 DeepSeek-R1)", "calibrate_moe.py",
+                  f"TPOT {min(before):.0f}-{max(before):.0f} -> {min(after):.0f}-{max(after):.0f}% median")
+
+
 def disagg_figure() -> Figure:
     """InferenceX's disaggregated rows predicted by the P/D load model, its one constant fitted on them (the handoff)
     held out by configuration (``bench_inferencex_disagg.py``): coverage, TPOT and output throughput median error,
@@ -222,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dense_figs, dense_by = dense_held_out()
     figures += profile_table(dense_by, held3) + dense_figs + [disagg_figure()]
     if not a.quick:
-        figures += [band_figure(held3), agreement_figure(), calibrate_figure()]
+        figures += [band_figure(held3), agreement_figure(), calibrate_figure(), calibrate_moe_figure()]
     checked = check(figures, README.read_text())
     text = report(checked, time.perf_counter() - t0, list(argv if argv is not None else sys.argv[1:]))
     a.out.parent.mkdir(parents=True, exist_ok=True)
