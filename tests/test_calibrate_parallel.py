@@ -1,6 +1,7 @@
 """`recommend calibrate` reads data- and expert-parallel `vllm bench serve` runs (``--metadata data_parallel_size=8
-enable_expert_parallel=true``) and predicts them as `recommend estimate --bench` predicts that layout; a layout vLLM
-would not run is skipped with `perf.moe.check_layout`'s reason, and pipeline-parallel runs stay skipped.
+enable_expert_parallel=true``) and MTP runs (``speculative_config`` and the ``spec_decode_*`` counters), and predicts
+them as `recommend estimate --bench` predicts that layout; a layout vLLM would not run is skipped with
+`perf.moe.check_layout`'s reason, and pipeline-parallel runs stay skipped.
 
 The bench file below is synthetic (the key set of `vllm bench serve --save-result`, as tests/data/bench/README.md
 describes): DeepSeek-V3 on 8 x H200 as one engine of TP 1 x DP 8 with expert parallelism, 160 prompts of 1,000
@@ -87,3 +88,39 @@ def test_a_pipeline_parallel_run_is_still_skipped(tmp_path: Path) -> None:
     read = read_bench_json(_file(tmp_path, "pp2.json", pipeline_parallel_size="2"))
     assert read.measurements == ()
     assert "pipeline parallel serving" in read.skipped[0].reason
+
+
+MTP = {"speculative_config": '{"method": "mtp", "num_speculative_tokens": 2}', "spec_decode_num_drafts": 1000,
+       "spec_decode_draft_tokens": 2000, "spec_decode_accepted_tokens": 960}
+
+
+def test_an_mtp_run_is_read_at_the_acceptance_its_counters_give(tmp_path: Path) -> None:
+    """960 tokens accepted over 1,000 drafts of k = 2: a + a^2 = 0.96, so the per-position acceptance is 0.6 (hand
+    solution of the quadratic); the run is predicted as `estimate --bench -sc ... --acceptance-rate 0.6` predicts it
+    (it used to be skipped: "the calibrated model has no draft/verify steps")."""
+    read = read_bench_json(_file(tmp_path, "mtp.json", **MTP))
+    assert read.skipped == ()
+    assert {(m.spec_tokens, round(m.acceptance_rate, 9)) for m in read.measurements} == {(2, 0.6)}
+    assert {m.group("config") for m in read.measurements} == {"deepseek-v3/h200/tp1-dp8-ep-mtp2"}
+    res = CliRunner().invoke(app, ["estimate", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "1", "-dp", "8", "-ep",
+                                   "-sc", '{"method": "mtp", "num_speculative_tokens": 2}', "--acceptance-rate", "0.6",
+                                   "--bench", "--num-prompts", "160", "--max-concurrency", "16", "--random-input-len",
+                                   "1000", "--random-output-len", "200", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    est = json.loads(res.output)
+    pred = {m.raw_metric: predict(m, engine_profile("vllm")) for m in read.measurements}
+    assert pred["output_throughput"] == pytest.approx(est["output_throughput"], rel=1e-6)
+    assert pred["median_tpot_ms"] * 1e3 == pytest.approx(est["median_tpot_ms"], rel=1e-6)
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"spec_decode_accepted_tokens": None}, "acceptance is unknown"),                         # no counters
+    ({"spec_decode_accepted_tokens": 2500}, "acceptance is unknown"),                         # more than k per draft
+    ({"speculative_config": '{"method": "eagle", "model": "x/y"}'}, "only the model's own MTP heads"),
+    ({"speculative_config": None}, "without its speculative config"),                       # counters alone
+])
+def test_a_speculative_run_calibrate_cannot_read_is_skipped_with_its_reason(tmp_path: Path, changes: dict[str, Any],
+                                                                             words: str) -> None:
+    read = read_bench_json(_file(tmp_path, "spec.json", **{**MTP, **changes}))
+    assert read.measurements == ()
+    assert words in read.skipped[0].reason and "\n" not in read.skipped[0].reason

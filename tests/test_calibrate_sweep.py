@@ -1,5 +1,5 @@
-"""`recommend calibrate` on results it cannot describe or that need care: speculative decoding, pipeline
-parallelism (data / expert parallelism are read: test_calibrate_parallel.py), failed requests, a copy of a run under another name, a GPU name as nvidia-smi prints it, a
+"""`recommend calibrate` on results it cannot describe or that need care: speculative decoding other than MTP, pipeline
+parallelism (data / expert parallelism and MTP are read: test_calibrate_parallel.py), failed requests, a copy of a run under another name, a GPU name as nvidia-smi prints it, a
 fractional max_concurrency; and the JSON report stating what the written profile states."""
 
 from __future__ import annotations
@@ -57,9 +57,15 @@ def test_a_speculative_decoding_run_is_skipped_with_its_reason(tmp_path: Path):
 
 
 def test_speculative_metadata_is_skipped_and_zero_counters_are_not(tmp_path: Path):
-    assert unmodelled_run({"speculative_config": '{"method": "mtp"}'}) is not None
+    # Llama-3.1-8B has no MTP heads: its speculative run (a draft model or n-gram) is not one the model prices
+    read = read_bench_json(_variant(tmp_path, "mtp-meta.json", speculative_config='{"method": "mtp"}',
+                                    spec_decode_num_drafts=100, spec_decode_accepted_tokens=60))
+    assert read.measurements == () and "has no MTP heads" in read.skipped[0].reason
+    read = read_bench_json(_variant(tmp_path, "hint.json", spec_method="eagle"))
+    assert read.measurements == () and "without its speculative config" in read.skipped[0].reason
     # a server without speculative decoding can report the counters as 0 / null: not a speculative run
-    assert unmodelled_run({"spec_decode_num_drafts": 0, "spec_decode_acceptance_rate": None}) is None
+    read = read_bench_json(_variant(tmp_path, "zero.json", spec_decode_num_drafts=0, spec_decode_acceptance_rate=None))
+    assert len(read.measurements) == 3 and {m.spec_tokens for m in read.measurements} == {0}
 
 
 @pytest.mark.parametrize("key", ["pp", "pipeline_parallel_size"])

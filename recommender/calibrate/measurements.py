@@ -32,6 +32,7 @@ from recommender.catalog import Catalog, default_catalog
 from recommender.errors import CalibrationError
 from recommender.estimator import build_deployment, closed_at, finite_run
 from recommender.estimator import in_flight as _in_flight
+from recommender.perf.speculative import SpecDecode
 from recommender.perf.steady import Estimate, Load, estimate
 from recommender.perf.step import Deployment, EngineLimits, StepCostModel
 from recommender.profiles import EngineProfile, gpu_family
@@ -85,6 +86,8 @@ class Measurement:
     requests: int | None = None       # requests in the whole run (finite-run throughput), else steady state
     dp: int = 1                       # --data-parallel-size: attention ranks (MoE layers span tp x dp GPUs)
     ep: bool = False                  # --enable-expert-parallel: routed experts split over the tp x dp GPUs
+    spec_tokens: int = 0              # MTP num_speculative_tokens k (0: no speculative decoding)
+    acceptance_rate: float = 0.0      # MTP per-position acceptance the run measured (its spec_decode counters)
 
     def __post_init__(self) -> None:
         """Physics at the edge: every figure finite and in range, so no fit runs on nonsense (or forever)."""
@@ -97,6 +100,8 @@ class Measurement:
             raise bad("tp", self.tp, f"an integer from 1 to {MAX_TP}")
         if isinstance(self.dp, bool) or not isinstance(self.dp, int) or not 1 <= self.dp * self.tp <= MAX_TP:
             raise bad("data_parallel_size", self.dp, f"an integer from 1 with tp x dp at most {MAX_TP}")
+        if self.spec_tokens and not (0 < self.acceptance_rate <= 1):
+            raise bad("acceptance_rate", self.acceptance_rate, "a per-position acceptance in (0, 1] with MTP")
         if not (isinstance(self.value, (int, float)) and math.isfinite(self.value) and self.value > 0):
             raise bad(self.raw_metric or "value", self.value, "a finite positive number")
         ld = self.load
@@ -123,7 +128,8 @@ class Measurement:
     def group(self, by: str) -> str:
         """Grouping key for held-out splits and reports: source, model, gpu, family, engine, quantity, config, row."""
         if by == "config":
-            layout = (f"-dp{self.dp}" if self.dp > 1 else "") + ("-ep" if self.ep else "")
+            layout = (f"-dp{self.dp}" if self.dp > 1 else "") + ("-ep" if self.ep else "") + (
+                f"-mtp{self.spec_tokens}" if self.spec_tokens else "")
             return f"{self.model}/{self.gpu}/tp{self.tp}{layout}"
         if by == "row":
             return self.id
@@ -254,7 +260,9 @@ def deployment(m: Measurement, profile: EngineProfile, catalog: Catalog | None =
     return build_deployment(model=cat.model(m.model), gpu=cat.gpu(m.gpu), tp=m.tp, weight_dtype=m.weight_dtype,
                             kv_dtype=m.kv_dtype, profile=profile, limits=m.limits,
                             gpu_memory_utilization=m.gpu_memory_utilization, cuda_graphs=m.cuda_graphs,
-                            max_model_len=max_len, dp=m.dp, ep=m.ep)
+                            max_model_len=max_len, dp=m.dp, ep=m.ep,
+                            spec=SpecDecode(num_speculative_tokens=m.spec_tokens, acceptance_rate=m.acceptance_rate,
+                                            acceptance_source="the run's spec_decode counters") if m.spec_tokens else None)
 
 
 def _pick(est: Estimate, quantity: str) -> float:
@@ -324,7 +332,7 @@ def predict_many(ms: list[Measurement], profile: EngineProfile, deps: list[Deplo
     for m, d0 in zip(ms, deps):
         if (m.rate_per_s or m.requests) and m.quantity in ("output_tokens_per_s", "ttft_s", "tpot_s", "e2e_s"):
             d = _with_profile(d0, profile)
-            key = (m.file, m.source, m.model, m.gpu, m.tp, m.dp, m.ep, m.weight_dtype, m.kv_dtype, m.load, m.limits,
+            key = (m.file, m.source, m.model, m.gpu, m.tp, m.dp, m.ep, m.spec_tokens, m.acceptance_rate, m.weight_dtype, m.kv_dtype, m.load, m.limits,
                    m.gpu_memory_utilization, m.cuda_graphs, m.rate_per_s, m.requests)
             if key not in solved:
                 solved[key] = in_flight(d, m)

@@ -25,9 +25,10 @@ it is one value per streamed chunk, which with speculative decoding or ``--strea
 tokens).
 
 A run the model cannot describe is skipped with its reason (:func:`unmodelled_run`), the other files are used:
-speculative decoding (``spec_decode_*`` keys, or a speculative config in the metadata), pipeline-parallel serving,
-a data- / expert-parallel layout vLLM would not run (``perf.moe.check_layout``'s reason), and a run with failed
-requests. A data- or expert-parallel run is predicted as ``recommend estimate`` predicts that layout.
+pipeline-parallel serving, a data- / expert-parallel layout vLLM would not run (``perf.moe.check_layout``'s reason),
+speculative decoding other than the model's MTP heads or without its config and counters (:func:`_speculation`),
+and a run with failed requests. A data- or expert-parallel run is predicted as ``recommend estimate`` predicts that
+layout; an MTP run at the per-position acceptance its ``spec_decode_*`` counters give.
 A result whose rows repeat an earlier file's (a copy under another name) is skipped too: held out, it would be
 predicted by a fit that saw its twin.
 """
@@ -52,11 +53,12 @@ from recommender.calibrate.measurements import (
     resolve_gpu, resolve_model,
 )
 from recommender.catalog import Catalog, default_catalog
-from recommender.estimator import native_weight_dtype
+from recommender.estimator import native_weight_dtype, parse_speculative_config
 from recommender.errors import CalibrationError, ConfigError, RecommenderError
 from recommender.hf_config import ModelArch
 from recommender.perf.conditions import engine_conditions, static_batch_limits
 from recommender.perf.moe import check_layout
+from recommender.perf.speculative import SpecDecode, tokens_per_step
 from recommender.perf.steady import Load
 from recommender.perf.step import EngineLimits, default_limits
 from recommender.yamlfile import load_yaml_text
@@ -245,6 +247,7 @@ FIELD_KEYS: Mapping[str, tuple[str, ...]] = {
     "tp": ("tp", "tensor_parallel_size", "tensor-parallel-size"),
     "dp": ("dp", "data_parallel_size", "data-parallel-size"),
     "ep": ("ep", "enable_expert_parallel", "enable-expert-parallel", "expert_parallel"),
+    "speculative_config": ("speculative_config", "speculative-config"),
     "weight_dtype": ("weight_dtype", "quantization"),
     "kv_dtype": ("kv_dtype", "kv_cache_dtype", "kv-cache-dtype"),
     "engine": ("engine",),
@@ -328,8 +331,8 @@ def _number(doc: Mapping[str, Any], key: str, where: str) -> float:
 #: Metadata keys (``vllm bench serve --metadata KEY=VALUE``) of a server layout the model does not predict: an
 #: integer above 1 makes the run unusable. (Data and expert parallelism are read: ``FIELD_KEYS`` ``dp`` and ``ep``.)
 _PIPELINE_KEYS = ("pp", "pipeline_parallel_size", "pipeline-parallel-size")
-_SPECULATIVE_KEYS = ("speculative_config", "speculative-config", "spec_method", "spec-method", "num_speculative_tokens",
-                     "spec_tokens", "spec-tokens")
+#: Metadata keys that say a run decoded speculatively without giving its config (method and k).
+_SPEC_HINTS = ("spec_method", "spec-method", "num_speculative_tokens", "spec_tokens", "spec-tokens")
 
 
 def _truthy(v: Any) -> bool:
@@ -343,18 +346,12 @@ def _truthy(v: Any) -> bool:
 def unmodelled_run(doc: Mapping[str, Any]) -> str | None:
     """Why a ``vllm bench serve`` result cannot be fitted (None: it can).
 
-    - speculative decoding (``spec_decode_*`` keys with a value, or a speculative config in the metadata): its TPOT
-      and throughput come from verify steps whose draft method and acceptance calibrate does not read from a result;
     - pipeline parallelism in the metadata (stages over several instances: calibrate predicts one instance);
     - failed requests: throughput and latencies count only the completed ones.
 
     Data- and expert-parallel runs are read (``dp``, ``ep``) and predicted as ``recommend estimate
-    --data-parallel-size / --enable-expert-parallel`` predicts them."""
-    spec = sorted(k for k, v in doc.items() if str(k).startswith("spec_decode_") and v not in (None, 0, 0.0, [], ""))
-    spec += [k for k in _SPECULATIVE_KEYS if k in doc and _truthy(doc[k])]
-    if spec:
-        return (f"speculative decoding ({spec[0]}): calibrate does not read a run's draft method and acceptance, so "
-                f"its TPOT and throughput would be misfitted; calibrate on runs without --speculative-config")
+    --data-parallel-size / --enable-expert-parallel`` predicts them; MTP runs with their acceptance
+    (:func:`_speculation`)."""
     for k in _PIPELINE_KEYS:
         if k in doc and doc[k] not in (None, ""):
             try:
@@ -371,6 +368,41 @@ def unmodelled_run(doc: Mapping[str, Any]) -> str | None:
         return (f"{failed:g}{of} requests failed: its throughput and latencies count only the completed ones; "
                 f"fix the cause and rerun it")
     return None
+
+
+def _speculation(doc: Mapping[str, Any], layers: Iterable[tuple[str, Mapping[str, Any]]], arch: ModelArch,
+                 where: str) -> SpecDecode | None | str:
+    """A run's MTP speculative decoding (None: none; a string: why it cannot be read). The method and ``k`` come from
+    the speculative config in the metadata or sidecar (``--metadata speculative_config='{"method": "mtp", ...}'``,
+    vLLM 0.33's JSON, checked as ``estimate --speculative-config`` checks it); the per-position acceptance ``a`` from
+    the result's counters: ``spec_decode_accepted_tokens / spec_decode_num_drafts = sum_{i=1..k} a^i`` (the model's
+    one-rate acceptance, :func:`recommender.perf.speculative.tokens_per_step`), solved by bisection."""
+    counters = sorted(k for k, v in doc.items() if str(k).startswith("spec_decode_") and v not in (None, 0, 0.0, [], ""))
+    counters += [k for k in _SPEC_HINTS if k in doc and _truthy(doc[k])]
+    found = _lookup("speculative_config", layers)
+    config = found[0] if found is not None and _truthy(found[0]) else None
+    if config is None:
+        return None if not counters else (
+            f"speculative decoding ({counters[0]}) without its speculative config: calibrate cannot tell MTP from a "
+            f"draft model; add --metadata speculative_config='{{\"method\": \"mtp\", \"num_speculative_tokens\": K}}'")
+    try:
+        spec = parse_speculative_config(config if isinstance(config, str) else json.dumps(config), arch)
+    except (ConfigError, TypeError, ValueError) as e:
+        return f"speculative decoding: {str(e).replace('--speculative-config', 'speculative_config')}"
+    if spec is None:
+        return None
+    drafts, accepted = doc.get("spec_decode_num_drafts"), doc.get("spec_decode_accepted_tokens")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (drafts, accepted)) \
+            or not drafts > 0 or not 0 < accepted <= drafts * spec.num_speculative_tokens:  # type: ignore[operator]
+        return ("MTP run without usable spec_decode_num_drafts / spec_decode_accepted_tokens: its acceptance is unknown; "
+                "save the result with a vLLM that reports them")
+    per_draft = float(accepted) / float(drafts)  # type: ignore[arg-type]
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if tokens_per_step(spec.num_speculative_tokens, mid) - 1.0 < per_draft else (lo, mid)
+    return SpecDecode(num_speculative_tokens=spec.num_speculative_tokens, acceptance_rate=max(hi, 1e-6),
+                      acceptance_source=f"{where}: spec_decode_accepted_tokens / num_drafts = {per_draft:.3g}")
 
 
 def _layout(layers: Iterable[tuple[str, Mapping[str, Any]]], arch: ModelArch, gpu: str, tp: int, where: str,
@@ -427,6 +459,9 @@ def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Ma
     if isinstance(layout, str):
         return Skip(fname, f"{where}: {layout}")
     dp, ep = layout
+    spec = _speculation(doc, layers, arch, where)
+    if isinstance(spec, str):
+        return Skip(fname, f"{where}: {spec}")
     wd_raw = _lookup("weight_dtype", layers)
     wd = weight_dtype_of(None if wd_raw is None else str(wd_raw[0]), native_weight_dtype(arch))
     if wd is None:
@@ -475,6 +510,7 @@ def _bench_measurements(doc: Mapping[str, Any], where: str, fname: str, side: Ma
                           else lim.max_num_batched_tokens,
                           chunked_prefill=str(chunked[0]).lower() not in ("false", "0", "no") if chunked else True)
     base: dict[str, Any] = dict(source=fname, file=where, engine=engine, model=model, gpu=gpu, tp=tp, dp=dp, ep=ep,
+                spec_tokens=spec.num_speculative_tokens if spec else 0, acceptance_rate=spec.acceptance_rate if spec else 0.0,
                 weight_dtype=wd, kv_dtype=kd,
                 load=load, limits=limits, gpu_memory_utilization=_float_field(gmu[0], "gpu_memory_utilization", where) if gmu else 0.92, rate_per_s=rate_per_s,
                 requests=int(completed))
@@ -528,7 +564,7 @@ def read_bench_json(path: str | Path, defaults: Mapping[str, Any] | None = None,
 
 def _content(m: Measurement) -> tuple[Any, ...]:
     """What a row measured, without where it was read from (its id, source and file)."""
-    return (m.engine, m.model, m.gpu, m.tp, m.dp, m.ep, m.weight_dtype, m.kv_dtype, m.load, m.quantity, m.value, m.limits,
+    return (m.engine, m.model, m.gpu, m.tp, m.dp, m.ep, m.spec_tokens, m.acceptance_rate, m.weight_dtype, m.kv_dtype, m.load, m.quantity, m.value, m.limits,
             m.gpu_memory_utilization, m.cuda_graphs, m.rate_per_s, m.requests)
 
 
