@@ -124,3 +124,19 @@ def test_a_speculative_run_calibrate_cannot_read_is_skipped_with_its_reason(tmp_
     read = read_bench_json(_file(tmp_path, "spec.json", **{**MTP, **changes}))
     assert read.measurements == ()
     assert words in read.skipped[0].reason and "\n" not in read.skipped[0].reason
+
+
+def test_the_layout_flags_state_what_the_files_do_not(tmp_path: Path) -> None:
+    p = _file(tmp_path, "bare.json")
+    doc = json.loads(p.read_text())
+    for k in ("tp", "data_parallel_size", "enable_expert_parallel"):
+        del doc[k]
+    p.write_text(json.dumps(doc))
+    res = CliRunner().invoke(app, ["calibrate", str(p), "--tp", "1", "-dp", "8", "-ep", "-q", "--out",
+                                   str(tmp_path / "out.yaml")])
+    assert res.exit_code == 0, res.output
+    assert "vllm on 8 x h200 (tp 1 x dp 8, expert parallel):" in res.output
+    res = CliRunner().invoke(app, ["calibrate", str(p), "--tp", "1", "-dp", "6", "-ep", "-q", "--out",
+                                   str(tmp_path / "bad.yaml")])
+    assert res.exit_code != 0 and "256 experts do not split evenly" in res.output
+    assert not (tmp_path / "bad.yaml").exists()

@@ -24,11 +24,13 @@ def calibrate_cmd(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Catalog model id, for JSON files whose metadata and sidecar do not say."),
     gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="GPU (catalog id or name, e.g. h100-sxm, 'H100'), when the files do not say."),
     tp: Optional[int] = typer.Option(None, "--tp", help="Tensor parallelism of the runs, when the files do not say."),
+    data_parallel_size: Optional[int] = typer.Option(None, "--data-parallel-size", "-dp", help="vLLM's --data-parallel-size of the runs, when the files do not say (default 1)."),
+    enable_expert_parallel: Optional[bool] = typer.Option(None, "--enable-expert-parallel/--no-expert-parallel", "-ep", help="Whether the runs had --enable-expert-parallel, when the files do not say (default off)."),
     weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype", help="Weight dtype when not in the files (default: the checkpoint's)."),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype when not in the files (default: auto = 16-bit)."),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Server's --max-num-seqs, when not in the files (default: vLLM's for the GPU)."),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Server's --max-num-batched-tokens, when not in the files."),
-    parameters: Optional[str] = typer.Option(None, "--parameters", help="Comma list of profile parameters to fit (default: all fittable)."),
+    parameters: Optional[str] = typer.Option(None, "--parameters", help="Comma list of profile parameters to fit (default: the efficiency and overhead parameters; for rows of one MoE model, its routed-expert terms and the request overhead)."),
     held_out_by: str = typer.Option("source", "--held-out-by", help="Leave-one-group-out key: source (file or table), model, gpu, config."),
     fmt: str = typer.Option("text", "--format", "-f", help="text|json"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr."),
@@ -53,7 +55,8 @@ def calibrate_cmd(
         check_writable_dir(str(Path(out).parent), "--out")  # before the fit, not after it
     except ConfigError as e:  # name the user's file, not only its folder
         raise ConfigError(f"--out {out}: {str(e).split(': ', 1)[-1]}") from None
-    defaults = {k: v for k, v in {"model": model, "gpu": gpu, "tp": tp, "weight_dtype": weight_dtype,
+    defaults = {k: v for k, v in {"model": model, "gpu": gpu, "tp": tp, "dp": data_parallel_size,
+                                  "ep": enable_expert_parallel, "weight_dtype": weight_dtype,
                                   "kv_dtype": kv_dtype, "max_num_seqs": max_num_seqs,
                                   "max_num_batched_tokens": max_num_batched_tokens}.items() if v is not None}
     req = CalibrateRequest(results=tuple(results), out=out, engine=engine, profile_file=profile,
