@@ -374,7 +374,8 @@ def _poll_condition(dep: Deployment) -> list[str]:
                 f"{(n - 1) / 2:g} steps on average before its prefill"]
     if dep.profile.engine == "sglang":
         return ["scheduler takes new requests every step; SGLang polls every --scheduler-recv-interval steps "
-                "(InferenceX's launch scripts: 10-30 on B200 / B300, 4 on AMD): pass it as --scheduler-poll-steps"]
+                "(InferenceX's launch scripts: 10-30 on B200 / B300, 4 on AMD): pass it as --scheduler-poll-steps (closed "
+                "loops)"]
     return []
 
 

@@ -21,6 +21,7 @@ from recommender.calibrate.api import row_conditions
 from recommender.calibrate.measurements import predict
 from recommender.calibrate.readers import read_bench_json, read_results
 from recommender.cli import app
+from recommender.errors import CalibrationError
 from recommender.profiles import engine_profile
 
 RUN: dict[str, Any] = {
@@ -140,3 +141,40 @@ def test_the_layout_flags_state_what_the_files_do_not(tmp_path: Path) -> None:
                                    str(tmp_path / "bad.yaml")])
     assert res.exit_code != 0 and "256 experts do not split evenly" in res.output
     assert not (tmp_path / "bad.yaml").exists()
+
+
+@pytest.mark.parametrize(("value", "ep"), [("true", True), ("F", False), ("n", False), ("off", False), (1, True),
+                                           (False, False)])
+def test_expert_parallel_reads_true_and_false_words(tmp_path: Path, value: object, ep: bool) -> None:
+    read = read_bench_json(_file(tmp_path, "ep.json", enable_expert_parallel=value))
+    assert {m.ep for m in read.measurements} == {ep}
+
+
+@pytest.mark.parametrize("value", ["maybe", "nan", -1, [], [0], 2])
+def test_expert_parallel_refuses_a_value_that_is_not_true_or_false(tmp_path: Path, value: object) -> None:
+    """Read as true, "maybe" fitted the run as expert-parallel (hostile-input sweep, 2026-12-07)."""
+    with pytest.raises(CalibrationError, match="is not true or false") as e:
+        read_bench_json(_file(tmp_path, "ep.json", enable_expert_parallel=value))
+    assert "\n" not in str(e.value)
+
+
+def test_two_spellings_of_a_field_with_two_values_are_refused(tmp_path: Path) -> None:
+    # dp 2 beside data_parallel_size 8 was fitted as dp 2, silently
+    with pytest.raises(CalibrationError, match="two values; keep one") as e:
+        read_bench_json(_file(tmp_path, "dp.json", dp=2))
+    assert "'dp'" in str(e.value) and "\n" not in str(e.value)
+    # the same value twice is one value
+    assert {m.dp for m in read_bench_json(_file(tmp_path, "same.json", dp="8")).measurements} == {8}
+
+
+def test_rows_of_several_moe_models_fit_the_request_overhead_alone(tmp_path: Path) -> None:
+    """DeepSeek-V3 and Qwen3-30B-A3B rows together wrote Hopper's bandwidth for every dense model (the sweep's
+    llama-3.1-8b TTFT 26 -> 84 ms); their experts' terms are each model's, their dense ones no dense model's."""
+    from recommender.calibrate.api import parameters_for
+    from recommender.catalog import default_catalog
+
+    ds = read_bench_json(_file(tmp_path, "ds.json")).measurements
+    qw = read_bench_json(_file(tmp_path, "qw.json", model_id="Qwen/Qwen3-30B-A3B", tokenizer_id="Qwen/Qwen3-30B-A3B",
+                               data_parallel_size="4")).measurements
+    assert {m.model for m in qw} == {"qwen3-30b-a3b"}
+    assert parameters_for([*ds, *qw], None, default_catalog()) == ("request_overhead_s",)

@@ -88,3 +88,13 @@ def test_an_estimate_on_a_gpu_without_a_catalog_price_states_no_cost() -> None:
     priced = json.loads(_run(*args, "--price", "2", "--format", "json"))
     assert priced["usd_per_hour"] == pytest.approx(16.0)   # $2 x 8 GPUs
     assert "$" not in "\n".join(ln for ln in _run(*args, "--rate", "1").splitlines() if "Under load" in ln or "usd" in ln)
+
+
+@pytest.mark.parametrize("extra", [["--rate", "2"], ["--bench", "--request-rate", "2"]])
+def test_scheduler_poll_steps_is_refused_where_it_is_not_modelled(extra: list[str]) -> None:
+    """The poll wait is a closed loop's term; under open arrivals the estimate ignored it while its conditions said
+    "a prompt waits 4.5 steps" (hostile-input sweep, 2026-12-07)."""
+    args = [*DSV3_H200, "--engine", "sglang", "--prompt-tokens", "1000", "--output-tokens", "200", *extra]
+    res = CliRunner().invoke(app, [*args, "--scheduler-poll-steps", "10"])
+    assert res.exit_code == 2 and "applies to closed loops" in res.output and "Traceback" not in res.output
+    assert CliRunner().invoke(app, args).exit_code == 0

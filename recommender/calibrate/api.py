@@ -334,12 +334,17 @@ def parameters_for(ms: list[Measurement], asked: tuple[str, ...] | None, cat: Ca
     engine's ``step_overhead_s`` and ``hbm_bandwidth_efficiency``, a MoE model's costs became every dense model's on
     the family (``benchmarks/calibrate_moe.py``: hbm_bandwidth_efficiency 0.50-0.53 written for B200).
     ``expert_compute_efficiency`` is fitted only when asked: the prompts of a user's runs seldom pin it, and fitted on
-    1k-token prompts it put H200 8k:1k TTFT 16% -> 81% off. The experts' terms of rows of several models would be one
-    value for models whose experts differ: refused."""
+    1k-token prompts it put H200 8k:1k TTFT 16% -> 81% off. Rows of several MoE models (and no dense one) fit the
+    request overhead alone: their experts' terms are each model's (calibrate one model's rows at a time), and their
+    dense parameters fitted family-wide moved dense models (a DeepSeek-V3 + Qwen3-30B-A3B fit wrote Hopper's
+    bandwidth). Naming the experts' terms for rows of several models is refused: one value for experts that differ."""
     models = sorted({m.model for m in ms})
     one_moe = len(models) == 1 and cat.model(models[0]).is_moe
     if asked is None:
-        return MOE_DEFAULT + UNANCHORED if one_moe else FIT_PARAMETERS
+        if one_moe:
+            return MOE_DEFAULT + UNANCHORED
+        # rows of MoE models only: nothing in them is a dense model's physics either; the user's front end is theirs
+        return UNANCHORED if all(cat.model(m).is_moe for m in models) else FIT_PARAMETERS
     experts = [p for p in asked if p in MOE_PARAMETERS]
     if experts and not one_moe:
         raise CalibrationError(f"--parameters: {', '.join(experts)} are one MoE model's terms and the rows are of "

@@ -286,11 +286,36 @@ def _sidecar(path: Path) -> dict[str, Any]:
 
 
 def _lookup(field_name: str, layers: Iterable[tuple[str, Mapping[str, Any]]]) -> tuple[Any, str] | None:
+    """The first layer's value of ``field_name`` (file, then sidecar, then flags) and the layer's label; two of its
+    spellings with different values in one layer (``dp: 2`` beside ``data_parallel_size: 8``) are refused: either
+    would be a silent pick."""
     for label, layer in layers:
-        for k in FIELD_KEYS[field_name]:
-            if layer.get(k) not in (None, ""):
-                return layer[k], label
+        given = [(k, layer[k]) for k in FIELD_KEYS[field_name] if layer.get(k) not in (None, "")]
+        if len({str(v).strip().lower() for _, v in given}) > 1:
+            (k1, v1), (k2, v2) = given[0], next((k, v) for k, v in given if str(v).strip().lower() != str(given[0][1]).strip().lower())
+            raise CalibrationError(f"{label}: {k1}={str(v1)[:40]!r} and {k2}={str(v2)[:40]!r} give field {field_name!r} "
+                                   "two values; keep one")
+        if given:
+            return given[0][1], label
     return None
+
+
+#: What a boolean metadata field may say (vLLM writes ``true`` / ``false``; ``--metadata`` passes text).
+_BOOLEAN_WORDS = {"true": True, "1": True, "yes": True, "on": True, "y": True, "t": True,
+                  "false": False, "0": False, "no": False, "off": False, "n": False, "f": False}
+
+
+def _bool_field(v: Any, name: str, where: str) -> bool:
+    """A boolean field (a bool, 0 / 1, or one of :data:`_BOOLEAN_WORDS`), else one line naming it: an unknown word
+    read as true would fit the run as a layout it did not have."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)) and v in (0, 1):
+        return bool(v)
+    word = str(v).strip().lower() if isinstance(v, (str, int, float)) else None
+    if word is None or word not in _BOOLEAN_WORDS:
+        raise CalibrationError(f"{where}: field {name!r} = {str(v)[:40]!r} is not true or false")
+    return _BOOLEAN_WORDS[word]
 
 
 def _int_field(v: Any, name: str, where: str) -> int:
@@ -413,7 +438,7 @@ def _layout(layers: Iterable[tuple[str, Mapping[str, Any]]], arch: ModelArch, gp
     found = _lookup("dp", layers)
     dp = _int_field(found[0], "data_parallel_size", where) if found is not None else 1
     found = _lookup("ep", layers)
-    ep = found is not None and _truthy(found[0]) and arch.is_moe
+    ep = found is not None and _bool_field(found[0], "enable_expert_parallel", where) and arch.is_moe
     try:
         check_layout(arch, gpu, cat.gpu(gpu).interconnect.gpus_per_domain, tp=tp, dp=dp, ep=ep)
     except ConfigError as e:

@@ -55,7 +55,7 @@ def estimate_cmd(
     enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", "-ep", help="Experts split whole over the engine's tp x dp GPUs (vLLM's flag; MoE models)."),
     speculative_config: Optional[str] = typer.Option(None, "--speculative-config", "-sc", help='vLLM\'s JSON, e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' (k defaults to the model\'s MTP layers).'),
     acceptance_rate: Optional[float] = typer.Option(None, "--acceptance-rate", help="Per-position draft acceptance in (0, 1] (default: the model catalog's fitted value, the engine's own where measured)."),
-    scheduler_poll_steps: int = typer.Option(1, "--scheduler-poll-steps", help="The engine takes new requests every N steps (SGLang's --scheduler-recv-interval, --num-continuous-decode-steps on AMD; vLLM: 1, every step): a prompt waits (N - 1) / 2 steps on average."),
+    scheduler_poll_steps: int = typer.Option(1, "--scheduler-poll-steps", help="The engine takes new requests every N steps (SGLang's --scheduler-recv-interval, --num-continuous-decode-steps on AMD; vLLM: 1, every step): a prompt waits (N - 1) / 2 steps on average. Closed loops only."),
     shared_prefix_fraction: Optional[float] = typer.Option(None, "--shared-prefix-fraction", help="Share of each prompt the prefix cache serves, in [0, 1) (prefix caching on; with --plan: the plan workload's)."),
     fmt_name: Annotated[str, options.format_option(options.TextOrJson)] = "text",
     wide: options.Wide = False,
@@ -64,6 +64,10 @@ def estimate_cmd(
     fmt = options.choice(options.TextOrJson, fmt_name, "--format")
     said = ""
     ckpt = None if checkpoint is None else checkpoint_of_flag(checkpoint)
+    if scheduler_poll_steps != 1 and (plan is not None or rate is not None or (bench and request_rate is not None)):
+        # the poll wait is a closed loop's term (perf.steady); the open-loop model and a plan's engine have none
+        raise ConfigError(f"--scheduler-poll-steps {scheduler_poll_steps}: applies to closed loops (--concurrency, or "
+                          "--bench without --request-rate); the open-loop model and --plan have no poll interval; drop it")
     if plan is not None:
         if model is not None or gpu is not None:
             raise ConfigError("--plan takes the model and the GPUs from the plan; drop --model / --gpu")
