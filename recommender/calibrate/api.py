@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from recommender import progress
 from recommender.calibrate.fit import (ErrorStats, FamilyReport, FitOptions, FitResult, HeldOut, family_sigma,
                                        error_stats, fit_profile, held_out, summarize)
-from recommender.calibrate.measurements import Measurement, Skip, predict
+from recommender.calibrate.measurements import Measurement, Skip, deployment, predict
 from recommender.calibrate.readers import file_of, measurement_skips, read_results
 from recommender.calibrate.report import fit_summary, profile_document, write_profile
 from recommender.catalog import Catalog, default_catalog
@@ -90,6 +90,25 @@ def select_engine(ms: tuple[Measurement, ...], engine: str) -> tuple[list[Measur
     skip = measurement_skips((m for m in ms if m.engine != engine),
                              lambda m: f"engine {m.engine!r} is not the one calibrated ({engine!r})")
     return keep, skip
+
+
+def held_in_memory(ms: list[Measurement], start: EngineProfile, cat: Catalog) -> tuple[list[Measurement], list[Skip]]:
+    """Rows whose layout the memory model holds, and skips for the others: a run the model says cannot load (DeepSeek-V3
+    on one H200) has no figures to predict, and fitted it would pull every parameter toward nonsense; its stated layout,
+    dtypes or memory fraction are more likely wrong than the run."""
+    keep: list[Measurement] = []
+    out: list[Measurement] = []
+    why: dict[str, str] = {}
+    for m in ms:
+        mem = deployment(m, start, cat).memory()
+        if mem.fits:
+            keep.append(m)
+            continue
+        out.append(m)
+        why[m.id] = (f"{m.model} ({m.weight_dtype}) does not fit {m.tp * m.dp} x {m.gpu} in the model's memory breakdown "
+                     f"(short by {mem.shortfall_bytes_per_gpu / 1e9:.1f} GB per GPU at gpu-memory-utilization "
+                     f"{m.gpu_memory_utilization:g}): check the run's tp / data_parallel_size, dtypes and memory fraction")
+    return keep, measurement_skips(out, lambda m: why[m.id])
 
 
 @dataclass(frozen=True)
@@ -366,7 +385,8 @@ def calibrate(req: CalibrateRequest, catalog: Catalog | None = None) -> Calibrat
     defaults.setdefault("engine_default", req.engine)
     read = read_results(req.results, defaults, cat)
     ms, other = select_engine(read.measurements, req.engine)
-    skipped = tuple(read.skipped) + tuple(other)
+    ms, unheld = held_in_memory(ms, start, cat)
+    skipped = tuple(read.skipped) + tuple(other) + tuple(unheld)
     if not ms:
         engines = sorted({m.engine for m in read.measurements})
         raise CalibrationError(f"no measurements of engine {req.engine!r} in {', '.join(read.files)} "
