@@ -72,6 +72,9 @@ def test_an_fp4_estimate_without_a_checkpoint_names_the_one_it_needs() -> None:
     assert line.strip().startswith("vllm serve CHECKPOINT --tensor-parallel-size 4 --enable-expert-parallel")
     assert "give it with --checkpoint REPO" in line
     assert "deepseek-ai/DeepSeek-V3" not in line
+    assert json.loads(_run(*args, "--format", "json"))["serve_weights"] is None
+    named = json.loads(_run(*args, "--checkpoint", "nvidia/DeepSeek-V3-0324-FP4", "--format", "json"))["serve_weights"]
+    assert named == {"model": "nvidia/DeepSeek-V3-0324-FP4", "quantization": None, "dtype": None}
 
 
 def test_an_estimate_on_a_gpu_without_a_catalog_price_states_no_cost() -> None:

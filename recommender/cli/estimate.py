@@ -107,7 +107,7 @@ def estimate_cmd(
         bands = (open_loop_bands(dep, load, est, rate, replicas, shared_prefix_fraction=req.shared_prefix_fraction)
                  if rate is not None else steady_bands(dep, est))
     if fmt == "json":
-        typer.echo(estimate_json(dep, load, est, extra, cond, pricing, bands))
+        typer.echo(estimate_json(dep, load, est, extra, cond, pricing, bands, serve=serve_weights(req, dep)))
     else:
         text = ([said, ""] if said else []) + [render_walkthrough(dep, load, est, replicas, pricing, cond,
                                                                    serve=serve_weights(req, dep))]

@@ -543,8 +543,13 @@ def _describe(load: Load, est: Estimate) -> str:
 
 def estimate_json(dep: Deployment, load: Load, est: Estimate, extra: dict[str, Any] | None = None,
                   conditions: list[str] | None = None, pricing: Pricing | None = None,
-                  bands: EstimateBands | None = None) -> str:
+                  bands: EstimateBands | None = None, serve: WeightsChoice | None = None) -> str:
+    """The estimate as JSON (docs/usage.md lists its keys); ``serve_weights``: what ``vllm serve`` loads (the text's
+    ``vllm serve`` line: repo, ``--quantization``, ``--dtype``), null where vLLM needs a pre-quantized checkpoint no one
+    named."""
     d = est.to_dict()
+    d["serve_weights"] = None if serve is None else {"model": serve.model, "quantization": serve.quantization,
+                                                     "dtype": serve.dtype}
     d.update({"model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "weight_dtype": dep.weight_dtype,
               "kv_dtype": dep.kv_dtype, "engine": dep.profile.engine, "profile_family": dep.profile.family or None,
               "borrowed_terms": _borrowed_json(dep),
