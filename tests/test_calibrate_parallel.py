@@ -38,6 +38,16 @@ def _file(tmp_path: Path, name: str, **changes: Any) -> Path:
     return p
 
 
+def _estimate_bench(*flags: str) -> dict[str, Any]:
+    """`recommend estimate --bench --format json` of RUN's layout and run (TP 1 x DP 8 with EP on 8 x H200)."""
+    res = CliRunner().invoke(app, ["estimate", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "1", "-dp", "8", "-ep",
+                                   *flags, "--bench", "--num-prompts", "160", "--max-concurrency", "16",
+                                   "--random-input-len", "1000", "--random-output-len", "200", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    out: dict[str, Any] = json.loads(res.output)
+    return out
+
+
 def test_a_dp_ep_run_is_read_with_its_layout(tmp_path: Path) -> None:
     read = read_bench_json(_file(tmp_path, "dp8ep.json"))
     assert read.skipped == ()
@@ -49,14 +59,10 @@ def test_a_dp_ep_run_is_read_with_its_layout(tmp_path: Path) -> None:
 
 def test_a_dp_ep_run_is_predicted_as_estimate_bench_predicts_that_layout(tmp_path: Path) -> None:
     """The same layout and run through `recommend estimate --bench` (the JSON `vllm bench serve` writes): calibrate
-    fits against the figures a user reads there (TTFT: the run's mean, which calibrate compares with the file's
-    median as it does for every run)."""
+    fits against the figures a user reads there (the run's means: this file states medians only, which calibrate
+    reads where a file has no mean)."""
     read = read_bench_json(_file(tmp_path, "dp8ep.json"))
-    res = CliRunner().invoke(app, ["estimate", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "1", "-dp", "8", "-ep",
-                                   "--bench", "--num-prompts", "160", "--max-concurrency", "16", "--random-input-len",
-                                   "1000", "--random-output-len", "200", "--format", "json"])
-    assert res.exit_code == 0, res.output
-    est = json.loads(res.output)
+    est = _estimate_bench()
     pred = {m.raw_metric: predict(m, engine_profile("vllm")) for m in read.measurements}
     assert pred["output_throughput"] == pytest.approx(est["output_throughput"], rel=1e-9)
     assert pred["median_ttft_ms"] * 1e3 == pytest.approx(est["mean_ttft_ms"], rel=1e-9)
@@ -103,12 +109,7 @@ def test_an_mtp_run_is_read_at_the_acceptance_its_counters_give(tmp_path: Path) 
     assert read.skipped == ()
     assert {(m.spec_tokens, round(m.acceptance_rate, 9)) for m in read.measurements} == {(2, 0.6)}
     assert {m.group("config") for m in read.measurements} == {"deepseek-v3/h200/tp1-dp8-ep-mtp2"}
-    res = CliRunner().invoke(app, ["estimate", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "1", "-dp", "8", "-ep",
-                                   "-sc", '{"method": "mtp", "num_speculative_tokens": 2}', "--acceptance-rate", "0.6",
-                                   "--bench", "--num-prompts", "160", "--max-concurrency", "16", "--random-input-len",
-                                   "1000", "--random-output-len", "200", "--format", "json"])
-    assert res.exit_code == 0, res.output
-    est = json.loads(res.output)
+    est = _estimate_bench("-sc", '{"method": "mtp", "num_speculative_tokens": 2}', "--acceptance-rate", "0.6")
     pred = {m.raw_metric: predict(m, engine_profile("vllm")) for m in read.measurements}
     assert pred["output_throughput"] == pytest.approx(est["output_throughput"], rel=1e-6)
     assert pred["median_tpot_ms"] * 1e3 == pytest.approx(est["median_tpot_ms"], rel=1e-6)
