@@ -177,7 +177,8 @@ def estimate(*, model: str, gpu: str, tp: int = 1, replicas: int = 1, weight_dty
     :class:`recommender.estimator.EstimateRequest` (``batch``, ``concurrency``, ``context_tokens``,
     ``prompt_tokens``, ``output_tokens``, ``engine``, ``max_num_seqs``, ``checkpoint`` (``--checkpoint``: a repo, ""
     for the model's own quantized at load, None for the catalog's), ...). An unknown argument or one of the
-    wrong type (``tp="2"``) raises :class:`~recommender.errors.ConfigError`, as do values the CLI refuses."""
+    wrong type (``tp="2"``) raises :class:`~recommender.errors.ConfigError`, as do values the CLI refuses. On a GPU
+    without a catalog price and no ``usd_per_gpu_hour``, the cost fields are nan (unknown, not free)."""
     from recommender.estimator import EstimateRequest, estimate_request
 
     args = _estimate_request_args(dict(model=model, gpu=gpu, tp=tp, replicas=replicas, weight_dtype=weight_dtype,

@@ -550,7 +550,9 @@ def estimate_request(req: EstimateRequest, catalog: Catalog | None = None,
     dep, load = build(req, cat, profile)
     price = pricing_for(dep.gpu, tp=req.tp * req.dp, replicas=req.replicas, usd_per_gpu_hour=req.usd_per_gpu_hour,
                         pp=req.pp)
-    return dep, load, estimate(dep, load, req.replicas, price.usd_per_gpu_hour, req.shared_prefix_fraction)
+    # no price: the cost figures are unknown (nan), not free
+    usd = price.usd_per_gpu_hour if price.priced else math.nan
+    return dep, load, estimate(dep, load, req.replicas, usd, req.shared_prefix_fraction)
 
 
 def does_not_fit_message(dep: Deployment, est: Estimate) -> str:

@@ -101,3 +101,15 @@ def test_scheduler_poll_steps_is_refused_where_it_is_not_modelled(extra: list[st
     res = CliRunner().invoke(app, [*args, "--scheduler-poll-steps", "10"])
     assert res.exit_code == 2 and "applies to closed loops" in res.output and "Traceback" not in res.output
     assert CliRunner().invoke(app, args).exit_code == 0
+
+
+def test_the_library_estimate_of_an_unpriced_gpu_has_unknown_cost() -> None:
+    import math
+
+    from recommender import api
+
+    e = api.estimate(model="llama-3.1-8b", gpu="mi355x", concurrency="8", prompt_tokens=100, output_tokens=100)
+    assert math.isnan(e.usd_per_hour) and math.isnan(e.usd_per_million_tokens) and e.output_tokens_per_s > 0
+    priced = api.estimate(model="llama-3.1-8b", gpu="mi355x", concurrency="8", prompt_tokens=100, output_tokens=100,
+                          usd_per_gpu_hour=3.0)
+    assert priced.usd_per_hour == pytest.approx(3.0)
