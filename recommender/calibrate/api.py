@@ -93,21 +93,22 @@ def select_engine(ms: tuple[Measurement, ...], engine: str) -> tuple[list[Measur
 
 
 def held_in_memory(ms: list[Measurement], start: EngineProfile, cat: Catalog) -> tuple[list[Measurement], list[Skip]]:
-    """Rows whose layout the memory model holds, and skips for the others: a run the model says cannot load (DeepSeek-V3
-    on one H200) has no figures to predict, and fitted it would pull every parameter toward nonsense; its stated layout,
-    dtypes or memory fraction are more likely wrong than the run."""
+    """Rows whose weights fit their GPUs, and skips for the others: a run whose stated layout cannot even hold the
+    weights (DeepSeek-V3 on one H200: 673 GB on 151) has no figures to predict, and fitted it would pull every parameter
+    toward nonsense; its stated layout or dtype is wrong, not the run. (Only the weights against the GPU's memory: the
+    reserves are vLLM's, and gpt-fast ran Llama-3.1-70B int8 on one A100 80GB, 1.2 GB inside what they leave.)"""
     keep: list[Measurement] = []
     out: list[Measurement] = []
     why: dict[str, str] = {}
     for m in ms:
         mem = deployment(m, start, cat).memory()
-        if mem.fits:
+        if mem.weights_bytes_per_gpu <= mem.memory_bytes_per_gpu:
             keep.append(m)
             continue
         out.append(m)
-        why[m.id] = (f"{m.model} ({m.weight_dtype}) does not fit {m.tp * m.dp} x {m.gpu} in the model's memory breakdown "
-                     f"(short by {mem.shortfall_bytes_per_gpu / 1e9:.1f} GB per GPU at gpu-memory-utilization "
-                     f"{m.gpu_memory_utilization:g}): check the run's tp / data_parallel_size, dtypes and memory fraction")
+        why[m.id] = (f"{m.model} ({m.weight_dtype}) does not fit {m.tp * m.dp} x {m.gpu}: its weights take "
+                     f"{mem.weights_bytes_per_gpu / 1e9:.1f} GB per GPU of {mem.memory_bytes_per_gpu / 1e9:.1f}; check the "
+                     "run's tp / data_parallel_size and weight dtype")
     return keep, measurement_skips(out, lambda m: why[m.id])
 
 
