@@ -269,7 +269,7 @@ def _log_se(prob: _Problem, u: np.ndarray, opts: FitOptions) -> tuple[np.ndarray
     _, sv, vt = np.linalg.svd(J, full_matrices=False)
     # se_j^2 = sigma^2 sum_k V_jk^2 / s_k^2; a direction with s_k ~ 0 leaves every parameter loading on it unknown
     tiny = sv <= 1e-6 * max(float(sv[0]), 1e-300)
-    inv2 = np.where(tiny, 0.0, 1.0 / np.maximum(sv, 1e-300) ** 2)
+    inv2 = np.where(tiny, 0.0, 1.0 / np.maximum(sv, 1e-150) ** 2)   # 1e-300 squared is 0: a warned 1 / 0 where tiny
     v2 = vt.T ** 2
     se = sigma * np.sqrt(v2 @ inv2)
     se[(v2[:, tiny] > 1e-6).any(axis=1)] = math.inf
