@@ -395,3 +395,13 @@ def test_trtllm_dpa_ttft_carries_the_balance_wait() -> None:
                                profile=engine_profile("trtllm").replace(dp_balance_timeout_steps=0.0))[2]
     assert trt.ttft_s > no_wait.ttft_s and any("prefill balancing" in n for n in trt.notes)
     assert trt.tpot_s == pytest.approx(no_wait.tpot_s)
+
+
+def test_acceptance_for_inverts_the_accepted_tokens_per_step() -> None:
+    """Hand solutions: a + a^2 = 0.96 at k = 2 is a = 0.6; at k = 1 the accepted share is a itself; k = 3 at a = 0.5
+    accepts 0.5 + 0.25 + 0.125 = 0.875."""
+    from recommender.perf.speculative import acceptance_for
+
+    assert acceptance_for(2, 0.96) == pytest.approx(0.6, abs=1e-12)
+    assert acceptance_for(1, 0.7) == pytest.approx(0.7, abs=1e-12)
+    assert acceptance_for(3, 0.875) == pytest.approx(0.5, abs=1e-12)

@@ -58,7 +58,7 @@ from recommender.errors import CalibrationError, ConfigError, RecommenderError
 from recommender.hf_config import ModelArch
 from recommender.perf.conditions import engine_conditions, static_batch_limits
 from recommender.perf.moe import check_layout
-from recommender.perf.speculative import SpecDecode, tokens_per_step
+from recommender.perf.speculative import SpecDecode, acceptance_for
 from recommender.perf.steady import Load
 from recommender.perf.step import EngineLimits, default_limits
 from recommender.yamlfile import load_yaml_text
@@ -291,8 +291,9 @@ def _lookup(field_name: str, layers: Iterable[tuple[str, Mapping[str, Any]]]) ->
     would be a silent pick."""
     for label, layer in layers:
         given = [(k, layer[k]) for k in FIELD_KEYS[field_name] if layer.get(k) not in (None, "")]
-        if len({str(v).strip().lower() for _, v in given}) > 1:
-            (k1, v1), (k2, v2) = given[0], next((k, v) for k, v in given if str(v).strip().lower() != str(given[0][1]).strip().lower())
+        differ = [(k, v) for k, v in given if str(v).strip().lower() != str(given[0][1]).strip().lower()] if given else []
+        if differ:
+            (k1, v1), (k2, v2) = given[0], differ[0]
             raise CalibrationError(f"{label}: {k1}={str(v1)[:40]!r} and {k2}={str(v2)[:40]!r} give field {field_name!r} "
                                    "two values; keep one")
         if given:
@@ -401,7 +402,7 @@ def _speculation(doc: Mapping[str, Any], layers: Iterable[tuple[str, Mapping[str
     the speculative config in the metadata or sidecar (``--metadata speculative_config='{"method": "mtp", ...}'``,
     vLLM 0.33's JSON, checked as ``estimate --speculative-config`` checks it); the per-position acceptance ``a`` from
     the result's counters: ``spec_decode_accepted_tokens / spec_decode_num_drafts = sum_{i=1..k} a^i`` (the model's
-    one-rate acceptance, :func:`recommender.perf.speculative.tokens_per_step`), solved by bisection."""
+    one-rate acceptance, :func:`recommender.perf.speculative.acceptance_for`)."""
     counters = sorted(k for k, v in doc.items() if str(k).startswith("spec_decode_") and v not in (None, 0, 0.0, [], ""))
     counters += [k for k in _SPEC_HINTS if k in doc and _truthy(doc[k])]
     found = _lookup("speculative_config", layers)
@@ -422,11 +423,8 @@ def _speculation(doc: Mapping[str, Any], layers: Iterable[tuple[str, Mapping[str
         return ("MTP run without usable spec_decode_num_drafts / spec_decode_accepted_tokens: its acceptance is unknown; "
                 "save the result with a vLLM that reports them")
     per_draft = float(accepted) / float(drafts)  # type: ignore[arg-type]
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2.0
-        lo, hi = (mid, hi) if tokens_per_step(spec.num_speculative_tokens, mid) - 1.0 < per_draft else (lo, mid)
-    return SpecDecode(num_speculative_tokens=spec.num_speculative_tokens, acceptance_rate=max(hi, 1e-6),
+    return SpecDecode(num_speculative_tokens=spec.num_speculative_tokens,
+                      acceptance_rate=acceptance_for(spec.num_speculative_tokens, per_draft),
                       acceptance_source=f"{where}: spec_decode_accepted_tokens / num_drafts = {per_draft:.3g}")
 
 

@@ -37,6 +37,17 @@ def tokens_per_step(num_speculative_tokens: int, acceptance_rate: float) -> floa
     return float(sum(a**i for i in range(k + 1)))
 
 
+def acceptance_for(num_speculative_tokens: int, accepted_per_step: float) -> float:
+    """The per-position acceptance ``a`` at which a verify step accepts ``accepted_per_step`` draft tokens on average:
+    the inverse of :func:`tokens_per_step` less the bonus token, ``sum_{i=1..k} a^i = accepted_per_step``
+    (increasing in ``a``; bisection on (0, 1], at least 1e-6). 0.96 at ``k = 2`` is 0.6."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if tokens_per_step(num_speculative_tokens, mid) - 1.0 < accepted_per_step else (lo, mid)
+    return max(hi, 1e-6)
+
+
 def mtp_layer_params(model: ModelArch) -> tuple[float, float]:
     """(non-expert, routed-expert) parameters of ONE MTP module: a decoder layer (attention, the MoE of a MoE
     layer or the dense MLP) + ``eh_proj`` (2 hidden -> hidden) + two RMSNorms; embedding and head are shared."""
